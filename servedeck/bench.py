@@ -1,0 +1,892 @@
+"""Single-stream long-context benchmark of a running vLLM OpenAI-compatible server.
+
+What is measured (one request at a time, never concurrent):
+
+* ``warmup``: ``Workload.warmup_requests`` throwaway requests right after boot (the first
+  request pays JIT / graph / allocator warm-up). Recorded in ``bench.jsonl`` with phase
+  ``warmup``, reported separately, excluded from the per-phase statistics.
+* ``cold``: ``repetitions`` requests, each with a fresh prompt that starts with a unique tag
+  (``[<tag_prefix> <uuid4 hex>] ...``), so nothing of it is in the prefix cache.
+* ``warm``: ``repetitions`` requests, each sending again, byte for byte, the prompt of one
+  cold request (prefix-cache hit). With ``warm_order="paired"`` (default) warm *i* is sent
+  right after cold *i*, so its prefix is still cached even when long prompts would evict
+  each other; with ``"after_cold"`` all cold requests come first, then the warm ones in the
+  same order.
+
+Prompt sizing is exact and done by the server itself (no local tokenizer): the prompt text
+(tag + filler words) is tokenized with ``POST /tokenize`` using the same request shape the
+benchmark sends -- for ``/v1/chat/completions`` the ``messages`` (one user message) with
+``add_generation_prompt: true`` and the workload's ``chat_template_kwargs``; for
+``/v1/completions`` the ``prompt`` text -- and adjusted until the server counts exactly
+``prompt_tokens`` tokens. The response's ``usage.prompt_tokens`` is recorded per sample so
+the sizing can be checked.
+
+Per request (streamed; ``stream_options: {include_usage, continuous_usage_stats}``):
+
+* ``ttft_s`` = arrival of the first chunk that carries output (content, reasoning, tool call
+  text, or ``usage.completion_tokens`` > 0) - send time (``time.perf_counter()``).
+* ``prefill_tok_s`` = prompt tokens / ``ttft_s``.
+* ``decode_tok_s`` = (output tokens - tokens of the first output chunk) / (t_last - t_first),
+  with token counts from ``usage.completion_tokens`` (speculative decoding puts several
+  tokens in one chunk, so chunks are not tokens). ``decode_s`` = t_last - t_first.
+* ``e2e_s`` = end of stream - send; ``output_tokens``; ``finish_reason``; ``chunks`` (chunks
+  that carried output).
+* ``server``: deltas of the server's ``/metrics`` around that one request (counters filtered
+  by the ``model_name`` label, summed over ``engine``): ``ttft_s`` (Δsum/Δcount of
+  ``vllm:time_to_first_token_seconds``), ``spec_accept_len`` (1 + Δaccepted/Δdrafts),
+  ``spec_per_position`` (Δper_pos[i]/Δdrafts), ``spec_drafts``, ``prefix_cache_hits``
+  (Δ``vllm:prefix_cache_hits_total``, tokens), ``prompt_tokens_cached`` (0.24+), and
+  ``decode_tok_s`` = (Δ``vllm:generation_tokens_total`` - finished requests) /
+  Δ``vllm:request_decode_time_seconds_sum`` (engine-side first-to-last token time).
+  Metric names: vLLM ``vllm/v1/metrics/loggers.py`` and ``vllm/v1/spec_decode/metrics.py``
+  (0.10.2-0.33). After each request the metrics are polled until
+  ``vllm:request_success_total`` grew, so the last engine iteration is included.
+
+Results: :class:`BenchResult` (``write(run_dir)`` -> ``workload.json``, ``bench.jsonl``,
+``bench.json`` as described in ``docs/run-record.md``) and :func:`format_table`.
+External results map onto the same metric names: :func:`import_vllm_bench` (``vllm bench
+serve --save-result`` JSON) and :func:`import_guidellm` (guidellm JSON report).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from servedeck.errors import ServedeckError
+from servedeck.fsutil import atomic_write
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT = "/v1/completions"
+
+#: Per-sample metrics summarised per phase in ``bench.json`` (client side, then server side).
+SUMMARY_METRICS = (
+    "ttft_s", "prefill_tok_s", "decode_tok_s", "decode_s", "e2e_s", "prompt_tokens",
+    "output_tokens", "server_ttft_s", "ttft_client_minus_server_s", "server_decode_tok_s",
+)
+
+_FILLER_WORDS = (
+    "the river runs past an old stone bridge where people stop to watch boats carry grain "
+    "and timber down toward the harbour while gulls circle above the market square and the "
+    "tower bell counts the hours of a long summer afternoon in the quiet northern town"
+).split()
+
+
+# --------------------------------------------------------------------------- models
+
+
+class Workload(BaseModel):
+    """The benchmark workload definition, saved as ``workload.json`` with every run.
+
+    Fields carry their units in their names. ``prompt_tokens`` is the exact prompt length as
+    the server counts it for the request that is sent (chat template included for the chat
+    endpoint). Defaults fit the seed's long-context single-stream use on the B70 card; the
+    CPU tests pass small values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int = Field(32768, ge=16, description="exact prompt length in tokens (server count)")
+    max_tokens: int = Field(256, ge=2, description="output tokens per request (exact with ignore_eos)")
+    repetitions: int = Field(3, ge=1, description="requests per measured phase (cold and warm each)")
+    warmup_requests: int = Field(1, ge=0, description="throwaway requests before the measured phases")
+    temperature: float = Field(0.0, ge=0.0)
+    seed: int = 0
+    endpoint: Literal["/v1/chat/completions", "/v1/completions"] = CHAT_ENDPOINT
+    ignore_eos: bool = True
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    tag_prefix: str = Field("req", min_length=1, description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
+    warm_order: Literal["paired", "after_cold"] = "paired"
+    request_timeout_s: float = Field(1800.0, gt=0)
+    metrics_settle_timeout_s: float = Field(5.0, gt=0, description="wait for /metrics to count a finished request")
+
+    @field_validator("tag_prefix")
+    @classmethod
+    def _no_brackets(cls, v: str) -> str:
+        if any(c in v for c in "[] \n"):
+            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
+        return v
+
+
+class ServerDelta(BaseModel):
+    """Server-side ``/metrics`` deltas around one request (or summed over a phase)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: float | None = None
+    ttft_count: int = 0
+    spec_accept_len: float | None = None
+    spec_per_position: list[float] = Field(default_factory=list)
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_queries: int = 0
+    prompt_tokens_cached: int | None = None
+    requests_finished: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    decode_tok_s: float | None = None
+
+
+class Sample(BaseModel):
+    """One request's measurements (a line of ``bench.jsonl``); times in seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phase: Literal["warmup", "cold", "warm"]
+    rep: int
+    tag: str
+    prompt_tokens: int
+    prompt_tokens_requested: int
+    output_tokens: int
+    first_chunk_tokens: int
+    ttft_s: float
+    prefill_tok_s: float
+    decode_tok_s: float | None
+    decode_s: float
+    e2e_s: float
+    finish_reason: str | None
+    chunks: int
+    server: ServerDelta
+
+
+@dataclass
+class BenchResult:
+    """Outcome of :func:`run_bench`.
+
+    Attributes:
+        workload: the workload that was run.
+        served_model: the served model name the requests named.
+        base_url: server base URL (``http://host:port``).
+        samples: every request in send order (warm-up included, phase ``warmup``).
+        started_at / finished_at: UTC ISO-8601 timestamps.
+    """
+
+    workload: Workload
+    served_model: str
+    base_url: str
+    samples: list[Sample] = field(default_factory=list)
+    started_at: str = ""
+    finished_at: str = ""
+
+    def phase_samples(self, phase: str) -> list[Sample]:
+        """Samples of one phase (``warmup``, ``cold``, ``warm``) in send order."""
+        return [s for s in self.samples if s.phase == phase]
+
+    def summary(self) -> dict[str, Any]:
+        """The ``bench.json`` document (see ``docs/run-record.md``).
+
+        ``phases[phase][metric]`` = ``{median, min, max, n, samples}`` for the metrics in
+        :data:`SUMMARY_METRICS` (None values skipped); ``warmup`` = the first warm-up sample
+        (or None); ``server[phase]`` = phase-summed metric deltas (``spec_accept_len``,
+        ``spec_per_position``, ``spec_drafts``, ``prefix_cache_hits``, ``ttft_s_server_mean``).
+        """
+        phases: dict[str, Any] = {}
+        server: dict[str, Any] = {}
+        for phase in ("cold", "warm"):
+            samples = self.phase_samples(phase)
+            if not samples:
+                continue
+            phases[phase] = {m: _stats([_metric(s, m) for s in samples]) for m in SUMMARY_METRICS}
+            server[phase] = _phase_server(samples)
+        warm = self.phase_samples("warmup")
+        return {
+            "workload": self.workload.model_dump(mode="json"),
+            "served_model": self.served_model,
+            "base_url": self.base_url,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "phases": phases,
+            "warmup": warm[0].model_dump(mode="json") if warm else None,
+            "warmup_samples": [s.model_dump(mode="json") for s in warm],
+            "server": server,
+        }
+
+    def write(self, run_dir: str | Path) -> dict[str, Path]:
+        """Write ``workload.json``, ``bench.jsonl`` and ``bench.json`` atomically into ``run_dir``.
+
+        Returns the paths by file name. Raises OSError when the directory is not writable.
+        """
+        run_dir = Path(run_dir)
+        out = {
+            "workload.json": atomic_write(
+                run_dir / "workload.json", json.dumps(self.workload.model_dump(mode="json"), indent=2) + "\n"),
+            "bench.jsonl": atomic_write(
+                run_dir / "bench.jsonl",
+                "".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in self.samples)),
+            "bench.json": atomic_write(run_dir / "bench.json", json.dumps(self.summary(), indent=2) + "\n"),
+        }
+        return out
+
+
+def _metric(s: Sample, name: str) -> float | None:
+    if name == "server_ttft_s":
+        return s.server.ttft_s
+    if name == "server_decode_tok_s":
+        return s.server.decode_tok_s
+    if name == "ttft_client_minus_server_s":
+        return None if s.server.ttft_s is None else s.ttft_s - s.server.ttft_s
+    return getattr(s, name)
+
+
+def _stats(values: Iterable[float | None]) -> dict[str, Any]:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0, "samples": []}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals),
+            "samples": vals}
+
+
+def _phase_server(samples: list[Sample]) -> dict[str, Any]:
+    drafts = sum(s.server.spec_drafts for s in samples)
+    accepted = sum(s.server.spec_accepted_tokens for s in samples)
+    npos = max((len(s.server.spec_per_position) for s in samples), default=0)
+    per_pos_counts = [0.0] * npos
+    for s in samples:
+        # per-sample rates * per-sample drafts recover the accepted counts per position
+        for i, r in enumerate(s.server.spec_per_position):
+            per_pos_counts[i] += r * s.server.spec_drafts
+    ttfts = [s.server.ttft_s for s in samples if s.server.ttft_s is not None]
+    cached = [s.server.prompt_tokens_cached for s in samples if s.server.prompt_tokens_cached is not None]
+    return {
+        "spec_accept_len": (1.0 + accepted / drafts) if drafts else None,
+        "spec_per_position": [c / drafts for c in per_pos_counts] if drafts else [],
+        "spec_drafts": drafts,
+        "spec_accepted_tokens": accepted,
+        "spec_draft_tokens": sum(s.server.spec_draft_tokens for s in samples),
+        "prefix_cache_hits": sum(s.server.prefix_cache_hits for s in samples),
+        "prompt_tokens_cached": sum(cached) if cached else None,
+        "ttft_s_server_mean": statistics.fmean(ttfts) if ttfts else None,
+    }
+
+
+# --------------------------------------------------------------------------- /metrics
+
+
+@dataclass
+class MetricsSnapshot:
+    """Counter values from one ``/metrics`` scrape, filtered by ``model_name``, summed over engines.
+
+    ``values`` maps sample names (``vllm:prefix_cache_hits_total``,
+    ``vllm:time_to_first_token_seconds_sum``, ...) to floats; ``per_pos`` maps draft position
+    -> ``vllm:spec_decode_num_accepted_tokens_per_pos_total``.
+    """
+
+    values: dict[str, float]
+    per_pos: dict[int, float]
+
+
+_WANTED = {
+    "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total", "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_cached_total",
+    "vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:request_decode_time_seconds_sum", "vllm:request_prefill_time_seconds_sum",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def parse_metrics(text: str, model_name: str | None) -> MetricsSnapshot:
+    """Parse Prometheus text exposition (vLLM ``/metrics``) into a :class:`MetricsSnapshot`.
+
+    Samples whose ``model_name`` label differs from ``model_name`` are ignored (all kept when
+    ``model_name`` is None). Parsed with ``prometheus_client.parser.text_string_to_metric_families``.
+    """
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith("vllm:"):
+            continue
+        for s in fam.samples:
+            if model_name is not None and s.labels.get("model_name", model_name) != model_name:
+                continue
+            if s.name == _PER_POS:
+                pos = int(s.labels.get("position", "0"))
+                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+            elif s.name in _WANTED:
+                values[s.name] = values.get(s.name, 0.0) + s.value
+    return MetricsSnapshot(values, per_pos)
+
+
+def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> ServerDelta:
+    """Server-side figures for the interval between two scrapes (see module docstring)."""
+
+    def d(name: str) -> float:
+        return after.values.get(name, 0.0) - before.values.get(name, 0.0)
+
+    ttft_n = int(round(d("vllm:time_to_first_token_seconds_count")))
+    drafts = int(round(d("vllm:spec_decode_num_drafts_total")))
+    accepted = int(round(d("vllm:spec_decode_num_accepted_tokens_total")))
+    positions = sorted(set(before.per_pos) | set(after.per_pos))
+    per_pos = [(after.per_pos.get(p, 0.0) - before.per_pos.get(p, 0.0)) / drafts for p in positions] if drafts else []
+    has_cached = "vllm:prompt_tokens_cached_total" in after.values
+    finished = int(round(d("vllm:request_success_total")))
+    gen = int(round(d("vllm:generation_tokens_total")))
+    prefill_s = d("vllm:request_prefill_time_seconds_sum")
+    decode_s = d("vllm:request_decode_time_seconds_sum")
+    return ServerDelta(
+        ttft_s=(d("vllm:time_to_first_token_seconds_sum") / ttft_n) if ttft_n else None,
+        ttft_count=ttft_n,
+        spec_accept_len=(1.0 + accepted / drafts) if drafts else None,
+        spec_per_position=per_pos,
+        spec_drafts=drafts,
+        spec_draft_tokens=int(round(d("vllm:spec_decode_num_draft_tokens_total"))),
+        spec_accepted_tokens=accepted,
+        prefix_cache_hits=int(round(d("vllm:prefix_cache_hits_total"))),
+        prefix_cache_queries=int(round(d("vllm:prefix_cache_queries_total"))),
+        prompt_tokens_cached=int(round(d("vllm:prompt_tokens_cached_total"))) if has_cached else None,
+        requests_finished=int(round(d("vllm:request_success_total"))),
+        prompt_tokens=int(round(d("vllm:prompt_tokens_total"))),
+        generation_tokens=gen,
+        prefill_s=prefill_s if finished else None,
+        decode_s=decode_s if finished else None,
+        decode_tok_s=((gen - finished) / decode_s) if finished and decode_s > 0 and gen > finished else None,
+    )
+
+
+# --------------------------------------------------------------------------- server helpers
+
+
+def _url(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + path
+
+
+def check_server_identity(base_url: str, expected_model: str, *, timeout_s: float = 10.0,
+                          client: httpx.Client | None = None) -> dict[str, Any]:
+    """Check that the server at ``base_url`` serves ``expected_model`` and return its entry.
+
+    Reads ``GET /v1/models`` (vLLM OpenAI server: ``{"data": [{"id", "root",
+    "max_model_len", ...}]}``) and returns the entry whose ``id`` equals ``expected_model``.
+
+    Raises:
+        ServedeckError: the server is unreachable, answers non-200 or non-JSON, or does not
+            list ``expected_model`` (the message names the models it does list).
+    """
+    own = client is None
+    c = client or httpx.Client(timeout=timeout_s)
+    try:
+        try:
+            r = c.get(_url(base_url, "/v1/models"), timeout=timeout_s)
+        except httpx.HTTPError as e:
+            raise ServedeckError(f"cannot reach the vLLM server at {base_url}: {e}",
+                                 hint="is the server running and ready (GET /health)?") from e
+        if r.status_code != 200:
+            raise ServedeckError(f"GET {base_url}/v1/models answered HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            data = r.json().get("data", [])
+        except (ValueError, AttributeError) as e:
+            raise ServedeckError(f"GET {base_url}/v1/models did not return the OpenAI model list") from e
+        ids = [m.get("id") for m in data]
+        for m in data:
+            if m.get("id") == expected_model:
+                return m
+        raise ServedeckError(
+            f"the server at {base_url} does not serve model {expected_model!r}; it lists {ids}",
+            hint="another server may be running on that port, or --served-model-name differs")
+    finally:
+        if own:
+            c.close()
+
+
+class _Tokenizer:
+    """Counts prompt tokens with the server's ``POST /tokenize`` exactly as the request is sent."""
+
+    def __init__(self, client: httpx.Client, base_url: str, model: str, workload: Workload):
+        self.client, self.url, self.model, self.w = client, _url(base_url, "/tokenize"), model, workload
+
+    def count(self, text: str) -> int:
+        if self.w.endpoint == CHAT_ENDPOINT:
+            body: dict[str, Any] = {"model": self.model, "messages": _messages(text),
+                                    "add_generation_prompt": True}
+            if self.w.chat_template_kwargs:
+                body["chat_template_kwargs"] = self.w.chat_template_kwargs
+        else:
+            body = {"model": self.model, "prompt": text}
+        r = self.client.post(self.url, json=body)
+        if r.status_code != 200:
+            raise ServedeckError(f"POST /tokenize answered HTTP {r.status_code}: {r.text[:300]}",
+                                 hint="the benchmark needs vLLM's /tokenize endpoint")
+        return int(r.json()["count"])
+
+
+def _messages(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str) -> str:
+    """Return a text starting with ``tag`` for which ``count(text) == n_tokens``.
+
+    ``count`` is the server's token count of the full request (template included). Filler
+    words are added/removed proportionally to the difference, then single-token units are
+    appended to close the last gap (the unit is chosen by measuring it on the server).
+
+    Raises:
+        ServedeckError: the tag alone already exceeds ``n_tokens`` or no exact size was found.
+    """
+    base = tag + " "
+    base_n = count(base)
+    if base_n > n_tokens:
+        raise ServedeckError(f"prompt_tokens={n_tokens} is smaller than the request overhead ({base_n} tokens)",
+                             field="workload.prompt_tokens")
+
+    def text_for(nw: int) -> str:
+        words = [_FILLER_WORDS[i % len(_FILLER_WORDS)] for i in range(nw)]
+        return base + " ".join(words)
+
+    # secant steps on the measured tokens-per-word rate until at or just under the target
+    nw = max(1, n_tokens - base_n)
+    cur = count(text_for(nw))
+    seen = {nw}
+    for _ in range(30):
+        if cur == n_tokens or (cur < n_tokens and n_tokens - cur <= 4):
+            break
+        rate = max((cur - base_n) / nw, 0.05) if nw else 1.0
+        step = (n_tokens - cur) / rate
+        # land a little under the target when growing, clearly under when shrinking
+        nw = max(0, nw + (max(1, int(step) - 1) if step > 0 else math.floor(step) - 1))
+        if nw in seen:  # oscillating around the target: finish with the walk + units below
+            break
+        seen.add(nw)
+        cur = count(text_for(nw))
+    while cur > n_tokens and nw > 0:
+        nw -= 1
+        cur = count(text_for(nw))
+    body = text_for(nw)
+    if cur == n_tokens:
+        return body
+    # close the remaining gap with units measured to add exactly one token each
+    for unit in (" x", " .", ".", " the", "\n", " 1"):
+        gap = n_tokens - cur
+        cand = body + unit * gap
+        if count(cand) == n_tokens:
+            return cand
+    raise ServedeckError(f"could not size a prompt to exactly {n_tokens} tokens (closest {cur})",
+                         field="workload.prompt_tokens")
+
+
+def _wait_metrics(client: httpx.Client, base_url: str, model: str, before: MetricsSnapshot,
+                  finished: int, timeout_s: float) -> MetricsSnapshot:
+    """Scrape ``/metrics`` until ``vllm:request_success_total`` grew by ``finished`` (or timeout)."""
+    deadline = time.monotonic() + timeout_s
+    want = before.values.get("vllm:request_success_total", 0.0) + finished
+    while True:
+        snap = _scrape(client, base_url, model)
+        if snap.values.get("vllm:request_success_total", 0.0) >= want or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.01)
+
+
+def _scrape(client: httpx.Client, base_url: str, model: str) -> MetricsSnapshot:
+    r = client.get(_url(base_url, "/metrics"))
+    if r.status_code != 200:
+        raise ServedeckError(f"GET /metrics answered HTTP {r.status_code}",
+                             hint="the server must not run with --disable-log-stats")
+    return parse_metrics(r.text, model)
+
+
+# --------------------------------------------------------------------------- one request
+
+
+@dataclass
+class _StreamTimes:
+    t_send: float
+    t_first: float | None = None
+    t_last: float | None = None
+    t_end: float = 0.0
+    first_tokens: int = 0
+    tokens: int = 0
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    chunks: int = 0
+
+
+def _request_body(w: Workload, model: str, text: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model, "max_tokens": w.max_tokens, "temperature": w.temperature, "seed": w.seed,
+        "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": w.ignore_eos,
+    }
+    if w.endpoint == CHAT_ENDPOINT:
+        body["messages"] = _messages(text)
+        if w.chat_template_kwargs:
+            body["chat_template_kwargs"] = w.chat_template_kwargs
+    else:
+        body["prompt"] = text
+    return body
+
+
+def stream_request(client: httpx.Client, base_url: str, workload: Workload, model: str,
+                   text: str) -> _StreamTimes:
+    """Send one streamed request and time its chunks (``time.perf_counter()`` per SSE line).
+
+    Raises:
+        ServedeckError: non-200 answer, an ``error`` object in the stream, or no output.
+    """
+    body = _request_body(workload, model, text)
+    url = _url(base_url, workload.endpoint)
+    payload = json.dumps(body).encode()
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    loads = json.loads
+    clock = time.perf_counter
+    st = _StreamTimes(t_send=clock())
+    with client.stream("POST", url, content=payload, headers=headers,
+                       timeout=httpx.Timeout(workload.request_timeout_s, connect=30.0)) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            raise ServedeckError(f"POST {workload.endpoint} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        for line in resp.iter_lines():
+            t = clock()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            obj = loads(data)
+            if "error" in obj and "choices" not in obj:
+                raise ServedeckError(f"the server reported an error mid-stream: {obj['error']}")
+            usage = obj.get("usage")
+            ntok = st.tokens
+            if usage:
+                ntok = usage.get("completion_tokens") or 0
+                if usage.get("prompt_tokens") is not None:
+                    st.prompt_tokens = usage["prompt_tokens"]
+            carries = ntok > st.tokens
+            for ch in obj.get("choices") or ():
+                if not carries:
+                    delta = ch.get("delta")
+                    if delta is not None:
+                        carries = bool(delta.get("content") or delta.get("reasoning_content")
+                                       or delta.get("reasoning") or delta.get("tool_calls"))
+                    else:
+                        carries = bool(ch.get("text"))
+                if ch.get("finish_reason"):
+                    st.finish_reason = ch["finish_reason"]
+            if carries:
+                if st.t_first is None:
+                    st.t_first = t
+                    st.first_tokens = max(ntok, 1) if usage else 1
+                st.t_last = t
+                st.chunks += 1
+            st.tokens = max(st.tokens, ntok)
+        st.t_end = clock()
+    if st.t_first is None:
+        raise ServedeckError(f"the stream of POST {workload.endpoint} carried no output tokens")
+    return st
+
+
+# --------------------------------------------------------------------------- run
+
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+def run_bench(base_url: str, workload: Workload, *, served_model: str,
+              progress: ProgressCallback | None = None,
+              client: httpx.Client | None = None) -> BenchResult:
+    """Run ``workload`` against the vLLM server at ``base_url`` and return a :class:`BenchResult`.
+
+    Args:
+        base_url: ``http://host:port`` of the OpenAI-compatible server.
+        workload: what to send (see :class:`Workload`).
+        served_model: the ``--served-model-name`` to put in requests; also the ``model_name``
+            label the ``/metrics`` counters are filtered by (vLLM uses the first name).
+        progress: called as ``progress(done, total, label)`` before each request and once at
+            the end (``done == total``); None = silent. :class:`RichProgress` renders a bar.
+        client: an ``httpx.Client`` to use (one with keep-alive is created otherwise).
+
+    Raises:
+        ServedeckError: the server does not serve ``served_model``, a prompt cannot be sized,
+            or a request fails.
+    """
+    own = client is None
+    c = client or httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0))
+    result = BenchResult(workload=workload, served_model=served_model, base_url=base_url,
+                         started_at=_utcnow())
+    try:
+        check_server_identity(base_url, served_model, client=c)
+        tok = _Tokenizer(c, base_url, served_model, workload)
+        w = workload
+        plan: list[tuple[str, int, int | None]] = []  # (phase, rep, index of cold prompt for warm)
+        plan += [("warmup", i, None) for i in range(w.warmup_requests)]
+        if w.warm_order == "paired":
+            for i in range(w.repetitions):
+                plan += [("cold", i, None), ("warm", i, i)]
+        else:
+            plan += [("cold", i, None) for i in range(w.repetitions)]
+            plan += [("warm", i, i) for i in range(w.repetitions)]
+        total = len(plan)
+        cold_prompts: dict[int, tuple[str, str]] = {}
+        for done, (phase, rep, src) in enumerate(plan):
+            if progress:
+                progress(done, total, f"{phase} {rep + 1}")
+            if phase == "warm":
+                tag, text = cold_prompts[src]  # type: ignore[index]
+            else:
+                tag = f"[{w.tag_prefix} {uuid.uuid4().hex}]"
+                text = build_prompt(tok.count, w.prompt_tokens, tag)
+                if phase == "cold":
+                    cold_prompts[rep] = (tag, text)
+            before = _scrape(c, base_url, served_model)
+            st = stream_request(c, base_url, w, served_model, text)
+            after = _wait_metrics(c, base_url, served_model, before, 1, w.metrics_settle_timeout_s)
+            result.samples.append(_sample(phase, rep, tag, w, st, metrics_delta(before, after)))
+        if progress:
+            progress(total, total, "done")
+    finally:
+        if own:
+            c.close()
+    result.finished_at = _utcnow()
+    return result
+
+
+def _sample(phase: str, rep: int, tag: str, w: Workload, st: _StreamTimes, server: ServerDelta) -> Sample:
+    assert st.t_first is not None and st.t_last is not None
+    ttft = st.t_first - st.t_send
+    prompt_tokens = st.prompt_tokens if st.prompt_tokens is not None else w.prompt_tokens
+    decode_s = st.t_last - st.t_first
+    decode_tokens = st.tokens - st.first_tokens
+    return Sample(
+        phase=phase, rep=rep, tag=tag, prompt_tokens=prompt_tokens,  # type: ignore[arg-type]
+        prompt_tokens_requested=w.prompt_tokens, output_tokens=st.tokens,
+        first_chunk_tokens=st.first_tokens, ttft_s=ttft,
+        prefill_tok_s=prompt_tokens / ttft if ttft > 0 else float("inf"),
+        decode_tok_s=(decode_tokens / decode_s) if decode_s > 0 and decode_tokens > 0 else None,
+        decode_s=decode_s, e2e_s=st.t_end - st.t_send, finish_reason=st.finish_reason,
+        chunks=st.chunks, server=server,
+    )
+
+
+def _utcnow() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class RichProgress:
+    """A rich progress bar usable as the ``progress`` callback of :func:`run_bench`.
+
+    Use as a context manager: ``with RichProgress() as p: run_bench(..., progress=p)``.
+    """
+
+    def __init__(self, description: str = "bench") -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[label]}"), TimeElapsedColumn())
+        self._desc = description
+        self._task: Any = None
+
+    def __enter__(self) -> "RichProgress":
+        self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self._task is None:
+            self._task = self._p.add_task(self._desc, total=total, label=label)
+        self._p.update(self._task, completed=done, total=total, label=label)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def format_table(result: BenchResult | dict[str, Any]) -> str:
+    """Render the end-of-run table (plain text, fixed-width) from a result or a ``bench.json`` dict.
+
+    Rows: metrics; columns: median [min-max] per phase; then server-side spec decode and
+    prefix cache figures per phase, and the warm-up sample on its own line.
+    """
+    summ = result.summary() if isinstance(result, BenchResult) else result
+    phases = [p for p in ("cold", "warm") if p in summ.get("phases", {})]
+    rows = [("metric", *phases)]
+
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+
+    for m in SUMMARY_METRICS:
+        cells = []
+        for p in phases:
+            st = summ["phases"][p][m]
+            cells.append("-" if not st["n"] else f"{fmt(st['median'])} [{fmt(st['min'])}-{fmt(st['max'])}] n={st['n']}")
+        rows.append((m, *cells))
+    for key in ("spec_accept_len", "spec_per_position", "spec_drafts", "prefix_cache_hits", "ttft_s_server_mean"):
+        cells = []
+        for p in phases:
+            v = summ["server"][p].get(key)
+            cells.append(", ".join(f"{x:.3f}" for x in v) if isinstance(v, list) and v else fmt(v if v != [] else None))
+        rows.append((f"server.{key}", *cells))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * wd for wd in widths))
+    wu = summ.get("warmup")
+    if wu:
+        lines.append(f"warmup (excluded): ttft_s={fmt(wu['ttft_s'])} prefill_tok_s={fmt(wu['prefill_tok_s'])} "
+                     f"decode_tok_s={fmt(wu['decode_tok_s'])} e2e_s={fmt(wu['e2e_s'])}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- imports
+
+
+class ExternalBench(BaseModel):
+    """An external benchmark result mapped onto servedeck's metric names.
+
+    ``metrics[name]`` = ``{"median", "mean", "min", "max", "n"}`` (missing statistics None)
+    for ``ttft_s``, ``decode_tok_s``, ``e2e_s``, ``prefill_tok_s``, ``output_tokens``,
+    ``prompt_tokens`` where the source has them; ``server`` holds ``spec_accept_len``,
+    ``spec_per_position``, ``spec_drafts`` when reported.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["vllm-bench-serve", "guidellm"]
+    path: str
+    metrics: dict[str, dict[str, float | int | None]]
+    server: dict[str, Any] = Field(default_factory=dict)
+    raw_keys: list[str] = Field(default_factory=list)
+
+
+def _load_json(path: str | Path, what: str) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ServedeckError(f"cannot read {what} result: {e}", file=str(path)) from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        # --append-result writes newline-separated objects: take the last one
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        try:
+            return json.loads(lines[-1])
+        except (IndexError, json.JSONDecodeError) as e:
+            raise ServedeckError(f"not a JSON {what} result", file=str(path)) from e
+
+
+def import_vllm_bench(path: str | Path) -> ExternalBench:
+    """Map a ``vllm bench serve --save-result`` JSON file onto servedeck's metric names.
+
+    Format: vLLM ``vllm/benchmarks/serve.py`` (0.14-0.33): ``mean_ttft_ms``,
+    ``median_ttft_ms``, ``median_tpot_ms``, ... and ``spec_decode_acceptance_length``,
+    ``spec_decode_per_position_acceptance_rates``, ``spec_decode_num_drafts``; per-request
+    ``ttfts``/``input_lens``/``output_lens`` only with ``--save-detailed``. With
+    ``--append-result`` the last object is used.
+
+    Mapping: ``ttft_s`` from ``*_ttft_ms``/1000; ``decode_tok_s`` median = 1000 /
+    ``median_tpot_ms`` (mean from ``mean_tpot_ms``; min/max swap: min = 1000/max tpot is not
+    reported, so None); ``e2e_s`` from ``*_e2el_ms`` when present; ``prefill_tok_s`` and
+    token counts from the detailed arrays when present.
+
+    Raises:
+        ServedeckError: the file is missing, not JSON, or lacks ``median_ttft_ms``.
+    """
+    d = _load_json(path, "vllm bench serve")
+    if not isinstance(d, dict) or "median_ttft_ms" not in d:
+        raise ServedeckError("not a `vllm bench serve --save-result` file (no median_ttft_ms)", file=str(path))
+
+    def ms(key: str) -> float | None:
+        v = d.get(key)
+        return None if v is None else float(v) / 1000.0
+
+    def inv(key: str) -> float | None:
+        v = d.get(key)
+        return None if not v else 1000.0 / float(v)
+
+    n = int(d.get("completed") or d.get("num_prompts") or 0)
+    metrics: dict[str, dict[str, float | int | None]] = {
+        "ttft_s": {"median": ms("median_ttft_ms"), "mean": ms("mean_ttft_ms"), "min": None, "max": None, "n": n},
+        "decode_tok_s": {"median": inv("median_tpot_ms"), "mean": inv("mean_tpot_ms"), "min": None, "max": None, "n": n},
+    }
+    if "median_e2el_ms" in d:
+        metrics["e2e_s"] = {"median": ms("median_e2el_ms"), "mean": ms("mean_e2el_ms"), "min": None, "max": None, "n": n}
+    ttfts, ins, outs = d.get("ttfts"), d.get("input_lens"), d.get("output_lens")
+    if ttfts:
+        metrics["ttft_s"].update(min=min(ttfts), max=max(ttfts))
+    if ttfts and ins and len(ttfts) == len(ins):
+        metrics["prefill_tok_s"] = _ext_stats([i / t for i, t in zip(ins, ttfts) if t])
+        metrics["prompt_tokens"] = _ext_stats(ins)
+    if outs:
+        metrics["output_tokens"] = _ext_stats(outs)
+    server: dict[str, Any] = {}
+    if d.get("spec_decode_acceptance_length") is not None:
+        server = {
+            "spec_accept_len": d.get("spec_decode_acceptance_length"),
+            "spec_per_position": list(d.get("spec_decode_per_position_acceptance_rates") or []),
+            "spec_drafts": d.get("spec_decode_num_drafts"),
+            "spec_accepted_tokens": d.get("spec_decode_accepted_tokens"),
+            "spec_draft_tokens": d.get("spec_decode_draft_tokens"),
+        }
+    return ExternalBench(source="vllm-bench-serve", path=str(path), metrics=metrics, server=server,
+                         raw_keys=sorted(d))
+
+
+def _ext_stats(vals: list[float]) -> dict[str, float | int | None]:
+    vals = [float(v) for v in vals]
+    if not vals:
+        return {"median": None, "mean": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(vals), "mean": statistics.fmean(vals), "min": min(vals),
+            "max": max(vals), "n": len(vals)}
+
+
+def import_guidellm(path: str | Path, *, benchmark_index: int = 0) -> ExternalBench:
+    """Map one benchmark of a guidellm JSON report onto servedeck's metric names.
+
+    Format: guidellm (main 2026-08, PyPI 0.8.1) ``{"benchmarks": [{"metrics": {name:
+    {"successful": {mean, median, min, max, count, ...}}}}]}``. Mapping (successful
+    requests): ``ttft_s`` = ``time_to_first_token_ms``/1000; ``decode_tok_s`` = 1000 /
+    ``inter_token_latency_ms`` (guidellm's ITL = (last - first)/(output_tokens - 1), the
+    figure vLLM bench calls TPOT; min/max swap accordingly); ``e2e_s`` =
+    ``request_latency`` (seconds). No spec-decode fields exist in guidellm reports.
+
+    Raises:
+        ServedeckError: unreadable file or no benchmark at ``benchmark_index``.
+    """
+    d = _load_json(path, "guidellm")
+    try:
+        bench = d["benchmarks"][benchmark_index]
+        m = bench["metrics"]
+    except (KeyError, IndexError, TypeError) as e:
+        raise ServedeckError(f"no benchmark #{benchmark_index} with metrics in the guidellm report",
+                             file=str(path)) from e
+
+    def succ(name: str) -> dict[str, Any] | None:
+        v = m.get(name)
+        return v.get("successful") if isinstance(v, dict) else None
+
+    def scaled(name: str, f: float) -> dict[str, float | int | None] | None:
+        s = succ(name)
+        if not s:
+            return None
+        g = lambda k: None if s.get(k) is None else float(s[k]) * f  # noqa: E731
+        return {"median": g("median"), "mean": g("mean"), "min": g("min"), "max": g("max"),
+                "n": int(s.get("count") or 0)}
+
+    metrics: dict[str, dict[str, float | int | None]] = {}
+    if (t := scaled("time_to_first_token_ms", 1e-3)) is not None:
+        metrics["ttft_s"] = t
+    if (s := succ("inter_token_latency_ms")):
+        inv = lambda k: (1000.0 / float(s[k])) if s.get(k) else None  # noqa: E731
+        metrics["decode_tok_s"] = {"median": inv("median"), "mean": inv("mean"), "min": inv("max"),
+                                   "max": inv("min"), "n": int(s.get("count") or 0)}
+    if (t := scaled("request_latency", 1.0)) is not None:
+        metrics["e2e_s"] = t
+    return ExternalBench(source="guidellm", path=str(path), metrics=metrics, server={}, raw_keys=sorted(m))

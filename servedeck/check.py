@@ -1,0 +1,107 @@
+"""Verify a docker-compose file that serves vLLM: ``invoke check``.
+
+Works on any compose text (hand-written or rendered by servedeck). The text is read with
+ruamel.yaml (YAML 1.2, round-trip composer) so every finding carries a 1-based line and a
+document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/name``:
+
+=================  ===============================================================
+``yaml/*``         syntax errors, duplicate keys, empty file
+``schema/*``       Compose Specification JSON Schema (check-jsonschema's vendored copy)
+``image/*``        digest pinning, malformed digests, catalog knowledge
+``yaml11/*``       plain scalars YAML 1.1 readers take differently (``2122:22``, ``yes``, ``0123``)
+``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON
+``launcher/*``     exl3xpu ``scripts/serve.py`` contract (``--set``, passthrough, env merge)
+``vllm/*``         vLLM constraints and names for the image's vLLM version
+``interpolation/*`` Compose ``$VAR`` substitution
+``ports/*``        published port vs the server's ``--port``
+``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; cuda)
+``restart/*``      restart policies that loop on a failed start
+``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
+=================  ===============================================================
+
+Severity: ``error`` for what will break or silently change meaning, ``warning`` for likely
+mistakes, ``info`` for facts worth knowing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from servedeck.catalog import Catalog
+from servedeck.findings import Finding, Severity
+from servedeck.rules import container, document, server
+from servedeck.rules._doc import DocError, parse
+from servedeck.rules._service import CheckExpectations, Ctx, services
+
+__all__ = ["CheckExpectations", "check_compose_text", "format_findings", "findings_to_json"]
+
+_RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
+
+_SERVICE_RULES = (container.check_image, server.check_argv, server.check_launcher, server.check_vllm,
+                  container.check_ports, container.check_gpu, container.check_restart,
+                  container.check_paths)
+
+
+def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
+                       expect: CheckExpectations | None = None) -> list[Finding]:
+    """Check one compose document and return its findings, sorted by line.
+
+    Args:
+        text: the compose file's text (YAML).
+        file: the file name to put in each finding (display only; nothing is read).
+        catalog: the image catalog; ``None`` means no catalog (image facts unknown: name checks
+            against the image's vLLM version and launcher defaults are skipped, with one info
+            finding ``image/unknown-digest`` per service).
+        expect: what the caller knows (host render gid, whether servedeck rendered the file).
+
+    Returns:
+        Findings (possibly empty). A YAML syntax error is a single ``yaml/syntax`` error finding,
+        never an exception.
+
+    Raises:
+        Nothing for bad input; exceptions are bugs.
+    """
+    try:
+        doc = parse(text, file)
+    except DocError as exc:
+        return [exc.finding]
+    ctx = Ctx(doc=doc, file=file, catalog=catalog, expect=expect or CheckExpectations())
+    if not isinstance(doc.data, dict):
+        ctx.error("schema/type", (), "a compose file is a mapping (services:, volumes:, ...)",
+                  "start the file with `services:`")
+        return ctx.findings
+    document.check_schema(ctx)
+    document.check_yaml11(ctx)
+    document.check_interpolation(ctx)
+    for svc in services(ctx):
+        for rule in _SERVICE_RULES:
+            rule(ctx, svc)
+    return _tidy(ctx.findings)
+
+
+def _tidy(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, int | None, str]] = set()
+    out = []
+    for f in findings:
+        key = (f.rule, f.line, f.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    out.sort(key=lambda f: (f.line if f.line is not None else 0, _RANK[f.severity]))
+    return out
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """Terminal text: one block per finding (see :meth:`Finding.render`) and a summary line
+    (``2 errors, 1 warning, 0 infos`` or ``no findings``)."""
+    if not findings:
+        return "no findings"
+    counts = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
+    parts = [f"{counts[s]} {s.value}{'' if counts[s] == 1 else 's'}" for s in Severity]
+    return "\n".join(f.render() for f in findings) + "\n" + ", ".join(parts)
+
+
+def findings_to_json(findings: list[Finding]) -> str:
+    """JSON array of findings (``severity, rule, path, message, hint, line, file``), indented."""
+    return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)

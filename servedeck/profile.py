@@ -1,0 +1,637 @@
+"""Typed serving profiles: models, loading from ``profiles/*.yaml``, ``extends:`` and diffs.
+
+A profile describes one serving configuration: the digest-pinned image, the launcher, the
+model, vLLM engine settings (vLLM's own dest names), launcher env overrides, container
+settings and host-level settings. An unset engine field means "image default" and renders
+nothing. A profile may ``extends:`` another one; the child is deep-merged over the parent
+(mappings merge, lists and scalars replace, ``null`` deletes the key and so returns it to
+the image default). One exception: ``engine.speculative: null`` keeps its meaning
+"speculative decoding off", because there absence already means "image default".
+
+File format: YAML 1.2 read with ruamel.yaml; the JSON Schema is ``schema/profile.schema.json``
+(generated from :class:`Profile` by ``invoke schema``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
+                      model_validator)
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from servedeck.errors import ServedeckError
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+IMAGE_RE = re.compile(
+    r"^(?P<repository>[a-z0-9][a-z0-9._\-/:]*?[a-z0-9])(?::(?P<tag>[\w][\w.\-]{0,127}))?"
+    r"@(?P<digest>sha256:[0-9a-f]{64})$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+#: Engine keys whose ``null`` is a value ("off"), not a deletion, during ``extends:`` merges.
+NULL_IS_VALUE = {("engine", "speculative")}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ImageRef(_Strict):
+    """An image reference pinned by digest: ``repo[:tag]@sha256:<64 hex>``.
+
+    Attributes:
+        reference: the full reference as written.
+    """
+
+    reference: str
+
+    @property
+    def repository(self) -> str:
+        """``ghcr.io/0xsero/exl3xpu``."""
+        return _image_match(self.reference)["repository"]
+
+    @property
+    def tag(self) -> str | None:
+        """The optional tag (informational only: the digest decides)."""
+        return _image_match(self.reference)["tag"]
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<64 hex>``."""
+        return _image_match(self.reference)["digest"]
+
+
+def _image_match(ref: str) -> dict[str, str | None]:
+    m = IMAGE_RE.match(ref)
+    if not m:
+        raise ValueError(
+            f"image {ref!r} is not pinned by digest; write it as repo@sha256:<64 hex> "
+            "(find the digest with `docker buildx imagetools inspect REF` or "
+            "`docker inspect --format '{{index .RepoDigests 0}}' REF`)")
+    return m.groupdict()
+
+
+class Launcher(_Strict):
+    """How the image turns settings into the server's argv.
+
+    Attributes:
+        kind: ``exl3xpu`` (scripts/serve.py: positional model config, ``--gpu``,
+            ``--model-path``, repeated ``--set KEY.PATH=VALUE``, passthrough vLLM flags) or
+            ``vllm`` (the image's entrypoint is ``vllm serve``; plain flags).
+        config: exl3xpu only: the positional model config (dir with model.yaml, relative to
+            the image WORKDIR, or a .yaml path).
+        gpu: exl3xpu only: ``--gpu`` index (sets ZE_AFFINITY_MASK in the image).
+    """
+
+    kind: Literal["exl3xpu", "vllm"]
+    config: str | None = None
+    gpu: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _config_needed(self) -> "Launcher":
+        if self.kind == "exl3xpu" and not self.config:
+            raise ValueError("launcher.config is required for the exl3xpu launcher "
+                             "(e.g. models/qwen3.8-27b-exl3-4.00bpw)")
+        if self.kind == "vllm" and (self.config or self.gpu is not None):
+            raise ValueError("launcher.config and launcher.gpu only apply to the exl3xpu launcher")
+        return self
+
+
+class ModelSpec(_Strict):
+    """The model: weights on the host, where they are mounted, and the served name(s).
+
+    Attributes:
+        weights_dir: host path of the weights; relative paths resolve against the host's
+            working directory (where the compose file lives).
+        mount: container path the weights are mounted at (``--model-path`` for exl3xpu,
+            the model argument for vllm).
+        mount_options: bind options after the second colon, e.g. ``Z`` (SELinux private
+            label), ``ro,Z``.
+        served_model_name: one or more names; the API and metrics use the first.
+    """
+
+    weights_dir: str
+    mount: str
+    mount_options: str | None = None
+    served_model_name: Annotated[list[str], WithJsonSchema({
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+        "description": "one name or a list; the API and metrics use the first"})] = Field(min_length=1)
+
+    @field_validator("served_model_name", mode="before")
+    @classmethod
+    def _one_name(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _clean_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name != name.strip() or not name:
+                raise ValueError(f"served model name {name!r} has leading/trailing whitespace")
+        return v
+
+
+class Speculative(_Strict):
+    """Speculative decoding (vLLM ``--speculative-config``).
+
+    Attributes:
+        method: vLLM method name (``mtp``, ``qwen3_5_mtp``, ``ngram``, ...); unset keeps the
+            image's method (exl3xpu edits only the given keys).
+        num_speculative_tokens: draft tokens per step (> 0).
+        options: further speculative_config keys verbatim (e.g. ``prompt_lookup_max``).
+    """
+
+    method: str | None = None
+    num_speculative_tokens: int | None = Field(default=None, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    def as_config(self) -> dict[str, Any]:
+        """The speculative_config mapping with only the set keys, method first."""
+        out: dict[str, Any] = {}
+        if self.method is not None:
+            out["method"] = self.method
+        if self.num_speculative_tokens is not None:
+            out["num_speculative_tokens"] = self.num_speculative_tokens
+        out.update(self.options)
+        return out
+
+
+class Engine(_Strict):
+    """vLLM engine settings, named as vLLM's argparse dests. Unset = image default.
+
+    Attributes:
+        gpu_memory_utilization: fraction of total device memory, 0 < x <= 1.
+        max_model_len: tokens per request (context length).
+        max_num_batched_tokens: scheduler token budget per step (chunked-prefill chunk).
+        max_num_seqs: concurrent sequences.
+        enable_prefix_caching: automatic prefix caching (APC).
+        kv_cache_dtype: ``auto``, ``fp8``, ...
+        speculative: speculative decoding; ``null`` turns it off, unset keeps the image's.
+        enable_auto_tool_choice: ``--enable-auto-tool-choice`` (needs tool_call_parser).
+        tool_call_parser: vLLM tool-call parser name.
+        reasoning_parser: vLLM reasoning parser name.
+        extra_args: further vLLM flags, one argv token per item, passed through verbatim.
+    """
+
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    enable_prefix_caching: bool | None = None
+    kv_cache_dtype: str | None = None
+    speculative: Speculative | None = None
+    enable_auto_tool_choice: bool | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+    @property
+    def speculative_state(self) -> Literal["default", "off", "set"]:
+        """``default`` (unset), ``off`` (explicit null) or ``set``."""
+        if "speculative" not in self.model_fields_set:
+            return "default"
+        return "off" if self.speculative is None else "set"
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_parser(self) -> "Engine":
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("enable_auto_tool_choice needs tool_call_parser "
+                             "(vLLM: --enable-auto-tool-choice requires --tool-call-parser)")
+        return self
+
+
+class Volume(_Strict):
+    """A bind mount or named volume (Compose short syntax ``source:target[:options]``).
+
+    Attributes:
+        source: host path (``./cache``, ``/data``) or a named volume (``vllm-compile-cache``).
+        target: container path.
+        options: ``ro``, ``Z``, ``ro,Z``, ...
+    """
+
+    source: str
+    target: str
+    options: str | None = None
+
+    @property
+    def is_named(self) -> bool:
+        """True for a named volume (source is not a path)."""
+        return not self.source.startswith(("/", ".", "~", "$"))
+
+
+class Container(_Strict):
+    """Compose service settings.
+
+    Attributes:
+        service: the Compose service name.
+        container_name: fixed container name, if any.
+        restart: Compose restart policy (``"no"``, ``always``, ``on-failure[:N]``, ``unless-stopped``).
+        port: the port the server listens on inside the container.
+        host_port: published host port (defaults to ``port``).
+        devices: device paths (``/dev/dri``).
+        group_add: supplementary groups: the host's render GID as a string (``"992"``).
+        environment: container environment (exl3xpu: model.yaml env overrides it, see
+            ``launcher_env``).
+        volumes: further mounts after the weights mount.
+        shm_size: ``/dev/shm`` size (``8g``); vLLM CPU needs at least 1 GiB.
+        ipc: IPC mode (``host``).
+    """
+
+    service: str = "vllm"
+    container_name: str | None = None
+    restart: str = "no"
+    port: int = Field(default=8000, ge=1, le=65535)
+    host_port: int | None = Field(default=None, ge=1, le=65535)
+    devices: list[str] = Field(default_factory=list)
+    group_add: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    volumes: list[Volume] = Field(default_factory=list)
+    shm_size: str | None = None
+    ipc: str | None = None
+
+    @field_validator("restart")
+    @classmethod
+    def _restart(cls, v: str) -> str:
+        if not re.fullmatch(r"no|always|unless-stopped|on-failure(:\d+)?", v):
+            raise ValueError(f"restart {v!r} is not a Compose restart policy "
+                             "(no, always, on-failure[:N], unless-stopped)")
+        return v
+
+    @field_validator("group_add")
+    @classmethod
+    def _gids(cls, v: list[str]) -> list[str]:
+        for gid in v:
+            if not gid.strip() or gid != gid.strip():
+                raise ValueError(f"group {gid!r} is empty or has whitespace")
+        return v
+
+
+class HostSettings(_Strict):
+    """Host-level settings that are not part of the container (recorded, applied later).
+
+    Attributes:
+        power_cap_w: GPU power cap in W.
+    """
+
+    power_cap_w: int | None = Field(default=None, gt=0)
+
+
+class Profile(_Strict):
+    """One serving configuration (the resolved result of a profile file and its parents).
+
+    Attributes:
+        name: profile name (file stem).
+        description: free text.
+        extends: the parent profile's name, if any.
+        image: ``repo[:tag]@sha256:<64 hex>``.
+        launcher, model, engine, container, host: see their classes.
+        launcher_env: exl3xpu only: env overrides applied through ``--set env.NAME=VALUE``
+            (model.yaml env overrides the container environment); ``null`` unsets.
+    """
+
+    name: str
+    description: str | None = None
+    extends: str | None = None
+    image: str = Field(json_schema_extra={"pattern": re.sub(r"\?P<\w+>", "", IMAGE_RE.pattern)})
+    launcher: Launcher
+    model: ModelSpec
+    engine: Engine = Field(default_factory=Engine)
+    launcher_env: dict[str, str | None] = Field(default_factory=dict)
+    container: Container = Field(default_factory=Container)
+    host: HostSettings = Field(default_factory=HostSettings)
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, v: str) -> str:
+        _image_match(v)
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_', '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _launcher_env_only_exl3xpu(self) -> "Profile":
+        if self.launcher_env and self.launcher.kind != "exl3xpu":
+            raise ValueError("launcher_env only applies to the exl3xpu launcher; "
+                             "use container.environment")
+        return self
+
+    @property
+    def image_ref(self) -> ImageRef:
+        """The image reference parsed."""
+        return ImageRef(reference=self.image)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass
+class LoadedProfile:
+    """A profile resolved from its file chain.
+
+    Attributes:
+        profile: the validated :class:`Profile`.
+        chain: files from the profile itself up to the root parent.
+        merged: the merged raw mapping that was validated.
+        parent: the parent's :class:`LoadedProfile`, if ``extends`` is set.
+    """
+
+    profile: Profile
+    chain: list[Path]
+    merged: dict[str, Any]
+    parent: "LoadedProfile | None" = None
+    origin: dict[tuple[str, ...], Path] = field(default_factory=dict)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    y = YAML(typ="rt")
+    try:
+        data = y.load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ServedeckError("file not found", file=str(path)) from None
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark else None
+        raise ServedeckError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
+                             field=line, hint="fix the YAML syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ServedeckError("a profile must be a YAML mapping", file=str(path))
+    return _plain(data)
+
+
+def _plain(node: Any) -> Any:
+    """ruamel round-trip nodes → plain dict/list/scalars (order kept)."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def deep_merge(base: dict[str, Any], child: dict[str, Any], _path: tuple[str, ...] = ()
+               ) -> dict[str, Any]:
+    """Merge ``child`` over ``base``: mappings merge recursively, lists and scalars replace,
+    ``None`` deletes the key (except at :data:`NULL_IS_VALUE` paths, where it is kept).
+
+    Returns a new dict; inputs are not modified.
+    """
+    out = dict(base)
+    for key, value in child.items():
+        path = _path + (key,)
+        if value is None and path not in NULL_IS_VALUE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value, path)
+        else:
+            out[key] = value
+    return out
+
+
+def _origins(raw: dict[str, Any], file: Path, prefix: tuple[str, ...] = ()
+             ) -> dict[tuple[str, ...], Path]:
+    out: dict[tuple[str, ...], Path] = {}
+    for k, v in raw.items():
+        out[prefix + (k,)] = file
+        if isinstance(v, dict):
+            out.update(_origins(v, file, prefix + (k,)))
+    return out
+
+
+def _model_for(model: type[BaseModel], key: str) -> type[BaseModel] | None:
+    info = model.model_fields.get(key)
+    if info is None:
+        return None
+    ann = info.annotation
+    for cand in getattr(ann, "__args__", ()) or (ann,):
+        if isinstance(cand, type) and issubclass(cand, BaseModel):
+            return cand
+    return None
+
+
+def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
+                prefix: tuple[str, ...] = ()) -> None:
+    """Reject unknown keys with "did you mean", before merging, so the file is named."""
+    for key, value in raw.items():
+        if key not in model.model_fields:
+            close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
+            # search one level down too: a key put in the wrong section
+            elsewhere = [f"{name}.{key}" for name, info in model.model_fields.items()
+                         if (sub := _model_for(model, name)) and key in sub.model_fields]
+            hint = (f"did you mean {'.'.join(prefix + (close[0],))}?" if close
+                    else f"did you mean {elsewhere[0]}?" if elsewhere
+                    else f"known keys here: {', '.join(model.model_fields)}")
+            raise ServedeckError(f"unknown key {key!r} (value {value!r})", file=str(file),
+                                 field=".".join(prefix + (key,)), hint=hint)
+        sub = _model_for(model, key)
+        if sub is not None and isinstance(value, dict) and sub is not Speculative:
+            _check_keys(value, sub, file, prefix + (key,))
+        elif sub is Speculative and isinstance(value, dict):
+            _check_keys(value, Speculative, file, prefix + (key,))
+
+
+class ProfileStore:
+    """Profiles in a directory (``profiles/*.yaml``).
+
+    Args:
+        directory: the profiles directory.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def names(self) -> list[str]:
+        """All profile names (file stems), sorted."""
+        return sorted(p.stem for p in self.directory.glob("*.yaml"))
+
+    def path(self, name: str) -> Path:
+        """The file of profile ``name``.
+
+        Raises:
+            ServedeckError: when there is no such profile (with the closest names).
+        """
+        p = self.directory / f"{name}.yaml"
+        if not p.exists():
+            close = difflib.get_close_matches(name, self.names(), n=3)
+            hint = (f"did you mean {', '.join(close)}?" if close
+                    else f"profiles here: {', '.join(self.names()) or '(none)'}")
+            raise ServedeckError(f"no profile named {name!r}", file=str(p), hint=hint)
+        return p
+
+    def load(self, name: str) -> LoadedProfile:
+        """Load, merge (``extends:``) and validate profile ``name``.
+
+        Raises:
+            ServedeckError: missing file, YAML error, unknown key, wrong type, an image
+                without a digest, or a cycle in ``extends`` — naming the file, the field
+                path, the bad value and a hint.
+        """
+        return self._load(name, ())
+
+    def _load(self, name: str, seen: tuple[str, ...]) -> LoadedProfile:
+        if name in seen:
+            cycle = " -> ".join(seen + (name,))
+            raise ServedeckError(f"cycle in extends: {cycle}", file=str(self.path(seen[-1])),
+                                 field="extends", hint="remove one of the extends links")
+        path = self.path(name)
+        raw = _read_yaml(path)
+        if "name" in raw and raw["name"] != name:
+            raise ServedeckError(f"name {raw['name']!r} differs from the file name",
+                                 file=str(path), field="name",
+                                 hint=f"rename the file or drop the name key (it defaults to {name!r})")
+        _check_keys(raw, Profile, path)
+        parent: LoadedProfile | None = None
+        merged: dict[str, Any]
+        origin: dict[tuple[str, ...], Path]
+        if raw.get("extends"):
+            parent_name = raw["extends"]
+            if not isinstance(parent_name, str):
+                raise ServedeckError(f"extends must be a profile name, got {parent_name!r}",
+                                     file=str(path), field="extends")
+            try:
+                parent = self._load(parent_name, seen + (name,))
+            except ServedeckError as exc:
+                if exc.field is None and "no profile named" in exc.message:
+                    raise ServedeckError(exc.message, file=str(path), field="extends",
+                                         hint=exc.hint) from None
+                raise
+            base = {k: v for k, v in parent.merged.items() if k not in ("description",)}
+            merged = deep_merge(base, raw)
+            origin = {**parent.origin, **_origins(raw, path)}
+            chain = [path, *parent.chain]
+        else:
+            merged = dict(raw)
+            origin = _origins(raw, path)
+            chain = [path]
+        merged["name"] = name
+        merged.setdefault("extends", None)
+        merged["extends"] = raw.get("extends")
+        try:
+            profile = Profile.model_validate(merged)
+        except ValidationError as exc:
+            raise _validation_error(exc, merged, origin, path) from None
+        return LoadedProfile(profile=profile, chain=chain, merged=merged, parent=parent,
+                             origin=origin)
+
+
+def _validation_error(exc: ValidationError, merged: dict[str, Any],
+                      origin: dict[tuple[str, ...], Path], path: Path) -> ServedeckError:
+    err = exc.errors()[0]
+    loc = tuple(str(p) for p in err["loc"])
+    # pydantic may add a union-member tag to the location; keep the user's path
+    user_loc = tuple(p for p in loc if not p[0].isupper() and not p.startswith("function-"))
+    file = path
+    for n in range(len(user_loc), 0, -1):
+        if user_loc[:n] in origin:
+            file = origin[user_loc[:n]]
+            break
+    value: Any = merged
+    for part in user_loc:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            value = None
+            break
+    msg = err["msg"].removeprefix("Value error, ")
+    field_path = ".".join(user_loc) or None
+    hint = None
+    if err["type"] == "string_type" and isinstance(value, (int, float, bool)):
+        hint = f"quote it: \"{value}\" (YAML reads {value!r} as {type(value).__name__})"
+    elif err["type"] == "missing":
+        hint = "add it here or in a parent profile"
+    text = f"{msg} (value: {value!r})" if value is not None and err["type"] != "missing" else msg
+    return ServedeckError(text, file=str(file), field=field_path, hint=hint)
+
+
+# --------------------------------------------------------------------------- diffs
+
+IDENTITY_FIELDS = {"name", "description", "extends"}
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings to dotted paths; lists stay whole values.
+
+    ``{"engine": {"max_model_len": 1}}`` → ``{"engine.max_model_len": 1}``.
+    """
+    out: dict[str, Any] = {}
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = value
+    return out
+
+
+def profile_view(profile: Profile) -> dict[str, Any]:
+    """The comparable content of a profile: dotted paths → values, identity fields removed,
+    ``engine.speculative`` shown as ``"off"`` when explicitly off."""
+    data = profile.model_dump(mode="json", exclude_unset=False)
+    for key in IDENTITY_FIELDS:
+        data.pop(key, None)
+    if profile.engine.speculative_state == "off":
+        data["engine"]["speculative"] = "off"
+    flat = flatten(data)
+    return {k: v for k, v in flat.items() if v is not None and v != [] and v != {}}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field that differs between two profiles.
+
+    Attributes:
+        path: dotted field path (``engine.max_num_batched_tokens``).
+        old: value in the parent/baseline (None = unset, i.e. image default).
+        new: value in the variant.
+    """
+
+    path: str
+    old: Any
+    new: Any
+
+    def render(self) -> str:
+        """``engine.max_num_batched_tokens: 4096 -> 8192``."""
+        def show(v: Any) -> str:
+            return "(image default)" if v is None else repr(v) if isinstance(v, str) else str(v)
+        return f"{self.path}: {show(self.old)} -> {show(self.new)}"
+
+
+def diff_profiles(old: Profile, new: Profile) -> list[Change]:
+    """Fields that differ between ``old`` and ``new`` (identity fields ignored), sorted by path."""
+    a, b = profile_view(old), profile_view(new)
+    changed = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
+    # a subtree that changed shape (e.g. speculative settings -> "off") is one change
+    roots = [p for p in changed if not any(p.startswith(q + ".") for q in changed if q != p)]
+    out = []
+    for root in roots:
+        if root in a and root in b or not any(p.startswith(root + ".") for p in changed):
+            out.append(Change(root, a.get(root), b.get(root)))
+        else:
+            out.append(Change(root, _subtree(a, root), _subtree(b, root)))
+    return out
+
+
+def _subtree(view: dict[str, Any], root: str) -> Any:
+    if root in view:
+        return view[root]
+    sub = {p[len(root) + 1:]: v for p, v in view.items() if p.startswith(root + ".")}
+    return sub or None

@@ -1,0 +1,576 @@
+"""Per-service analysis shared by the rule families: the check context, the image reference,
+the launcher, the server argv as parsed by the launcher and vLLM, and the effective engine
+settings (image model.yaml defaults + ``--set vllm.*`` + passthrough flags, last wins).
+
+Sources: exl3xpu ``scripts/serve.py`` contract (``shared/reference/exl3xpu-image-facts.md``
+§4: argparse ``parse_known_args``, ``--set`` split at the first ``=`` with the value read by
+PyYAML ``safe_load``, passthrough appended after the model.yaml flags); vLLM's argparse
+conventions (``vllm/engine/arg_utils.py``: ``--x`` / ``--no-x`` booleans, ``--flag=value``,
+last occurrence wins; ``shared/reference/vllm-serving-facts.md`` §6).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from ruamel.yaml import YAML
+
+from servedeck.catalog import Catalog, ImageFacts, LauncherDefaults
+from servedeck.findings import Finding, Severity
+from servedeck.rules._doc import Doc, Path, path_str
+
+
+class CheckExpectations(BaseModel):
+    """What the caller knows about the file beyond its text.
+
+    Attributes:
+        render_gid: the card host's ``render`` group id (from the host inventory), e.g. ``"992"``.
+        rendered: True when the file was produced by servedeck's renderer (relative bind
+            mounts then resolve against the run's working directory on the host).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    render_gid: str | None = None
+    rendered: bool = False
+
+
+@dataclass
+class Ctx:
+    """Everything a rule needs, and the list it appends findings to."""
+
+    doc: Doc
+    file: str | None
+    catalog: Catalog | None
+    expect: CheckExpectations
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, severity: Severity, rule: str, path: Path, message: str, hint: str | None = None,
+            line: int | None = None, key: bool = False) -> None:
+        """Append one finding; the line defaults to the node (or key) line of ``path``."""
+        if line is None:
+            line = self.doc.key_line(path) if key else self.doc.line(path)
+        self.findings.append(Finding(severity=severity, rule=rule, path=path_str(path), message=message,
+                                     hint=hint, line=line, file=self.file))
+
+    def error(self, rule: str, path: Path, message: str, hint: str | None = None, **kw: Any) -> None:
+        self.add(Severity.error, rule, path, message, hint, **kw)
+
+    def warning(self, rule: str, path: Path, message: str, hint: str | None = None, **kw: Any) -> None:
+        self.add(Severity.warning, rule, path, message, hint, **kw)
+
+    def info(self, rule: str, path: Path, message: str, hint: str | None = None, **kw: Any) -> None:
+        self.add(Severity.info, rule, path, message, hint, **kw)
+
+
+# --------------------------------------------------------------------------- image reference
+
+_DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
+_DIGEST_LEN = {"sha256": 64, "sha512": 128}
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """``repository[:tag][@digest]`` split into parts (no registry lookup)."""
+
+    text: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> "ImageRef":
+        name, _, digest = text.partition("@")
+        last = name.rsplit("/", 1)[-1]
+        tag = None
+        if ":" in last:
+            tag = last.split(":", 1)[1]
+            name = name[: len(name) - len(tag) - 1]
+        return cls(text, name, tag, digest or None)
+
+    def digest_problem(self) -> str | None:
+        """Why the digest is malformed, or None when it is well formed (or absent)."""
+        if self.digest is None:
+            return None
+        m = _DIGEST_RE.match(self.digest)
+        if not m:
+            return "a digest is ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
+        want = _DIGEST_LEN.get(m["algo"])
+        if want is None:
+            return f"unknown digest algorithm {m['algo']!r} (Docker uses sha256)"
+        if not re.fullmatch(r"[0-9a-f]+", m["hex"]) or len(m["hex"]) != want:
+            return f"{m['algo']} digest must be {want} lowercase hex digits, got {len(m['hex'])} characters"
+        return None
+
+
+# --------------------------------------------------------------------------- argv model
+
+#: serve.py options (exl3xpu-image-facts.md §4.2): name → takes a value.
+SERVE_OPTIONS: dict[str, bool] = {"gpu": True, "port": True, "model-path": True, "print": False,
+                                  "set": True, "log-dir": True, "dp": False, "help": False}
+
+#: vLLM flags taking one value (``vllm/engine/arg_utils.py``, ``entrypoints/openai/cli_args.py``).
+VALUE_FLAGS = set("""
+port host model served-model-name tokenizer revision code-revision tokenizer-revision dtype
+max-model-len max-num-seqs max-num-batched-tokens gpu-memory-utilization kv-cache-dtype
+speculative-config compilation-config limit-mm-per-prompt hf-overrides kv-transfer-config
+kv-events-config mm-processor-kwargs tool-call-parser reasoning-parser chat-template api-key
+tensor-parallel-size pipeline-parallel-size data-parallel-size block-size quantization seed
+swap-space kv-cache-memory-bytes max-num-partial-prefills long-prefill-token-threshold
+mamba-cache-mode cudagraph-capture-sizes uvicorn-log-level tool-parser-plugin
+structured-outputs-config override-generation-config generation-config download-dir load-format
+max-log-len root-path middleware allowed-origins chat-template-content-format response-role
+ssl-keyfile ssl-certfile lora-modules distributed-executor-backend performance-mode max-logprobs
+logits-processors default-chat-template-kwargs tokenizer-mode config-format hf-config-path
+attention-backend scheduling-policy num-gpu-blocks-override cpu-offload-gb max-seq-len-to-capture
+model-loader-extra-config override-pooler-config pooler-config additional-config ec-transfer-config
+attention-config media-io-kwargs max-num-scheduled-tokens prefix-caching-hash-algo
+max-cudagraph-capture-size mm-encoder-tp-mode reasoning-parser-plugin tool-server
+""".split())
+
+#: Flags that take one or more values (argparse ``nargs="+"``).
+NARGS_PLUS = {"served-model-name", "cudagraph-capture-sizes", "lora-modules", "allowed-origins",
+              "middleware", "api-key"}
+
+#: Flags whose value is JSON (vLLM parses it with ``json.loads``).
+JSON_FLAGS = {"speculative-config", "compilation-config", "limit-mm-per-prompt", "hf-overrides",
+              "kv-transfer-config", "kv-events-config", "mm-processor-kwargs",
+              "override-generation-config", "structured-outputs-config", "model-loader-extra-config",
+              "override-pooler-config", "pooler-config", "additional-config", "ec-transfer-config",
+              "attention-config", "default-chat-template-kwargs", "media-io-kwargs"}
+
+#: Boolean flags that do not start with ``enable-``/``disable-``/``no-``.
+BOOL_FLAGS = {"trust-remote-code", "enforce-eager", "async-scheduling", "headless",
+              "skip-tokenizer-init", "fully-sharded-loras", "return-tokens-as-token-ids",
+              "enable-auto-tool-choice", "print", "dp", "help", "h"}
+
+#: Short aliases → long names.
+ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size",
+           "q": "quantization", "O": "compilation-config", "sc": "speculative-config"}
+
+_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
+def looks_like_flag(text: str) -> bool:
+    """True for ``--x``/``-x`` tokens (not negative numbers, not ``-``)."""
+    t = text.strip()
+    return t.startswith("-") and len(t) > 1 and not _NUMBER.match(t)
+
+
+def is_bool_flag(name: str) -> bool:
+    """True when vLLM flag ``name`` (no dashes) takes no value."""
+    if name in VALUE_FLAGS:
+        return False
+    return name in BOOL_FLAGS or name.startswith(("no-", "enable-", "disable-"))
+
+
+def flag_dest(name: str) -> tuple[str, bool]:
+    """``no-enable-chunked-prefill`` → (``enable_chunked_prefill``, negated=True)."""
+    name = ALIASES.get(name, name)
+    if name.startswith("no-"):
+        return name[3:].replace("-", "_"), True
+    return name.replace("-", "_"), False
+
+
+@dataclass
+class Token:
+    """One argv item: its text as written and its document path."""
+
+    text: str
+    path: Path
+
+    @property
+    def s(self) -> str:
+        return self.text.strip()
+
+
+@dataclass
+class Flag:
+    """One flag occurrence as the receiving parser sees it."""
+
+    name: str                    # without dashes, alias-resolved, e.g. "max-num-batched-tokens"
+    token: Token
+    values: list[Token] = field(default_factory=list)
+    inline: str | None = None    # value given as --flag=value
+    missing_value: bool = False
+
+    @property
+    def value(self) -> str | None:
+        if self.inline is not None:
+            return self.inline
+        if self.values:
+            return " ".join(v.s for v in self.values)
+        return None
+
+    @property
+    def value_path(self) -> Path:
+        return self.values[0].path if self.values else self.token.path
+
+
+@dataclass
+class SetArg:
+    """One ``--set KEY.PATH=VALUE`` of the exl3xpu launcher."""
+
+    text: str
+    path: Path
+    key: str
+    value: str | None            # None when the text has no "="
+
+
+@dataclass
+class Launch:
+    """The service's server command as the launcher reads it.
+
+    Attributes:
+        kind: ``exl3xpu`` (serve.py contract), ``vllm`` (``vllm serve`` flags) or None (unknown).
+        tokens: command items (after a repeated entrypoint, when one was found).
+        repeated_entrypoint: the items that repeat the entrypoint at the start of the command.
+        config: the exl3xpu positional model config.
+        serve_opts: serve.py options by name (last occurrence; ``--set`` is in ``sets``).
+        serve_list: every serve.py option occurrence (``--set`` included), in order.
+        abbreviations: (token, resolved option or None when ambiguous) for abbreviated options.
+        sets: ``--set`` arguments in order.
+        flags: vLLM flags (exl3xpu passthrough, or the whole command for ``vllm``), in order.
+        positionals: non-flag items the server receives (vLLM: model path).
+        string_form: True when the command was a string (Compose splits it shell-style).
+    """
+
+    kind: Literal["exl3xpu", "vllm"] | None
+    tokens: list[Token] = field(default_factory=list)
+    repeated_entrypoint: list[Token] = field(default_factory=list)
+    config: Token | None = None
+    serve_opts: dict[str, Flag] = field(default_factory=dict)
+    serve_list: list[Flag] = field(default_factory=list)
+    abbreviations: list[tuple[Token, str | None]] = field(default_factory=list)
+    sets: list[SetArg] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    positionals: list[Token] = field(default_factory=list)
+    string_form: bool = False
+
+
+def parse_vllm_flags(tokens: list[Token]) -> tuple[list[Flag], list[Token]]:
+    """Parse vLLM serve flags the way argparse would (last occurrence wins later)."""
+    flags: list[Flag] = []
+    positionals: list[Token] = []
+    i = 0
+    n = len(tokens)
+    while i < n:
+        tok = tokens[i]
+        t = tok.s
+        if t == "--":
+            i += 1
+            continue
+        if not looks_like_flag(t) or " " in t:
+            positionals.append(tok)
+            i += 1
+            continue
+        body = t[2:] if t.startswith("--") else t[1:]
+        name, eq, inline = body.partition("=")
+        name = ALIASES.get(name, name) if not t.startswith("--") else name
+        flag = Flag(name=name, token=tok, inline=inline if eq else None)
+        i += 1
+        if not eq and not is_bool_flag(name):
+            if name in NARGS_PLUS:
+                while i < n and not looks_like_flag(tokens[i].s):
+                    flag.values.append(tokens[i])
+                    i += 1
+            elif i < n and not looks_like_flag(tokens[i].s):
+                flag.values.append(tokens[i])
+                i += 1
+            if not flag.values and name in VALUE_FLAGS:
+                flag.missing_value = True
+        flags.append(flag)
+    return flags, positionals
+
+
+def _serve_option(name: str) -> tuple[str | None, bool]:
+    """Resolve a serve.py option name (argparse ``allow_abbrev``): (option, abbreviated)."""
+    if name in SERVE_OPTIONS:
+        return name, False
+    matches = [o for o in SERVE_OPTIONS if o.startswith(name)] if name else []
+    if len(matches) == 1:
+        return matches[0], True
+    if len(matches) > 1:
+        return "", True  # ambiguous
+    return None, False
+
+
+def parse_exl3xpu(tokens: list[Token]) -> Launch:
+    """Split an exl3xpu command into config, serve.py options, ``--set`` and passthrough."""
+    launch = Launch(kind="exl3xpu", tokens=tokens)
+    passthrough: list[Token] = []
+    i, n = 0, len(tokens)
+    after_dd = False
+    while i < n:
+        tok = tokens[i]
+        t = tok.s
+        if after_dd:
+            passthrough.append(tok)
+            i += 1
+            continue
+        if t == "--":
+            after_dd = True
+            i += 1
+            continue
+        if t.startswith("--") and len(t) > 2 and " " not in t:
+            name, eq, inline = t[2:].partition("=")
+            opt, abbreviated = _serve_option(name)
+            if opt is not None:
+                if abbreviated:
+                    launch.abbreviations.append((tok, opt or None))
+                if opt == "":
+                    i += 1
+                    continue
+                flag = Flag(name=opt, token=tok, inline=inline if eq else None)
+                i += 1
+                if SERVE_OPTIONS[opt] and not eq:
+                    if i < n and not looks_like_flag(tokens[i].s):
+                        flag.values.append(tokens[i])
+                        i += 1
+                    else:
+                        flag.missing_value = True
+                if opt == "set":
+                    if flag.value is not None:
+                        key, has_eq, val = flag.value.partition("=")
+                        launch.sets.append(SetArg(flag.value, flag.value_path, key, val if has_eq else None))
+                else:
+                    launch.serve_opts[opt] = flag
+                launch.serve_list.append(flag)
+                continue
+            passthrough.append(tok)
+            i += 1
+            continue
+        if t == "-h":
+            i += 1
+            continue
+        if launch.config is None and not looks_like_flag(t):
+            launch.config = tok
+        else:
+            passthrough.append(tok)
+        i += 1
+    launch.flags, launch.positionals = parse_vllm_flags(passthrough)
+    return launch
+
+
+# --------------------------------------------------------------------------- effective settings
+
+_YAML11 = YAML(typ="safe", pure=True)
+_YAML11.version = (1, 1)
+
+
+def yaml_value(text: str) -> Any:
+    """A ``--set`` value as serve.py reads it (PyYAML ``safe_load``, YAML 1.1; raw string when
+    it does not parse)."""
+    try:
+        return _YAML11.load(text)
+    except Exception:
+        return text
+
+
+def parse_max_model_len(text: str) -> int | None:
+    """vLLM's human-readable ``--max-model-len``: ``32768``, ``32k`` (32000), ``32K`` (32768)."""
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
+    if not m:
+        return None
+    num, unit = float(m[1]), m[2]
+    mult = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}[unit]
+    return int(num * mult)
+
+
+def flag_value(name: str, text: str | None) -> Any:
+    """Convert a flag's text value to what vLLM would hold (best effort)."""
+    if text is None:
+        return True
+    if name in JSON_FLAGS:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    if name == "max-model-len":
+        return parse_max_model_len(text)
+    if _NUMBER.match(text):
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    return text
+
+
+@dataclass
+class Eff:
+    """One effective engine setting and where it came from."""
+
+    value: Any
+    source: Literal["image", "set", "flag", "launcher"]
+    path: Path
+
+
+@dataclass
+class Service:
+    """One compose service as the rules see it."""
+
+    name: str
+    data: dict[str, Any]
+    path: Path
+    image: ImageRef | None
+    facts: ImageFacts | None
+    launch: Launch
+    defaults: LauncherDefaults | None = None
+    effective: dict[str, Eff] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str | None:
+        return self.facts.device if self.facts else None
+
+    def eff(self, dest: str) -> Any:
+        e = self.effective.get(dest)
+        return None if e is None else e.value
+
+
+def _tokens(value: Any, path: Path) -> tuple[list[Token], bool]:
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError:
+            parts = value.split()
+        return [Token(p, path) for p in parts], True
+    if isinstance(value, list):
+        return [Token("" if v is None else str(v), path + (i,)) for i, v in enumerate(value)], False
+    return [], False
+
+
+def _is_serve_py(tokens: list[str]) -> bool:
+    return bool(tokens) and any(t.strip().endswith("serve.py") for t in tokens[:2])
+
+
+def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
+    """Number of leading command items that repeat an entrypoint (0 if none)."""
+    s = [t.s for t in cmd]
+    if len(s) >= 2 and s[0] in ("python", "python3") and s[1].endswith("serve.py"):
+        return 2
+    if s and s[0].endswith("serve.py"):
+        return 1
+    if len(s) >= 2 and s[0] == "vllm" and s[1] == "serve":
+        return 2
+    if entry and s[: len(entry)] == entry:
+        return len(entry)
+    return 0
+
+
+def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
+    """Build the :class:`Service` view: image, facts, launcher, parsed argv, effective settings."""
+    path: Path = ("services", name)
+    image_text = data.get("image")
+    image = ImageRef.parse(image_text) if isinstance(image_text, str) else None
+    facts = ctx.catalog.lookup(image.digest) if (ctx.catalog and image and image.digest) else None
+
+    entry_tokens, _ = _tokens(data.get("entrypoint"), path + ("entrypoint",))
+    entry = [t.s for t in entry_tokens]
+    cmd, string_form = _tokens(data.get("command"), path + ("command",))
+    image_entry = list(facts.entrypoint) if facts else []
+    effective_entry = entry if "entrypoint" in data else image_entry
+
+    kind: Literal["exl3xpu", "vllm"] | None = None
+    if "entrypoint" in data:
+        if _is_serve_py(entry):
+            kind = "exl3xpu"
+        elif entry[:2] == ["vllm", "serve"] or (entry and entry[-1] == "vllm.entrypoints.openai.api_server"):
+            kind = "vllm"
+    elif facts is not None:
+        kind = facts.launcher
+    elif cmd and (cmd[0].s.startswith("models/") or _is_serve_py([t.s for t in cmd])):
+        kind = "exl3xpu"
+    elif image and "vllm" in image.repository.rsplit("/", 1)[-1]:
+        kind = "vllm"
+
+    repeat = _repeat_length(cmd, effective_entry) if kind else 0
+    rest = cmd[repeat:]
+    if kind == "exl3xpu":
+        launch = parse_exl3xpu(rest)
+    elif kind == "vllm":
+        launch = Launch(kind="vllm", tokens=rest)
+        launch.flags, launch.positionals = parse_vllm_flags(rest)
+    else:
+        launch = Launch(kind=None, tokens=cmd)
+    launch.repeated_entrypoint = cmd[:repeat]
+    launch.string_form = string_form
+
+    svc = Service(name, data, path, image, facts, launch)
+    _effective(svc)
+    return svc
+
+
+def _set_nested(base: dict[str, Any], parts: list[str], value: Any) -> None:
+    cur = base
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[p] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def _effective(svc: Service) -> None:
+    launch = svc.launch
+    eff = svc.effective
+    image_path = svc.path + ("image",)
+    if launch.kind == "exl3xpu":
+        if svc.facts and launch.config:
+            svc.defaults = svc.facts.defaults_for(launch.config.s)
+        if svc.defaults:
+            for k, v in svc.defaults.vllm.items():
+                eff[k] = Eff(copy.deepcopy(v), "image", image_path)
+            if svc.defaults.served_model_name:
+                eff["served_model_name"] = Eff(svc.defaults.served_model_name, "image", image_path)
+        port_flag = launch.serve_opts.get("port")
+        default_port = svc.facts.default_port if svc.facts else 8100
+        if port_flag and port_flag.value is not None:
+            eff["port"] = Eff(flag_value("port", port_flag.value), "launcher", port_flag.value_path)
+        else:
+            eff["port"] = Eff(default_port, "image", image_path)
+        for s in launch.sets:
+            if s.value is None or not s.key:
+                continue
+            parts = s.key.split(".")
+            if parts[0] == "served_model_name" and len(parts) == 1:
+                eff["served_model_name"] = Eff(yaml_value(s.value), "set", s.path)
+            if parts[0] != "vllm" or len(parts) < 2 or not all(parts[1:]):
+                continue
+            value = yaml_value(s.value)
+            dest = parts[1]
+            if len(parts) == 2:
+                eff[dest] = Eff(value, "set", s.path)
+            else:
+                old = eff.get(dest)
+                base = copy.deepcopy(old.value) if old and isinstance(old.value, dict) else {}
+                _set_nested(base, parts[2:], value)
+                eff[dest] = Eff(base, "set", s.path)
+    elif launch.kind == "vllm":
+        eff["port"] = Eff(svc.facts.default_port if svc.facts else 8000, "image", image_path)
+    for flag in launch.flags:
+        dest, negated = flag_dest(flag.name)
+        if flag.missing_value:
+            continue
+        value = False if negated else flag_value(ALIASES.get(flag.name, flag.name), flag.value)
+        eff[dest] = Eff(value, "flag", flag.token.path if flag.inline is not None else flag.value_path)
+    # launcher "null"/false semantics: None drops the flag (v3); False omits it
+    for dest in [d for d, e in eff.items() if e.value is None]:
+        del eff[dest]
+
+
+def services(ctx: Ctx) -> list[Service]:
+    """Analyse every service of the document (services that are not mappings are skipped)."""
+    data = ctx.doc.data
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+        return []
+    return [analyse_service(ctx, name, svc) for name, svc in data["services"].items()
+            if isinstance(svc, dict)]
+
+
+__all__ = ["CheckExpectations", "Ctx", "ImageRef", "Launch", "Flag", "SetArg", "Token", "Service",
+           "Eff", "services", "analyse_service", "parse_vllm_flags", "parse_exl3xpu", "yaml_value",
+           "flag_value", "JSON_FLAGS", "SERVE_OPTIONS", "looks_like_flag", "path_str"]

@@ -1,0 +1,263 @@
+"""Whole-document rule families: ``schema/*``, ``yaml11/*`` and ``interpolation/*``.
+
+* schema: the Compose Specification JSON Schema as vendored by check-jsonschema
+  (``check_jsonschema/builtin_schemas/vendor/compose-spec.json``), validated with the
+  ``jsonschema`` validator class its ``$schema`` names.
+* yaml11: plain scalars a YAML 1.1 reader (PyYAML, older tools, YAML 1.1 habits of Go YAML)
+  reads differently from YAML 1.2 (type repository regexes, yaml.org/type, 2005).
+* interpolation: Compose's ``$VAR`` / ``${VAR...}`` / ``$$`` syntax (compose-spec
+  ``interpolation.md``; compose-go ``template`` rejects any other ``$``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import difflib
+import re
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from servedeck.rules._doc import Path, Scalar
+from servedeck.rules._service import Ctx
+
+# ----------------------------------------------------------------------------- schema
+
+
+@functools.lru_cache(maxsize=1)
+def compose_validator() -> Any:
+    """The cached validator for the vendored Compose Specification schema.
+
+    Source: check-jsonschema's vendored ``compose-spec.json`` (its ``$schema`` picks the
+    validator class, Draft 2020-12 in check-jsonschema 0.29+).
+    """
+    res = importlib.resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
+    schema = json.loads(res.read_text(encoding="utf-8"))
+    cls = validator_for(schema, default=jsonschema.Draft7Validator)
+    return cls(schema)
+
+
+def _allowed_keys(schema: dict[str, Any], root: dict[str, Any], depth: int = 0) -> set[str]:
+    """Property names a (sub)schema allows, following local ``$ref`` and ``allOf``."""
+    if depth > 8 or not isinstance(schema, dict):
+        return set()
+    keys = set((schema.get("properties") or {}).keys())
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        keys |= _allowed_keys(node, root, depth + 1)
+    for sub in schema.get("allOf") or []:
+        keys |= _allowed_keys(sub, root, depth + 1)
+    return keys
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_schema(ctx: Ctx) -> None:
+    """``schema/<keyword>``: one error per Compose Specification violation (``schema/unknown-key``
+    for keys the schema does not allow, else the kebab-cased JSON Schema keyword: ``schema/type``,
+    ``schema/one-of``, ``schema/required``, ...)."""
+    validator = compose_validator()
+    for err in validator.iter_errors(ctx.doc.data):
+        path: Path = tuple(err.absolute_path)
+        keyword = str(err.validator)
+        message = err.message
+        key = False
+        if keyword in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
+            names = re.findall(r"'([^']+)'", message)
+            extra = [n for n in names if n in err.instance]
+            if extra:
+                path = path + (extra[0],)
+                key = True
+                allowed = sorted(_allowed_keys(err.schema, validator.schema))
+                close = difflib.get_close_matches(extra[0], allowed, n=1)
+                message = f"unknown key {extra[0]!r}"
+                hint = f"did you mean {close[0]!r}?" if close else "remove it or prefix it with x-"
+                ctx.error("schema/unknown-key", path, message, hint, key=True)
+                continue
+        if keyword in ("oneOf", "anyOf") and err.context:
+            sub = best_match(err.context)
+            message = f"{_short(err.instance)} is not valid here: {sub.message}"
+        elif len(message) > 240:
+            message = message[:237] + "..."
+        ctx.error(f"schema/{_kebab(keyword)}", path, message,
+                  "see the Compose Specification (compose-spec.io) for this field", key=key)
+
+
+# ----------------------------------------------------------------------------- yaml11
+
+_BOOL11_ONLY = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+_OCTAL_LIKE = re.compile(r"^[-+]?0[0-9_]+$")
+_FLOAT11 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.[0-9.]*(?:[eE][-+][0-9]+)?$")
+_TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}.*)?$")
+
+
+def _sexagesimal_value(text: str) -> float:
+    sign = -1 if text.startswith("-") else 1
+    total = 0.0
+    for part in text.lstrip("+-").replace("_", "").split(":"):
+        total = total * 60 + float(part)
+    return sign * (int(total) if total.is_integer() else total)
+
+
+def _context(path: Path) -> tuple[str, str | None]:
+    """(service-level field, env key) of a scalar path, ignoring merge-key steps."""
+    p = [x for x in path if x != "<<"]
+    if len(p) >= 3 and p[0] == "services":
+        env_key = p[3] if len(p) == 4 and p[2] == "environment" and isinstance(p[3], str) else None
+        return str(p[2]), env_key
+    return "", None
+
+
+def check_yaml11(ctx: Ctx) -> None:
+    """``yaml11/*``: plain scalars whose meaning differs between YAML 1.1 and YAML 1.2 readers."""
+    for path, sc in ctx.doc.scalars.items():
+        if not sc.plain:
+            continue
+        field_name, env_key = _context(path)
+        if field_name == "restart" and len(path) == 3:
+            continue  # restart/no-unquoted
+        _one_scalar(ctx, path, sc, field_name, env_key)
+
+
+def _one_scalar(ctx: Ctx, path: Path, sc: Scalar, field_name: str, env_key: str | None) -> None:
+    raw = sc.raw
+    quote = f"quote it: \"{raw}\""
+    if _SEXAGESIMAL.match(raw) and ":" in raw:
+        rule = "yaml11/port-sexagesimal" if field_name in ("ports", "expose") else "yaml11/sexagesimal"
+        ctx.error(rule, path,
+                  f"unquoted {raw} is a base-60 number in YAML 1.1 ({_sexagesimal_value(raw):g}), "
+                  f"a string in YAML 1.2", quote)
+        return
+    if _BOOL11_ONLY.match(raw):
+        if env_key is not None:
+            ctx.error("yaml11/env-boolean", path,
+                      f"environment {env_key}: unquoted {raw} is a boolean, not a string, for YAML 1.1 "
+                      f"readers (Compose environment values must be strings)", quote)
+        else:
+            ctx.warning("yaml11/boolean", path,
+                        f"unquoted {raw} is a boolean in YAML 1.1 and a string in YAML 1.2", quote)
+        return
+    if _OCTAL_LIKE.match(raw) and sc.tag == "int":
+        octal = raw.lstrip("+-").replace("_", "")
+        as11 = str(int(octal, 8)) if re.fullmatch(r"0[0-7]+", octal) else f"the string {raw!r}"
+        ctx.error("yaml11/octal", path,
+                  f"unquoted {raw} is {as11} in YAML 1.1 (octal) but {int(octal)} in YAML 1.2", quote)
+        return
+    if sc.tag == "float" and not _FLOAT11.match(raw) and not raw.lower().lstrip("+-").startswith((".inf", ".nan")):
+        ctx.warning("yaml11/float", path,
+                    f"unquoted {raw} is a number in YAML 1.2 but the string {raw!r} in YAML 1.1", quote)
+        return
+    if sc.tag in ("int", "float") and "_" in raw:
+        ctx.warning("yaml11/underscore-number", path,
+                    f"unquoted {raw} is a number for some readers and a string for others", quote)
+        return
+    if sc.tag in ("str", "timestamp") and _TIMESTAMP.match(raw):
+        ctx.warning("yaml11/timestamp", path, f"unquoted {raw} is a timestamp in YAML 1.1", quote)
+        return
+    if env_key is not None and sc.tag in ("int", "float", "bool"):
+        value: Any = {"int": int, "float": float}.get(sc.tag, str)(raw.replace("_", "")) \
+            if sc.tag != "bool" else raw.lower() == "true"
+        canonical = str(value).lower() if sc.tag == "bool" else (
+            str(value) if sc.tag == "int" else format(value, "g"))
+        if canonical != raw:
+            ctx.error("yaml11/env-number", path,
+                      f"environment {env_key}: unquoted {raw} is a {sc.tag}; Compose passes it on as "
+                      f"{canonical!r}, not {raw!r}", quote)
+        else:
+            kind = "boolean" if sc.tag == "bool" else "number"
+            ctx.warning(f"yaml11/env-{'boolean' if sc.tag == 'bool' else 'number'}", path,
+                        f"environment {env_key}: unquoted {raw} is a {kind}, not a string (Compose "
+                        f"environment values are strings)", quote)
+        return
+    if field_name == "group_add" and sc.tag == "int":
+        ctx.warning("yaml11/group-add-number", path,
+                    f"unquoted group id {raw} is a number; group_add entries are strings", quote)
+
+
+# ----------------------------------------------------------------------------- interpolation
+
+_NAME = re.compile(r"[_A-Za-z][_A-Za-z0-9]*")
+
+
+def interpolation_refs(text: str) -> tuple[list[str], str | None]:
+    """Variables Compose would substitute in ``text``, and the first invalid ``$`` use (or None).
+
+    Source: compose-spec ``interpolation.md`` (``$VAR``, ``${VAR}``, ``${VAR:-default}``,
+    ``${VAR-default}``, ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``).
+    """
+    refs: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] != "$":
+            i += 1
+            continue
+        nxt = text[i + 1] if i + 1 < n else ""
+        if nxt == "$":
+            i += 2
+            continue
+        if nxt == "{":
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text[j] == "{" and text[j - 1] == "$":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                j += 1
+            if depth:
+                return refs, text[i:]
+            inner = text[i + 2: j - 1]
+            m = _NAME.match(inner)
+            if not m or (m.end() < len(inner) and not re.match(r":?[-?+]", inner[m.end():])):
+                return refs, text[i:j]
+            refs.append(m.group(0))
+            i = j
+            continue
+        m = _NAME.match(text, i + 1)
+        if not m:
+            return refs, text[i: i + 2]
+        refs.append(m.group(0))
+        i = m.end()
+    return refs, None
+
+
+def check_interpolation(ctx: Ctx) -> None:
+    """``interpolation/invalid`` (error) and ``interpolation/unintended`` (warning)."""
+    seen: set[tuple[int, str]] = set()
+    for path, sc in ctx.doc.scalars.items():
+        if sc.tag != "str" or "$" not in sc.raw or "<<" in path:
+            continue
+        refs, bad = interpolation_refs(sc.raw)
+        if (sc.line, sc.raw) in seen:
+            continue
+        seen.add((sc.line, sc.raw))
+        if bad is not None:
+            ctx.error("interpolation/invalid", path,
+                      f"{bad!r} is not a valid Compose interpolation; `docker compose` refuses the file",
+                      "write a literal $ as $$, or use ${NAME}")
+            continue
+        if not refs:
+            continue
+        field_name, _ = _context(path)
+        argv_like = field_name in ("command", "entrypoint", "healthcheck")
+        json_like = sc.raw.lstrip().startswith(("{", "["))
+        if argv_like or json_like:
+            names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
+            ctx.warning("interpolation/unintended", path,
+                        f"Compose substitutes {names} from the environment of whoever runs "
+                        f"`docker compose` (empty when unset), before the container sees it",
+                        "write $$ for a literal $ (a shell in the container then expands it)")

@@ -1,0 +1,362 @@
+"""Server-command rule families: ``argv/*``, ``launcher/*`` and ``vllm/*``.
+
+Sources: exl3xpu launcher contract (``shared/reference/exl3xpu-image-facts.md`` §4); vLLM
+flag constraints and names (``shared/reference/vllm-serving-facts.md`` §6–§7, read from
+``vllm/engine/arg_utils.py``, ``vllm/config/scheduler.py``, ``vllm/config/speculative.py``);
+names per version from :mod:`servedeck.vllm_names`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from servedeck.errors import ServedeckError
+from servedeck.rules._doc import Path
+from servedeck.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
+                                      yaml_value)
+from servedeck.vllm_names import check_name, parse_version
+
+_QUOTES = ("'", '"')
+
+
+def _leaked_quotes(text: str) -> bool:
+    return len(text) >= 2 and text[0] in _QUOTES and text[-1] == text[0]
+
+
+# ----------------------------------------------------------------------------- argv
+
+
+def _item_checks(ctx: Ctx, tok: Token) -> None:
+    text = tok.text
+    s = tok.s
+    sc = ctx.doc.scalars.get(tok.path)
+    if text == s and sc is not None and sc.plain and 0 < sc.line <= len(ctx.doc.source_lines):
+        src = ctx.doc.source_lines[sc.line - 1]
+        if src.rstrip() != src and src.rstrip().endswith(sc.raw):
+            ctx.warning("argv/whitespace", tok.path,
+                        f"the line of argv item {s!r} ends in whitespace; YAML drops it from an unquoted "
+                        f"item (harmless here), but a quoted or copied {text + ' '!r} would reach the "
+                        f"program verbatim and not match the flag",
+                        "delete the trailing whitespace")
+    if text != s:
+        ctx.error("argv/whitespace", tok.path,
+                  f"argv item {text!r} has leading/trailing whitespace; the program receives it "
+                  f"verbatim (a flag {s!r} with a space is not recognised as that flag)",
+                  f"write {s!r}")
+    if looks_like_flag(s):
+        name, eq, value = s.partition("=")
+        if any(c.isspace() for c in name):
+            flag, _, rest = name.partition(" ")
+            ctx.error("argv/flag-value-joined", tok.path,
+                      f"argv item {s!r} holds a flag and its value in one item; the parser sees one "
+                      f"unknown token, not {flag} with value {rest.strip()!r}",
+                      f"split it into two items: {flag!r}, {rest.strip()!r} (or write {flag}={rest.strip()})")
+            return
+        candidates = [value] if eq else []
+    else:
+        candidates = [s]
+        if "=" in s:
+            candidates.append(s.split("=", 1)[1])
+    for cand in candidates:
+        if _leaked_quotes(cand):
+            ctx.error("argv/leaked-quotes", tok.path,
+                      f"value {cand!r} keeps its shell quotes: in a list-form command no shell removes "
+                      f"them, so the program receives the quote characters",
+                      f"drop the quotes: {cand[1:-1]!r}")
+            return
+
+
+def _json_checks(ctx: Ctx, svc: Service) -> None:
+    launch = svc.launch
+    for flag in launch.flags:
+        if flag.name not in JSON_FLAGS or flag.value is None:
+            continue
+        value = flag.value
+        if _leaked_quotes(value):
+            continue  # argv/leaked-quotes
+        try:
+            json.loads(value)
+        except ValueError as exc:
+            ctx.error("argv/invalid-json", flag.value_path if flag.inline is None else flag.token.path,
+                      f"--{flag.name} value {value!r} is not valid JSON ({exc}); vLLM refuses to start",
+                      'write JSON with double quotes, e.g. {"method":"ngram","num_speculative_tokens":3}')
+    for s in launch.sets:
+        if s.value is None:
+            continue
+        v = s.value.strip()
+        if v.startswith(("{", "[")) and not _leaked_quotes(v):
+            parsed = yaml_value(v)
+            if isinstance(parsed, str):
+                ctx.error("argv/invalid-json", s.path,
+                          f"--set {s.key} value {v!r} looks like a JSON/flow mapping but does not parse; "
+                          f"serve.py then keeps it as a plain string",
+                          'write it as JSON, e.g. {"image":1,"video":1}')
+
+
+def check_argv(ctx: Ctx, svc: Service) -> None:
+    """``argv/*``: per-item problems in ``command``/``entrypoint`` and flag values."""
+    for key in ("command", "entrypoint"):
+        value = svc.data.get(key)
+        path = svc.path + (key,)
+        if isinstance(value, str):
+            ctx.warning("argv/string-command", path,
+                        f"{key} is a string: Compose splits it shell-style (quotes removed, no shell, "
+                        f"no $VAR expansion by a shell); item-level checks are skipped",
+                        f"write {key} as a YAML list, one argv item per entry")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, str):
+                    _item_checks(ctx, Token(item, path + (i,)))
+    launch = svc.launch
+    if launch.kind is None:
+        return
+    for flag in launch.flags + launch.serve_list:
+        if flag.missing_value:
+            nxt = "the end of the command"
+            toks = launch.tokens
+            idx = next((k for k, t in enumerate(toks) if t is flag.token), None)
+            if idx is not None and idx + 1 < len(toks):
+                nxt = repr(toks[idx + 1].s)
+            ctx.error("argv/missing-value", flag.token.path,
+                      f"--{flag.name} needs a value but is followed by {nxt}; the parser fails",
+                      f"put the value right after --{flag.name}")
+    _json_checks(ctx, svc)
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def _env_keys(svc: Service) -> dict[str, Path]:
+    env = svc.data.get("environment")
+    path = svc.path + ("environment",)
+    out: dict[str, Path] = {}
+    if isinstance(env, dict):
+        for k in env:
+            out[str(k)] = path + (str(k),)
+    elif isinstance(env, list):
+        for i, item in enumerate(env):
+            if isinstance(item, str):
+                out[item.split("=", 1)[0]] = path + (i,)
+    return out
+
+
+def check_launcher(ctx: Ctx, svc: Service) -> None:
+    """``launcher/*``: misuse of the exl3xpu ``scripts/serve.py`` contract (and a repeated
+    ``vllm serve`` for the vllm launcher)."""
+    launch = svc.launch
+    if launch.repeated_entrypoint:
+        first = launch.repeated_entrypoint[0]
+        words = " ".join(t.s for t in launch.repeated_entrypoint)
+        entry = " ".join(svc.facts.entrypoint) if svc.facts else ("python3 scripts/serve.py"
+                                                                  if launch.kind == "exl3xpu" else "vllm serve")
+        ctx.error("launcher/entrypoint-repeated", first.path,
+                  f"command starts with {words!r}, which the image's entrypoint ({entry}) already runs; "
+                  f"the launcher receives it as its arguments",
+                  f"drop {words!r} from the command")
+    if launch.kind != "exl3xpu":
+        return
+    for tok, opt in launch.abbreviations:
+        if opt is None:
+            ctx.error("launcher/abbreviation-ambiguous", tok.path,
+                      f"{tok.s!r} is an ambiguous abbreviation of several serve.py options; serve.py exits",
+                      "write the full option name, or put vLLM flags after --")
+        else:
+            ctx.warning("launcher/abbreviation", tok.path,
+                        f"{tok.s!r} is not a serve.py option but argparse takes it as the abbreviation "
+                        f"--{opt}, so vLLM never sees it",
+                        f"write --{opt} if that is meant, or put the vLLM flag after --")
+    if svc.data.get("command") is not None and launch.config is None:
+        ctx.error("launcher/no-config", svc.path + ("command",),
+                  "the command has no model config (positional, e.g. models/qwen3.8-27b-exl3-4.00bpw); "
+                  "serve.py requires it",
+                  "start the command with the model config path")
+    elif launch.config is not None and svc.facts is not None and svc.defaults is None \
+            and svc.facts.launcher_defaults:
+        known = ", ".join(d.config for d in svc.facts.launcher_defaults)
+        ctx.info("launcher/unknown-config", launch.config.path,
+                 f"model config {launch.config.s!r} is not in the image catalog ({known}); effective "
+                 f"settings use vLLM defaults plus the flags given here")
+    set_dests: dict[str, Path] = {}
+    for s in launch.sets:
+        if s.value is None:
+            ctx.error("launcher/set-malformed", s.path, f"--set {s.text!r} has no '='; serve.py exits",
+                      "write --set KEY.PATH=VALUE")
+            continue
+        if not s.key or any(not p for p in s.key.split(".")):
+            ctx.error("launcher/set-malformed", s.path,
+                      f"--set {s.text!r} has an empty key or key segment; serve.py fails or writes the "
+                      f"wrong place", "write --set vllm.name=VALUE")
+            continue
+        parts = s.key.split(".")
+        raw = s.value.strip()
+        parsed = yaml_value(raw)
+        if raw.lower() in ("yes", "no", "on", "off", "y", "n"):
+            ctx.warning("launcher/set-yaml11-bool", s.path,
+                        f"--set value {raw!r} is read by PyYAML (YAML 1.1) as the boolean {parsed}",
+                        "write true/false, or quote a string value: KEY='no'")
+        if parts[0] == "vllm" and len(parts) >= 2:
+            set_dests[parts[1]] = s.path
+            if len(parts) == 2 and parsed is False:
+                flag = "--" + parts[1].replace("_", "-")
+                ctx.warning("launcher/set-false-omits", s.path,
+                            f"--set {s.key}=false only omits {flag}; vLLM then uses its own default "
+                            f"(which may be on), and a {flag} passed through still wins",
+                            f"pass --no-{flag[2:]} as a passthrough flag to turn it off")
+        elif parts[0] == "served_model_name":
+            set_dests["served_model_name"] = s.path
+    defaults_vllm = svc.defaults.vllm if svc.defaults else {}
+    for flag in launch.flags:
+        dest, _ = flag_dest(flag.name)
+        if dest in set_dests:
+            ctx.warning("launcher/set-and-passthrough", flag.token.path,
+                        f"{dest} is set both with --set (line {ctx.doc.line(set_dests[dest])}) and as the "
+                        f"passthrough flag --{flag.name}; the passthrough flag comes later and wins",
+                        "keep one of them (prefer --set vllm." + dest + "=...)")
+        elif dest in defaults_vllm:
+            ctx.info("launcher/passthrough-duplicates-config", flag.token.path,
+                     f"--{flag.name} duplicates model.yaml's vllm.{dest}; vLLM gets the flag twice and "
+                     f"the passthrough one wins by position",
+                     f"use --set vllm.{dest}=VALUE to edit the config instead")
+        elif dest == "served_model_name" and svc.defaults and svc.defaults.served_model_name:
+            ctx.info("launcher/passthrough-duplicates-config", flag.token.path,
+                     f"--served-model-name duplicates model.yaml's served_model_name "
+                     f"({svc.defaults.served_model_name!r}); the passthrough one wins by position",
+                     "use --set served_model_name=NAME instead")
+    env_keys = _env_keys(svc)
+    model_env = svc.defaults.env if svc.defaults else {}
+    for key, path in env_keys.items():
+        if key in model_env:
+            ctx.warning("launcher/env-overridden", path,
+                        f"model.yaml env overrides compose environment: {key} is set to "
+                        f"{model_env[key]!r} by the launcher, so this value is ignored",
+                        f"use `--set env.{key}=VALUE` in the command")
+        elif key == "ZE_AFFINITY_MASK":
+            ctx.warning("launcher/env-overridden", path,
+                        "serve.py always sets ZE_AFFINITY_MASK from --gpu, so this value is ignored",
+                        "select the card with --gpu N")
+
+
+# ----------------------------------------------------------------------------- vllm
+
+_NAME_KINDS = {"tool_call_parser": "tool-call parser", "reasoning_parser": "reasoning parser",
+               "speculative_method": "speculative method", "kv_cache_dtype": "KV-cache dtype"}
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _where(svc: Service, dest: str) -> str:
+    e = svc.effective.get(dest)
+    if e is None:
+        return "vLLM default"
+    return {"image": "the image's model.yaml", "set": "--set", "flag": "a flag",
+            "launcher": "the launcher"}[e.source]
+
+
+def check_vllm(ctx: Ctx, svc: Service) -> None:
+    """``vllm/*``: vLLM constraints and names on the effective settings."""
+    launch = svc.launch
+    if launch.kind is None:
+        return
+    eff = svc.effective
+    version = svc.facts.vllm_version if svc.facts else None
+
+    def path_of(dest: str) -> Path:
+        e = eff.get(dest)
+        return e.path if e else svc.path + ("command",)
+
+    if svc.eff("enable_auto_tool_choice") is True and not svc.eff("tool_call_parser"):
+        ctx.error("vllm/auto-tool-choice-needs-parser", path_of("enable_auto_tool_choice"),
+                  "--enable-auto-tool-choice without --tool-call-parser: vLLM exits with "
+                  "'--enable-auto-tool-choice requires --tool-call-parser'",
+                  "add --tool-call-parser NAME (e.g. qwen3_coder or qwen3_xml for Qwen3)")
+
+    spec = svc.eff("speculative_config")
+    names: list[tuple[str, str, Path]] = []
+    for dest in ("tool_call_parser", "reasoning_parser", "kv_cache_dtype"):
+        e = eff.get(dest)
+        if e and e.source in ("set", "flag") and isinstance(e.value, str):
+            names.append((dest, e.value, e.path))
+    e_spec = eff.get("speculative_config")
+    method_given = any(f.name == "speculative-config" for f in launch.flags) or any(
+        s.key in ("vllm.speculative_config", "vllm.speculative_config.method") for s in launch.sets)
+    if e_spec and method_given and isinstance(spec, dict) and isinstance(spec.get("method"), str):
+        names.append(("speculative_method", spec["method"], e_spec.path))
+    if version is not None:
+        for kind, name, path in names:
+            try:
+                res = check_name(kind, name, version)
+            except ServedeckError:
+                break
+            label = _NAME_KINDS[kind]
+            if res.status == "valid":
+                continue
+            close = difflib.get_close_matches(name, sorted(res.valid_names), n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else \
+                f"valid: {', '.join(sorted(res.valid_names))}"
+            if res.status == "invalid":
+                ctx.error(f"vllm/unknown-{kind.replace('_', '-')}", path,
+                          f"{label} {name!r} is not accepted by vLLM {version} (checked against "
+                          f"vLLM {res.basis})", hint)
+            else:
+                ctx.warning(f"vllm/uncertain-{kind.replace('_', '-')}", path,
+                            f"{label} {name!r} is accepted by only one of the checked vLLM releases "
+                            f"bracketing {version} ({res.basis})", hint)
+
+    gmu = eff.get("gpu_memory_utilization")
+    if gmu is not None:
+        x = _num(gmu.value)
+        if x is None or not (0 < x <= 1):
+            ctx.error("vllm/gpu-memory-utilization-range", gmu.path,
+                      f"gpu_memory_utilization {gmu.value!r} (from {_where(svc, 'gpu_memory_utilization')}) "
+                      f"must be a fraction in (0, 1]", "e.g. 0.90")
+
+    mnbt = _num(svc.eff("max_num_batched_tokens"))
+    seqs = _num(svc.eff("max_num_seqs"))
+    mml = _num(svc.eff("max_model_len"))
+    if mnbt is not None and seqs is not None and mnbt < seqs:
+        ctx.error("vllm/batched-tokens-below-max-num-seqs", path_of("max_num_batched_tokens"),
+                  f"max_num_batched_tokens ({mnbt:g}) is smaller than max_num_seqs ({seqs:g}); "
+                  f"vLLM refuses to start", "raise max_num_batched_tokens or lower max_num_seqs")
+    if mnbt is not None and mml is not None and mml > 0 and mnbt < mml \
+            and svc.eff("enable_chunked_prefill") is False:
+        ctx.error("vllm/batched-tokens-below-max-model-len", path_of("enable_chunked_prefill"),
+                  f"with chunked prefill off, max_num_batched_tokens ({mnbt:g}) must be >= "
+                  f"max_model_len ({mml:g}); vLLM refuses to start",
+                  "enable chunked prefill or raise max_num_batched_tokens")
+    if isinstance(spec, dict):
+        k = spec.get("num_speculative_tokens")
+        kn = _num(k)
+        if k is not None and (kn is None or kn <= 0):
+            ctx.error("vllm/num-speculative-tokens", path_of("speculative_config"),
+                      f"speculative num_speculative_tokens {k!r} must be a positive integer",
+                      "use 1..4, or drop speculative_config to turn speculation off")
+        touched = any(eff[d].source in ("set", "flag") for d in ("speculative_config", "max_num_batched_tokens")
+                      if d in eff)
+        if mnbt is not None and mnbt < 8192 and touched:
+            ctx.info("vllm/spec-scheduled-tokens", path_of("max_num_batched_tokens"),
+                     f"speculative decoding with max_num_batched_tokens {mnbt:g} < 8192: vLLM will warn "
+                     f"'max_num_scheduled_tokens is set to ... suboptimal performance' (usually cosmetic)")
+
+    for flag in launch.flags:
+        if flag.name == "disable-log-requests":
+            if version is not None and parse_version(version) >= (0, 26, 0):
+                ctx.error("vllm/disable-log-requests-removed", flag.token.path,
+                          f"vLLM {version} rejects --disable-log-requests "
+                          f"('vllm: error: unrecognized arguments')", "use --no-enable-log-requests")
+            elif version is None:
+                ctx.warning("vllm/disable-log-requests-removed", flag.token.path,
+                            "--disable-log-requests is rejected by vLLM 0.26 and later",
+                            "use --no-enable-log-requests")

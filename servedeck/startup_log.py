@@ -1,0 +1,945 @@
+"""Parse a vLLM server's startup log into :class:`StartupFacts`.
+
+Source of the formats: vLLM (github.com/vllm-project/vllm), versions 0.10.2 to 0.33.0, CUDA,
+XPU and CPU builds, as collected in ``/work/shared/reference/vllm-serving-facts.md`` §1–§3
+(envelope: ``vllm/logger.py``; startup lines: ``vllm/config/scheduler.py``,
+``vllm/config/vllm.py``, ``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/worker/gpu_worker.py``,
+``vllm/v1/worker/xpu_worker.py``, ``vllm/compilation/backends.py``,
+``vllm/compilation/monitor.py``, ``vllm/compilation/decorators.py``,
+``vllm/v1/core/kv_cache_utils.py``, ``vllm/v1/engine/core.py``,
+``vllm/v1/spec_decode/metrics.py``; uvicorn's own ``INFO:     ...`` lines) and the real vLLM
+0.32.0 CPU logs in ``/work/shared/fixtures/vllm-0.32-cpu/``.
+
+The parser makes one pass over the lines. Each line is stripped of ANSI colour codes, then
+split into the log envelope (optional ``(Name pid=N) ``, level, ``MM-DD HH:MM:SS``,
+``[file.py:N]``) and its message; any text before the envelope (``docker logs -t`` time stamps,
+``compose`` service prefixes) is skipped. Rules match the message text only, never the
+``[file.py:N]`` part. Lines that match no rule are ignored. A fact the log does not state is
+``None``: nothing is estimated.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = [
+    "StartupFacts",
+    "parse_startup_log",
+    "parse_startup_log_file",
+    "summarize",
+    "format_summary",
+    "compile_range_signature",
+    "DOCUMENTED_KEYS",
+]
+
+# --------------------------------------------------------------------------------------------
+# Envelope
+# --------------------------------------------------------------------------------------------
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+# vLLM logger envelope (all versions, after ANSI strip); searched, so a foreign prefix such as
+# "2026-05-01 21:36:34.461 | " or "svc  | " in front of it is skipped.
+_ENVELOPE_RE = re.compile(
+    r"(?:\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\) )?"
+    r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<src>[^\]]+):(?P<ln>\d+)\] ?(?P<msg>.*)$"
+)
+# uvicorn's "%(levelprefix)s %(message)s" (prefixed with "(APIServer pid=N) " up to 0.24).
+_UVICORN_RE = re.compile(r"(?:^|\) |\| )(?P<lvl>INFO|WARNING|ERROR):\s+(?P<msg>.*)$")
+# "[backbone] " / "[eagle_head] " graph tag in front of compile messages (0.33 style).
+_TAG_RE = re.compile(r"^\[(?P<tag>[\w.-]+)\] ")
+# "(Name pid=N) " on raw stdout/stderr lines (tracebacks, tqdm) in 0.10.2-0.24.
+_PROC_PREFIX_RE = re.compile(r"^\((?P<proc>[\w.-]+) pid=\d+\) ")
+
+_NUM = r"-?\d+(?:\.\d+)?"
+
+
+def _f(text: str | None) -> float | None:
+    return None if text is None else float(text)
+
+
+def _i(text: str | None) -> int | None:
+    return None if text is None else int(text.replace(",", ""))
+
+
+def _mb_to_gib(text: str) -> float:
+    return round(float(text) / 1024.0, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# Facts
+# --------------------------------------------------------------------------------------------
+
+#: The ``startup.json`` keys documented in ``docs/run-record.md`` ("startup.json keys"),
+#: in that order. :meth:`StartupFacts.to_dict` emits these first, then the extra keys.
+DOCUMENTED_KEYS: tuple[str, ...] = (
+    "vllm_version", "non_default_args", "chunked_prefill_max_num_batched_tokens", "warnings",
+    "max_num_scheduled_tokens_warning", "model_loading_gib", "model_loading_s", "compile_ranges",
+    "torch_compile_total_s", "compile_cache_hit", "available_kv_cache_gib", "kv_cache_tokens",
+    "max_concurrency", "max_concurrency_tokens_per_request", "graph_capture_s",
+    "graph_capture_gib", "init_engine_s", "init_engine_compilation_s", "free_memory_gib",
+    "total_memory_gib", "peak_activation_gib", "non_torch_gib", "server_address",
+    "server_started", "application_startup_complete", "first_log_ts", "server_start_ts",
+    "time_to_ready_s", "error",
+)
+
+
+@dataclass
+class StartupFacts:
+    """Facts read from one vLLM startup log; every field is ``None`` when the log does not say.
+
+    Units are in the names (``_gib`` GiB, ``_s`` seconds, ``_tokens`` tokens). Timestamps are
+    the log's own ``"MM-DD HH:MM:SS"`` (no year). List/dict shapes:
+
+    - ``warnings``: ``[{"id", "text", "level"}]``, exact duplicates dropped. Known ids:
+      ``max_num_scheduled_tokens``, ``spec_method_deprecated``, ``min_p_logit_bias_spec``,
+      ``padding_layers``, ``async_scheduling_disabled``, ``xpu_graph_unsupported``; any other
+      WARNING/ERROR/CRITICAL line has id ``other``.
+    - ``compile_ranges``: ``[{"graph", "range", "compile_s", "cache_hit"}]``; ``graph`` is the
+      ``[tag]`` prefix or the last ``Using cache directory: .../<graph>`` name (else ``None``);
+      ``range`` is as printed (``"(1, 8192)"``), ``"shape 8"`` or ``"dynamic shape"`` for
+      0.10/0.11; ``compile_s`` is the cache load time when ``cache_hit``.
+    - ``error``: ``{"kind", "text", "suggested_value", "value", "valid_values"}`` (see
+      :func:`parse_startup_log`) or ``None``.
+    - ``spec_decoding``: one dict per ``SpecDecoding metrics`` line: ``ts``,
+      ``mean_acceptance_length``, ``speculative_depth``, ``accepted_tok_s``, ``drafted_tok_s``,
+      ``accepted_tokens``, ``drafted_tokens``, ``per_position_acceptance_rate`` (list of float),
+      ``avg_draft_acceptance_rate_pct`` (``None`` for ``nan%``). Counts are per log window.
+    """
+
+    # documented keys (docs/run-record.md)
+    vllm_version: str | None = None
+    non_default_args: dict[str, Any] | None = None
+    chunked_prefill_max_num_batched_tokens: int | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    max_num_scheduled_tokens_warning: int | None = None
+    model_loading_gib: float | None = None
+    model_loading_s: float | None = None
+    compile_ranges: list[dict[str, Any]] = field(default_factory=list)
+    torch_compile_total_s: float | None = None
+    compile_cache_hit: bool | None = None
+    available_kv_cache_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens_per_request: int | None = None
+    graph_capture_s: float | None = None
+    graph_capture_gib: float | None = None
+    init_engine_s: float | None = None
+    init_engine_compilation_s: float | None = None
+    free_memory_gib: float | None = None
+    total_memory_gib: float | None = None
+    peak_activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    server_address: str | None = None
+    server_started: bool = False
+    application_startup_complete: bool = False
+    first_log_ts: str | None = None
+    server_start_ts: str | None = None
+    time_to_ready_s: float | None = None
+    error: dict[str, Any] | None = None
+    # extra keys (not yet in docs/run-record.md)
+    model: str | None = None
+    max_model_len: int | None = None
+    engine_version: str | None = None
+    weights_gib: float | None = None
+    cudagraph_memory_gib: float | None = None
+    peak_memory_gib: float | None = None
+    consumed_memory_gib: float | None = None
+    requested_memory_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    cpu_kv_cache_gib: float | None = None
+    kv_cache_device: str | None = None
+    encoder_cache_budget_tokens: int | None = None
+    torch_compile_s_by_graph: dict[str, float] | None = None
+    warmup_s: float | None = None
+    aot_saved: list[dict[str, Any]] = field(default_factory=list)
+    aot_loaded: list[dict[str, Any]] = field(default_factory=list)
+    init_engine_compilation_parts_s: dict[str, float] | None = None
+    spec_decoding: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict: the documented keys in order, then the extra keys."""
+        out: dict[str, Any] = {}
+        for name in DOCUMENTED_KEYS:
+            out[name] = _jsonable(getattr(self, name))
+        for f in fields(self):
+            if f.name not in out:
+                out[f.name] = _jsonable(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StartupFacts":
+        """Rebuild facts from :meth:`to_dict` output (e.g. a run's ``startup.json``).
+
+        Unknown keys are ignored so records written by other servedeck versions still load.
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [_jsonable(v) for v in sorted(value, key=repr)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Python-literal parsing for "non-default args: {...}"
+# --------------------------------------------------------------------------------------------
+
+_ANGLE_RE = re.compile(r"<[^<>]*>")
+
+
+def _literal(node: ast.AST) -> Any:
+    """Convert an expression tree to Python data; unknown nodes become their source text."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        return {(_literal(k) if k is not None else "**"): _literal(v)
+                for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal(node.operand)
+        if isinstance(inner, (int, float)):
+            return -inner if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
+        return float(node.id)
+    return ast.unparse(node)
+
+
+def _parse_python_dict(text: str) -> dict[str, Any] | None:
+    """Parse vLLM's ``%s`` of a dict (single quotes, True/None, maybe reprs of objects)."""
+    for candidate in (text, _ANGLE_RE.sub(lambda m: repr(m.group(0)), text)):
+        try:
+            value = ast.literal_eval(candidate)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            try:
+                value = _literal(ast.parse(candidate, mode="eval").body)
+            except (SyntaxError, ValueError, RecursionError):
+                continue
+        if isinstance(value, dict):
+            return _jsonable(value)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+# --------------------------------------------------------------------------------------------
+
+_KNOWN_WARNINGS: list[tuple[str, str, re.Pattern[str]]] = [
+    ("max_num_scheduled_tokens", "max_num_scheduled_tokens is set to",
+     re.compile(r"max_num_scheduled_tokens is set to (-?\d+)")),
+    ("spec_method_deprecated", "is deprecated and replaced with",
+     re.compile(r"is deprecated and replaced with")),
+    ("min_p_logit_bias_spec", "min_p and logit_bias",
+     re.compile(r"min_p and logit_bias parameters won't work with speculative decoding")),
+    ("padding_layers", "padding layers", re.compile(r"Add (\d+) padding layers")),
+    ("async_scheduling_disabled", "sync scheduling",
+     re.compile(r"(?i)async scheduling\b.*\bdisabl|disabl\w* async scheduling")),
+    ("xpu_graph_unsupported", "XPU Graph is not supported",
+     re.compile(r"XPU Graph is not supported")),
+]
+
+_SPEC_RE = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (?P<mal>[\d.]+|nan), .*?"
+    r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dr>\d+) tokens, "
+    r"Per-position acceptance rate: (?P<pp>.*?), Avg Draft acceptance rate: (?P<avg>[\d.]+|nan)%")
+_SPEC_DEPTH_RE = re.compile(r"Current speculative depth: (\d+)")
+_SPEC_TP_RE = re.compile(r"Accepted throughput: ([\d.]+) tokens/s, Drafted throughput: ([\d.]+) tokens/s")
+
+_INIT_RE = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) (?:seconds|s)\b"
+    r"(?: \(compilation: (?P<c>[\d.]+) s(?:\s*[\u2014\u2013-]+\s*(?P<parts>[^)]*))?\))?")
+_PART_RE = re.compile(r"([\w.-]+): ([\d.]+) s")
+
+_RANGE = r"(?:compile range (?P<r>\([^)]*\))|shape (?P<shape>\S+)|(?P<dyn>dynamic shape))"
+_COMPILE_RE = re.compile(r"Compiling a graph for " + _RANGE + r" takes (?P<t>[\d.]+) s")
+_CACHE_LOAD_RE = re.compile(
+    r"Directly load the compiled graph\(s\) for " + _RANGE + r" from the cache, took (?P<t>[\d.]+) s")
+
+_MEM_SUMMARY_PARTS = {
+    "free_total": re.compile(r"Free memory on device \((?P<a>[\d.]+)/(?P<b>[\d.]+) GiB\) on startup"),
+    "desired": re.compile(r"Desired GPU memory utilization is \((?P<a>[\d.]+), (?P<b>[\d.]+) GiB\)"),
+    "weights": re.compile(r"(?P<a>[\d.]+) GiB for weight"),
+    "consumed": re.compile(r"(?P<a>[\d.]+) GiB for consumed memory"),
+    "peak": re.compile(r"(?P<a>[\d.]+) GiB for peak activation"),
+    "non_torch": re.compile(r"(?P<a>[\d.]+) GiB for non-torch memory"),
+    "cudagraph": re.compile(r"(?P<a>[\d.]+) GiB for CUDAGraph memory"),
+}
+
+# error rules: (kind, needle, regex); first match in the log wins among specific kinds.
+_ARGPARSE_RE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]+): error: (?P<rest>.*)$")
+_INVALID_CHOICE_RE = re.compile(
+    r"argument (?P<arg>-[\w-]+)(?:/[\w-]+)*: invalid choice: '?(?P<v>.*?)'? \(choose from (?P<names>.*)\)")
+_INVALID_PARSER_RE = re.compile(
+    r"invalid (?P<what>tool call|reasoning) parser: (?P<v>.+?) \(chose from \{(?P<names>.*?)\}\s*\)")
+_MML_DERIVED_RE = re.compile(
+    r"User-specified max_model_len \((?P<v>\d+)\) is greater than the derived max_model_len "
+    r"\((?:[\w.]+=)?(?P<d>\d+)")
+_KV_SMALL_RE = re.compile(r"To serve at least one request with the \w+'?s?'? max seq len \((?P<v>\d+)\)")
+_KV_SMALL_EST_RE = re.compile(r"estimated maximum model length is (?P<n>\d+)")
+_KV_SMALL_OLD_RE = re.compile(
+    r"max seq len \((?P<v>\d+)\) is larger than the maximum number of tokens that can be stored "
+    r"in KV cache \((?P<n>\d+)\)")
+_MNBT_MML_RE = re.compile(r"max_num_batched_tokens \((?P<v>\d+)\) is smaller than max_model_len \((?P<n>\d+)\)")
+_MNBT_SEQS_RE = re.compile(
+    r"max_num_batched_tokens \((?P<v>\d+)\) must be greater than or equal to max_num_seqs \((?P<n>\d+)\)")
+_SPEC_DIVISIBLE_RE = re.compile(r"num_speculative_tokens:(?P<v>\d+) must be divisible by n_predict=(?P<n>\d+)")
+_OOM_RE = re.compile(r"(?i)out of memory|OutOfMemoryError|OUT_OF_DEVICE_MEMORY|OUT_OF_RESOURCES")
+_EXC_LINE_RE = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning))(?::\s?(?P<text>.*))?$")
+_KNOWN_EXC_RE = re.compile(r"^(?:KeyError|StopIteration|AssertionError)(?::|$)")
+
+_MAX_TEXT = 2000
+
+
+@dataclass
+class _State:
+    facts: StartupFacts = field(default_factory=StartupFacts)
+    current_graph: str | None = None
+    compile_by_graph: dict[str, float] = field(default_factory=dict)
+    warmup_by_graph: dict[str, float] = field(default_factory=dict)
+    seen_warnings: set[tuple[str, str]] = field(default_factory=set)
+    ready: bool = False
+    specific_error: dict[str, Any] | None = None
+    exceptions: list[str] = field(default_factory=list)
+    engine_failed_text: str | None = None
+    in_traceback: bool = False
+
+
+def _error(kind: str, text: str, suggested: Any = None, value: Any = None,
+           valid: list[str] | None = None) -> dict[str, Any]:
+    return {"kind": kind, "text": text.strip()[:_MAX_TEXT], "suggested_value": suggested,
+            "value": value, "valid_values": valid}
+
+
+def _closest(value: str, names: list[str]) -> str | None:
+    match = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+class _Parser:
+    """One-pass line parser; rules are (needle, handler) pairs tried on the message text."""
+
+    def __init__(self) -> None:
+        self.s = _State()
+        self.rules: list[tuple[str, Callable[[str, str | None, str | None], None]]] = [
+            ("version", self._version),
+            ("non-default args: ", self._non_default_args),
+            ("Initializing a V1 LLM engine", self._engine_version),
+            ("Using max model len", self._max_model_len),
+            ("Chunked prefill is enabled", self._chunked_prefill),
+            ("Model loading took", self._model_loading),
+            ("Using cache directory:", self._cache_dir),
+            ("Compiling a graph for", self._compile),
+            ("Directly load the compiled graph", self._cache_load),
+            ("saved AOT compiled function", self._aot_saved),
+            ("Directly load AOT compilation", self._aot_loaded),
+            ("torch.compile ", self._compile_total),
+            ("Initial profiling/warmup run took", self._warmup),
+            ("Available KV cache memory:", self._available_kv),
+            ("memory profiling run", self._xpu_memory),
+            ("on startup", self._memory_summary),
+            ("GiB for KV cache", self._cpu_kv),
+            ("KV cache size:", self._kv_size),
+            ("Maximum concurrency for", self._concurrency),
+            ("Graph capturing finished", self._graph_capture),
+            ("init engine (", self._init_engine),
+            ("Starting vLLM ", self._server_start),
+            ("Encoder cache will be initialized", self._encoder_cache),
+            ("SpecDecoding metrics", self._spec_decoding),
+        ]
+
+    # ---- driver -----------------------------------------------------------------------------
+
+    def feed(self, raw: str) -> None:
+        line = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+        line = line.rstrip()
+        if not line:
+            return
+        s = self.s
+        level: str | None = None
+        ts: str | None = None
+        m = _ENVELOPE_RE.search(line) if "] " in line or line.endswith("]") else None
+        if m is not None:
+            level, ts, msg = m.group("lvl"), m.group("ts"), m.group("msg")
+            if s.facts.first_log_ts is None:
+                s.facts.first_log_ts = ts
+        else:
+            u = _UVICORN_RE.search(line) if ":" in line else None
+            if u is not None:
+                msg = u.group("msg")
+                if msg.startswith("Application startup complete"):
+                    s.facts.application_startup_complete = True
+                    s.ready = True
+                elif not s.ready:
+                    self._errors(msg)
+                return
+            p = _PROC_PREFIX_RE.match(line)
+            msg = line[p.end():] if p else line
+        self._traceback(msg, enveloped=m is not None)
+        # skip traceback frame/source lines: `raise ValueError("...")` is not the error itself
+        if not s.ready and not (s.in_traceback and msg[:1] in " \t"):
+            self._errors(msg)
+        if m is None:
+            return
+        tag_m = _TAG_RE.match(msg)
+        tag = tag_m.group("tag") if tag_m else None
+        body = msg[tag_m.end():] if tag_m else msg
+        for needle, handler in self.rules:
+            if needle in body:
+                handler(body, tag, ts)
+        if not s.ready and not (s.in_traceback and (msg[:1] in " \t" or msg.startswith("Traceback"))):
+            self._warning(body, msg, level)
+
+    def finish(self) -> StartupFacts:
+        s, f = self.s, self.s.facts
+        if s.compile_by_graph:
+            f.torch_compile_s_by_graph = dict(s.compile_by_graph)
+            f.torch_compile_total_s = round(sum(s.compile_by_graph.values()), 2)
+        if s.warmup_by_graph:
+            f.warmup_s = round(sum(s.warmup_by_graph.values()), 2)
+        if f.compile_ranges or f.aot_saved or f.aot_loaded:
+            hits = [r["cache_hit"] for r in f.compile_ranges]
+            fresh = any(not h for h in hits) or bool(f.aot_saved)
+            f.compile_cache_hit = not fresh
+        if f.available_kv_cache_gib is None and f.cpu_kv_cache_gib is not None:
+            f.available_kv_cache_gib = f.cpu_kv_cache_gib
+        if s.specific_error is not None:
+            f.error = s.specific_error
+        else:
+            root = next((e for e in s.exceptions if "Engine core initialization failed" not in e), None)
+            if root is not None:
+                f.error = _error("exception", root)
+            elif s.engine_failed_text is not None:
+                f.error = _error("engine_core_init_failed", s.engine_failed_text)
+        return f
+
+    # ---- errors and tracebacks ----------------------------------------------------------------
+
+    def _traceback(self, msg: str, *, enveloped: bool) -> None:
+        s = self.s
+        if msg.startswith("Traceback (most recent call last)"):
+            s.in_traceback = True
+            return
+        if not s.in_traceback:
+            return
+        if not msg or msg[0] in " \t" or msg.startswith(("During handling", "The above exception")):
+            return
+        if _EXC_LINE_RE.match(msg) or _KNOWN_EXC_RE.match(msg):
+            s.in_traceback = False
+            if not s.ready:
+                s.exceptions.append(msg.strip()[:_MAX_TEXT])
+                if _OOM_RE.search(msg) and s.specific_error is None:
+                    s.specific_error = _error("out_of_memory", msg)
+        elif not enveloped:
+            # an unrelated line inside a traceback block (interleaved output): keep waiting
+            return
+
+    def _errors(self, msg: str) -> None:
+        s = self.s
+        if "Engine core initialization failed" in msg and s.engine_failed_text is None:
+            s.engine_failed_text = msg.strip()[:_MAX_TEXT]
+        if s.specific_error is not None:
+            return
+        err: dict[str, Any] | None = None
+        if "max_model_len" in msg and "User-specified max_model_len" in msg:
+            m = _MML_DERIVED_RE.search(msg)
+            if m:
+                err = _error("max_model_len_exceeds_derived", msg, int(m.group("d")), int(m.group("v")))
+        elif "max seq len" in msg:
+            m = _KV_SMALL_RE.search(msg)
+            if m:
+                est = _KV_SMALL_EST_RE.search(msg)
+                err = _error("kv_cache_too_small", msg, int(est.group("n")) if est else None,
+                             int(m.group("v")))
+            else:
+                m = _KV_SMALL_OLD_RE.search(msg)
+                if m:
+                    err = _error("kv_cache_too_small", msg, int(m.group("n")), int(m.group("v")))
+        elif "address already in use" in msg.lower():
+            err = _error("address_in_use", msg)
+        elif "No available memory for the cache blocks" in msg:
+            err = _error("no_kv_cache_memory", msg)
+        elif "parser: " in msg and "chose from" in msg:
+            m = _INVALID_PARSER_RE.search(msg)
+            if m:
+                names = [n.strip().strip("'\"") for n in m.group("names").split(",") if n.strip()]
+                value = m.group("v").strip().strip("'\"")
+                kind = "invalid_tool_call_parser" if m.group("what") == "tool call" else "invalid_reasoning_parser"
+                err = _error(kind, msg, _closest(value, names), value, names)
+        elif "requires --tool-call-parser" in msg:
+            err = _error("auto_tool_choice_requires_parser", msg, None, "--enable-auto-tool-choice")
+        elif "max_num_batched_tokens (" in msg:
+            m = _MNBT_MML_RE.search(msg)
+            if m:
+                err = _error("max_num_batched_tokens_smaller_than_max_model_len", msg,
+                             int(m.group("n")), int(m.group("v")))
+            else:
+                m = _MNBT_SEQS_RE.search(msg)
+                if m:
+                    err = _error("max_num_batched_tokens_smaller_than_max_num_seqs", msg,
+                                 int(m.group("n")), int(m.group("v")))
+        elif "does not allow any tokens to be scheduled" in msg:
+            m = re.search(r"max_num_scheduled_tokens is set to (-?\d+)", msg)
+            err = _error("max_num_scheduled_tokens_nonpositive", msg, None,
+                         int(m.group(1)) if m else None)
+        elif "must be divisible by n_predict" in msg:
+            m = _SPEC_DIVISIBLE_RE.search(msg)
+            if m:
+                err = _error("num_speculative_tokens_not_divisible", msg, int(m.group("n")),
+                             int(m.group("v")))
+        elif ": error: " in msg:
+            m = _ARGPARSE_RE.search(msg)
+            if m:
+                rest = m.group("rest")
+                if rest.startswith("unrecognized arguments: "):
+                    err = _error("unrecognized_arguments", msg, None,
+                                 rest[len("unrecognized arguments: "):].strip())
+                else:
+                    c = _INVALID_CHOICE_RE.search(rest)
+                    if c:
+                        raw_names = c.group("names")
+                        names = re.findall(r"'([^']*)'", raw_names) or [
+                            n.strip() for n in raw_names.split(",") if n.strip()]
+                        arg, value = c.group("arg"), c.group("v")
+                        kind = {"--tool-call-parser": "invalid_tool_call_parser",
+                                "--reasoning-parser": "invalid_reasoning_parser"}.get(arg, "invalid_choice")
+                        err = _error(kind, msg, _closest(value, names), value, names)
+                    else:
+                        err = _error("invalid_argument", msg)
+        if err is not None:
+            s.specific_error = err
+
+    # ---- warnings -----------------------------------------------------------------------------
+
+    def _warning(self, body: str, msg: str, level: str | None) -> None:
+        s = self.s
+        wid: str | None = None
+        for known_id, needle, regex in _KNOWN_WARNINGS:
+            if needle in body:
+                m = regex.search(body)
+                if m:
+                    wid = known_id
+                    if known_id == "max_num_scheduled_tokens" and s.facts.max_num_scheduled_tokens_warning is None:
+                        s.facts.max_num_scheduled_tokens_warning = int(m.group(1))
+                    break
+        if wid is None:
+            if level not in ("WARNING", "ERROR", "CRITICAL"):
+                return
+            wid = "other"
+        text = msg.strip()[:_MAX_TEXT]
+        key = (wid, text)
+        if key in s.seen_warnings:
+            return
+        s.seen_warnings.add(key)
+        s.facts.warnings.append({"id": wid, "text": text, "level": level})
+
+    # ---- startup facts ------------------------------------------------------------------------
+
+    _LOGO_VERSION_RE = re.compile(r"[\u2580-\u259f].*\bversion\s+(?P<v>\d+\.\d+\S*)")
+    _LOGO_MODEL_RE = re.compile(r"[\u2580-\u259f].*\bmodel\s+(?P<m>\S+)\s*$")
+    _BANNER_RE = re.compile(r"vLLM (?:API )?server version (?P<v>[^\s,]+)(?:, serving model (?P<m>\S+))?")
+
+    def _version(self, body: str, tag: str | None, ts: str | None) -> None:
+        f = self.s.facts
+        m = self._BANNER_RE.search(body)
+        if m and f.vllm_version is None:
+            f.vllm_version = m.group("v")
+            if m.group("m") and f.model is None:
+                f.model = m.group("m")
+            return
+        m = self._LOGO_VERSION_RE.search(body)
+        if m and f.vllm_version is None:
+            f.vllm_version = m.group("v")
+
+    def _non_default_args(self, body: str, tag: str | None, ts: str | None) -> None:
+        f = self.s.facts
+        text = body.split("non-default args: ", 1)[1].strip()
+        parsed = _parse_python_dict(text)
+        if parsed is not None and f.non_default_args is None:
+            f.non_default_args = parsed
+            if f.model is None:
+                model = parsed.get("model_tag") or parsed.get("model")
+                if isinstance(model, str):
+                    f.model = model
+
+    _ENGINE_RE = re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)")
+
+    def _engine_version(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = self._ENGINE_RE.search(body)
+        if m and self.s.facts.engine_version is None:
+            self.s.facts.engine_version = m.group("v")
+
+    def _max_model_len(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Using max model len (\d+)", body)
+        if m and self.s.facts.max_model_len is None:
+            self.s.facts.max_model_len = int(m.group(1))
+
+    def _chunked_prefill(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", body)
+        if m and self.s.facts.chunked_prefill_max_num_batched_tokens is None:
+            self.s.facts.chunked_prefill_max_num_batched_tokens = int(m.group(1))
+
+    _LOAD_RE = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) seconds")
+
+    def _model_loading(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = self._LOAD_RE.search(body)
+        f = self.s.facts
+        if m and f.model_loading_gib is None:
+            f.model_loading_gib = float(m.group("gib"))
+            f.model_loading_s = float(m.group("s"))
+
+    def _cache_dir(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Using cache directory: (\S+) for vLLM's torch\.compile", body)
+        if m:
+            name = m.group(1).rstrip("/").rsplit("/", 1)[-1]
+            self.s.current_graph = None if re.fullmatch(r"rank_\d+(?:_\d+)*", name) else name
+
+    def _range_of(self, m: re.Match[str]) -> str:
+        if m.group("r"):
+            return m.group("r")
+        if m.group("shape"):
+            return f"shape {m.group('shape')}"
+        return "dynamic shape"
+
+    def _compile(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = _COMPILE_RE.search(body)
+        if m:
+            self.s.facts.compile_ranges.append({
+                "graph": tag or self.s.current_graph, "range": self._range_of(m),
+                "compile_s": float(m.group("t")), "cache_hit": False})
+
+    def _cache_load(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = _CACHE_LOAD_RE.search(body)
+        if m:
+            self.s.facts.compile_ranges.append({
+                "graph": tag or self.s.current_graph, "range": self._range_of(m),
+                "compile_s": float(m.group("t")), "cache_hit": True})
+
+    def _aot_saved(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"saved AOT compiled function to (\S+)", body)
+        if m:
+            self.s.facts.aot_saved.append({"graph": tag or self.s.current_graph, "path": m.group(1)})
+
+    def _aot_loaded(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Directly load AOT compilation from path (\S+)", body)
+        if m:
+            self.s.facts.aot_loaded.append({"graph": tag or self.s.current_graph, "path": m.group(1)})
+
+    _TOTAL_RE = re.compile(
+        r"torch\.compile (?:(?:takes|took)|and initial profiling/warmup run together took) "
+        r"(?P<t>[\d.]+) s in total")
+
+    def _compile_total(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = self._TOTAL_RE.search(body)
+        if m:
+            self.s.compile_by_graph[tag or self.s.current_graph or "model"] = float(m.group("t"))
+
+    def _warmup(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Initial profiling/warmup run took ([\d.]+) s", body)
+        if m:
+            self.s.warmup_by_graph[tag or self.s.current_graph or "model"] = float(m.group(1))
+
+    def _available_kv(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Available KV cache memory: (" + _NUM + r") GiB", body)
+        if m and self.s.facts.available_kv_cache_gib is None:
+            self.s.facts.available_kv_cache_gib = float(m.group(1))
+
+    _XPU_BEFORE_RE = re.compile(
+        r"Before memory profiling run, total GPU memory: (?P<total>[\d.]+) MB, model load takes "
+        r"(?P<load>[\d.]+) MB, free gpu memory is (?P<free>[\d.]+) MB")
+    _XPU_AFTER_RE = re.compile(
+        r"After memory profiling run, peak memory usage is (?P<peak>[\d.]+) MB, ?torch mem is "
+        r"(?P<torch>[\d.]+) MB, non-torch mem is (?P<nt>[\d.]+) MB, free gpu memory is (?P<free>[\d.]+) MB")
+
+    def _xpu_memory(self, body: str, tag: str | None, ts: str | None) -> None:
+        f = self.s.facts
+        m = self._XPU_BEFORE_RE.search(body)
+        if m:
+            f.total_memory_gib = _mb_to_gib(m.group("total"))
+            f.free_memory_gib = _mb_to_gib(m.group("free"))
+            f.weights_gib = _mb_to_gib(m.group("load"))
+            return
+        m = self._XPU_AFTER_RE.search(body)
+        if m:
+            f.peak_memory_gib = _mb_to_gib(m.group("peak"))
+            f.non_torch_gib = _mb_to_gib(m.group("nt"))
+
+    def _memory_summary(self, body: str, tag: str | None, ts: str | None) -> None:
+        f = self.s.facts
+        parts = {k: r.search(body) for k, r in _MEM_SUMMARY_PARTS.items()}
+        if parts["free_total"] is None:
+            return
+        f.free_memory_gib = float(parts["free_total"].group("a"))
+        f.total_memory_gib = float(parts["free_total"].group("b"))
+        if parts["desired"]:
+            f.gpu_memory_utilization = float(parts["desired"].group("a"))
+            f.requested_memory_gib = float(parts["desired"].group("b"))
+        for key, attr in (("weights", "weights_gib"), ("consumed", "consumed_memory_gib"),
+                          ("peak", "peak_activation_gib"), ("non_torch", "non_torch_gib"),
+                          ("cudagraph", "cudagraph_memory_gib")):
+            if parts[key]:
+                setattr(f, attr, float(parts[key].group("a")))
+
+    def _cpu_kv(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Explicitly set \((?P<kv>[\d.]+)/(?P<avail>[\d.]+)\) GiB for KV cache", body)
+        if m and self.s.facts.cpu_kv_cache_gib is None:
+            self.s.facts.cpu_kv_cache_gib = float(m.group("kv"))
+
+    _KV_SIZE_RE = re.compile(r"(?:(?P<dev>[A-Za-z]\w*)(?: \+ host)? )?KV cache size: (?P<tok>[\d,]+) tokens")
+    _CONC_RE = re.compile(r"Maximum concurrency for (?P<per>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
+
+    def _kv_size(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = self._KV_SIZE_RE.search(body)
+        f = self.s.facts
+        if m and f.kv_cache_tokens is None:
+            f.kv_cache_tokens = _i(m.group("tok"))
+            f.kv_cache_device = m.group("dev")
+
+    def _concurrency(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = self._CONC_RE.search(body)
+        f = self.s.facts
+        if m and f.max_concurrency is None:
+            f.max_concurrency = float(m.group("x"))
+            f.max_concurrency_tokens_per_request = _i(m.group("per"))
+
+    def _graph_capture(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Graph capturing finished in (" + _NUM + r") secs?, took (" + _NUM + r") GiB", body)
+        f = self.s.facts
+        if m and f.graph_capture_s is None:
+            f.graph_capture_s = float(m.group(1))
+            f.graph_capture_gib = float(m.group(2))
+
+    def _init_engine(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = _INIT_RE.search(body)
+        f = self.s.facts
+        if m and f.init_engine_s is None:
+            f.init_engine_s = float(m.group("s"))
+            f.init_engine_compilation_s = _f(m.group("c"))
+            if m.group("parts"):
+                f.init_engine_compilation_parts_s = {
+                    k: float(v) for k, v in _PART_RE.findall(m.group("parts"))} or None
+
+    def _server_start(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)", body)
+        f = self.s.facts
+        if m and not f.server_started:
+            f.server_started = True
+            f.server_address = m.group(1)
+            f.server_start_ts = ts
+
+    def _encoder_cache(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Encoder cache will be initialized with a budget of ([\d,]+) tokens", body)
+        if m and self.s.facts.encoder_cache_budget_tokens is None:
+            self.s.facts.encoder_cache_budget_tokens = _i(m.group(1))
+
+    def _spec_decoding(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = _SPEC_RE.search(body)
+        if not m:
+            return
+        depth = _SPEC_DEPTH_RE.search(body)
+        tp = _SPEC_TP_RE.search(body)
+        per_pos: list[float] = []
+        for item in m.group("pp").split(","):
+            item = item.strip()
+            try:
+                per_pos.append(float(item))
+            except ValueError:
+                continue
+        mal, avg = m.group("mal"), m.group("avg")
+        self.s.facts.spec_decoding.append({
+            "ts": ts,
+            "mean_acceptance_length": None if mal == "nan" else float(mal),
+            "speculative_depth": int(depth.group(1)) if depth else None,
+            "accepted_tok_s": float(tp.group(1)) if tp else None,
+            "drafted_tok_s": float(tp.group(2)) if tp else None,
+            "accepted_tokens": int(m.group("acc")),
+            "drafted_tokens": int(m.group("dr")),
+            "per_position_acceptance_rate": per_pos,
+            "avg_draft_acceptance_rate_pct": None if avg == "nan" else float(avg),
+        })
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+def parse_startup_log(text: str) -> StartupFacts:
+    """Parse the text of a vLLM server log (container output from start) into facts.
+
+    Args:
+        text: the whole log; ``\\r`` (tqdm) and ``\\n`` both end a line; ANSI colour is ignored.
+
+    Returns:
+        :class:`StartupFacts`. ``error`` is set for a failed start (only from lines before
+        uvicorn's ``Application startup complete.``): ``kind`` is one of
+        ``max_model_len_exceeds_derived`` (suggested_value = derived max), ``kv_cache_too_small``
+        (suggested_value = the estimated maximum model length), ``no_kv_cache_memory``,
+        ``invalid_tool_call_parser`` / ``invalid_reasoning_parser`` (value = the bad name,
+        valid_values = the names vLLM offered, suggested_value = the closest of them),
+        ``invalid_choice``, ``invalid_argument``, ``unrecognized_arguments`` (value = the
+        arguments), ``auto_tool_choice_requires_parser``,
+        ``max_num_batched_tokens_smaller_than_max_model_len`` /
+        ``..._smaller_than_max_num_seqs`` (suggested_value = the lower bound),
+        ``max_num_scheduled_tokens_nonpositive``, ``num_speculative_tokens_not_divisible``,
+        ``address_in_use``, ``out_of_memory``, ``exception`` (text = the exception line ending the first traceback
+        that is not the engine-core wrapper) or ``engine_core_init_failed``.
+
+    Never raises on malformed input: unknown lines are ignored. Runs in one linear pass.
+    """
+    parser = _Parser()
+    for line in text.splitlines():
+        parser.feed(line)
+    return parser.finish()
+
+
+def parse_startup_log_file(path: str | Path) -> StartupFacts:
+    """Read ``path`` (UTF-8, undecodable bytes replaced) and :func:`parse_startup_log` it.
+
+    Raises:
+        OSError: when the file cannot be read.
+    """
+    return parse_startup_log(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
+def _coerce(facts: StartupFacts | dict[str, Any]) -> StartupFacts:
+    return facts if isinstance(facts, StartupFacts) else StartupFacts.from_dict(facts)
+
+
+def compile_range_signature(facts: StartupFacts | dict[str, Any]) -> list[str] | None:
+    """Return the sorted distinct compiled graphs and ranges, e.g. ``["backbone (1, 8192)",
+    "eagle_head (1, 8192)"]``, or ``None`` when the log has no compile lines.
+
+    Two runs whose signatures differ compiled different ranges: the newer one paid (or will
+    pay) a fresh compile and kernel JIT. Graphs without a name appear as the range alone.
+    """
+    f = _coerce(facts)
+    if not f.compile_ranges:
+        return None
+    sig = {f"{r['graph']} {r['range']}" if r.get("graph") else str(r["range"]) for r in f.compile_ranges}
+    return sorted(sig)
+
+
+def _g(x: float | None) -> str:
+    """Format a number with at most 2 decimals and no trailing zeros (``61.2``, ``61``)."""
+    if x is None:
+        return "?"
+    text = f"{x:.2f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
+
+
+def _tok(x: int | None) -> str:
+    return "?" if x is None else f"{x:,}"
+
+
+def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
+    """Return the "Startup" bullets of a run report as ``(label, text)`` pairs.
+
+    Labels, in order, each present only when the log gave the facts: ``error``, ``version``,
+    ``non-default args``, ``chunked prefill``, ``warnings``, ``compile``, ``engine init``,
+    ``model loading``, ``KV pool``, ``max concurrency``, ``memory``, ``weights``,
+    ``free memory``, ``server``, ``spec decoding``. Accepts facts or a ``startup.json`` dict.
+    """
+    f = _coerce(facts)
+    out: list[tuple[str, str]] = []
+    if f.error:
+        text = f"{f.error['kind']}: {f.error['text'][:300]}"
+        if f.error.get("suggested_value") is not None:
+            text += f" (suggested value: {f.error['suggested_value']})"
+        out.append(("error", text))
+    if f.vllm_version or f.engine_version:
+        out.append(("version", f"vLLM {f.vllm_version or f.engine_version}"))
+    if f.non_default_args is not None:
+        out.append(("non-default args", ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                                  for k, v in f.non_default_args.items()) or "none"))
+    if f.chunked_prefill_max_num_batched_tokens is not None:
+        out.append(("chunked prefill", f"on at {f.chunked_prefill_max_num_batched_tokens}"))
+    named = [w for w in f.warnings if w["id"] != "other"]
+    others = len(f.warnings) - len(named)
+    if f.warnings:
+        texts = [w["text"] if len(w["text"]) <= 160 else w["text"][:157] + "..." for w in named]
+        if others:
+            texts.append(f"{others} other warning/error line(s)")
+        out.append(("warnings", "; ".join(texts)))
+    else:
+        out.append(("warnings", "none"))
+    if f.compile_ranges:
+        groups: dict[str, list[str]] = {}
+        for r in f.compile_ranges:
+            name = r.get("graph") or "graph"
+            how = "from cache" if r.get("cache_hit") else ""
+            groups.setdefault(str(r["range"]), []).append(
+                f"{name} {_g(r.get('compile_s'))} s" + (f" {how}" if how else ""))
+        text = "; ".join(f"range {rng}: {' + '.join(items)}" for rng, items in groups.items())
+        if f.torch_compile_total_s is not None:
+            text += f"; torch.compile total {_g(f.torch_compile_total_s)} s"
+        if f.compile_cache_hit is not None:
+            text += " (cache hit)" if f.compile_cache_hit else " (fresh compile)"
+        out.append(("compile", text))
+    elif f.torch_compile_total_s is not None or f.aot_saved or f.aot_loaded:
+        parts = []
+        if f.torch_compile_total_s is not None:
+            parts.append(f"torch.compile total {_g(f.torch_compile_total_s)} s")
+        if f.aot_saved:
+            parts.append("AOT compiled and saved: " + ", ".join(a["graph"] or "model" for a in f.aot_saved))
+        if f.aot_loaded:
+            parts.append("AOT loaded from cache: " + ", ".join(a["graph"] or "model" for a in f.aot_loaded))
+        out.append(("compile", "; ".join(parts)))
+    if f.init_engine_s is not None:
+        text = f"{_g(f.init_engine_s)} s"
+        if f.init_engine_compilation_s is not None:
+            text += f" (compile {_g(f.init_engine_compilation_s)} s)"
+        if f.graph_capture_s is not None:
+            text += f"; graph capture {_g(f.graph_capture_s)} s, {_g(f.graph_capture_gib)} GiB"
+        out.append(("engine init", text))
+    if f.model_loading_s is not None:
+        out.append(("model loading", f"{_g(f.model_loading_gib)} GiB in {_g(f.model_loading_s)} s"))
+    if f.available_kv_cache_gib is not None or f.kv_cache_tokens is not None:
+        out.append(("KV pool", f"available {_g(f.available_kv_cache_gib)} GiB -> {_tok(f.kv_cache_tokens)} tokens"))
+    if f.max_concurrency is not None:
+        out.append(("max concurrency", f"{f.max_concurrency:.2f}x at "
+                                       f"{_tok(f.max_concurrency_tokens_per_request)} tokens/request"))
+    mem = [(label, value) for label, value in (
+        ("peak activation", f.peak_activation_gib), ("peak memory", f.peak_memory_gib),
+        ("non-torch", f.non_torch_gib), ("weights + non-torch", f.consumed_memory_gib),
+        ("CUDAGraph", f.cudagraph_memory_gib)) if value is not None]
+    if mem:
+        out.append(("memory", ", ".join(f"{label} {_g(value)} GiB" for label, value in mem)))
+    weights = f.weights_gib if f.weights_gib is not None else f.model_loading_gib
+    if weights is not None:
+        out.append(("weights", f"{_g(weights)} GiB"))
+    if f.free_memory_gib is not None:
+        out.append(("free memory", f"{_g(f.free_memory_gib)}/{_g(f.total_memory_gib)} GiB at startup"))
+    if f.server_started or f.application_startup_complete:
+        text = f"{f.server_address or '?'} at {f.server_start_ts or '?'}"
+        if f.first_log_ts:
+            text += f" (first log line {f.first_log_ts})"
+        text += ", application startup complete" if f.application_startup_complete else ", not yet ready"
+        out.append(("server", text))
+    if f.spec_decoding:
+        lens = [s["mean_acceptance_length"] for s in f.spec_decoding if s["mean_acceptance_length"] is not None]
+        acc = sum(s["accepted_tokens"] for s in f.spec_decoding)
+        dr = sum(s["drafted_tokens"] for s in f.spec_decoding)
+        text = f"{len(f.spec_decoding)} window(s), mean acceptance length {', '.join(f'{x:.2f}' for x in lens)}"
+        if dr:
+            text += f"; accepted {acc}/{dr} drafted ({100.0 * acc / dr:.1f}%)"
+        out.append(("spec decoding", text))
+    return out
+
+
+def format_summary(facts: StartupFacts | dict[str, Any]) -> str:
+    """Render :func:`summarize` as text bullets, one ``• label: text`` line each."""
+    return "\n".join(f"\u2022 {label}: {text}" for label, text in summarize(facts))

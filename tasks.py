@@ -1,0 +1,282 @@
+"""servedeck's command line: invoke tasks only — parse options, call servedeck, print, exit code.
+
+Run ``invoke --list`` for the tasks and ``invoke --help TASK`` for one task's options.
+A :class:`servedeck.errors.ServedeckError` is printed as one paragraph (no traceback) and
+exits non-zero; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from servedeck.errors import ServedeckError
+from servedeck.project import Project
+
+
+def _cli(fn):
+    """Turn ServedeckError into a clean message and a non-zero exit."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ServedeckError as exc:
+            print(f"error: {exc.render()}", file=sys.stderr)
+            raise Exit(code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise Exit(code=130) from None
+    return wrapper
+
+
+def _project() -> Project:
+    return Project.find()
+
+
+def _load(name: str):
+    from servedeck.profile import ProfileStore
+    return ProfileStore(_project().profiles_dir).load(name)
+
+
+def _catalog():
+    from servedeck.catalog import Catalog
+    return Catalog(_project().catalog_path)
+
+
+def _render(name: str):
+    from servedeck.render import render_profile
+    return render_profile(_load(name), _catalog(), _project().templates_dir)
+
+
+def _write_out(path: str, text: str) -> None:
+    from servedeck.fsutil import atomic_write
+    atomic_write(path, text)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@task(help={"profile": "profile name (profiles/NAME.yaml)",
+            "out": "write the compose file here instead of printing it",
+            "flags": "print the launcher argv, one token per line"})
+@_cli
+def render(c, profile, out=None, flags=False):
+    """Render a profile to a docker-compose file (or its launcher argv with --flags)."""
+    rendered = _render(profile)
+    text = "\n".join(rendered.command) + "\n" if flags else rendered.compose_text
+    if out:
+        _write_out(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+@task(help={"profile": "check this profile's rendered compose file",
+            "compose": "check a hand-written compose file",
+            "json": "print findings as JSON",
+            "all": "check every profile"})
+@_cli
+def check(c, profile=None, compose=None, json_=False, all_=False):
+    """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
+    from servedeck.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
+    from servedeck.findings import has_errors
+    from servedeck.profile import ProfileStore
+    if sum(bool(x) for x in (profile, compose, all_)) != 1:
+        raise ServedeckError("give exactly one of --profile NAME, --compose FILE or --all")
+    findings = []
+    if compose:
+        path = Path(compose)
+        if not path.exists():
+            raise ServedeckError("file not found", file=compose)
+        findings = check_compose_text(path.read_text(encoding="utf-8"), file=compose,
+                                      catalog=_catalog())
+    else:
+        names = ProfileStore(_project().profiles_dir).names() if all_ else [profile]
+        for name in names:
+            rendered = _render(name)
+            findings += check_compose_text(rendered.compose_text, file=f"profile:{name}",
+                                           catalog=_catalog(),
+                                           expect=CheckExpectations(rendered=True))
+    if json_:
+        print(findings_to_json(findings))
+    else:
+        print(format_findings(findings) if findings else "no findings")
+    if has_errors(findings):
+        raise Exit(code=1)
+
+
+@task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})
+@_cli
+def diff(c, profile, against=None):
+    """Print what a variant changes against its parent (or another profile)."""
+    from servedeck.profile import diff_profiles
+    loaded = _load(profile)
+    if against:
+        base = _load(against).profile
+    elif loaded.parent:
+        base = loaded.parent.profile
+    else:
+        raise ServedeckError(f"profile {profile!r} has no extends", field="extends",
+                             hint="pass --against NAME")
+    changes = diff_profiles(base, loaded.profile)
+    print(f"{profile} vs {base.name}: {len(changes)} change(s)")
+    for ch in changes:
+        print(f"  {ch.render()}")
+
+
+@task
+@_cli
+def profiles(c):
+    """List profiles with their parent and description."""
+    from servedeck.profile import ProfileStore
+    store = ProfileStore(_project().profiles_dir)
+    for name in store.names():
+        p = store.load(name).profile
+        parent = f" (extends {p.extends})" if p.extends else ""
+        print(f"{name}{parent}: {p.description or ''}")
+
+
+@task(help={"check": "fail when schema/ is stale instead of writing it"})
+@_cli
+def schema(c, check=False):
+    """Write JSON Schemas of the profile and host models into schema/ (or --check freshness)."""
+    from servedeck.schema import stale_schemas, write_schemas
+    directory = _project().schema_dir
+    if check:
+        stale = stale_schemas(directory)
+        if stale:
+            raise ServedeckError(f"stale schema file(s): {', '.join(stale)}", file=str(directory),
+                                 hint="run `invoke schema` and commit the result")
+        print("schema/ is up to date")
+        return
+    for path in write_schemas(directory):
+        print(f"wrote {path}")
+
+
+@task(name="import", help={"compose": "existing docker-compose file", "name": "new profile name",
+                           "service": "service to import when there are several",
+                           "force": "overwrite an existing profile"})
+@_cli
+def import_(c, compose, name, service=None, force=False):
+    """Write profiles/NAME.yaml from an existing compose file."""
+    from servedeck.importer import dump_profile_yaml, import_compose
+    target = _project().profiles_dir / f"{name}.yaml"
+    if target.exists() and not force:
+        raise ServedeckError("profile exists already", file=str(target), hint="pass --force to overwrite")
+    mapping, notes = import_compose(compose, name, _catalog(), service=service)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    _write_out(str(target), dump_profile_yaml(mapping, header=f"imported from {compose} by servedeck"))
+    # the imported profile must load through the normal path
+    _load(name)
+
+
+@task(help={"files": "profile files to validate (default: profiles/*.yaml)"}, iterable=["files"])
+@_cli
+def validate(c, files=None):
+    """Validate profile files against schema/profile.schema.json and load them (pre-commit hook)."""
+    from servedeck.hooks import validate_profile_files
+    paths = [Path(f) for f in files] if files else sorted(_project().profiles_dir.glob("*.yaml"))
+    problems = validate_profile_files(paths, _project())
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        raise Exit(code=1)
+    print(f"{len(paths)} profile file(s) valid")
+
+
+# ----------------------------------------------------------------------------- hosts
+
+
+def _host(name: str, inventory: str | None):
+    from servedeck.inventory import get_host, load_inventory
+    from servedeck.remote import RemoteHost
+    path = Path(inventory) if inventory else _project().inventory_path
+    entry = get_host(load_inventory(path), name, path)
+    return RemoteHost(name, entry.ssh, entry.workdir), entry
+
+
+_INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
+
+
+@task(help={"host": "inventory host name", "profile": "profile name", "inventory": _INV,
+            "no_rollback": "leave a failed deploy as it is", "force_unlock": "remove a stale lock first",
+            "timeout": "readiness timeout in seconds (default: the host's)",
+            "image": "override the profile's image (digest-pinned reference)"})
+@_cli
+def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
+           image=None):
+    """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
+    from servedeck.deploy import ConsoleReporter, DeployOptions
+    from servedeck.deploy import deploy as run_deploy
+    remote, entry = _host(host, inventory)
+    result = run_deploy(_project(), remote, entry, _load(profile),
+                        DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
+                                      timeout_s=float(timeout) if timeout else None, image=image),
+                        ConsoleReporter())
+    t = result.timings_s
+    print(f"deployed {profile} to {host}: ready; pull {t.get('pull_s')} s, server start to ready "
+          f"{t.get('container_start_to_ready_s')} s, servedeck overhead {t.get('overhead_s')} s")
+    if result.run:
+        print(f"run record: {result.run.path}")
+    if any(ch.status == "differs" for ch in result.arg_checks):
+        raise Exit("error: the server reports settings that differ from the profile (see above)", code=4)
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "json": "print JSON"})
+@_cli
+def status(c, host, inventory=None, json_=False):
+    """Show what runs on a host (state, uptime, digest, restarts) and drift from the compose file."""
+    from servedeck.deploy import format_status
+    from servedeck.deploy import status as host_status
+    remote, entry = _host(host, inventory)
+    st = host_status(remote, entry)
+    print(json.dumps(st, indent=2) if json_ else format_status(st))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
+            "tail": "lines from the end"})
+@_cli
+def logs(c, host, inventory=None, follow=False, tail=200):
+    """Print the deployed server's log."""
+    from servedeck.deploy import stream_logs
+    remote, _ = _host(host, inventory)
+    stream_logs(remote, follow=follow, tail=int(tail))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)"})
+@_cli
+def rollback(c, host, inventory=None, timeout=None):
+    """Go back to the previous compose file on a host and wait until it serves."""
+    from servedeck.deploy import ConsoleReporter
+    from servedeck.deploy import rollback as host_rollback
+    remote, entry = _host(host, inventory)
+    host_rollback(remote, entry, timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter())
+
+
+@task(help={"host": "inventory host name", "inventory": _INV})
+@_cli
+def down(c, host, inventory=None):
+    """Stop and remove the deployment on a host (volumes are kept)."""
+    from servedeck.deploy import down as host_down
+    remote, _ = _host(host, inventory)
+    print(host_down(remote) or "down")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON"})
+@_cli
+def startup_facts(c, log, json_=False):
+    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors."""
+    from servedeck.startup_log import format_summary, parse_startup_log
+    path = Path(log)
+    if not path.exists():
+        raise ServedeckError("file not found", file=log)
+    facts = parse_startup_log(path.read_text(encoding="utf-8", errors="replace"))
+    print(json.dumps(facts.to_dict(), indent=2, default=str) if json_ else format_summary(facts))

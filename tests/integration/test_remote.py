@@ -1,0 +1,300 @@
+"""servedeck.remote against the real sshd (127.0.0.1:2222), dockerd and registry."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from servedeck.errors import ServedeckError
+from servedeck.remote import LockInfo, RemoteHost, SshTarget
+
+SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
+HOST_KEY_PUB = "/var/lib/servedeck-test/sshd/ssh_host_ed25519_key.pub"
+WORKDIR = "/srv/servedeck-test/b70"
+
+pytestmark = pytest.mark.integration
+
+
+def _host_fingerprint() -> str:
+    out = subprocess.run(["ssh-keygen", "-lf", HOST_KEY_PUB], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()[1]  # SHA256:...
+
+
+# ------------------------------------------------------------------ run
+
+
+def test_run_returns_output_and_exit_status(test_host: RemoteHost) -> None:
+    res = test_host.run(["sh", "-c", 'printf "%s|" "$1"; id -un; exit 3', "sh", "a b;'c"],
+                        check=False)
+    assert res.returncode == 3
+    assert res.stdout == "a b;'c|root\n"
+    with pytest.raises(ServedeckError, match="exit status 7"):
+        test_host.run("echo boom >&2; exit 7")
+    blob = bytes(range(256)) * 64
+    assert test_host.run(["cat"], input=blob).stdout_bytes == blob
+
+
+def test_unreachable_port_is_a_servedeck_error(test_services: dict[str, str]) -> None:
+    host = RemoteHost("nowhere", SshTarget(hostname="127.0.0.1", port=1, user="root"), "/tmp")
+    with pytest.raises(ServedeckError, match="cannot connect over SSH"):
+        host.run(["true"])
+
+
+def test_resolve_alias_with_ssh_G(test_host: RemoteHost) -> None:
+    t = test_host.resolve()
+    assert (t.hostname, t.port, t.user) == ("127.0.0.1", 2222, "root")
+    assert "/var/lib/servedeck-test/client/id_ed25519" in t.identity_files
+    assert t.known_hosts_files[0] == "/var/lib/servedeck-test/client/known_hosts"
+
+
+# ------------------------------------------------------------------ files
+
+
+def test_upload_atomic_keeps_previous(scratch_host: RemoteHost) -> None:
+    v1, v2 = b"services: {a: 1}\n", b"services: {a: 2}\n"
+    assert scratch_host.upload_atomic("docker-compose.yml", v1,
+                                      keep_previous="docker-compose.yml.prev") \
+        == hashlib.sha256(v1).hexdigest()
+    # no previous file yet: no backup made
+    assert scratch_host.read_file("docker-compose.yml.prev", missing_ok=True) is None
+    scratch_host.upload_atomic("docker-compose.yml", v2, keep_previous="docker-compose.yml.prev")
+    assert scratch_host.read_file("docker-compose.yml") == v2
+    assert scratch_host.read_file(f"{scratch_host.workdir}/docker-compose.yml.prev") == v1
+    # no temp file left behind, nothing else written
+    listing = scratch_host.run(["ls", "-A", scratch_host.workdir]).stdout.split()
+    assert sorted(listing) == ["docker-compose.yml", "docker-compose.yml.prev"]
+    mode = scratch_host.run(["stat", "-c", "%a", scratch_host.compose_path]).stdout.strip()
+    assert mode == "644"
+    with pytest.raises(ServedeckError, match="does not exist"):
+        scratch_host.read_file("missing.txt")
+
+
+def test_append_history_appends_json_lines(scratch_host: RemoteHost) -> None:
+    scratch_host.append_history({"event": "deploy", "revision": 1})
+    scratch_host.append_history({"event": "rollback", "note": "ünïcode \"quoted\"\nline"})
+    text = scratch_host.read_file(".servedeck/history.jsonl").decode()
+    lines = text.splitlines()
+    assert text.endswith("\n") and len(lines) == 2
+    assert [json.loads(x) for x in lines] == [
+        {"event": "deploy", "revision": 1},
+        {"event": "rollback", "note": "ünïcode \"quoted\"\nline"}]
+
+
+# ------------------------------------------------------------------ host keys
+
+
+def test_unknown_host_key_refused_with_hint(tmp_path: Path, test_services: dict[str, str]) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    host = RemoteHost("b70", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG,
+                                       known_hosts=str(known)), WORKDIR)
+    with pytest.raises(ServedeckError) as err:
+        host.run(["true"])
+    text = err.value.render()
+    assert "not known" in err.value.message
+    assert _host_fingerprint() in err.value.message
+    assert f"ssh-keyscan -p 2222 127.0.0.1 >> {known}" in (err.value.hint or "")
+    assert known.read_text() == ""  # nothing was added behind the user's back
+    with pytest.raises(ServedeckError, match="not known"):
+        host.docker_client()
+    assert "hint:" in text
+
+
+def test_changed_host_key_refused(tmp_path: Path, test_services: dict[str, str]) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text("[127.0.0.1]:2222 " + (tmp_path / "other_key.pub").read_text())
+    host = RemoteHost("b70", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG,
+                                       known_hosts=str(known)), WORKDIR)
+    with pytest.raises(ServedeckError, match="CHANGED") as err:
+        host.run(["true"])
+    assert _host_fingerprint() in err.value.message
+    assert "ssh-keygen -R '[127.0.0.1]:2222'" in (err.value.hint or "")
+
+
+# ------------------------------------------------------------------ lock
+
+
+def test_lock_refuses_second_acquirer(scratch_host: RemoteHost) -> None:
+    other = RemoteHost("scratch", scratch_host.ssh_target, scratch_host.workdir)
+    assert scratch_host.read_lock() is None
+    mine = scratch_host.acquire_lock("alice: deploy speed-8192")
+    with pytest.raises(ServedeckError) as err:
+        other.acquire_lock("bob: deploy quality")
+    msg = err.value.message
+    assert "alice: deploy speed-8192" in msg and mine.started_at.isoformat() in msg
+    assert "stale" not in msg
+    held = other.read_lock()
+    assert held == mine
+    with pytest.raises(ServedeckError, match="without holding"):
+        other.release_lock()
+    scratch_host.release_lock()
+    assert scratch_host.read_lock() is None
+    assert other.acquire_lock("bob").owner == "bob"
+    other.release_lock()
+
+
+def test_lock_staleness_and_force_unlock(scratch_host: RemoteHost) -> None:
+    old = LockInfo(owner="carol", pid=1, host="elsewhere",
+                   started_at=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=30))
+    scratch_host.upload_atomic(scratch_host.lock_path, old.model_dump_json().encode())
+    with pytest.raises(ServedeckError, match=r"stale: it is 30\.\d h old"):
+        scratch_host.acquire_lock("dave", stale_after_h=12)
+    # a lock from this machine whose process is gone is stale even when young
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    young = LockInfo(owner="erin", pid=dead.pid, host=socket.gethostname(),
+                     started_at=dt.datetime.now(dt.timezone.utc))
+    scratch_host.upload_atomic(scratch_host.lock_path, young.model_dump_json().encode())
+    with pytest.raises(ServedeckError, match=f"process {dead.pid} .* is gone"):
+        scratch_host.acquire_lock("dave")
+    assert scratch_host.force_unlock() == young
+    assert scratch_host.read_lock() is None
+    assert scratch_host.force_unlock() is None
+    scratch_host.acquire_lock("dave")
+    scratch_host.release_lock()
+
+
+# ------------------------------------------------------------------ facts
+
+
+def test_preflight_facts_shape(test_host: RemoteHost, scratch_host: RemoteHost,
+                               tiny_image) -> None:
+    # a running container publishing a port: a static docker CLI blocking on `docker events`
+    tag = f"servedeck-test/blocker:{uuid.uuid4().hex[:8]}"
+    tiny_image(tag, {"/docker": Path("/usr/local/bin/docker").read_bytes()}, {"/docker": 0o755})
+    name = f"sd-preflight-{uuid.uuid4().hex[:8]}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(["docker", "run", "-d", "--name", name, "-p", f"127.0.0.1:{port}:80",
+                    "-v", "/var/run/docker.sock:/var/run/docker.sock", tag, "/docker", "events"],
+                   check=True, capture_output=True)
+    try:
+        scratch_host.run(["sh", "-c", 'mkdir -p "$1/models/w" "$1/empty" && echo x > "$1/models/w/c"',
+                          "sh", scratch_host.workdir])
+        scratch_host.acquire_lock("frank")
+        facts = scratch_host.preflight_facts(["models/w", "empty", "nope", "/etc/hostname"],
+                                             port=port)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        scratch_host.force_unlock()
+    assert json.loads(json.dumps(facts)) == facts  # plain JSON types only
+    assert set(facts) == {"host", "hostname", "kernel", "docker_server_version",
+                          "docker_api_version", "compose_version", "dri_devices",
+                          "gpu_power_caps", "workdir", "paths", "port", "lock"}
+    assert facts["kernel"] == subprocess.run(["uname", "-r"], capture_output=True,
+                                             text=True).stdout.strip()
+    server = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert facts["docker_server_version"] == server
+    assert re.fullmatch(r"\d+\.\d+\.\d+", facts["compose_version"])
+    assert facts["dri_devices"] == [] and facts["gpu_power_caps"] == []  # no GPU on this machine
+    assert facts["workdir"]["exists"] is True and facts["workdir"]["free_gib"] > 0
+    assert facts["paths"]["models/w"] == {"path": f"{scratch_host.workdir}/models/w",
+                                          "exists": True, "nonempty": True, "kind": "dir"}
+    assert facts["paths"]["empty"]["nonempty"] is False
+    assert facts["paths"]["nope"] == {"path": f"{scratch_host.workdir}/nope", "exists": False,
+                                      "nonempty": False, "kind": None}
+    assert facts["paths"]["/etc/hostname"]["kind"] == "file"
+    assert facts["port"] == {"port": port, "listening": True, "containers": [name]}
+    assert facts["lock"]["owner"] == "frank"
+    # after the container is gone the port is free and the lock is gone
+    after = scratch_host.preflight_facts([], port=port)
+    assert after["port"] == {"port": port, "listening": False, "containers": []}
+    assert after["lock"] is None
+    # b70's working directory as scripts/test-services made it
+    b70 = test_host.preflight_facts(["models/qwen3.8-27b-exl3-4.00bpw", "cache"], port=2222)
+    assert b70["paths"]["models/qwen3.8-27b-exl3-4.00bpw"]["nonempty"] is True
+    assert b70["paths"]["cache"]["exists"] is True
+    assert b70["port"]["listening"] is True and b70["port"]["containers"] == []
+
+
+# ------------------------------------------------------------------ docker
+
+
+def test_docker_client_over_ssh_lists_containers(test_host: RemoteHost, tiny_image) -> None:
+    tag = f"servedeck-test/tiny:{uuid.uuid4().hex[:8]}"
+    tiny_image(tag, {"/hello.txt": b"hello\n"})
+    name = f"sd-list-{uuid.uuid4().hex[:8]}"
+    cid = subprocess.run(["docker", "create", "--name", name, tag, "/nothing"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    dc = test_host.docker_client()
+    try:
+        listed = {c.id: c.name for c in dc.containers.list(all=True)}
+        local = subprocess.run(["docker", "ps", "-aq", "--no-trunc"], capture_output=True,
+                               text=True, check=True).stdout.split()
+        assert listed.get(cid) == name
+        assert set(local) <= set(listed)  # every container dockerd has is listed
+        assert dc.version()["Version"] == subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True, text=True).stdout.strip()
+    finally:
+        dc.close()
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
+def test_push_then_pull_by_digest_over_ssh(test_host: RemoteHost, registry: str,
+                                           tiny_image) -> None:
+    payload = f"servedeck {uuid.uuid4()}\n".encode()  # unique content: a new digest each run
+    repo = f"{registry}/servedeck-test/tiny"
+    tag = f"{repo}:{uuid.uuid4().hex[:8]}"
+    tiny_image(tag, {"/hello.txt": payload})
+    subprocess.run(["docker", "push", tag], capture_output=True, check=True, timeout=300)
+    digests = json.loads(subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", tag],
+        capture_output=True, text=True, check=True).stdout)
+    (pushed,) = [d for d in digests if d.startswith(repo + "@")]
+    digest = pushed.split("@", 1)[1]
+    # same dockerd behind the SSH host: remove the local copy so the pull really fetches it
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=True)
+    dc = test_host.docker_client()
+    try:
+        image = dc.images.pull(f"{repo}@{digest}")
+        assert f"{repo}@{digest}" in image.attrs["RepoDigests"]
+        container = dc.containers.create(image.id, command=["/nothing"])
+        try:
+            stream, _ = container.get_archive("/hello.txt")
+            import io
+            import tarfile
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                assert tar.extractfile("hello.txt").read() == payload
+        finally:
+            container.remove(force=True)
+    finally:
+        dc.images.remove(f"{repo}@{digest}", force=True)
+        dc.close()
+
+
+def test_compose_on_host(scratch_host: RemoteHost, tiny_image) -> None:
+    tag = f"servedeck-test/tiny:{uuid.uuid4().hex[:8]}"
+    tiny_image(tag, {"/hello.txt": b"hi\n"})
+    scratch_host.upload_atomic("docker-compose.yml", (
+        "name: sdscratch\n"
+        "services:\n"
+        "  app:\n"
+        f"    image: {tag}\n"
+        "    command: [/nothing]\n"
+        "    ports: ['127.0.0.1:19932:8000']\n").encode())
+    cfg = json.loads(scratch_host.compose(["config", "--format", "json"]).stdout)
+    assert cfg["services"]["app"]["image"] == tag
+    assert cfg["services"]["app"]["ports"][0]["published"] == "19932"
+    try:
+        scratch_host.compose(["create"])
+        ps = scratch_host.compose(["ps", "-a", "--format", "json"]).stdout
+        rows = [json.loads(x) for x in ps.splitlines() if x.strip()]
+        assert [r["Service"] for r in rows] == ["app"]
+    finally:
+        scratch_host.compose(["down"])
+    bad = scratch_host.compose(["config", "--services", "--no-such-flag"], check=False)
+    assert bad.returncode != 0

@@ -1,0 +1,328 @@
+"""A/B comparison, the single-variable guard, the run report and run history.
+
+Fixtures: tests/fixtures/runs/ (hand-made from the seed report's numbers, see its README).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servedeck.ab import (
+    ArmDiff, compare_arms, compare_bench_metric, compare_metrics, flatten_argv, guard,
+    list_runs, load_arm, parse_compose, plan_against, ratio_interval, resolve_run,
+)
+from servedeck.errors import ServedeckError
+from servedeck.report import fmt_num, render_report, write_report
+
+RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
+A = RUNS / "0002-base-b70"
+B = RUNS / "0003-batch-8192-b70"
+MULTI = RUNS / "0004-multi-b70"
+
+
+@pytest.fixture(scope="module")
+def diff_ab() -> ArmDiff:
+    return compare_arms(A, B)
+
+
+@pytest.fixture(scope="module")
+def comparison_ab():
+    return compare_metrics(A, B)
+
+
+@pytest.fixture(scope="module")
+def report_ab(diff_ab, comparison_ab) -> str:
+    return render_report(diff_ab, comparison_ab, A, B, None, None, Path("report.png"))
+
+
+def _copy_run(src: Path, dst_root: Path, name: str | None = None) -> Path:
+    dst = dst_root / (name or src.name)
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ---------------------------------------------------------------- guard / variables
+
+def test_single_variable_collapses_views(diff_ab):
+    var = diff_ab.single_variable
+    assert var is not None
+    assert (var.name, var.a, var.b) == ("max_num_batched_tokens", 4096, 8192)
+    views = {(d.view, d.path) for d in var.evidence}
+    assert views == {("effective", "max_num_batched_tokens"), ("argv", "max_num_batched_tokens"),
+                     ("profile", "engine.max_num_batched_tokens")}
+    # naming fields (profile name/description/extends) differ between the runs but are ignored
+    assert len(diff_ab.differences) == 1
+    assert set(diff_ab.compared) == {"profile", "effective", "compose", "argv", "facts", "workload"}
+    assert guard(diff_ab) is diff_ab
+
+
+def test_two_changes_are_refused_without_allow_multi():
+    diff = compare_arms(A, MULTI)
+    assert diff.single_variable is None
+    assert [v.name for v in diff.differences] == ["gpu_memory_utilization", "max_num_batched_tokens"]
+    with pytest.raises(ServedeckError) as exc:
+        guard(diff)
+    msg = str(exc.value)
+    assert "not a single-variable experiment" in msg
+    assert "gpu_memory_utilization: 0.94 → 0.9" in msg
+    assert "max_num_batched_tokens: 4096 → 8192" in msg
+    assert guard(diff, allow_multi=True) is diff
+
+
+def test_identical_runs_are_not_an_experiment():
+    diff = compare_arms(A, A)
+    assert diff.is_identical
+    with pytest.raises(ServedeckError, match="do not differ"):
+        guard(diff, allow_multi=True)
+
+
+def test_host_fact_and_compose_changes_are_variables(tmp_path):
+    b = _copy_run(B, tmp_path)
+    facts = json.loads((b / "facts.json").read_text())
+    facts["host"]["gpu_power_cap_w"] = 230
+    facts["host"]["disk_free_gib"] = 1.0  # not a result-changing fact
+    (b / "facts.json").write_text(json.dumps(facts))
+    compose = (b / "docker-compose.yml").read_text()
+    (b / "docker-compose.yml").write_text(compose.replace("    devices:\n", "    shm_size: 32g\n    devices:\n"))
+    diff = compare_arms(A, b)
+    names = {v.name: v for v in diff.differences}
+    assert set(names) == {"max_num_batched_tokens", "host.gpu_power_cap_w", "compose.shm_size"}
+    assert (names["host.gpu_power_cap_w"].a, names["host.gpu_power_cap_w"].b) == (275, 230)
+    assert names["compose.shm_size"].present_a is False
+    with pytest.raises(ServedeckError, match="3 variables differ"):
+        guard(diff)
+
+
+def test_passthrough_flag_and_set_map_to_the_same_vllm_name():
+    via_set = flatten_argv(["models/x", "--set", "vllm.max_num_batched_tokens=8192", "--gpu", "0"])
+    via_flag = flatten_argv(["models/x", "--", "--max-num-batched-tokens", "8192"])
+    assert via_set["max_num_batched_tokens"] == via_flag["max_num_batched_tokens"] == 8192
+    assert via_set["launcher.gpu"] == 0
+    spec = flatten_argv(["--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
+                         "--no-enable-prefix-caching", "--set", "env.EXL3_INT8_PREFILL=0"])
+    assert spec["speculative_config.num_speculative_tokens"] == 3
+    assert spec["enable_prefix_caching"] is False
+    assert spec["env.EXL3_INT8_PREFILL"] == 0
+
+
+def test_compose_view_reads_yaml_12():
+    compose, argv = parse_compose((A / "docker-compose.yml").read_text())
+    assert compose["image"].endswith("@sha256:21412bdd7535e9c653eeb3d099dce3bc79a83d440def2cd9556111c79c870fa8")
+    assert compose["env.ZE_FLAT_DEVICE_HIERARCHY"] == "COMPOSITE"
+    assert compose["compose.volumes[/mnt/exl3model]"] == "./models/qwen3.8-27b-exl3-4.00bpw:Z"
+    assert compose["compose.group_add"] == ["992"]
+    assert "compose.container_name" not in compose
+    # the seed's "--served-model-name " token has a trailing space; it is still the flag
+    assert argv["served_model_name"] == "Qwen3.8-27B"
+    assert argv["port"] == 9932
+    with pytest.raises(ServedeckError, match="no services"):
+        parse_compose("version: '3'\n")
+
+
+def test_plan_against_shares_the_comparison():
+    arm = load_arm(B)
+    views = {"profile": arm.profile, "effective": arm.effective, "compose_text": arm.compose_text,
+             "workload": None, "facts": None}
+    diff = plan_against(views, A)
+    assert diff.arm_a == A.name and diff.arm_b == "profile batch-8192"
+    assert diff.single_variable is not None
+    assert diff.single_variable.describe() == "max_num_batched_tokens: 4096 → 8192"
+    assert set(diff.skipped) == {"facts", "workload"}
+    with pytest.raises(ServedeckError, match="compose text"):
+        plan_against({"profile": arm.profile}, A)
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_startup_facts_are_single_samples(comparison_ab):
+    kv = comparison_ab.metric("kv_cache_tokens")
+    assert (kv.a, kv.b, kv.difference) == (264846, 236470, -28376)
+    assert kv.verdict == "lower" and not kv.judged and kv.ci_low is None
+    assert comparison_ab.metric("model_loading_gib").verdict == "same"
+    assert comparison_ab.metric("init_engine_s").verdict == "higher"
+
+
+def test_every_bench_metric_is_judged_with_an_interval(comparison_ab):
+    keys = {(m.phase, m.name) for m in comparison_ab.bench}
+    assert keys == {(p, n) for p in ("cold", "warm")
+                    for n in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len")}
+    for m in comparison_ab.bench:
+        assert m.judged and m.ci_low is not None and m.ci_low <= m.ratio <= m.ci_high, m
+    warm_decode = comparison_ab.metric("decode_tok_s", "warm")
+    assert (warm_decode.a, warm_decode.b) == (57.0, 56.6)
+    assert warm_decode.verdict == "within noise"
+    # run #2's cold decode was JIT-contaminated (26–51 tok/s); B is clearly faster
+    assert comparison_ab.metric("decode_tok_s", "cold").verdict == "faster"
+
+
+def test_verdict_is_direction_aware():
+    quick = [0.50, 0.51, 0.52, 0.50]
+    slow = [1.00, 1.02, 0.99, 1.01]
+    assert compare_bench_metric("ttft_s", "warm", slow, quick).verdict == "faster"
+    assert compare_bench_metric("ttft_s", "warm", quick, slow).verdict == "slower"
+    assert compare_bench_metric("decode_tok_s", "warm", slow, quick).verdict == "slower"
+    two = compare_bench_metric("decode_tok_s", "warm", [50.0, 51.0], [60.0, 61.0, 62.0])
+    assert two.verdict == "single sample" and not two.judged and two.ci_low is None
+
+
+def test_bootstrap_interval_is_reproducible_and_degenerate_safe():
+    a, b = [57.0, 56.4, 57.5, 56.8], [56.6, 56.2, 57.1, 56.3]
+    assert ratio_interval(a, b) == ratio_interval(a, b)
+    assert ratio_interval([5.0, 5.0, 5.0], [5.0, 5.0, 5.0]) == (1.0, 1.0)
+
+
+def test_warning_present_in_a_absent_in_b(comparison_ab):
+    w = {x.id: x for x in comparison_ab.warnings}
+    assert w["max_num_scheduled_tokens"].status == "present in A, absent in B"
+    assert w["max_num_scheduled_tokens"].short == "max_num_scheduled_tokens is set to 4096"
+    assert w["spec_method_deprecated"].status == "present in both"
+
+
+# ---------------------------------------------------------------- report
+
+def test_report_names_the_single_variable(report_ab):
+    first = report_ab.splitlines()[0]
+    assert first == "# Qwen3.8-27B · max_num_batched_tokens 4096 → 8192"
+    assert "only `max_num_batched_tokens` changed (4096 → 8192)" in report_ab
+    assert "MULTI-VARIABLE" not in report_ab
+
+
+def test_report_findings(report_ab):
+    findings = report_ab.split("## Findings", 1)[1].split("## Verdict", 1)[0]
+    assert ("scheduler warning `max_num_scheduled_tokens is set to 4096` present in A, absent in B"
+            in findings)
+    assert "KV pool −28,376 tokens (264,846 → 236,470)" in findings
+    assert "2.02× → 1.80×" in findings
+    assert re.search(r"warm decode_tok_s 56\.6 vs 57\.0 \(ratio 0\.993, 95% CI \d\.\d{3}–\d\.\d{3}\): "
+                     r"within noise", findings)
+    for phase in ("cold", "warm"):
+        for metric in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len"):
+            assert re.search(rf"^- {phase} {metric} .*95% CI \d+\.\d+–\d+\.\d+\): "
+                             r"(faster|slower|within noise)$", findings, re.M), (phase, metric)
+    assert "_Verdict: to be written_" in report_ab
+    assert "_Hypothesis: to be written_" in report_ab
+    # startup table gives both arms
+    assert re.search(r"\| kv_cache_tokens \| 264,846 \| 236,470 \|", report_ab)
+    assert re.search(r"\| max_concurrency \| 2\.02 \| 1\.8 \|", report_ab)
+
+
+def test_report_appends_both_compose_files_verbatim(report_ab):
+    for run in (A, B):
+        text = (run / "docker-compose.yml").read_text()
+        assert f"```yaml\n{text.rstrip(chr(10))}\n```" in report_ab
+    assert "vllm.max_num_batched_tokens=4096" in report_ab.split("## Appendix B")[0]
+    assert "vllm.max_num_batched_tokens=8192" in report_ab.split("## Appendix B")[1]
+
+
+def test_report_given_texts_and_multi_title(comparison_ab):
+    diff = guard(compare_arms(A, MULTI), allow_multi=True)
+    text = render_report(diff, compare_metrics(A, MULTI), A, MULTI,
+                         "Raising the batch budget removes the scheduler warning.",
+                         "Revert to 4096.", None)
+    assert text.splitlines()[0].startswith("# Qwen3.8-27B · MULTI-VARIABLE (2: ")
+    assert "Raising the batch budget removes the scheduler warning." in text
+    assert "Revert to 4096." in text and "to be written" not in text
+    assert "![A/B chart]" not in text
+
+
+def test_write_report_writes_report_and_png(tmp_path, diff_ab, comparison_ab):
+    report, chart = write_report(tmp_path / "ab" / "report.md", diff_ab, comparison_ab, A, B)
+    assert report.read_text().startswith("# Qwen3.8-27B")
+    assert chart == tmp_path / "ab" / "report.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![A/B chart](report.png)" in report.read_text()
+    assert sorted(p.name for p in (tmp_path / "ab").iterdir()) == ["report.md", "report.png"]
+
+
+def test_fmt_num():
+    assert fmt_num(264846.0) == "264,846"
+    assert fmt_num(6438.6) == "6,438.6"
+    assert fmt_num(57.0) == "57.0"
+    assert fmt_num(170.98) == "170.98"
+    assert fmt_num(2.548) == "2.548"
+
+
+# ---------------------------------------------------------------- history
+
+@pytest.mark.parametrize("ref,expected", [
+    ("0003-batch-8192-b70", "0003-batch-8192-b70"), ("3", "0003-batch-8192-b70"),
+    ("0002", "0002-base-b70"), ("latest", "0004-multi-b70"), ("latest:base", "0002-base-b70"),
+    ("latest:batch-8192", "0003-batch-8192-b70"),
+])
+def test_resolve_run_forms(ref, expected):
+    assert resolve_run(RUNS, ref).name == expected
+
+
+@pytest.mark.parametrize("ref,needle", [("7", "no run with sequence 7"),
+                                         ("latest:speed", "no run of profile 'speed'"),
+                                         ("0009-x-b70", "unknown run")])
+def test_resolve_run_unknown_lists_what_exists(ref, needle):
+    with pytest.raises(ServedeckError) as exc:
+        resolve_run(RUNS, ref)
+    assert needle in str(exc.value)
+    assert "0002-base-b70" in str(exc.value) or "base, batch-8192, multi" in str(exc.value)
+
+
+def test_resolve_run_missing_dir_and_empty(tmp_path):
+    with pytest.raises(ServedeckError, match="does not exist"):
+        resolve_run(tmp_path / "nope", "latest")
+    with pytest.raises(ServedeckError, match="no runs recorded yet"):
+        resolve_run(tmp_path, "latest")
+
+
+def test_list_runs_headlines():
+    runs = list_runs(RUNS)
+    assert [r.sequence for r in runs] == [2, 3, 4]
+    first = runs[0]
+    assert (first.profile, first.host, first.outcome) == ("base", "b70", "ready")
+    assert first.kv_cache_tokens == 264846
+    assert first.warm_decode_tok_s == 57.0
+    assert first.cold_ttft_s == 2.548
+    assert [r.run_id for r in list_runs(RUNS, profile="batch-8192")] == ["0003-batch-8192-b70"]
+
+
+def test_nested_setting_collapses_across_profile_effective_and_argv(tmp_path):
+    """MTP depth 3 → 2 written three ways is still one variable, named by vLLM's dest path."""
+    a = _copy_run(A, tmp_path, "0010-mtp3-b70")
+    b = _copy_run(A, tmp_path, "0011-mtp2-b70")
+    for run, depth in ((a, 3), (b, 2)):
+        prof = json.loads((run / "profile.resolved.json").read_text())
+        prof["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": depth, "options": {}}
+        (run / "profile.resolved.json").write_text(json.dumps(prof))
+        eff = json.loads((run / "effective.json").read_text())
+        eff["speculative_config"]["num_speculative_tokens"] = depth
+        (run / "effective.json").write_text(json.dumps(eff))
+        compose = (run / "docker-compose.yml").read_text()
+        compose = compose.replace("      - --enable-auto-tool-choice\n",
+                                  "      - --set\n      - vllm.speculative_config.num_speculative_tokens="
+                                  f"{depth}\n      - --enable-auto-tool-choice\n")
+        (run / "docker-compose.yml").write_text(compose)
+    diff = compare_arms(a, b)
+    var = diff.single_variable
+    assert var is not None, [v.describe() for v in diff.differences]
+    assert var.describe() == "speculative_config.num_speculative_tokens: 3 → 2"
+    assert {d.view for d in var.evidence} == {"profile", "effective", "argv"}
+
+
+def test_switching_a_profile_section_on_is_one_variable_per_setting(tmp_path):
+    """engine.speculative null → {method, num_speculative_tokens} maps onto effective's
+    speculative_config.* leaves; the unset (null) section itself is no extra variable."""
+    b = _copy_run(A, tmp_path, "0012-mtp-b70")
+    prof = json.loads((b / "profile.resolved.json").read_text())
+    prof["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": 2, "options": {}}
+    (b / "profile.resolved.json").write_text(json.dumps(prof))
+    eff = json.loads((b / "effective.json").read_text())
+    eff["speculative_config"]["num_speculative_tokens"] = 2
+    (b / "effective.json").write_text(json.dumps(eff))
+    diff = compare_arms(A, b)
+    assert [v.describe() for v in diff.differences] == [
+        "speculative_config.num_speculative_tokens: 3 → 2"]
+    # the profile now sets method: mtp explicitly, equal to the image default: not a change
+    assert {(d.view, d.path) for d in diff.differences[0].evidence} == {
+        ("effective", "speculative_config.num_speculative_tokens"),
+        ("profile", "engine.speculative.num_speculative_tokens")}
