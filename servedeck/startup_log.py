@@ -8,7 +8,7 @@ XPU and CPU builds, as collected in ``/work/shared/reference/vllm-serving-facts.
 ``vllm/compilation/monitor.py``, ``vllm/compilation/decorators.py``,
 ``vllm/v1/core/kv_cache_utils.py``, ``vllm/v1/engine/core.py``,
 ``vllm/v1/spec_decode/metrics.py``; uvicorn's own ``INFO:     ...`` lines) and the real vLLM
-0.32.0 CPU logs in ``/work/shared/fixtures/vllm-0.32-cpu/``.
+0.32.0 CPU logs in ``tests/fixtures/vllm-0.32-cpu/`` (copies of the project's shared fixtures).
 
 The parser makes one pass over the lines. Each line is stripped of ANSI colour codes, then
 split into the log envelope (optional ``(Name pid=N) ``, level, ``MM-DD HH:MM:SS``,

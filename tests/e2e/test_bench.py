@@ -147,5 +147,5 @@ def test_check_server_identity(local_vllm_server) -> None:
 def test_prompt_longer_than_context_is_a_user_error(local_vllm_server) -> None:
     w = Workload(prompt_tokens=local_vllm_server.max_model_len + 8, max_tokens=8, repetitions=1,
                  warmup_requests=0)
-    with pytest.raises(ServedeckError):
+    with pytest.raises(ServedeckError, match="exceeds the server's max_model_len"):
         run_bench(local_vllm_server.url, w, served_model=local_vllm_server.model)

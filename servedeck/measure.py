@@ -1,0 +1,108 @@
+"""Benchmark a deployed server and store the numbers in the run record that deployed it.
+
+The guard: numbers are never stored beside a compose file that did not produce them. Before
+benchmarking, the server's served model (``/v1/models``) and the running container's image
+digest and compose file (on the host) must match the run record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from servedeck.errors import ServedeckError
+from servedeck.inventory import HostEntry
+from servedeck.remote import RemoteHost
+from servedeck.runs import RunRecord, open_run
+
+
+def latest_ready_run(runs_dir: Path, host: str) -> Path:
+    """The newest run directory of ``host`` whose outcome is ``ready``.
+
+    Raises:
+        ServedeckError: when there is none.
+    """
+    from servedeck.ab import _run_dirs
+    for _, path in sorted(_run_dirs(runs_dir), reverse=True):
+        try:
+            meta = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("host") == host and meta.get("outcome") == "ready":
+            return path
+    raise ServedeckError(f"no ready run of host {host!r} under {runs_dir}",
+                         hint=f"deploy first: invoke deploy --host {host} --profile NAME")
+
+
+def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -> str:
+    """Check the host still runs what ``run`` recorded; return the API base URL.
+
+    Raises:
+        ServedeckError: the compose file on the host or the running image digest differs
+            from the run record, or nothing runs.
+    """
+    from servedeck.deploy import status
+    st = status(host, entry)
+    want_sha = run.meta.get("compose_sha256")
+    if st["compose_sha256"] != want_sha:
+        raise ServedeckError(
+            f"run {run.run_id} recorded compose sha256 {str(want_sha)[:12]}…, but host {host.name} has "
+            f"{str(st['compose_sha256'])[:12]}…: the server there was not deployed by this run",
+            hint="benchmark the latest run of this host, or redeploy the run's profile")
+    container = st.get("container")
+    if not container or not container.get("running"):
+        raise ServedeckError(f"nothing is running on host {host.name}", hint=f"invoke status --host {host.name}")
+    digest = (run.meta.get("image") or {}).get("digest")
+    if digest and not any(d.endswith("@" + digest) for d in container.get("image_digests") or []):
+        raise ServedeckError(f"the running container's image {container.get('image_digests')} is not "
+                             f"{digest} recorded in run {run.run_id}")
+    port = run.meta.get("port") or entry.port
+    return f"http://{entry.api_host or host.resolve().hostname}:{port}"
+
+
+def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
+    """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
+
+    Returns:
+        the :class:`servedeck.bench.BenchResult`.
+
+    Raises:
+        ServedeckError: the guard fails, or the server misbehaves.
+    """
+    from servedeck.bench import run_bench
+    run = open_run(run_dir)
+    if (run.path / "bench.jsonl").exists():
+        raise ServedeckError(f"run {run.run_id} already holds benchmark results",
+                             file=str(run.path / "bench.jsonl"),
+                             hint="redeploy to measure again (a new run), so each run keeps its own numbers")
+    base_url = guard_run_matches_host(run, host, entry)
+    result = run_bench(base_url, workload, served_model=run.meta["served_model_name"], progress=progress)
+    result.write(run.path)
+    run.save_meta(benched_at=result.finished_at)
+    return result
+
+
+def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
+    """Store an external benchmark result (``vllm bench serve --save-result`` JSON or a guidellm
+    report) beside a run as ``external/<name>`` plus the mapped metrics in
+    ``external-<name>.json``.
+
+    Returns:
+        the mapped metrics document.
+    """
+    from servedeck.bench import import_guidellm, import_vllm_bench
+    run = open_run(run_dir)
+    raw = path.read_bytes()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ServedeckError("not JSON", file=str(path)) from None
+    ext = import_guidellm(path) if isinstance(doc, dict) and "benchmarks" in doc else import_vllm_bench(path)
+    name = path.name
+    run.write_bytes(f"external/{name}", raw)
+    mapped = ext.model_dump(mode="json")
+    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
+    run.write_json(f"external-{Path(name).stem}.json", mapped)
+    return mapped
