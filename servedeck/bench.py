@@ -162,6 +162,7 @@ class Sample(BaseModel):
     finish_reason: str | None
     chunks: int
     server: ServerDelta
+    flags: list[str] = Field(default_factory=list)
 
 
 @dataclass
@@ -666,14 +667,21 @@ def _sample(phase: str, rep: int, tag: str, w: Workload, st: _StreamTimes, serve
     prompt_tokens = st.prompt_tokens if st.prompt_tokens is not None else w.prompt_tokens
     decode_s = st.t_last - st.t_first
     decode_tokens = st.tokens - st.first_tokens
+    flags: list[str] = []
+    # A stalled client or API process receives the whole decode in one burst: the client then
+    # did not observe decoding, and tokens/(tiny span) would be a meaningless rate. Judge the
+    # span against the server's own decode time for this request.
+    if server.decode_s and decode_tokens > 0 and decode_s < 0.05 * server.decode_s:
+        flags.append("burst")
     return Sample(
         phase=phase, rep=rep, tag=tag, prompt_tokens=prompt_tokens,  # type: ignore[arg-type]
         prompt_tokens_requested=w.prompt_tokens, output_tokens=st.tokens,
         first_chunk_tokens=st.first_tokens, ttft_s=ttft,
         prefill_tok_s=prompt_tokens / ttft if ttft > 0 else float("inf"),
-        decode_tok_s=(decode_tokens / decode_s) if decode_s > 0 and decode_tokens > 0 else None,
+        decode_tok_s=((decode_tokens / decode_s) if decode_s > 0 and decode_tokens > 0
+                      and "burst" not in flags else None),
         decode_s=decode_s, e2e_s=st.t_end - st.t_send, finish_reason=st.finish_reason,
-        chunks=st.chunks, server=server,
+        chunks=st.chunks, server=server, flags=flags,
     )
 
 
