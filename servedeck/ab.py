@@ -45,6 +45,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
+from servedeck.yamlio import flatten, launcher_value, to_plain
 
 # --------------------------------------------------------------------------------------------
 # Views
@@ -79,7 +80,6 @@ FACT_PATHS = {
     ("image", "vllm_version"): "vllm_version",
 }
 
-_yaml_scalar = YAML(typ="safe", pure=True)
 
 
 @dataclass
@@ -133,8 +133,8 @@ class Variable(BaseModel):
 
     def describe(self) -> str:
         """``name: A → B`` with ``(absent)`` for a missing side."""
-        left = _fmt_value(self.a) if self.present_a else "(absent)"
-        right = _fmt_value(self.b) if self.present_b else "(absent)"
+        left = fmt_value(self.a) if self.present_a else "(absent)"
+        right = fmt_value(self.b) if self.present_b else "(absent)"
         return f"{self.name}: {left} → {right}"
 
     def views(self) -> list[str]:
@@ -246,55 +246,15 @@ def views_from_profile(profile_views: dict, label: str | None = None) -> ArmView
 # Flattening
 # --------------------------------------------------------------------------------------------
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts to ``{"a.b.c": leaf}``; lists and scalars are leaves."""
-    out: dict[str, Any] = {}
-    if isinstance(value, dict):
-        if not value and prefix:
-            out[prefix] = {}
-        for key, sub in value.items():
-            out.update(flatten(sub, f"{prefix}.{key}" if prefix else str(key)))
-    else:
-        out[prefix] = value
-    return out
-
-
-def _plain(value: Any) -> Any:
-    """ruamel containers -> plain dict/list/str/int/float/bool/None."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return str(value)
-
-
 def parse_scalar(text: str) -> Any:
-    """Parse a command-line value the way the exl3xpu launcher does (YAML scalar / JSON).
+    """A command-line value as the exl3xpu launcher reads it (YAML 1.1 scalar or flow
+    collection; the stripped text when it does not parse).
 
     ``"8192"`` -> 8192, ``"0.94"`` -> 0.94, ``"true"`` -> True, ``"null"`` -> None,
-    ``'{"method":"mtp"}'`` -> dict; anything unparsable stays the string.
+    ``'{"method":"mtp"}'`` -> dict.
     """
-    stripped = text.strip()
-    if stripped[:1] in "{[":
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError:
-            pass
-    try:
-        value = _yaml_scalar.load(stripped)
-    except YAMLError:
-        return stripped
-    if isinstance(value, (bool, int, float)) or value is None:
-        return value
-    if isinstance(value, (dict, list)):
-        return _plain(value)
-    return stripped
+    value = launcher_value(text.strip())
+    return text.strip() if isinstance(value, str) else value
 
 
 def flatten_profile(profile: dict) -> dict[str, Any]:
@@ -397,7 +357,7 @@ def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> t
     """
     yaml = YAML(typ="rt")
     try:
-        doc = _plain(yaml.load(compose_text))
+        doc = to_plain(yaml.load(compose_text))
     except YAMLError as exc:
         raise ServedeckError(f"compose file is not valid YAML: {exc}", file=source) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict) or not doc["services"]:
@@ -664,7 +624,8 @@ def guard(diff: ArmDiff, allow_multi: bool = False) -> ArmDiff:
     return diff
 
 
-def _fmt_value(value: Any) -> str:
+def fmt_value(value: Any) -> str:
+    """A setting value for display: JSON for containers, ``null``/``true``/``false``, else str."""
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     if value is None:

@@ -39,7 +39,7 @@ import httpx
 from ruamel.yaml import YAML
 
 from servedeck.catalog import Catalog, ImageFacts, LauncherDefaults
-from servedeck.errors import DeployError, ServedeckError
+from servedeck.errors import DeployError
 from servedeck.findings import Severity
 from servedeck.inventory import HostEntry
 from servedeck.launcher import build_command, effective_settings

@@ -15,38 +15,20 @@ from typing import Any
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from servedeck.catalog import Catalog
 from servedeck.errors import ServedeckError
 from servedeck.launcher import SET_FIELDS
 from servedeck.profile import IMAGE_RE, Profile
+from servedeck.yamlio import launcher_value, read_yaml_file
 
 _FRONTEND_VALUE_FLAGS = {"--tool-call-parser": "tool_call_parser",
                          "--reasoning-parser": "reasoning_parser"}
 _ENGINE_VALUE_FLAGS = {"--" + f.replace("_", "-"): f for f in SET_FIELDS if f != "enable_prefix_caching"}
 
 
-def _yaml11(text: str) -> Any:
-    """Read one ``--set`` value the way the launcher does (YAML 1.1 safe load; raw on error)."""
-    y = YAML(typ="safe", pure=True)
-    y.version = (1, 1)
-    try:
-        return y.load(text)
-    except YAMLError:
-        return text
-
-
 def _load_compose(path: Path) -> dict[str, Any]:
-    y = YAML(typ="rt")
-    try:
-        doc = y.load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ServedeckError("file not found", file=str(path)) from None
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ServedeckError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
-                             field=f"line {mark.line + 1}" if mark else None) from None
+    doc = read_yaml_file(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict) or not doc["services"]:
         raise ServedeckError("no services in this compose file", file=str(path), field="services")
     return doc
@@ -157,7 +139,7 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
             if not sep:
                 raise ServedeckError(f"--set item {item!r} has no '='", file=file,
                                      field=f"{base}.command[{i + 1}]")
-            value = _yaml11(raw)
+            value = launcher_value(raw)
             parts = key.split(".")
             if parts[0] == "env" and len(parts) == 2:
                 launcher_env[parts[1]] = None if value is None else raw if isinstance(value, str) else str(raw)
@@ -197,9 +179,9 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         if tok in _FRONTEND_VALUE_FLAGS:
             engine[_FRONTEND_VALUE_FLAGS[tok]] = _take(argv, i, file, where); i += 2; continue
         if kind == "vllm" and tok in _ENGINE_VALUE_FLAGS:
-            engine[_ENGINE_VALUE_FLAGS[tok]] = _yaml11(_take(argv, i, file, where)); i += 2; continue
+            engine[_ENGINE_VALUE_FLAGS[tok]] = launcher_value(_take(argv, i, file, where)); i += 2; continue
         if kind == "vllm" and tok == "--speculative-config":
-            speculative = _yaml11(_take(argv, i, file, where)); i += 2; continue
+            speculative = launcher_value(_take(argv, i, file, where)); i += 2; continue
         extra.append(tok)
         i += 1
     if speculative != "unset":

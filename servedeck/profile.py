@@ -22,10 +22,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from servedeck.errors import ServedeckError
+from servedeck.yamlio import flatten, read_yaml_file
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_RE = re.compile(
@@ -353,38 +351,12 @@ class LoadedProfile:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    y = YAML(typ="rt")
-    try:
-        data = y.load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ServedeckError("file not found", file=str(path)) from None
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark else None
-        raise ServedeckError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
-                             field=line, hint="fix the YAML syntax") from None
+    data = read_yaml_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ServedeckError("a profile must be a YAML mapping", file=str(path))
-    return _plain(data)
-
-
-def _plain(node: Any) -> Any:
-    """ruamel round-trip nodes → plain dict/list/scalars (order kept)."""
-    if isinstance(node, dict):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    return node
+    return data
 
 
 def deep_merge(base: dict[str, Any], child: dict[str, Any], _path: tuple[str, ...] = ()
@@ -566,20 +538,6 @@ def _validation_error(exc: ValidationError, merged: dict[str, Any],
 # --------------------------------------------------------------------------- diffs
 
 IDENTITY_FIELDS = {"name", "description", "extends"}
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten nested mappings to dotted paths; lists stay whole values.
-
-    ``{"engine": {"max_model_len": 1}}`` → ``{"engine.max_model_len": 1}``.
-    """
-    out: dict[str, Any] = {}
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    else:
-        out[prefix] = value
-    return out
 
 
 def profile_view(profile: Profile) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from servedeck.ab import ArmDiff, Comparison, MetricComparison, Variable, WarningChange
+from servedeck.ab import ArmDiff, Comparison, MetricComparison, Variable, WarningChange, fmt_value
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
@@ -70,17 +70,6 @@ def fmt_signed(x: float | None) -> str:
 def fmt_ratio(x: float | None) -> str:
     """Ratio B/A with 3 decimals."""
     return "–" if x is None else f"{x:.3f}"
-
-
-def fmt_value(v: Any) -> str:
-    """A setting value as shown in the config diff (JSON for containers)."""
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True, separators=(",", ":"))
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from ruamel.yaml import YAML
 
 from servedeck.catalog import Catalog, ImageFacts, LauncherDefaults
 from servedeck.findings import Finding, Severity
 from servedeck.rules._doc import Doc, Path, path_str
+from servedeck.yamlio import launcher_value
 
 
 class CheckExpectations(BaseModel):
@@ -360,17 +360,9 @@ def parse_exl3xpu(tokens: list[Token]) -> Launch:
 
 # --------------------------------------------------------------------------- effective settings
 
-_YAML11 = YAML(typ="safe", pure=True)
-_YAML11.version = (1, 1)
-
-
 def yaml_value(text: str) -> Any:
-    """A ``--set`` value as serve.py reads it (PyYAML ``safe_load``, YAML 1.1; raw string when
-    it does not parse)."""
-    try:
-        return _YAML11.load(text)
-    except Exception:
-        return text
+    """A ``--set`` value as serve.py reads it (see :func:`servedeck.yamlio.launcher_value`)."""
+    return launcher_value(text)
 
 
 def parse_max_model_len(text: str) -> int | None:

@@ -24,6 +24,7 @@ from jsonschema.validators import validator_for
 
 from servedeck.rules._doc import Path, Scalar
 from servedeck.rules._service import Ctx
+from servedeck.yamlspec import is_sexagesimal, yaml11_type, yaml12_type
 
 # ----------------------------------------------------------------------------- schema
 
@@ -99,8 +100,6 @@ def check_schema(ctx: Ctx) -> None:
 
 # ----------------------------------------------------------------------------- yaml11
 
-_BOOL11_ONLY = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
-_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
 _OCTAL_LIKE = re.compile(r"^[-+]?0[0-9_]+$")
 _FLOAT11 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.[0-9.]*(?:[eE][-+][0-9]+)?$")
 _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}.*)?$")
@@ -137,13 +136,13 @@ def check_yaml11(ctx: Ctx) -> None:
 def _one_scalar(ctx: Ctx, path: Path, sc: Scalar, field_name: str, env_key: str | None) -> None:
     raw = sc.raw
     quote = f"quote it: \"{raw}\""
-    if _SEXAGESIMAL.match(raw) and ":" in raw:
+    if is_sexagesimal(raw):
         rule = "yaml11/port-sexagesimal" if field_name in ("ports", "expose") else "yaml11/sexagesimal"
         ctx.error(rule, path,
                   f"unquoted {raw} is a base-60 number in YAML 1.1 ({_sexagesimal_value(raw):g}), "
                   f"a string in YAML 1.2", quote)
         return
-    if _BOOL11_ONLY.match(raw):
+    if yaml11_type(raw) == "bool" and yaml12_type(raw) != "bool":
         if env_key is not None:
             ctx.error("yaml11/env-boolean", path,
                       f"environment {env_key}: unquoted {raw} is a boolean, not a string, for YAML 1.1 "
