@@ -61,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from servedeck.fsutil import atomic_write  # noqa: E402
-from servedeck.bench import Workload, format_table, import_vllm_bench, run_bench  # noqa: E402
+from servedeck.bench import (Workload, format_table, import_vllm_bench, metrics_delta,  # noqa: E402
+                             parse_metrics, run_bench)
 
 _RUNNER = (
     "import sys\n"
@@ -144,6 +145,13 @@ def run_vllm_bench(args: argparse.Namespace, image: str, out_dir: Path) -> Path:
     return out_dir / "vllm-bench.json"
 
 
+def scrape(base_url: str, model: str):
+    """A ``/metrics`` snapshot of the server (servedeck.bench.parse_metrics)."""
+    r = httpx.get(f"{base_url}/metrics", timeout=10)
+    r.raise_for_status()
+    return parse_metrics(r.text, model)
+
+
 def vllm_bench_cold(path: Path) -> tuple[dict, list[float], list[float]]:
     """Split a ``--save-detailed`` result into its first request and the rest.
 
@@ -199,7 +207,9 @@ def main() -> int:
                      endpoint="/v1/completions", seed=args.seed, warmup_requests=1)
         sd = run_bench(args.base_url, w, served_model=args.model)
         sd.write(out_dir / "servedeck")
+        before = scrape(args.base_url, args.model)
         vb = import_vllm_bench(run_vllm_bench(args, image, out_dir))
+        args.vb_window = metrics_delta(before, scrape(args.base_url, args.model))
     finally:
         if server:
             logs = _docker("logs", server)
@@ -240,6 +250,17 @@ def report(args: argparse.Namespace, sd, vb, out_dir: Path) -> int:
     if srv_dec:
         print(f"server-side decode tok/s median (servedeck run, Δgeneration_tokens/Δdecode_time) "
               f"{statistics.median(srv_dec):.1f}; vllm bench / server {vb_decode / statistics.median(srv_dec):.4f}")
+    win = args.vb_window
+    vb_mean_decode = vb.metrics["decode_tok_s"]["mean"]
+    if win.decode_tok_s and vb_mean_decode and srv_dec:
+        sd_vs_srv = sd_decode / statistics.median(srv_dec)
+        vb_vs_srv = vb_mean_decode / win.decode_tok_s
+        print(f"each tool against the server in its own time window (load drifts between the two "
+              f"runs on a shared machine): servedeck client/server decode (per request, median) "
+              f"{sd_vs_srv:.4f}; vllm bench 1000/mean_tpot {vb_mean_decode:.1f} vs server "
+              f"Δgeneration/Δdecode_time over its run {win.decode_tok_s:.1f} "
+              f"({win.requests_finished} requests incl. its test + warm-up) = {vb_vs_srv:.4f}; "
+              f"load-normalised servedeck/vllm bench {sd_vs_srv / vb_vs_srv:.4f}")
     stalled = [s for s in cold if s.server.ttft_s is not None and s.ttft_s - s.server.ttft_s > 0.05]
     print(f"servedeck requests whose stream arrived in one burst (client TTFT > server TTFT + 50 ms): "
           f"{len(stalled)}/{len(cold)}")

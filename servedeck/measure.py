@@ -73,11 +73,11 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     """
     from servedeck.bench import run_bench
     run = open_run(run_dir)
+    base_url = guard_run_matches_host(run, host, entry)
     if (run.path / "bench.jsonl").exists():
         raise ServedeckError(f"run {run.run_id} already holds benchmark results",
                              file=str(run.path / "bench.jsonl"),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
-    base_url = guard_run_matches_host(run, host, entry)
     result = run_bench(base_url, workload, served_model=run.meta["served_model_name"], progress=progress)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
@@ -98,7 +98,7 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(raw)
     except ValueError:
-        raise ServedeckError("not JSON", file=str(path)) from None
+        doc = None  # `vllm bench serve --append-result`: several JSON objects, one per line
     ext = import_guidellm(path) if isinstance(doc, dict) and "benchmarks" in doc else import_vllm_bench(path)
     name = path.name
     run.write_bytes(f"external/{name}", raw)

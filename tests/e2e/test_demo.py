@@ -20,7 +20,9 @@ from servedeck.ab import compare_arms
 from servedeck.bench import Workload
 from servedeck.demo import run_demo
 from servedeck.deploy import QuietReporter, status
+from servedeck.errors import ServedeckError
 from servedeck.inventory import get_host, load_inventory
+from servedeck.measure import bench_deployed
 from servedeck.project import Project
 from servedeck.remote import RemoteHost
 
@@ -152,3 +154,17 @@ def test_timings_split_pull_server_and_overhead(demo):
         t = result.timings[label]
         assert t["pull_s"] >= 0 and t["container_start_to_ready_s"] > 0
         assert t["overhead_s"] is not None
+
+
+def test_bench_refuses_a_run_whose_compose_is_no_longer_deployed(demo):
+    result, _, host, entry, _ = demo
+    with pytest.raises(ServedeckError, match="was not deployed by this run") as exc:
+        bench_deployed(result.runs[0], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+    assert "redeploy" in exc.value.hint
+    assert len((result.runs[0] / "bench.jsonl").read_text().splitlines()) == 7  # untouched
+
+
+def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
+    result, _, host, entry, _ = demo
+    with pytest.raises(ServedeckError, match="already holds benchmark results"):
+        bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))

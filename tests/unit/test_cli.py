@@ -1,0 +1,110 @@
+"""The invoke tasks as a user runs them: exit codes, one-paragraph errors, files written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+
+
+def invoke(*args: str, project: Path | None = None, runs: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if project:
+        env["SERVEDECK_PROJECT"] = str(project)
+    if runs:
+        env["SERVEDECK_RUNS_DIR"] = str(runs)
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
+                          text=True, env=env)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    for name in ("profiles", "templates", "schema", "deploy"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("images"))
+    return tmp_path
+
+
+def test_render_flags_prints_one_token_per_line():
+    res = invoke("render", "--profile", "batch-8192", "--flags")
+    assert res.returncode == 0
+    lines = res.stdout.splitlines()
+    assert lines[:5] == ["models/qwen3.8-27b-exl3-4.00bpw", "--gpu", "0", "--model-path", "/mnt/exl3model"]
+    assert lines[-2:] == ["--served-model-name", "Qwen3.8-27B"]
+
+
+def test_check_exit_status_follows_errors(tmp_path):
+    ok = invoke("check", "--compose", str(FIX / "compose" / "seed-run3-fixed.yml"))
+    assert ok.returncode == 0 and "0 errors" in ok.stdout
+    bad = tmp_path / "bad.yml"
+    bad.write_text((FIX / "compose" / "seed-run3-fixed.yml").read_text().replace('"9932:9932"', "2122:22"))
+    res = invoke("check", "--compose", str(bad), "--json")
+    assert res.returncode == 1
+    rules = {f["rule"] for f in json.loads(res.stdout)}
+    assert "yaml11/port-sexagesimal" in rules
+    missing = invoke("check", "--compose", str(tmp_path / "nope.yml"))
+    assert missing.returncode == 2 and "file not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_check_all_profiles_has_no_errors():
+    res = invoke("check", "--all")
+    assert res.returncode == 0, res.stdout
+
+
+def test_import_writes_a_profile_and_refuses_to_overwrite(project):
+    res = invoke("import", "--compose", str(FIX / "compose" / "seed-run3.yml"), "--name", "run3", project=project)
+    assert res.returncode == 0, res.stderr
+    assert (project / "profiles" / "run3.yaml").exists()
+    again = invoke("import", "--compose", str(FIX / "compose" / "seed-run3.yml"), "--name", "run3", project=project)
+    assert again.returncode == 2 and "--force" in again.stderr
+    out = invoke("render", "--profile", "run3", project=project)
+    assert "vllm.max_num_batched_tokens=8192" in out.stdout
+
+
+def test_schema_check_fails_when_stale(project):
+    assert invoke("schema", "--check", project=project).returncode == 0
+    (project / "schema" / "profile.schema.json").write_text("{}\n")
+    res = invoke("schema", "--check", project=project)
+    assert res.returncode == 2 and "stale" in res.stderr and "invoke schema" in res.stderr
+
+
+def test_startup_facts_of_a_log_file():
+    res = invoke("startup-facts", "--log", str(FIX / "vllm-0.32-cpu" / "serve-8192.log"), "--json")
+    facts = json.loads(res.stdout)
+    assert facts["kv_cache_tokens"] == 1_048_576 and facts["max_concurrency"] == 512.0
+    text = invoke("startup-facts", "--log", str(FIX / "vllm-0.32-cpu" / "serve-4096.log")).stdout
+    assert "max_num_scheduled_tokens is set to 4096" in text
+
+
+def test_ab_refuses_two_variables_and_reports_one(tmp_path):
+    runs = FIX / "runs"
+    res = invoke("ab", "2", "4", runs=runs)
+    assert res.returncode == 2 and "2 variables differ" in res.stderr and "--allow-multi" in res.stderr
+    out = tmp_path / "r" / "report.md"
+    res = invoke("ab", "latest:base", "latest:batch-8192", "--out", str(out), runs=runs)
+    assert res.returncode == 0, res.stderr
+    assert "changed: max_num_batched_tokens: 4096 → 8192" in res.stdout
+    assert out.exists() and out.with_suffix(".png").exists()
+
+
+def test_plan_against_a_recorded_run():
+    res = invoke("plan", "--profile", "batch-8192", "--against", "0002-base-b70", runs=FIX / "runs")
+    assert res.returncode == 0, res.stderr
+    assert "single variable: max_num_batched_tokens: 4096 → 8192" in res.stdout
+    res = invoke("plan", "--profile", "mtp-2", "--against", "0002-base-b70", runs=FIX / "runs")
+    assert res.returncode == 2 and "variables differ" in res.stderr
+
+
+def test_runs_and_show():
+    res = invoke("runs", runs=FIX / "runs")
+    assert "0003-batch-8192-b70" in res.stdout and "236,470" in res.stdout
+    show = invoke("show", "latest:batch-8192", "--json", runs=FIX / "runs")
+    doc = json.loads(show.stdout)
+    assert doc["run"]["profile"] == "batch-8192" and doc["startup"]["kv_cache_tokens"] == 236470
