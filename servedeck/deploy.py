@@ -423,6 +423,7 @@ class DeployResult:
     timings_s: dict[str, float] = field(default_factory=dict)
     startup: dict[str, Any] | None = None
     arg_checks: list[Any] = field(default_factory=list)
+    compose_sha256: str | None = None
 
 
 def api_base_url(host: RemoteHost, entry: HostEntry, profile: Profile) -> str:
@@ -620,6 +621,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         raise DeployError("deploy interrupted", hint=f"invoke status --host {host.name}") from None
     finally:
         history["outcome"] = result.outcome
+        history["compose_sha256"] = result.compose_sha256 or history["compose_sha256"]
         history["ended"] = utcnow()
         try:
             host.append_history(history)
@@ -666,9 +668,9 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         rendered = render_profile(profile, catalog, project.templates_dir)
         local_check(rendered, catalog, entry, reporter)
         facts = img_facts
-    elif facts.entrypoint and img_facts.entrypoint and facts.entrypoint != img_facts.entrypoint:
-        raise DeployError(f"the image's entrypoint {img_facts.entrypoint} differs from the catalog's "
-                          f"{facts.entrypoint}", hint=f"update {project.catalog_path}")
+    else:
+        _compare_catalog(facts, img_facts, profile, project.catalog_path)
+    result.compose_sha256 = rendered.compose_sha256
     command = build_command(profile, facts)
     if run:
         run.save_compose(rendered.compose_text)
@@ -763,6 +765,28 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     raise DeployError(f"deploy of {profile.name} failed: {readiness.reason}; rolled back: {state}. "
                       f"The failed compose file is kept as {host.abspath(FAILED)}",
                       hint=f"invoke logs --host {host.name}")
+
+
+def _compare_catalog(known: ImageFacts, seen: ImageFacts, profile: Profile, catalog_path: Path) -> None:
+    """The catalog must tell the truth about a digest: compare it with the pulled image.
+
+    Raises:
+        DeployError: entrypoint, vLLM version or the launcher's model.yaml ``vllm:`` defaults
+            differ (nothing running was touched).
+    """
+    problems = []
+    if known.entrypoint and seen.entrypoint and known.entrypoint != seen.entrypoint:
+        problems.append(f"entrypoint: catalog {known.entrypoint}, image {seen.entrypoint}")
+    if seen.vllm_version != "unknown" and known.vllm_version != seen.vllm_version:
+        problems.append(f"vLLM version: catalog {known.vllm_version}, image {seen.vllm_version}")
+    mine, theirs = known.defaults_for(profile.launcher.config), seen.defaults_for(profile.launcher.config)
+    if mine and theirs and mine.vllm != theirs.vllm:
+        keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
+        problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
+    if problems:
+        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+                          + "; ".join(problems) + "; the running deployment was not touched",
+                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
 
 
 def _compose_file(host: RemoteHost, name: str, args: list[str]):
