@@ -319,8 +319,12 @@ def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
         container.remove(force=True)
 
 
-def read_image_facts(client, image_ref: str, profile: Profile) -> tuple[ImageFacts, dict[str, Any]]:
+def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = True
+                     ) -> tuple[ImageFacts, dict[str, Any]]:
     """Facts of a pulled image, read without running the server.
+
+    With ``deep=False`` only the image's configuration is read (entrypoint, labels, created):
+    used when the catalog already knows the digest and the image was checked when it arrived.
 
     Labels ``io.servedeck.vllm-version`` / ``io.servedeck.standin`` are used when present;
     otherwise the vLLM version comes from a one-line Python probe (``importlib.metadata``) run
@@ -336,7 +340,7 @@ def read_image_facts(client, image_ref: str, profile: Profile) -> tuple[ImageFac
     entrypoint = cfg.get("Entrypoint") or []
     workdir = cfg.get("WorkingDir") or "/"
     version = labels.get("io.servedeck.vllm-version")
-    if not version:
+    if not version and deep:
         py = entrypoint[0] if entrypoint and "python" in entrypoint[0] else "python3"
         try:
             out = client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
@@ -346,7 +350,7 @@ def read_image_facts(client, image_ref: str, profile: Profile) -> tuple[ImageFac
     launcher = ("exl3xpu" if any("serve.py" in part for part in entrypoint)
                 else "vllm" if any("vllm" in part for part in entrypoint) else profile.launcher.kind)
     defaults: list[LauncherDefaults] = []
-    if launcher == "exl3xpu" and profile.launcher.config:
+    if launcher == "exl3xpu" and profile.launcher.config and deep:
         config = profile.launcher.config
         yaml_path = config if config.endswith((".yaml", ".yml")) else f"{config}/model.yaml"
         if not yaml_path.startswith("/"):
@@ -609,7 +613,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     client = None
     try:
         with _Interrupt():
-            client = host.docker_client()
+            client = host.docker_client(verified=True)
             _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre,
                    run, options, reporter, t0, result)
     except KeyboardInterrupt:
@@ -645,10 +649,12 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     ref = profile.image
     repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
     import docker
+    pulled = False
     try:
         image = client.images.get(repo_digest)
         reporter.info("image present on the host")
     except docker.errors.ImageNotFound:
+        pulled = True
         try:
             image = client.images.pull(repo_digest)
         except docker.errors.APIError as exc:
@@ -660,7 +666,8 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
                           "the running deployment was not touched")
     facts = catalog.lookup(profile.image_ref.digest)
-    img_facts, img_raw = read_image_facts(client, repo_digest, profile)
+    img_facts, img_raw = read_image_facts(client, repo_digest, profile,
+                                          deep=facts is None or pulled)
     if facts is None:
         catalog.add(profile.image_ref.digest, img_facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
@@ -685,10 +692,11 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
             "reference": img_raw["reference"], "digest": img_raw["digest"], "created": img_raw["created"],
             "entrypoint": img_raw["entrypoint"], "vllm_version": img_raw["vllm_version"],
             "labels": img_raw["labels"]}})
-    _warn_compile_range(host, profile, facts, reporter)
+    files = host.read_files([COMPOSE, host.history_path])
+    previous = files[COMPOSE]
+    _warn_compile_range(files[host.history_path] or b"", profile, facts, reporter)
 
     # ---------------------------------------------------------------- upload, stop, start
-    previous = host.read_file(COMPOSE, missing_ok=True)
     reporter.phase("upload", f"{host.abspath(COMPOSE)}" + (f" (previous kept as {PREVIOUS})" if previous else ""))
     host.upload_atomic(COMPOSE, rendered.compose_text.encode(), keep_previous=PREVIOUS if previous else None)
     if previous:
@@ -824,13 +832,14 @@ def _compose_served_name(data: bytes) -> str | None:
     return None
 
 
-def _warn_compile_range(host: RemoteHost, profile: Profile, facts: ImageFacts | None,
+def _warn_compile_range(history: bytes, profile: Profile, facts: ImageFacts | None,
                         reporter: Reporter) -> None:
-    """Warn when the effective compile range (1, max_num_batched_tokens) is new on this host."""
+    """Warn when the effective compile range (1, max_num_batched_tokens) was never served on
+    this host (``history``: the host's history.jsonl)."""
     mnbt = effective_settings(profile, facts).get("max_num_batched_tokens")
     if mnbt is None:
         return
-    data = host.read_file(host.history_path, missing_ok=True) or b""
+    data = history
     seen = set()
     for line in data.decode("utf-8", "replace").splitlines():
         try:

@@ -23,6 +23,7 @@ same known_hosts files and ``RejectPolicy`` (unknown or changed keys refused).
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import hashlib
 import json
@@ -101,7 +102,25 @@ class SshTarget(BaseModel):
             opts += ["-o", f"UserKnownHostsFile={os.path.expanduser(self.known_hosts)}"]
         opts += ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
                  "-o", "ConnectTimeout=15"]
-        return opts
+        return opts + self.multiplex_options(opts)
+
+    def multiplex_options(self, opts: list[str]) -> list[str]:
+        """OpenSSH connection sharing: one authenticated connection carries every command of a
+        deploy (``ControlMaster=auto``, kept 60 s after the last use), instead of a new TCP +
+        key exchange + authentication per command.
+
+        The control socket's name includes a hash of the target *and of the trust settings*
+        (ssh config, known_hosts, identity), so a command with other trust settings never
+        rides on a connection whose host key was checked against a different known_hosts.
+        ``$SERVEDECK_SSH_MULTIPLEX=0`` turns sharing off.
+        """
+        if os.environ.get("SERVEDECK_SSH_MULTIPLEX", "1") == "0":
+            return []
+        base = f"/tmp/servedeck-ssh-{os.getuid()}"
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        key = hashlib.sha256("\0".join([self.destination, *opts]).encode()).hexdigest()[:16]
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={base}/{key}-%C",
+                "-o", "ControlPersist=60"]
 
 
 @dataclass(frozen=True)
@@ -517,6 +536,24 @@ class RemoteHost:
             raise ServedeckError(f"host {self.name}: cannot read {path}: {res.stderr.strip()}")
         return res.stdout_bytes
 
+    def read_files(self, remote_paths: list[str]) -> dict[str, bytes | None]:
+        """Several files in ONE round trip: ``{given path: bytes, or None when missing}``.
+
+        Raises:
+            ServedeckError: the host is unreachable or a file exists but cannot be read.
+        """
+        script = ('for f in "$@"; do if [ -e "$f" ]; then printf "1 "; base64 -w0 -- "$f" || exit 5; '
+                  'else printf "0 "; fi; echo; done')
+        res = self.run_script(script, [self.abspath(p) for p in remote_paths])
+        lines = res.stdout.splitlines()
+        if len(lines) != len(remote_paths):
+            raise ServedeckError(f"host {self.name}: reading {remote_paths} returned {len(lines)} lines")
+        out: dict[str, bytes | None] = {}
+        for path, line in zip(remote_paths, lines):
+            flag, _, data = line.partition(" ")
+            out[path] = base64.b64decode(data) if flag == "1" else None
+        return out
+
     def abspath(self, remote_path: str) -> str:
         """``remote_path`` if absolute, else ``<workdir>/<remote_path>``."""
         return remote_path if remote_path.startswith("/") else f"{self.workdir}/{remote_path}"
@@ -531,7 +568,7 @@ class RemoteHost:
                          "--project-directory", self.workdir, *args],
                         check=check, timeout=timeout)
 
-    def docker_client(self, *, timeout: int = 120):
+    def docker_client(self, *, timeout: int = 120, verified: bool = False):
         """A ``docker.DockerClient`` talking to the host's dockerd over SSH (paramiko).
 
         The target is resolved with ``ssh -G``; host keys come from the resolved known_hosts
@@ -545,7 +582,8 @@ class RemoteHost:
         import paramiko
         from docker.transport.sshconn import SSHHTTPAdapter
 
-        self.run(["true"])  # verifies the host key with OpenSSH first (clear error + fingerprint)
+        if not verified:  # the caller has not talked to the host through OpenSSH yet
+            self.run(["true"])  # verifies the host key with OpenSSH first (clear error + fingerprint)
         t = self.resolve()
         client = paramiko.SSHClient()
         host_keys = client.get_host_keys()

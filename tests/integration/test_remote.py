@@ -199,7 +199,10 @@ def test_preflight_facts_shape(test_host: RemoteHost, scratch_host: RemoteHost,
                             capture_output=True, text=True, check=True).stdout.strip()
     assert facts["docker_server_version"] == server
     assert re.fullmatch(r"\d+\.\d+\.\d+", facts["compose_version"])
-    assert facts["dri_devices"] == [] and facts["gpu_power_caps"] == []  # no GPU on this machine
+    # no GPU here: scripts/test-services made one stand-in render node (226:128, gid 992)
+    assert [(d["path"], d["gid"], d["mode"]) for d in facts["dri_devices"]] == [
+        ("/dev/dri/renderD128", 992, "660")]
+    assert facts["gpu_power_caps"] == []
     assert facts["workdir"]["exists"] is True and facts["workdir"]["free_gib"] > 0
     assert facts["paths"]["models/w"] == {"path": f"{scratch_host.workdir}/models/w",
                                           "exists": True, "nonempty": True, "kind": "dir"}
