@@ -66,8 +66,18 @@ def _write_out(path: str, text: str) -> None:
             "flags": "print the launcher argv, one token per line"})
 @_cli
 def render(c, profile, out=None, flags=False):
-    """Render a profile to a docker-compose file (or its launcher argv with --flags)."""
+    """Render a profile to a verified docker-compose file (or its launcher argv with --flags)."""
+    from servedeck.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
+    findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
+                                  expect=CheckExpectations(rendered=True))
+    if has_errors(findings):
+        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
+    counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
+    print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
+          f"{counts[Severity.info]} infos (details: invoke check --profile {profile})", file=sys.stderr)
     text = "\n".join(rendered.command) + "\n" if flags else rendered.compose_text
     if out:
         _write_out(out, text)
@@ -445,6 +455,7 @@ def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitio
     for path in result.runs:
         print(f"run: {path}")
     print(f"A/B report: {result.report}")
+    print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
 
 
 @task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)"})

@@ -859,7 +859,9 @@ def compare_startup_fact(name: str, a: Any, b: Any) -> MetricComparison:
     fa = float(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else None
     fb = float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else None
     diff, ratio = _diff_ratio(fa, fb)
-    if fa is None or fb is None:
+    if fa is None and fb is None:
+        verdict = "not in either log"
+    elif fa is None or fb is None:
         verdict = "missing"
     elif fb > fa:
         verdict = "higher"

@@ -126,11 +126,24 @@ class Catalog:
     def add(self, digest: str, facts: ImageFacts) -> None:
         """Add or replace one entry and write the file atomically.
 
+        The file is edited round-trip (ruamel.yaml), so the other entries, their order and the
+        comments stay as they were.
+
         Raises:
             OSError: when the file cannot be written.
         """
         self.data.images[digest] = facts
+        y = YAML(typ="rt")
+        y.width = 4096
+        y.preserve_quotes = True
+        y.indent(mapping=2, sequence=2, offset=0)
+        doc = y.load(self.path.read_text(encoding="utf-8")) if self.path.exists() else None
+        if not doc:
+            doc = y.load("# servedeck image catalog: facts per image digest (see servedeck/catalog.py).\n"
+                         "images: {}\n")
+        if doc.get("images") is None:
+            doc["images"] = {}
+        doc["images"][digest] = facts.model_dump(mode="json", exclude_defaults=True)
         buf = io.StringIO()
-        buf.write("# servedeck image catalog: facts per image digest (see servedeck/catalog.py).\n")
-        _yaml().dump(self.data.model_dump(mode="json", exclude_defaults=True), buf)
+        y.dump(doc, buf)
         atomic_write(self.path, buf.getvalue())

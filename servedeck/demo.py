@@ -190,4 +190,7 @@ def format_timings(result: DemoResult) -> str:
         ratio = warm["container_start_to_ready_s"] / cold["container_start_to_ready_s"]
         rows.append(f"warm redeploy of {VARIANT}: server start to ready {warm['container_start_to_ready_s']:.1f} s "
                     f"vs cold {cold['container_start_to_ready_s']:.1f} s (ratio {ratio:.2f})")
+        if warm.get("compile_cache_hit") is False:
+            rows.append("  note: the warm redeploy did not hit vLLM's compile cache (its log says why, see "
+                        "startup.json warnings): the difference is not a compiled-artifact effect")
     return "\n".join(rows)

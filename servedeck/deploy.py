@@ -90,7 +90,7 @@ class ConsoleReporter(Reporter):
 
     def __init__(self) -> None:
         from rich.console import Console
-        self.console = Console(stderr=False, highlight=False)
+        self.console = Console(stderr=False, highlight=False, soft_wrap=True)
         self._status = None
         self._last_plain = 0.0
 

@@ -231,9 +231,12 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
     if port is not None:
         container["port"] = port
     if ports:
-        host_port = int(ports[0].split(":")[-2]) if ":" in ports[0] else None
+        parts = ports[0].split("/")[0].split(":")
+        host_port = int(parts[-2]) if len(parts) >= 2 else None
         if host_port is not None and host_port != port:
             container["host_port"] = host_port
+        if len(parts) == 3:
+            container["host_ip"] = parts[0]
     for key in ("devices", "group_add"):
         if svc.get(key):
             container[key] = [str(v) for v in svc[key]]

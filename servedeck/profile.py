@@ -231,6 +231,7 @@ class Container(_Strict):
         restart: Compose restart policy (``"no"``, ``always``, ``on-failure[:N]``, ``unless-stopped``).
         port: the port the server listens on inside the container.
         host_port: published host port (defaults to ``port``).
+        host_ip: publish on this host address only (``127.0.0.1``); default all addresses.
         devices: device paths (``/dev/dri``).
         group_add: supplementary groups: the host's render GID as a string (``"992"``).
         environment: container environment (exl3xpu: model.yaml env overrides it, see
@@ -245,6 +246,7 @@ class Container(_Strict):
     restart: str = "no"
     port: int = Field(default=8000, ge=1, le=65535)
     host_port: int | None = Field(default=None, ge=1, le=65535)
+    host_ip: str | None = None
     devices: list[str] = Field(default_factory=list)
     group_add: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)

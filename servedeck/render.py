@@ -94,7 +94,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     phash = profile_hash(profile)
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
-        ports=f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
+        ports=(f"{c.host_ip}:" if c.host_ip else "") + f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
         profile_hash=phash, version=__version__)
     if not text.endswith("\n"):
         text += "\n"

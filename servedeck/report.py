@@ -20,6 +20,9 @@ from servedeck.ab import ArmDiff, Comparison, MetricComparison, Variable, Warnin
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
+COARSE_BELOW_N = 5
+"""Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
+
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 REPORT_TEMPLATE = "report.md.j2"
 
@@ -86,7 +89,9 @@ def bench_sentence(m: MetricComparison) -> str:
     if not m.judged:
         return (f"{base} (ratio {fmt_ratio(m.ratio)}; n={len(m.samples_b)} vs {len(m.samples_a)}): "
                 f"single sample, not judged")
-    return (f"{base} (ratio {fmt_ratio(m.ratio)}, 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}): "
+    n = min(len(m.samples_a), len(m.samples_b))
+    coarse = f"; only {n} samples per arm: a coarse interval" if n < COARSE_BELOW_N else ""
+    return (f"{base} (ratio {fmt_ratio(m.ratio)}, 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}{coarse}): "
             f"{m.verdict}")
 
 
@@ -95,7 +100,8 @@ def kv_sentence(c: Comparison) -> str | None:
     kv = c.metric("kv_cache_tokens")
     if kv is None or kv.a is None or kv.b is None:
         return None
-    text = f"KV pool {fmt_signed(kv.difference)} tokens ({fmt_num(kv.a)} \u2192 {fmt_num(kv.b)})"
+    text = (f"KV pool unchanged at {fmt_num(kv.a)} tokens" if kv.difference == 0 else
+            f"KV pool {fmt_signed(kv.difference)} tokens ({fmt_num(kv.a)} \u2192 {fmt_num(kv.b)})")
     gib = c.metric("available_kv_cache_gib")
     if gib and gib.a is not None and gib.b is not None:
         text += f", available KV cache {fmt_num(gib.a)} \u2192 {fmt_num(gib.b)} GiB"

@@ -98,7 +98,8 @@ class StartupFacts:
 
     - ``warnings``: ``[{"id", "text", "level"}]``, exact duplicates dropped. Known ids:
       ``max_num_scheduled_tokens``, ``spec_method_deprecated``, ``min_p_logit_bias_spec``,
-      ``padding_layers``, ``async_scheduling_disabled``, ``xpu_graph_unsupported``; any other
+      ``padding_layers``, ``async_scheduling_disabled``, ``xpu_graph_unsupported``,
+      ``compile_cache_load_failed``; any other
       WARNING/ERROR/CRITICAL line has id ``other``.
     - ``compile_ranges``: ``[{"graph", "range", "compile_s", "cache_hit"}]``; ``graph`` is the
       ``[tag]`` prefix or the last ``Using cache directory: .../<graph>`` name (else ``None``);
@@ -250,6 +251,9 @@ _KNOWN_WARNINGS: list[tuple[str, str, re.Pattern[str]]] = [
      re.compile(r"(?i)async scheduling\b.*\bdisabl|disabl\w* async scheduling")),
     ("xpu_graph_unsupported", "XPU Graph is not supported",
      re.compile(r"XPU Graph is not supported")),
+    # 0.32: a cached AOT artifact that cannot be loaded is compiled again (a cold start)
+    ("compile_cache_load_failed", "Compiling model again due to a load failure",
+     re.compile(r"Compiling model again due to a load failure")),
 ]
 
 _SPEC_RE = re.compile(

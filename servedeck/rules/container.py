@@ -247,9 +247,13 @@ def check_restart(ctx: Ctx, svc: Service) -> None:
                   f"policy \"no\"", "quote it: restart: \"no\"")
         return
     if isinstance(value, str) and value in _LOOPING:
-        ctx.warning("restart/loops-on-failure", path,
-                    f"restart: {value} turns a startup failure into a restart loop that keeps the GPU "
-                    f"busy and hides the first error", "use restart: on-failure:3 or \"no\"")
+        # servedeck's own deploy watches the restart count and rolls back a looping start, so
+        # for a file it rendered the loop is caught: information, not a warning
+        report = ctx.info if ctx.expect.rendered else ctx.warning
+        caught = " (servedeck deploy detects the loop and rolls back)" if ctx.expect.rendered else ""
+        report("restart/loops-on-failure", path,
+               f"restart: {value} turns a startup failure into a restart loop that keeps the GPU "
+               f"busy and hides the first error{caught}", "use restart: on-failure:3 or \"no\"")
     policy = ((svc.data.get("deploy") or {}).get("restart_policy") or {})
     if isinstance(policy, dict) and policy.get("condition") in ("any", "on-failure", None) and policy \
             and policy.get("max_attempts") is None:

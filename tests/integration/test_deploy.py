@@ -273,3 +273,34 @@ def test_interrupted_deploy_leaves_a_state_status_describes(project, card, stand
     assert st["compose_present"] and st["drift"] == []
     assert st["container"]["state"] == "running"
     assert st["serving"] is False  # still starting: the stand-in needs 30 s
+
+
+# ------------------------------------------------------------------------------ rollback, logs, down
+
+
+def test_rollback_then_logs_then_down(project, card, standin):
+    from servedeck.deploy import down, rollback, stream_logs
+    host, entry = card
+    first = _fast(project, "first")
+    _variant(project, "second", "extends: first\nengine:\n  max_num_batched_tokens: 4096\n")
+    assert _deploy(project, card, first, standin).outcome == "ready"
+    first_compose = host.read_file("docker-compose.yml")
+    assert _deploy(project, card, "second", standin).outcome == "ready"
+    second_compose = host.read_file("docker-compose.yml")
+    assert b"max_num_batched_tokens=4096" in second_compose
+
+    rb = rollback(host, entry, reporter=QuietReporter())
+    assert rb.ready
+    assert host.read_file("docker-compose.yml") == first_compose
+    assert host.read_file("docker-compose.yml.prev") == second_compose  # a second rollback goes forward
+    assert _models() == ["Qwen3.8-27B"]
+    assert status(host, entry)["drift"] == []
+
+    lines: list[str] = []
+    stream_logs(host, tail=50, write=lines.append)
+    assert "Starting vLLM server on" in "\n".join(lines)
+
+    down(host)
+    st = status(host, entry)
+    assert st["container"] is None and "down" in " ".join(st["drift"])
+    assert [h["profile"] for h in _history(host)][-2:] == ["(rollback)", "(down)"]

@@ -108,3 +108,14 @@ def test_runs_and_show():
     show = invoke("show", "latest:batch-8192", "--json", runs=FIX / "runs")
     doc = json.loads(show.stdout)
     assert doc["run"]["profile"] == "batch-8192" and doc["startup"]["kv_cache_tokens"] == 236470
+
+
+def test_render_refuses_a_file_that_fails_the_check(project, tmp_path):
+    (project / "profiles" / "typo.yaml").write_text("extends: base\nengine:\n  tool_call_parser: qwen3_xmll\n")
+    out = tmp_path / "out.yml"
+    res = invoke("render", "--profile", "typo", "--out", str(out), project=project)
+    assert res.returncode == 1
+    assert "qwen3_xml" in res.stderr and "nothing was written" in res.stderr
+    assert not out.exists()
+    ok = invoke("render", "--profile", "batch-8192", "--out", str(out), project=project)
+    assert ok.returncode == 0 and "checked: 0 errors" in ok.stderr and out.exists()

@@ -121,3 +121,16 @@ def test_args_verification_without_a_log_line_reports_nothing_confirmed():
     assert checks["max_num_batched_tokens"].status == "not reported"
     assert checks["kv_cache_dtype"].source == "image"  # model.yaml default, not the profile
     assert checks["gpu_memory_utilization"].source == "profile"
+
+
+def test_catalog_add_keeps_the_file_as_written(tmp_path):
+    from servedeck.catalog import ImageFacts
+    path = tmp_path / "images.yaml"
+    original = (ROOT / "deploy" / "images.yaml").read_text()
+    path.write_text(original)
+    digest = "sha256:" + "a" * 64
+    Catalog(path).add(digest, ImageFacts(repository="127.0.0.1:5000/x", launcher="exl3xpu",
+                                         vllm_version="0.32.0", device="cpu", entrypoint=["python3", "x.py"]))
+    text = path.read_text()
+    assert text.startswith(original)  # comments, order and quoting of the other entries kept
+    assert Catalog(path).lookup(digest).vllm_version == "0.32.0"

@@ -334,3 +334,14 @@ def test_traceback_frames_are_not_warnings():
     assert texts[0] == "EngineCore failed to start."
     assert not any(t.startswith(("Traceback", "File ", "raise ")) for t in texts)
     assert texts[-1].startswith("ValueError: To serve at least one request")
+
+
+def test_a_compile_cache_that_fails_to_load_is_a_classified_miss():
+    line = ("(Worker pid=33) WARNING 11-30 08:12:26 [decorators.py:333] [backbone] Compiling model again "
+            "due to a load failure from /root/.cache/vllm/torch_compile_cache/torch_aot_compile/940865c0/"
+            "rank_0_0/model, reason: 'function' object has no attribute 'finalize_loading'\n"
+            "(Worker pid=33) INFO 11-30 08:12:31 [decorators.py:743] [backbone] saved AOT compiled function "
+            "to /root/.cache/vllm/torch_compile_cache/torch_aot_compile/940865c0/rank_0_0/model\n")
+    f = parse_startup_log(line).to_dict()
+    assert [w["id"] for w in f["warnings"]] == ["compile_cache_load_failed"]
+    assert f["compile_cache_hit"] is False
