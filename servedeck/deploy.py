@@ -45,7 +45,7 @@ from servedeck.inventory import HostEntry
 from servedeck.launcher import build_command, effective_settings
 from servedeck.profile import LoadedProfile, Profile, diff_profiles
 from servedeck.project import Project
-from servedeck.remote import RemoteHost
+from servedeck.remote import LockInfo, RemoteHost
 from servedeck.render import Rendered, render_profile
 from servedeck.runs import RunRecord, create_run, git_commit, utcnow
 
@@ -53,6 +53,7 @@ COMPOSE = "docker-compose.yml"
 PREVIOUS = "docker-compose.yml.prev"
 FAILED = "docker-compose.yml.failed"
 MIN_FREE_GIB = 2.0
+LOCK_STALE_AFTER_H = 12.0
 HEALTH_POLL_S = 0.1
 STATE_POLL_S = 1.0
 ERROR_LINE_RE = re.compile(r"\b(ERROR|CRITICAL|Traceback|Error|error:|Exception)\b")
@@ -518,8 +519,15 @@ def preflight(host: RemoteHost, entry: HostEntry, rendered: Rendered, options: D
         problems.append(f"only {free:.1f} GiB free under {host.workdir} (need {options.min_free_gib:g})")
     lock = facts.get("lock")
     if lock and not options.force_unlock:
-        problems.append(f"another deploy holds the lock: {lock.get('owner')} since "
-                        f"{lock.get('started_at')} (use --force-unlock if it is stale)")
+        stale = None
+        try:
+            stale = LockInfo.model_validate(lock).stale_reason(max_age_h=LOCK_STALE_AFTER_H)
+        except ValueError:
+            stale = "its content is not readable"
+        problems.append(f"another deploy holds the lock: {lock.get('owner')} (pid {lock.get('pid')} on "
+                        f"{lock.get('host')}) since {lock.get('started_at')}"
+                        + (f"; it looks stale: {stale} (use --force-unlock)" if stale
+                           else "; wait for it, or --force-unlock if that deploy died"))
     if problems:
         raise DeployError("preflight on host " + host.name + " failed; nothing was changed:\n  - "
                           + "\n  - ".join(problems))
@@ -872,6 +880,9 @@ def _record_startup(run: RunRecord | None, profile: Profile, facts: ImageFacts |
             reporter.warn(f"{len(differs)} setting(s) differ from the profile: the server does not "
                           "run what was rendered")
     if run:
+        run.save_meta(args_verification={
+            "confirmed": [c.setting for c in checks if c.status == "confirmed"],
+            "differs": [c.render() for c in checks if c.status == "differs"]})
         run.write_text("startup.log", readiness.log_text)
         run.write_json("startup.json", parsed)
         run.write_json("args_verification.json", [c.model_dump(mode="json") for c in checks])

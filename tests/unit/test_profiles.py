@@ -281,3 +281,11 @@ def test_schema_rejects_typos_and_unpinned_images():
     assert validator.is_valid(full)
     full["image"] = "vllm/vllm-openai:latest"
     assert not validator.is_valid(full)
+
+
+def test_dollar_signs_are_escaped_for_compose_and_json_stays_one_item(store, tmp_path):
+    _write(tmp_path, "v", "extends: base\ncontainer:\n  environment:\n    PROMPT: \"cost $5 ${HOME}\"\n"
+                          "engine:\n  extra_args: ['--hf-overrides', '{\"a\": \"$x\"}']\n")
+    text = render_profile(store.load("v"), CATALOG, ROOT / "templates").compose_text
+    assert 'PROMPT: "cost $$5 $${HOME}"' in text
+    assert "- --hf-overrides\n      - '{\"a\": \"$$x\"}'" in text

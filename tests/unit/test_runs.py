@@ -134,3 +134,25 @@ def test_catalog_add_keeps_the_file_as_written(tmp_path):
     text = path.read_text()
     assert text.startswith(original)  # comments, order and quoting of the other entries kept
     assert Catalog(path).lookup(digest).vllm_version == "0.32.0"
+
+
+@pytest.mark.parametrize("name", ["hosts.yaml", "test-hosts.yaml"])
+def test_inventories_validate_against_the_schema_and_load(name):
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    from servedeck.inventory import load_inventory
+    schema = json.loads((ROOT / "schema" / "hosts.schema.json").read_text())
+    data = YAML(typ="safe", pure=True).load((ROOT / "deploy" / name).read_text())
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(data)) == []
+    inv = load_inventory(ROOT / "deploy" / name)
+    assert all(entry.workdir.startswith("/") for entry in inv.hosts.values())
+
+
+def test_inventory_errors_name_the_field(tmp_path):
+    from servedeck.inventory import load_inventory
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  b70:\n    ssh: {alias: b70}\n    workdir: relative/dir\n")
+    with pytest.raises(ServedeckError, match="must be an absolute path") as exc:
+        load_inventory(path)
+    assert exc.value.field == "hosts.b70.workdir" and exc.value.file == str(path)
