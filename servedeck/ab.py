@@ -45,6 +45,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
+from servedeck.runs import run_dirs, sequence_of
 from servedeck.yamlio import flatten, launcher_value, to_plain
 
 # --------------------------------------------------------------------------------------------
@@ -941,19 +942,12 @@ class RunSummary(BaseModel):
     path: Path
 
 
-def _sequence_of(run_dir: Path) -> int | None:
-    head = run_dir.name.split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def _run_dirs(runs_dir: Path) -> list[tuple[int, Path]]:
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise ServedeckError("runs directory does not exist", file=str(runs_dir),
                              hint="deploy once (invoke deploy) to create the first run record")
-    out = [(seq, d) for d in runs_dir.iterdir()
-           if d.is_dir() and (seq := _sequence_of(d)) is not None]
-    return sorted(out)
+    return run_dirs(runs_dir)
 
 
 def _run_meta(run_dir: Path) -> dict:
@@ -1032,7 +1026,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         samples = []
     kv = startup.get("kv_cache_tokens")
     return RunSummary(
-        run_id=run_dir.name, sequence=int(meta.get("sequence") or _sequence_of(run_dir) or 0),
+        run_id=run_dir.name, sequence=int(meta.get("sequence") or sequence_of(run_dir) or 0),
         started_at=meta.get("started_at"), host=meta.get("host"),
         profile=_profile_of(run_dir, meta), outcome=meta.get("outcome"),
         kv_cache_tokens=int(kv) if isinstance(kv, (int, float)) else None,

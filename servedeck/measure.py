@@ -15,7 +15,7 @@ from typing import Any
 from servedeck.errors import ServedeckError
 from servedeck.inventory import HostEntry
 from servedeck.remote import RemoteHost
-from servedeck.runs import RunRecord, open_run
+from servedeck.runs import RunRecord, open_run, run_dirs
 
 
 def latest_ready_run(runs_dir: Path, host: str) -> Path:
@@ -24,8 +24,7 @@ def latest_ready_run(runs_dir: Path, host: str) -> Path:
     Raises:
         ServedeckError: when there is none.
     """
-    from servedeck.ab import _run_dirs
-    for _, path in sorted(_run_dirs(runs_dir), reverse=True):
+    for _, path in reversed(run_dirs(runs_dir)):
         try:
             meta = json.loads((path / "run.json").read_text())
         except (OSError, ValueError):

@@ -109,14 +109,22 @@ class RunRecord:
         return digest
 
 
-def _sequences(runs_dir: Path) -> list[int]:
+def sequence_of(run_dir: Path) -> int | None:
+    """The sequence number in a run directory's name (``0003-batch-8192-b70`` → 3), or None."""
+    m = RUN_DIR_RE.match(Path(run_dir).name)
+    return int(m["seq"]) if m else None
+
+
+def run_dirs(runs_dir: Path) -> list[tuple[int, Path]]:
+    """``(sequence, directory)`` of every run directory under ``runs_dir``, oldest first
+    (``[]`` when the directory does not exist; other entries such as ``reports/`` are skipped)."""
     out = []
-    if runs_dir.is_dir():
-        for child in runs_dir.iterdir():
-            m = RUN_DIR_RE.match(child.name)
-            if m and child.is_dir():
-                out.append(int(m["seq"]))
-    return out
+    if Path(runs_dir).is_dir():
+        for child in Path(runs_dir).iterdir():
+            seq = sequence_of(child)
+            if seq is not None and child.is_dir():
+                out.append((seq, child))
+    return sorted(out)
 
 
 def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecord:
@@ -129,7 +137,7 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ServedeckError(f"cannot create the runs directory: {exc}", file=str(runs_dir)) from None
-    seq = max(_sequences(runs_dir), default=0) + 1
+    seq = max((n for n, _ in run_dirs(runs_dir)), default=0) + 1
     while True:
         path = runs_dir / f"{seq:04d}-{profile}-{host}"
         try:
