@@ -431,10 +431,13 @@ class DeployResult:
     compose_sha256: str | None = None
 
 
-def api_base_url(host: RemoteHost, entry: HostEntry, profile: Profile) -> str:
-    """``http://<api_host or ssh hostname>:<published port>``."""
-    address = entry.api_host or host.resolve().hostname
-    return f"http://{address}:{profile.container.host_port or profile.container.port}"
+def api_base_url(host: RemoteHost, entry: HostEntry, port: int) -> str:
+    """``http://<api_host, else the SSH hostname>:<port>``: where the served API is reached."""
+    return f"http://{entry.api_host or host.resolve().hostname}:{port}"
+
+
+def _published_port(profile: Profile) -> int:
+    return profile.container.host_port or profile.container.port
 
 
 def _owner() -> str:
@@ -475,7 +478,7 @@ def preflight(host: RemoteHost, entry: HostEntry, rendered: Rendered, options: D
     """
     profile = rendered.profile
     weights = profile.model.weights_dir
-    port = profile.container.host_port or profile.container.port
+    port = _published_port(profile)
     facts = host.preflight_facts([weights], port=port)
     problems: list[str] = []
     if not facts.get("docker_server_version"):
@@ -586,8 +589,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     reporter.phase("render", f"profile {profile.name} -> {COMPOSE}")
     rendered = render_profile(profile, catalog, project.templates_dir)
     local_check(rendered, catalog, entry, reporter)
-    if (profile.container.host_port or profile.container.port) != entry.port:
-        raise DeployError(f"the profile publishes port {profile.container.host_port or profile.container.port} "
+    if _published_port(profile) != entry.port:
+        raise DeployError(f"the profile publishes port {_published_port(profile)} "
                           f"but host {host.name} serves on port {entry.port}",
                           hint="align container.port/host_port with the inventory's port")
 
@@ -602,7 +605,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                          parent_profile=profile.extends, image={"reference": profile.image,
                                                                "digest": profile.image_ref.digest},
                          served_model_name=profile.model.served_model_name[0],
-                         port=profile.container.host_port or profile.container.port,
+                         port=_published_port(profile),
                          profiles_git_commit=git_commit(project.profiles_dir),
                          image_override=options.image)
         reporter.info(f"run record {run.path}")
@@ -702,7 +705,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
             "labels": img_raw["labels"]}})
     files = host.read_files([COMPOSE, host.history_path])
     previous = files[COMPOSE]
-    _warn_compile_range(files[host.history_path] or b"", profile, facts, reporter)
+    _warn_compile_range(history_records(files[host.history_path]), profile, facts, reporter)
 
     # ---------------------------------------------------------------- upload, stop, start
     reporter.phase("upload", f"{host.abspath(COMPOSE)}" + (f" (previous kept as {PREVIOUS})" if previous else ""))
@@ -717,7 +720,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         readiness = Readiness(False, "docker compose up failed: " + up.stderr.strip()[-500:], "", None,
                               None, 0.0)
     else:
-        base_url = api_base_url(host, entry, profile)
+        base_url = api_base_url(host, entry, _published_port(profile))
         reporter.phase("wait", f"{base_url}/health and /v1/models (timeout "
                                f"{options.timeout_s or entry.ready_timeout_s:g} s)")
         readiness = wait_ready(client, workdir=host.workdir, service=profile.container.service,
@@ -737,7 +740,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
             timings["overhead_s"] = round(timings["deploy_total_s"] - timings["pull_s"] - server_s, 3)
         result.timings_s = timings
         reporter.phase("ready", f"{profile.model.served_model_name[0]} serves on "
-                                f"{api_base_url(host, entry, profile)} after "
+                                f"{api_base_url(host, entry, _published_port(profile))} after "
                                 f"{timings['up_to_ready_s']:.1f} s")
         if run:
             run.save_meta(outcome="ready", ready_at=utcnow(), timings_s=timings)
@@ -764,7 +767,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     prev_profile_port = _compose_port(previous) or entry.port
     prev_service = _compose_service(previous) or profile.container.service
     if back.returncode == 0:
-        base = f"http://{entry.api_host or host.resolve().hostname}:{prev_profile_port}"
+        base = api_base_url(host, entry, prev_profile_port)
         rb = wait_ready(client, workdir=host.workdir, service=prev_service, base_url=base,
                         served_name=_compose_served_name(previous) or profile.model.served_model_name[0],
                         timeout_s=options.timeout_s or entry.ready_timeout_s, reporter=reporter,
@@ -840,22 +843,29 @@ def _compose_served_name(data: bytes) -> str | None:
     return None
 
 
-def _warn_compile_range(history: bytes, profile: Profile, facts: ImageFacts | None,
-                        reporter: Reporter) -> None:
-    """Warn when the effective compile range (1, max_num_batched_tokens) was never served on
-    this host (``history``: the host's history.jsonl)."""
-    mnbt = effective_settings(profile, facts).get("max_num_batched_tokens")
-    if mnbt is None:
-        return
-    data = history
-    seen = set()
-    for line in data.decode("utf-8", "replace").splitlines():
+def history_records(data: bytes | None) -> list[dict[str, Any]]:
+    """The records of a host's ``history.jsonl`` (one JSON object per line; unreadable lines
+    are skipped), oldest first."""
+    out = []
+    for line in (data or b"").decode("utf-8", "replace").splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("outcome") == "ready" and rec.get("max_num_batched_tokens") is not None:
-            seen.add(rec["max_num_batched_tokens"])
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _warn_compile_range(history: list[dict[str, Any]], profile: Profile, facts: ImageFacts | None,
+                        reporter: Reporter) -> None:
+    """Warn when the effective compile range (1, max_num_batched_tokens) was never served on
+    this host (``history``: its :func:`history_records`)."""
+    mnbt = effective_settings(profile, facts).get("max_num_batched_tokens")
+    if mnbt is None:
+        return
+    seen = {rec["max_num_batched_tokens"] for rec in history
+            if rec.get("outcome") == "ready" and rec.get("max_num_batched_tokens") is not None}
     if seen and mnbt not in seen:
         reporter.warn(f"compile range (1, {mnbt}) was never served on this host (seen: "
                       f"{sorted(seen)}): expect a cold compile (minutes on the real card)")
@@ -945,22 +955,15 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         "last_deploy": {...}|None}``.
     """
     import hashlib
-    data = host.read_file(COMPOSE, missing_ok=True)
+    files = host.read_files([COMPOSE, host.lock_path, host.history_path])
+    data, lock = files[COMPOSE], files[host.lock_path]
+    history = history_records(files[host.history_path])
     out: dict[str, Any] = {"host": host.name, "workdir": host.workdir,
                            "compose_present": data is not None,
                            "compose_sha256": hashlib.sha256(data).hexdigest() if data else None,
                            "service": None, "container": None, "serving": None, "drift": [],
-                           "lock": None, "last_deploy": None}
-    lock = host.read_lock()
-    out["lock"] = lock.model_dump(mode="json") if lock else None
-    hist = host.read_file(host.history_path, missing_ok=True)
-    if hist:
-        lines = [ln for ln in hist.decode("utf-8", "replace").splitlines() if ln.strip()]
-        if lines:
-            try:
-                out["last_deploy"] = json.loads(lines[-1])
-            except ValueError:
-                pass
+                           "lock": host.parse_lock(lock).model_dump(mode="json") if lock else None,
+                           "last_deploy": history[-1] if history else None}
     if data is None:
         return out
     norm = _normalised_service(host)
@@ -995,7 +998,7 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         port = int(ports[0]["published"]) if ports else entry.port
         if st.get("Running"):
             try:
-                r = httpx.get(f"http://{entry.api_host or host.resolve().hostname}:{port}/health", timeout=2)
+                r = httpx.get(f"{api_base_url(host, entry, port)}/health", timeout=2)
                 out["serving"] = r.status_code == 200
             except httpx.TransportError:
                 out["serving"] = False
@@ -1056,7 +1059,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, timeout_s: float | None = No
         host.compose(["up", "-d", "--pull", "never", "--no-build"])
         port = _compose_port(previous) or entry.port
         rb = wait_ready(client, workdir=host.workdir, service=_compose_service(previous) or "vllm",
-                        base_url=f"http://{entry.api_host or host.resolve().hostname}:{port}",
+                        base_url=api_base_url(host, entry, port),
                         served_name=_compose_served_name(previous) or "",
                         timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
                         phase="rollback")

@@ -42,7 +42,7 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
         ServedeckError: the compose file on the host or the running image digest differs
             from the run record, or nothing runs.
     """
-    from servedeck.deploy import status
+    from servedeck.deploy import api_base_url, status
     st = status(host, entry)
     want_sha = run.meta.get("compose_sha256")
     if st["compose_sha256"] != want_sha:
@@ -57,8 +57,7 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
     if digest and not any(d.endswith("@" + digest) for d in container.get("image_digests") or []):
         raise ServedeckError(f"the running container's image {container.get('image_digests')} is not "
                              f"{digest} recorded in run {run.run_id}")
-    port = run.meta.get("port") or entry.port
-    return f"http://{entry.api_host or host.resolve().hostname}:{port}"
+    return api_base_url(host, entry, run.meta.get("port") or entry.port)
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):

@@ -713,9 +713,10 @@ class RemoteHost:
         data = self.read_file(self.lock_path, missing_ok=True)
         if data is None:
             return None
-        return self._parse_lock(data)
+        return self.parse_lock(data)
 
-    def _parse_lock(self, data: bytes) -> LockInfo:
+    def parse_lock(self, data: bytes) -> LockInfo:
+        """Lock file content → :class:`LockInfo` (same errors as :meth:`read_lock`)."""
         try:
             return LockInfo.model_validate_json(data)
         except ValueError as exc:
@@ -742,7 +743,7 @@ class RemoteHost:
         if status.strip() == "acquired":
             self._held_lock = payload.decode()
             return info
-        held = self._parse_lock(rest.encode()) if rest.strip() else None
+        held = self.parse_lock(rest.encode()) if rest.strip() else None
         if held is None:
             raise ServedeckError(f"host {self.name}: deploy lock {self.lock_path} is held "
                                  "(content not readable yet); retry")
