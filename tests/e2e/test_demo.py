@@ -16,15 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servedeck.ab import compare_arms
-from servedeck.bench import Workload
-from servedeck.demo import run_demo
-from servedeck.deploy import QuietReporter, status
+from servedeck.ab.compare import compare_arms
+from servedeck.bench.client import Workload
+from devtools.demo import run_demo
+from servedeck.deploy.apply import QuietReporter, status
 from servedeck.errors import ServedeckError
-from servedeck.inventory import get_host, load_inventory
-from servedeck.measure import bench_deployed
-from servedeck.project import Project
-from servedeck.remote import RemoteHost
+from servedeck.model.inventory import get_host, load_inventory
+from servedeck.bench.record import bench_deployed
+from servedeck.model.project import Project
+from servedeck.host.remote import RemoteHost
 
 ROOT = Path(__file__).resolve().parents[2]
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"

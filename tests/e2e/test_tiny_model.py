@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck import imagebuild
+from devtools import imagebuild
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "images" / "cpu-vllm" / "make_tiny_model.py"

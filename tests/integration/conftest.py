@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.remote import RemoteHost, SshTarget
+from servedeck.host.remote import RemoteHost, SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "test-services"

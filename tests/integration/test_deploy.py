@@ -21,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servedeck import imagebuild
-from servedeck.deploy import DeployOptions, QuietReporter, deploy, find_container, status
+from devtools import imagebuild
+from servedeck.deploy.apply import DeployOptions, QuietReporter, deploy, find_container, status
 from servedeck.errors import DeployError, ServedeckError
-from servedeck.inventory import HostEntry
-from servedeck.profile import ProfileStore
-from servedeck.project import Project
-from servedeck.remote import RemoteHost, SshTarget
+from servedeck.model.inventory import HostEntry
+from servedeck.model.profile import ProfileStore
+from servedeck.model.project import Project
+from servedeck.host.remote import RemoteHost, SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
@@ -279,7 +279,7 @@ def test_interrupted_deploy_leaves_a_state_status_describes(project, card, stand
 
 
 def test_rollback_then_logs_then_down(project, card, standin):
-    from servedeck.deploy import down, rollback, stream_logs
+    from servedeck.deploy.apply import down, rollback, stream_logs
     host, entry = card
     first = _fast(project, "first")
     _variant(project, "second", "extends: first\nengine:\n  max_num_batched_tokens: 4096\n")

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from servedeck import imagebuild
+from devtools import imagebuild
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""servedeck.remote against the real sshd (127.0.0.1:2222), dockerd and registry."""
+"""servedeck.host.remote against the real sshd (127.0.0.1:2222), dockerd and registry."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from servedeck.errors import ServedeckError
-from servedeck.remote import LockInfo, RemoteHost, SshTarget
+from servedeck.host.remote import LockInfo, RemoteHost, SshTarget
 
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 HOST_KEY_PUB = "/var/lib/servedeck-test/sshd/ssh_host_ed25519_key.pub"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.ab import (
+from servedeck.ab.compare import (
     ArmDiff, compare_arms, compare_bench_metric, compare_metrics, flatten_argv, guard,
     list_runs, load_arm, parse_compose, plan_against, ratio_interval, resolve_run,
 )
 from servedeck.errors import ServedeckError
-from servedeck.report import fmt_num, render_report, write_report
+from servedeck.ab.report import fmt_num, render_report, write_report
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
 A = RUNS / "0002-base-b70"

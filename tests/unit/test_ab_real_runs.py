@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servedeck.ab import compare_arms, compare_metrics, guard
-from servedeck.report import render_report
+from servedeck.ab.compare import compare_arms, compare_metrics, guard
+from servedeck.ab.report import render_report
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs-cpu"
 A, B = RUNS / "0001-cpu-4096-local", RUNS / "0002-cpu-8192-local"

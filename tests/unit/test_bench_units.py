@@ -1,4 +1,4 @@
-"""Unit tests of servedeck.bench's pure parts: /metrics parsing (real vLLM 0.32 CPU exposition),
+"""Unit tests of servedeck.bench.client's pure parts: /metrics parsing (real vLLM 0.32 CPU exposition),
 metric deltas, prompt sizing, summaries, tables and imports of external results."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from servedeck.bench import (
+from servedeck.bench.client import (
     BenchResult,
     Sample,
     ServerDelta,

@@ -1,4 +1,4 @@
-"""Unit tests for servedeck.check: every rule family with inputs that must and must not be flagged."""
+"""Unit tests for servedeck.compose.check: every rule family with inputs that must and must not be flagged."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.catalog import Catalog
-from servedeck.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
+from servedeck.model.catalog import Catalog
+from servedeck.compose.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
 from servedeck.findings import Severity
 
 ROOT = Path(__file__).resolve().parents[2]

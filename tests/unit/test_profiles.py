@@ -12,13 +12,13 @@ import jsonschema
 import pytest
 from ruamel.yaml import YAML
 
-from servedeck.catalog import Catalog
+from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
-from servedeck.importer import dump_profile_yaml, import_compose
-from servedeck.launcher import effective_settings, launcher_env, set_value
-from servedeck.profile import ProfileStore, deep_merge, diff_profiles
-from servedeck.render import render_profile
-from servedeck.schema import profile_schema, stale_schemas
+from servedeck.compose.importer import dump_profile_yaml, import_compose
+from servedeck.vllm.launcher import effective_settings, launcher_env, set_value
+from servedeck.model.profile import ProfileStore, deep_merge, diff_profiles
+from servedeck.compose.render import render_profile
+from servedeck.model.schema import profile_schema, stale_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "fixtures" / "compose" / "seed-run3.yml"

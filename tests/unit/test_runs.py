@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.catalog import Catalog
+from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
-from servedeck.measure import import_external
-from servedeck.profile import ProfileStore
-from servedeck.runs import create_run, open_run, redact
-from servedeck.startup_log import parse_startup_log
-from servedeck.verify import verify_args
+from servedeck.bench.record import import_external
+from servedeck.model.profile import ProfileStore
+from servedeck.runs.store import create_run, open_run, redact
+from servedeck.vllm.startup_log import parse_startup_log
+from servedeck.vllm.verify import verify_args
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu"
@@ -124,7 +124,7 @@ def test_args_verification_without_a_log_line_reports_nothing_confirmed():
 
 
 def test_catalog_add_keeps_the_file_as_written(tmp_path):
-    from servedeck.catalog import ImageFacts
+    from servedeck.model.catalog import ImageFacts
     path = tmp_path / "images.yaml"
     original = (ROOT / "deploy" / "images.yaml").read_text()
     path.write_text(original)
@@ -141,7 +141,7 @@ def test_inventories_validate_against_the_schema_and_load(name):
     import jsonschema
     from ruamel.yaml import YAML
 
-    from servedeck.inventory import load_inventory
+    from servedeck.model.inventory import load_inventory
     schema = json.loads((ROOT / "schema" / "hosts.schema.json").read_text())
     data = YAML(typ="safe", pure=True).load((ROOT / "deploy" / name).read_text())
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(data)) == []
@@ -150,7 +150,7 @@ def test_inventories_validate_against_the_schema_and_load(name):
 
 
 def test_inventory_errors_name_the_field(tmp_path):
-    from servedeck.inventory import load_inventory
+    from servedeck.model.inventory import load_inventory
     path = tmp_path / "hosts.yaml"
     path.write_text("hosts:\n  b70:\n    ssh: {alias: b70}\n    workdir: relative/dir\n")
     with pytest.raises(ServedeckError, match="must be an absolute path") as exc:

@@ -1,4 +1,4 @@
-"""Tests for servedeck.startup_log against real vLLM 0.32 CPU logs and per-version fixtures."""
+"""Tests for servedeck.vllm.startup_log against real vLLM 0.32 CPU logs and per-version fixtures."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.startup_log import (
+from servedeck.vllm.startup_log import (
     DOCUMENTED_KEYS,
     StartupFacts,
     compile_range_signature,

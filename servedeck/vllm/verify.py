@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.catalog import ImageFacts
-from servedeck.launcher import SET_FIELDS, effective_settings
-from servedeck.profile import Profile
-from servedeck.vllm_names import VLLM_DEFAULTS
+from servedeck.model.catalog import ImageFacts
+from servedeck.vllm.launcher import SET_FIELDS, effective_settings
+from servedeck.model.profile import Profile
+from servedeck.vllm.names import VLLM_DEFAULTS
 
 
 class ArgCheck(BaseModel):

@@ -3,7 +3,7 @@
 Sources: exl3xpu launcher contract (``shared/reference/exl3xpu-image-facts.md`` §4); vLLM
 flag constraints and names (``shared/reference/vllm-serving-facts.md`` §6–§7, read from
 ``vllm/engine/arg_utils.py``, ``vllm/config/scheduler.py``, ``vllm/config/speculative.py``);
-names per version from :mod:`servedeck.vllm_names`.
+names per version from :mod:`servedeck.vllm.names`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import json
 from typing import Any
 
 from servedeck.errors import ServedeckError
-from servedeck.rules._doc import Path
-from servedeck.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
+from servedeck.compose.rules._doc import Path
+from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
-from servedeck.vllm_names import check_name, parse_version
+from servedeck.vllm.names import check_name, parse_version
 
 _QUOTES = ("'", '"')
 

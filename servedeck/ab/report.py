@@ -16,14 +16,14 @@ from typing import Any
 
 import jinja2
 
-from servedeck.ab import ArmDiff, Comparison, MetricComparison, Variable, WarningChange, fmt_value
+from servedeck.ab.compare import ArmDiff, Comparison, MetricComparison, Variable, WarningChange, fmt_value
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 REPORT_TEMPLATE = "report.md.j2"
 
 #: Human names of warning ids for findings sentences.
@@ -200,8 +200,8 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     """Render the A/B report as markdown.
 
     Args:
-        diff: from :func:`servedeck.ab.compare_arms` (already passed :func:`servedeck.ab.guard`).
-        comparison: from :func:`servedeck.ab.compare_metrics`.
+        diff: from :func:`servedeck.ab.compare.compare_arms` (already passed :func:`servedeck.ab.compare.guard`).
+        comparison: from :func:`servedeck.ab.compare.compare_metrics`.
         run_a, run_b: the run directories (baseline, variant); their ``docker-compose.yml`` is
             appended verbatim, ``run.json``/``args_verification.json`` add context when present.
         hypothesis, verdict: user text; None leaves a placeholder (``_Verdict: to be written_``).

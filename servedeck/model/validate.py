@@ -1,9 +1,9 @@
 """Profile-file validation for CI and for a pre-commit hook in users' repositories.
 
 Each file is validated against ``schema/profile.schema.json`` (jsonschema, draft 2020-12)
-and then loaded through :class:`servedeck.profile.ProfileStore` (so ``extends`` chains,
+and then loaded through :class:`servedeck.model.profile.ProfileStore` (so ``extends`` chains,
 digests and types are checked the same way ``invoke render`` checks them).
-Hook use: ``python -m servedeck.hooks profiles/*.yaml`` (see ``.pre-commit-hooks.yaml``).
+Hook use: ``python -m servedeck.model.validate profiles/*.yaml`` (see ``.pre-commit-hooks.yaml``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
-from servedeck.project import Project
+from servedeck.model.project import Project
 
 
 def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
@@ -25,7 +25,7 @@ def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
 
     Messages read ``FILE: FIELD.PATH: message``.
     """
-    from servedeck.profile import ProfileStore
+    from servedeck.model.profile import ProfileStore
     schema_path = project.schema_dir / "profile.schema.json"
     if not schema_path.exists():
         return [f"{schema_path}: missing; run `invoke schema`"]

@@ -17,10 +17,10 @@ from typing import Any
 import jinja2
 
 from servedeck import __version__
-from servedeck.catalog import Catalog, ImageFacts
-from servedeck.launcher import build_command
-from servedeck.profile import LoadedProfile, Profile
-from servedeck.yamlspec import plain_is_string
+from servedeck.model.catalog import Catalog, ImageFacts
+from servedeck.vllm.launcher import build_command
+from servedeck.model.profile import LoadedProfile, Profile
+from servedeck.compose.yaml11 import plain_is_string
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
-from servedeck.project import Project
+from servedeck.model.project import Project
 
 DEMO_HOST = "local"
 BASELINE, VARIANT = "cpu-4096", "cpu-8192"
@@ -121,15 +121,15 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
     Raises:
         ServedeckError / DeployError: any phase failing, with what it left behind.
     """
-    from servedeck.ab import compare_arms, compare_metrics, guard
-    from servedeck.bench import Workload
-    from servedeck.deploy import DeployOptions, Reporter, deploy
-    from servedeck.imagebuild import build_cpu_vllm_image
-    from servedeck.inventory import get_host, load_inventory
-    from servedeck.measure import bench_deployed
-    from servedeck.profile import ProfileStore
-    from servedeck.remote import RemoteHost
-    from servedeck.report import write_report
+    from servedeck.ab.compare import compare_arms, compare_metrics, guard
+    from servedeck.bench.client import Workload
+    from servedeck.deploy.apply import DeployOptions, Reporter, deploy
+    from devtools.imagebuild import build_cpu_vllm_image
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.bench.record import bench_deployed
+    from servedeck.model.profile import ProfileStore
+    from servedeck.host.remote import RemoteHost
+    from servedeck.ab.report import write_report
 
     reporter = reporter or Reporter()
     workload = workload or Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)

@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 
-from servedeck.catalog import Catalog
+from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
-from servedeck.launcher import SET_FIELDS
-from servedeck.profile import IMAGE_RE, Profile
+from servedeck.vllm.launcher import SET_FIELDS
+from servedeck.model.profile import IMAGE_RE, Profile
 from servedeck.yamlio import launcher_value, read_yaml_file
 
 _FRONTEND_VALUE_FLAGS = {"--tool-call-parser": "tool_call_parser",
@@ -283,7 +283,7 @@ def dump_profile_yaml(profile: dict[str, Any], header: str | None = None) -> str
 def _quote_ambiguous(value: Any) -> Any:
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-    from servedeck.yamlspec import plain_is_string
+    from servedeck.compose.yaml11 import plain_is_string
     if isinstance(value, dict):
         return {k: _quote_ambiguous(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -24,9 +24,9 @@ import json
 from copy import deepcopy
 from typing import Any
 
-from servedeck.catalog import ImageFacts
-from servedeck.profile import Profile
-from servedeck.yamlspec import yaml11_type
+from servedeck.model.catalog import ImageFacts
+from servedeck.model.profile import Profile
+from servedeck.compose.yaml11 import yaml11_type
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.
 SET_FIELDS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",

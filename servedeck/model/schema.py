@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.fsutil import atomic_write
-from servedeck.inventory import Inventory
-from servedeck.profile import Profile
+from servedeck.model.inventory import Inventory
+from servedeck.model.profile import Profile
 
 SCHEMA_FILES = ("profile.schema.json", "hosts.schema.json")
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 
-from servedeck.catalog import Catalog
+from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.rules import container, document, server
-from servedeck.rules._doc import DocError, parse
-from servedeck.rules._service import CheckExpectations, Ctx, services
+from servedeck.compose.rules import container, document, server
+from servedeck.compose.rules._doc import DocError, parse
+from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
 __all__ = ["CheckExpectations", "check_compose_text", "format_findings", "findings_to_json"]
 

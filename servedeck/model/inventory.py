@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
-from servedeck.remote import SshTarget
+from servedeck.host.remote import SshTarget
 
 DEFAULT_READY_TIMEOUT_S = 1800.0
 
@@ -32,7 +32,7 @@ class HostEntry(BaseModel):
     """One card host.
 
     Attributes:
-        ssh: how to reach it (see :class:`servedeck.remote.SshTarget`).
+        ssh: how to reach it (see :class:`servedeck.host.remote.SshTarget`).
         workdir: absolute working directory on the host (compose file, models/, cache/).
         render_gid: expected group id of the GPU render node, as a string (``"992"``);
             None when the host has no GPU (CPU serving).

@@ -1,7 +1,7 @@
 """Talking to a card host: commands over SSH, atomic uploads, Docker, facts, the deploy lock.
 
 This is the only module that reaches a host (HTTP to the served API lives in the bench
-module). It holds no deploy logic: ``servedeck.deploy`` plans and applies on top of it.
+module). It holds no deploy logic: ``servedeck.deploy.apply`` plans and applies on top of it.
 
 Transport choice
 ----------------

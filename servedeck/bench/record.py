@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.errors import ServedeckError
-from servedeck.inventory import HostEntry
-from servedeck.remote import RemoteHost
-from servedeck.runs import RunRecord, open_run, run_dirs
+from servedeck.model.inventory import HostEntry
+from servedeck.host.remote import RemoteHost
+from servedeck.runs.store import RunRecord, open_run, run_dirs
 
 
 def latest_ready_run(runs_dir: Path, host: str) -> Path:
@@ -42,7 +42,7 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
         ServedeckError: the compose file on the host or the running image digest differs
             from the run record, or nothing runs.
     """
-    from servedeck.deploy import api_base_url, status
+    from servedeck.deploy.apply import api_base_url, status
     st = status(host, entry)
     want_sha = run.meta.get("compose_sha256")
     if st["compose_sha256"] != want_sha:
@@ -64,12 +64,12 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
     Returns:
-        the :class:`servedeck.bench.BenchResult`.
+        the :class:`servedeck.bench.client.BenchResult`.
 
     Raises:
         ServedeckError: the guard fails, or the server misbehaves.
     """
-    from servedeck.bench import run_bench
+    from servedeck.bench.client import run_bench
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
     if (run.path / "bench.jsonl").exists():
@@ -90,7 +90,7 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     Returns:
         the mapped metrics document.
     """
-    from servedeck.bench import import_guidellm, import_vllm_bench
+    from servedeck.bench.client import import_guidellm, import_vllm_bench
     run = open_run(run_dir)
     raw = path.read_bytes()
     try:

@@ -45,7 +45,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
-from servedeck.runs import run_dirs, sequence_of
+from servedeck.runs.store import run_dirs, sequence_of
 from servedeck.yamlio import flatten, launcher_value, to_plain
 
 # --------------------------------------------------------------------------------------------

@@ -22,9 +22,9 @@ import jsonschema
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from servedeck.rules._doc import Path, Scalar
-from servedeck.rules._service import Ctx
-from servedeck.yamlspec import is_sexagesimal, yaml11_type, yaml12_type
+from servedeck.compose.rules._doc import Path, Scalar
+from servedeck.compose.rules._service import Ctx
+from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
 
 # ----------------------------------------------------------------------------- schema
 

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.catalog import Catalog, ImageFacts, LauncherDefaults
+from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
 from servedeck.findings import Finding, Severity
-from servedeck.rules._doc import Doc, Path, path_str
+from servedeck.compose.rules._doc import Doc, Path, path_str
 from servedeck.yamlio import launcher_value
 
 

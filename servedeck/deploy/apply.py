@@ -38,16 +38,16 @@ from typing import Any, Callable
 import httpx
 from ruamel.yaml import YAML
 
-from servedeck.catalog import Catalog, ImageFacts, LauncherDefaults
+from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
 from servedeck.errors import DeployError
 from servedeck.findings import Severity
-from servedeck.inventory import HostEntry
-from servedeck.launcher import build_command, effective_settings
-from servedeck.profile import LoadedProfile, Profile, diff_profiles
-from servedeck.project import Project
-from servedeck.remote import LockInfo, RemoteHost
-from servedeck.render import Rendered, render_profile
-from servedeck.runs import RunRecord, create_run, git_commit, utcnow
+from servedeck.model.inventory import HostEntry
+from servedeck.vllm.launcher import build_command, effective_settings
+from servedeck.model.profile import LoadedProfile, Profile, diff_profiles
+from servedeck.model.project import Project
+from servedeck.host.remote import LockInfo, RemoteHost
+from servedeck.compose.render import Rendered, render_profile
+from servedeck.runs.store import RunRecord, create_run, git_commit, utcnow
 
 COMPOSE = "docker-compose.yml"
 PREVIOUS = "docker-compose.yml.prev"
@@ -451,7 +451,7 @@ def local_check(rendered: Rendered, catalog: Catalog, entry: HostEntry | None,
     Raises:
         DeployError: when the check finds errors (they are listed).
     """
-    from servedeck.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{rendered.profile.name}", catalog=catalog,
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid if entry else None))
@@ -873,8 +873,8 @@ def _warn_compile_range(history: list[dict[str, Any]], profile: Profile, facts: 
 
 def _record_startup(run: RunRecord | None, profile: Profile, facts: ImageFacts | None,
                     readiness: Readiness, result: DeployResult, reporter: Reporter) -> None:
-    from servedeck.startup_log import parse_startup_log
-    from servedeck.verify import verify_args
+    from servedeck.vllm.startup_log import parse_startup_log
+    from servedeck.vllm.verify import verify_args
     parsed = parse_startup_log(readiness.log_text).to_dict()
     if readiness.ready and readiness.container_started_at and readiness.ready_at:
         parsed["time_to_ready_s"] = round(readiness.ready_at - readiness.container_started_at, 3)

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from servedeck.rules._doc import Path
-from servedeck.rules._service import Ctx, Service
+from servedeck.compose.rules._doc import Path
+from servedeck.compose.rules._service import Ctx, Service
 
 # ----------------------------------------------------------------------------- image
 

@@ -1,1 +1,0 @@
-"""Verification rule families for compose files; the entry point is :mod:`servedeck.check`."""
