@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 import re
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +36,7 @@ __all__ = [
     "summarize",
     "format_summary",
     "compile_range_signature",
+    "serving_signal",
     "DOCUMENTED_KEYS",
 ]
 
@@ -162,6 +165,14 @@ class StartupFacts:
     aot_loaded: list[dict[str, Any]] = field(default_factory=list)
     init_engine_compilation_parts_s: dict[str, float] | None = None
     spec_decoding: list[dict[str, Any]] = field(default_factory=list)
+    # readiness, restarts and runtime errors (see the module docstring)
+    ready: bool = False
+    ready_signal: str | None = None
+    ready_ts: str | None = None
+    torch_compile_total_source: str | None = None
+    runtime_errors: list[dict[str, Any]] = field(default_factory=list)
+    restart_count: int = 0
+    starts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict: the documented keys in order, then the extra keys."""
@@ -301,6 +312,9 @@ _MNBT_MML_RE = re.compile(r"max_num_batched_tokens \((?P<v>\d+)\) is smaller tha
 _MNBT_SEQS_RE = re.compile(
     r"max_num_batched_tokens \((?P<v>\d+)\) must be greater than or equal to max_num_seqs \((?P<n>\d+)\)")
 _SPEC_DIVISIBLE_RE = re.compile(r"num_speculative_tokens:(?P<v>\d+) must be divisible by n_predict=(?P<n>\d+)")
+_FREE_MEM_RE = re.compile(
+    r"Free memory on device(?: \S+)? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than "
+    r"desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)")
 _OOM_RE = re.compile(r"(?i)out of memory|OutOfMemoryError|OUT_OF_DEVICE_MEMORY|OUT_OF_RESOURCES")
 _EXC_LINE_RE = re.compile(
     r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning))(?::\s?(?P<text>.*))?$")
@@ -321,6 +335,130 @@ class _State:
     exceptions: list[str] = field(default_factory=list)
     engine_failed_text: str | None = None
     in_traceback: bool = False
+    # start markers seen in this start ("version", "args", "usage"); any line seen at all
+    markers: set[str] = field(default_factory=set)
+    seen_lines: bool = False
+    last_ts: str | None = None
+    last_log_ts: str | None = None
+    # CPU builds: "Warming up model for the compilation..." time stamp, then AOT save time stamps
+    compile_warmup_ts: str | None = None
+    aot_saved_ts: str | None = None
+    # after readiness: the last ERROR line (context for the traceback that usually follows)
+    pending_runtime: dict[str, Any] | None = None
+
+
+@dataclass
+class _Line:
+    """One log line split into its parts: ``msg`` is the text after the vLLM envelope, after a
+    uvicorn level prefix, or after a ``(Name pid=N) `` prefix of a raw stdout/stderr line."""
+
+    level: str | None
+    ts: str | None
+    proc: str | None
+    msg: str
+    enveloped: bool
+    uvicorn: bool
+
+
+def _read_line(raw: str) -> _Line | None:
+    """Split one raw line (ANSI colour removed); ``None`` for a blank line."""
+    line = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    line = line.rstrip()
+    if not line.strip():
+        return None
+    m = _ENVELOPE_RE.search(line) if "] " in line or line.endswith("]") else None
+    if m is not None:
+        return _Line(m.group("lvl"), m.group("ts"), m.group("proc"), m.group("msg"), True, False)
+    u = _UVICORN_RE.search(line) if ":" in line else None
+    if u is not None:
+        return _Line(u.group("lvl"), None, None, u.group("msg"), False, True)
+    p = _PROC_PREFIX_RE.match(line)
+    return _Line(None, None, p.group("proc") if p else None, line[p.end():] if p else line, False, False)
+
+
+# Readiness: vLLM's own lines printed once the engine is built and uvicorn is about to serve
+# (0.33 ``vllm/entrypoints/launchers/launcher.py`` ``serve_http``: "Starting vLLM server on
+# ADDRESS", "Available routes are:", "Route: PATH, Methods: ..."; 0.10.2-0.24
+# ``vllm/entrypoints/openai/api_server.py`` "Starting vLLM API server N on ADDRESS"), and
+# uvicorn's INFO lines (``uvicorn/server.py``: "Uvicorn running on ...";
+# ``uvicorn/lifespan/on.py``: "Application startup complete."), which an image running uvicorn
+# at ``--uvicorn-log-level warning`` never prints.
+_SERVER_START_RE = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)")
+_SERVING_SIGNALS = ("server_address", "route_list", "uvicorn_running", "uvicorn_startup_complete")
+
+
+def _serving_signal(v: _Line) -> str | None:
+    if v.uvicorn:
+        if v.msg.startswith("Application startup complete"):
+            return "uvicorn_startup_complete"
+        if v.msg.startswith("Uvicorn running on "):
+            return "uvicorn_running"
+        return None
+    if not v.enveloped:
+        return None
+    body = _TAG_RE.sub("", v.msg, count=1)
+    if body.startswith("Starting vLLM ") and _SERVER_START_RE.search(body):
+        return "server_address"
+    if body.startswith(("Available routes are", "Route: ")):
+        return "route_list"
+    return None
+
+
+def serving_signal(line: str) -> str | None:
+    """Say whether one line of a vLLM server's output shows that the server is serving.
+
+    Args:
+        line: one raw line of ``docker logs`` output (ANSI colour, ``docker logs -t`` time
+            stamps and compose service prefixes are allowed).
+
+    Returns:
+        The signal's name, or ``None`` for any other line:
+        ``"server_address"`` (vLLM's ``Starting vLLM server on http://HOST:PORT``, 0.10.2-0.24
+        ``Starting vLLM API server N on ...``), ``"route_list"`` (``Available routes are:`` /
+        ``Route: /health, Methods: GET``), ``"uvicorn_running"`` (``Uvicorn running on ...``),
+        ``"uvicorn_startup_complete"`` (``Application startup complete.``). The two uvicorn
+        lines are INFO records and are absent when uvicorn logs at warning level; the vLLM
+        lines are printed by vLLM's own logger in every version from 0.10.2 to 0.33.0
+        (``vllm/entrypoints/launchers/launcher.py``, ``vllm/entrypoints/openai/api_server.py``).
+
+    Never raises. A restarted container prints these lines again for each start: callers that
+    watch a log stream should only consider lines after the start they wait for.
+    """
+    v = _read_line(line)
+    return None if v is None else _serving_signal(v)
+
+
+def _start_marker(v: _Line) -> str | None:
+    """The kind of line that opens a vLLM process's output: the version banner or logo line,
+    the ``non-default args`` line (both from the API server process, 0.10.2-0.33.0
+    ``vllm/entrypoints/utils.py`` / ``vllm/entrypoints/openai/api_server.py``) or argparse's
+    ``usage:`` line (printed before a command-line error)."""
+    if v.uvicorn:
+        return None
+    if v.enveloped:
+        if "non-default args: " in v.msg:
+            return "args"
+        if "version" in v.msg and (_Parser._BANNER_RE.search(v.msg) or _Parser._LOGO_VERSION_RE.search(v.msg)):
+            return "version"
+        return None
+    return "usage" if v.msg.startswith("usage: ") else None
+
+
+_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def _seconds_between(a: str | None, b: str | None) -> float | None:
+    """Seconds from log time stamp ``a`` to ``b`` ("MM-DD HH:MM:SS", same year assumed; a
+    leap year so that 02-29 parses); ``None`` when either is missing or ``b`` is earlier."""
+    if not a or not b:
+        return None
+    try:
+        ta = datetime.strptime(f"2000-{a}", _TS_FORMAT)
+        tb = datetime.strptime(f"2000-{b}", _TS_FORMAT)
+    except ValueError:
+        return None
+    delta = (tb - ta).total_seconds()
+    return delta if delta >= 0 else None
 
 
 def _error(kind: str, text: str, suggested: Any = None, value: Any = None,
@@ -349,6 +487,7 @@ class _Parser:
             ("Using cache directory:", self._cache_dir),
             ("Compiling a graph for", self._compile),
             ("Directly load the compiled graph", self._cache_load),
+            ("Warming up model for the compilation", self._compile_warmup),
             ("saved AOT compiled function", self._aot_saved),
             ("Directly load AOT compilation", self._aot_loaded),
             ("torch.compile ", self._compile_total),
@@ -368,51 +507,66 @@ class _Parser:
 
     # ---- driver -----------------------------------------------------------------------------
 
-    def feed(self, raw: str) -> None:
-        line = _ANSI_RE.sub("", raw) if "\x1b" in raw else raw
-        line = line.rstrip()
-        if not line:
-            return
+    def starts_anew(self, marker: str) -> bool:
+        """True when a start marker opens a new start: this start already printed a marker of
+        the same kind, or it already ended (ready, or failed with an error)."""
         s = self.s
-        level: str | None = None
-        ts: str | None = None
-        m = _ENVELOPE_RE.search(line) if "] " in line or line.endswith("]") else None
-        if m is not None:
-            level, ts, msg = m.group("lvl"), m.group("ts"), m.group("msg")
-            if s.facts.first_log_ts is None:
-                s.facts.first_log_ts = ts
-        else:
-            u = _UVICORN_RE.search(line) if ":" in line else None
-            if u is not None:
-                msg = u.group("msg")
-                if msg.startswith("Application startup complete"):
-                    s.facts.application_startup_complete = True
-                    s.ready = True
-                elif not s.ready:
-                    self._errors(msg)
-                return
-            p = _PROC_PREFIX_RE.match(line)
-            msg = line[p.end():] if p else line
-        self._traceback(msg, enveloped=m is not None)
+        return marker in s.markers or s.ready or s.specific_error is not None or bool(
+            s.exceptions) or s.engine_failed_text is not None
+
+    def feed(self, v: _Line, marker: str | None = None) -> None:
+        s, f = self.s, self.s.facts
+        s.seen_lines = True
+        if marker is not None:
+            s.markers.add(marker)
+        if v.ts is not None:
+            s.last_ts = v.ts
+            if f.first_log_ts is None:
+                f.first_log_ts = v.ts
+            s.last_log_ts = v.ts
+        signal = _serving_signal(v)
+        if signal is not None and not s.ready:
+            self._flush_runtime()
+            s.ready = True
+            f.ready, f.ready_signal, f.ready_ts = True, signal, v.ts or s.last_ts
+        msg = v.msg
+        if v.uvicorn:
+            if signal == "uvicorn_startup_complete":
+                f.application_startup_complete = True
+            elif not s.ready:
+                self._errors(msg)
+            elif v.level == "ERROR":
+                self._runtime_line(v)
+            return
+        in_traceback = self._traceback(msg, v)
         # skip traceback frame/source lines: `raise ValueError("...")` is not the error itself
         if not s.ready and not (s.in_traceback and msg[:1] in " \t"):
             self._errors(msg)
-        if m is None:
+        if not v.enveloped:
             return
+        if s.ready and not in_traceback:
+            self._runtime_line(v)
         tag_m = _TAG_RE.match(msg)
         tag = tag_m.group("tag") if tag_m else None
         body = msg[tag_m.end():] if tag_m else msg
         for needle, handler in self.rules:
             if needle in body:
-                handler(body, tag, ts)
+                handler(body, tag, v.ts)
         if not s.ready and not (s.in_traceback and (msg[:1] in " \t" or msg.startswith("Traceback"))):
-            self._warning(body, msg, level)
+            self._warning(body, msg, v.level)
 
     def finish(self) -> StartupFacts:
         s, f = self.s, self.s.facts
+        self._flush_runtime()
         if s.compile_by_graph:
             f.torch_compile_s_by_graph = dict(s.compile_by_graph)
             f.torch_compile_total_s = round(sum(s.compile_by_graph.values()), 2)
+            f.torch_compile_total_source = "logged"
+        elif f.aot_saved:
+            span = _seconds_between(s.compile_warmup_ts, s.aot_saved_ts)
+            if span is not None:
+                f.torch_compile_total_s = span
+                f.torch_compile_total_source = "log_timestamps"
         if s.warmup_by_graph:
             f.warmup_s = round(sum(s.warmup_by_graph.values()), 2)
         if f.compile_ranges or f.aot_saved or f.aot_loaded:
@@ -431,26 +585,62 @@ class _Parser:
                 f.error = _error("engine_core_init_failed", s.engine_failed_text)
         return f
 
+    def outcome(self, *, latest: bool) -> str:
+        """``failed`` (an error before readiness), ``ready`` (reached serving), else
+        ``starting`` for the latest start and ``stopped`` for an earlier one."""
+        f = self.s.facts
+        if f.error is not None:
+            return "failed"
+        if f.ready:
+            return "ready"
+        return "starting" if latest else "stopped"
+
     # ---- errors and tracebacks ----------------------------------------------------------------
 
-    def _traceback(self, msg: str, *, enveloped: bool) -> None:
+    def _traceback(self, msg: str, v: _Line) -> bool:
+        """Track traceback blocks; return True when the line belongs to one."""
         s = self.s
         if msg.startswith("Traceback (most recent call last)"):
             s.in_traceback = True
-            return
+            return True
         if not s.in_traceback:
-            return
+            return False
         if not msg or msg[0] in " \t" or msg.startswith(("During handling", "The above exception")):
-            return
+            return True
         if _EXC_LINE_RE.match(msg) or _KNOWN_EXC_RE.match(msg):
             s.in_traceback = False
+            text = msg.strip()[:_MAX_TEXT]
             if not s.ready:
-                s.exceptions.append(msg.strip()[:_MAX_TEXT])
+                s.exceptions.append(text)
                 if _OOM_RE.search(msg) and s.specific_error is None:
                     s.specific_error = _error("out_of_memory", msg)
-        elif not enveloped:
-            # an unrelated line inside a traceback block (interleaved output): keep waiting
+            else:
+                context = s.pending_runtime["text"] if s.pending_runtime else None
+                s.pending_runtime = None
+                s.facts.runtime_errors.append({
+                    "ts": v.ts or s.last_ts, "process": v.proc,
+                    "kind": "out_of_memory" if _OOM_RE.search(msg) else "exception",
+                    "text": text, "context": context})
+            return True
+        # an unrelated line inside a traceback block (interleaved output): keep waiting; an
+        # enveloped line (a logger record) ends the block
+        return not v.enveloped
+
+    def _runtime_line(self, v: _Line) -> None:
+        """After readiness: an ERROR/CRITICAL line outside a traceback is a runtime error; it is
+        held as the context of the traceback that usually follows it."""
+        if v.level not in ("ERROR", "CRITICAL"):
+            self._flush_runtime()
             return
+        self._flush_runtime()
+        self.s.pending_runtime = {"ts": v.ts or self.s.last_ts, "process": v.proc, "kind": "error",
+                                  "text": v.msg.strip()[:_MAX_TEXT], "context": None}
+
+    def _flush_runtime(self) -> None:
+        s = self.s
+        if s.pending_runtime is not None and not s.in_traceback:
+            s.facts.runtime_errors.append(s.pending_runtime)
+            s.pending_runtime = None
 
     def _errors(self, msg: str) -> None:
         s = self.s
@@ -473,6 +663,12 @@ class _Parser:
                 m = _KV_SMALL_OLD_RE.search(msg)
                 if m:
                     err = _error("kv_cache_too_small", msg, int(m.group("n")), int(m.group("v")))
+        elif "is less than desired GPU memory utilization" in msg:
+            m = _FREE_MEM_RE.search(msg)
+            if m:
+                free, total = float(m.group("free")), float(m.group("total"))
+                suggested = math.floor(100.0 * free / total) / 100.0 if total > 0 else None
+                err = _error("insufficient_free_memory", msg, suggested, float(m.group("util")))
         elif "address already in use" in msg.lower():
             err = _error("address_in_use", msg)
         elif "No available memory for the cache blocks" in msg:
@@ -636,7 +832,14 @@ class _Parser:
     def _aot_saved(self, body: str, tag: str | None, ts: str | None) -> None:
         m = re.search(r"saved AOT compiled function to (\S+)", body)
         if m:
+            self.s.aot_saved_ts = ts
             self.s.facts.aot_saved.append({"graph": tag or self.s.current_graph, "path": m.group(1)})
+
+    def _compile_warmup(self, body: str, tag: str | None, ts: str | None) -> None:
+        # CPU builds (0.32 ``vllm/v1/worker/cpu_model_runner.py``) print no torch.compile times:
+        # the compile runs between this line and "saved AOT compiled function" (decorators.py)
+        if self.s.compile_warmup_ts is None:
+            self.s.compile_warmup_ts = ts
 
     def _aot_loaded(self, body: str, tag: str | None, ts: str | None) -> None:
         m = re.search(r"Directly load AOT compilation from path (\S+)", body)
@@ -738,7 +941,7 @@ class _Parser:
                     k: float(v) for k, v in _PART_RE.findall(m.group("parts"))} or None
 
     def _server_start(self, body: str, tag: str | None, ts: str | None) -> None:
-        m = re.search(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)", body)
+        m = _SERVER_START_RE.search(body)
         f = self.s.facts
         if m and not f.server_started:
             f.server_started = True
@@ -782,16 +985,20 @@ class _Parser:
 # --------------------------------------------------------------------------------------------
 
 def parse_startup_log(text: str) -> StartupFacts:
-    """Parse the text of a vLLM server log (container output from start) into facts.
+    """Parse the text of a vLLM server log (container output, possibly several starts).
 
     Args:
         text: the whole log; ``\\r`` (tqdm) and ``\\n`` both end a line; ANSI colour is ignored.
 
     Returns:
-        :class:`StartupFacts`. ``error`` is set for a failed start (only from lines before
-        uvicorn's ``Application startup complete.``): ``kind`` is one of
+        :class:`StartupFacts` of the latest start (the container's current state), with
+        ``starts`` / ``restart_count`` describing every start (see the module docstring).
+        ``error`` is set for a failed start (only from lines before the server became ready,
+        see :func:`serving_signal`): ``kind`` is one of
         ``max_model_len_exceeds_derived`` (suggested_value = derived max), ``kv_cache_too_small``
         (suggested_value = the estimated maximum model length), ``no_kv_cache_memory``,
+        ``insufficient_free_memory`` (value = the gpu_memory_utilization asked for,
+        suggested_value = the free fraction of device memory, rounded down to 0.01),
         ``invalid_tool_call_parser`` / ``invalid_reasoning_parser`` (value = the bad name,
         valid_values = the names vLLM offered, suggested_value = the closest of them),
         ``invalid_choice``, ``invalid_argument``, ``unrecognized_arguments`` (value = the
@@ -800,14 +1007,42 @@ def parse_startup_log(text: str) -> StartupFacts:
         ``..._smaller_than_max_num_seqs`` (suggested_value = the lower bound),
         ``max_num_scheduled_tokens_nonpositive``, ``num_speculative_tokens_not_divisible``,
         ``address_in_use``, ``out_of_memory``, ``exception`` (text = the exception line ending the first traceback
-        that is not the engine-core wrapper) or ``engine_core_init_failed``.
+        that is not the engine-core wrapper) or ``engine_core_init_failed``. Errors after
+        readiness go to ``runtime_errors`` instead.
 
     Never raises on malformed input: unknown lines are ignored. Runs in one linear pass.
     """
-    parser = _Parser()
-    for line in text.splitlines():
-        parser.feed(line)
-    return parser.finish()
+    parsers = [_Parser()]
+    for raw in text.splitlines():
+        v = _read_line(raw)
+        if v is None:
+            continue
+        marker = _start_marker(v)
+        if marker is not None and parsers[-1].s.seen_lines and parsers[-1].starts_anew(marker):
+            parsers.append(_Parser())
+        parsers[-1].feed(v, marker)
+    all_facts = [p.finish() for p in parsers]
+    current = all_facts[-1]
+    if parsers[-1].s.seen_lines:
+        current.starts = [_start_record(i, p, latest=i == len(parsers))
+                          for i, p in enumerate(parsers, start=1)]
+        current.restart_count = len(parsers) - 1
+    return current
+
+
+_START_FACTS = ("vllm_version", "non_default_args", "kv_cache_tokens", "max_concurrency",
+                "free_memory_gib", "torch_compile_total_s", "init_engine_s")
+
+
+def _start_record(index: int, parser: "_Parser", *, latest: bool) -> dict[str, Any]:
+    f = parser.s.facts
+    record: dict[str, Any] = {
+        "index": index, "outcome": parser.outcome(latest=latest), "first_log_ts": f.first_log_ts,
+        "last_log_ts": parser.s.last_log_ts, "ready_ts": f.ready_ts, "ready_signal": f.ready_signal,
+        "error": f.error, "runtime_errors": list(f.runtime_errors)}
+    for name in _START_FACTS:
+        record[name] = _jsonable(getattr(f, name))
+    return record
 
 
 def parse_startup_log_file(path: str | Path) -> StartupFacts:
