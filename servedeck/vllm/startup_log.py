@@ -16,6 +16,41 @@ split into the log envelope (optional ``(Name pid=N) ``, level, ``MM-DD HH:MM:SS
 ``compose`` service prefixes) is skipped. Rules match the message text only, never the
 ``[file.py:N]`` part. Lines that match no rule are ignored. A fact the log does not state is
 ``None``: nothing is estimated.
+
+Several starts in one log. ``docker logs`` of a container with a restart policy holds one
+start after another. A new start begins at a start marker (the version banner or logo line,
+the ``non-default args`` line, argparse's ``usage:`` line) when the current start already
+printed a marker of that kind or already ended (became ready or failed). Every documented key
+describes the **latest** start, the container's current state; the history is kept in:
+
+- ``starts``: one dict per start, oldest first: ``index`` (1-based), ``outcome``
+  (``"ready"``: reached serving; ``"failed"``: an error before readiness; ``"starting"``: the
+  latest start, neither yet; ``"stopped"``: an earlier start that ended with neither, e.g.
+  killed), ``first_log_ts``, ``last_log_ts``, ``ready_ts``, ``ready_signal``, ``error``,
+  ``runtime_errors`` and that start's ``vllm_version``, ``non_default_args``,
+  ``kv_cache_tokens``, ``max_concurrency``, ``free_memory_gib``, ``torch_compile_total_s``,
+  ``init_engine_s``. Empty for an empty log.
+- ``restart_count``: ``len(starts) - 1`` (0 for one start or none).
+
+Readiness. ``ready`` is True once the latest start printed any line :func:`serving_signal`
+recognises: vLLM's own ``Starting vLLM server on ADDRESS`` and route list, or uvicorn's
+``Uvicorn running on`` / ``Application startup complete.`` (uvicorn INFO lines, absent when
+uvicorn logs at warning level). ``ready_signal`` names the first such line, ``ready_ts`` its
+time stamp (for uvicorn lines, which carry none, the last vLLM time stamp before it).
+``application_startup_complete`` still says whether uvicorn's line itself was printed.
+
+Runtime errors. An error after readiness is not a failed start: ``error`` stays ``None`` and
+``runtime_errors`` lists ``{"ts", "process", "kind", "text", "context"}``: ``kind`` is
+``"exception"`` (``text`` = the exception line ending a traceback, ``context`` = the ERROR line
+just before that traceback, or ``None``), ``"out_of_memory"`` (such an exception naming an
+out-of-memory condition) or ``"error"`` (an ERROR/CRITICAL line with no traceback after it);
+``ts`` is the log time stamp ("MM-DD HH:MM:SS"), ``process`` the ``(Name pid=N)`` name.
+
+Compile time. ``torch_compile_total_s`` is the sum of vLLM's ``torch.compile took X s in
+total`` lines (``torch_compile_total_source`` = ``"logged"``). CPU builds print none: there it
+is the span from ``Warming up model for the compilation...`` to the last ``saved AOT compiled
+function`` line, from the log's one-second time stamps (``"log_timestamps"``); ``None`` (and
+the source ``None``) when the log shows no compilation, e.g. an AOT cache load.
 """
 
 from __future__ import annotations
@@ -37,6 +72,7 @@ __all__ = [
     "format_summary",
     "compile_range_signature",
     "serving_signal",
+    "start_history",
     "DOCUMENTED_KEYS",
 ]
 
@@ -285,7 +321,7 @@ _CACHE_LOAD_RE = re.compile(
     r"Directly load the compiled graph\(s\) for " + _RANGE + r" from the cache, took (?P<t>[\d.]+) s")
 
 _MEM_SUMMARY_PARTS = {
-    "free_total": re.compile(r"Free memory on device \((?P<a>[\d.]+)/(?P<b>[\d.]+) GiB\) on startup"),
+    "free_total": re.compile(r"Free memory on device(?: \S+)? \((?P<a>[\d.]+)/(?P<b>[\d.]+) GiB\) on startup"),
     "desired": re.compile(r"Desired GPU memory utilization is \((?P<a>[\d.]+), (?P<b>[\d.]+) GiB\)"),
     "weights": re.compile(r"(?P<a>[\d.]+) GiB for weight"),
     "consumed": re.compile(r"(?P<a>[\d.]+) GiB for consumed memory"),
@@ -1084,13 +1120,65 @@ def _tok(x: int | None) -> str:
     return "?" if x is None else f"{x:,}"
 
 
+_SIGNAL_WORDS = {"server_address": "vLLM's server address line", "route_list": "vLLM's route list",
+                 "uvicorn_running": "uvicorn's \"Uvicorn running on\" line",
+                 "uvicorn_startup_complete": "uvicorn's \"Application startup complete.\""}
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def start_history(facts: StartupFacts | dict[str, Any]) -> str:
+    """One sentence on every start in the log, e.g. ``"3 starts (2 restarts): the 1st and 2nd
+    failed with insufficient_free_memory (ValueError: Free memory on device ...); the 3rd
+    (current) is ready"``. Starts that failed with the same error kind are grouped. Empty when
+    the log holds no start. Accepts facts or a ``startup.json`` dict."""
+    f = _coerce(facts)
+    if not f.starts:
+        return ""
+    n = len(f.starts)
+    head = f"{n} start{'s' if n != 1 else ''} ({f.restart_count} restart{'s' if f.restart_count != 1 else ''})"
+    groups: dict[tuple[str, str], list[int]] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for st in f.starts[:-1]:
+        err = st.get("error")
+        if st["outcome"] == "failed" and err:
+            key = ("failed", str(err["kind"]))
+            texts.setdefault(key, f"failed with {err['kind']} ({str(err['text'])[:160]})")
+        elif st["outcome"] == "ready" and st.get("runtime_errors"):
+            first = st["runtime_errors"][0]
+            key = ("crashed", str(first["text"])[:160])
+            texts.setdefault(key, f"became ready, then failed at {first['ts']} ({key[1]})")
+        elif st["outcome"] == "ready":
+            key = ("ready", "")
+            texts.setdefault(key, "became ready, then stopped")
+        else:
+            key = ("stopped", "")
+            texts.setdefault(key, "stopped before it became ready, with no error in the log")
+        groups.setdefault(key, []).append(st["index"])
+    parts = [f"the {_join([_ordinal(i) for i in idx])} {texts[key]}" for key, idx in groups.items()]
+    last = f.starts[-1]
+    now = {"ready": "is ready", "failed": "failed", "starting": "is starting"}.get(last["outcome"], last["outcome"])
+    if last["outcome"] == "failed" and last.get("error"):
+        now += f" with {last['error']['kind']}"
+    parts.append(f"the {_ordinal(last['index'])} (current) {now}")
+    return head + ": " + "; ".join(parts)
+
+
 def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     """Return the "Startup" bullets of a run report as ``(label, text)`` pairs.
 
     Labels, in order, each present only when the log gave the facts: ``error``, ``version``,
     ``non-default args``, ``chunked prefill``, ``warnings``, ``compile``, ``engine init``,
     ``model loading``, ``KV pool``, ``max concurrency``, ``memory``, ``weights``,
-    ``free memory``, ``server``, ``spec decoding``. Accepts facts or a ``startup.json`` dict.
+    ``free memory``, ``server``, ``runtime errors``, ``restarts``, ``spec decoding``. All but
+    ``restarts`` describe the latest start. Accepts facts or a ``startup.json`` dict.
     """
     f = _coerce(facts)
     out: list[tuple[str, str]] = []
@@ -1131,7 +1219,8 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     elif f.torch_compile_total_s is not None or f.aot_saved or f.aot_loaded:
         parts = []
         if f.torch_compile_total_s is not None:
-            parts.append(f"torch.compile total {_g(f.torch_compile_total_s)} s")
+            how = " (from log time stamps)" if f.torch_compile_total_source == "log_timestamps" else ""
+            parts.append(f"torch.compile total {_g(f.torch_compile_total_s)} s{how}")
         if f.aot_saved:
             parts.append("AOT compiled and saved: " + ", ".join(a["graph"] or "model" for a in f.aot_saved))
         if f.aot_loaded:
@@ -1162,12 +1251,28 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("weights", f"{_g(weights)} GiB"))
     if f.free_memory_gib is not None:
         out.append(("free memory", f"{_g(f.free_memory_gib)}/{_g(f.total_memory_gib)} GiB at startup"))
-    if f.server_started or f.application_startup_complete:
-        text = f"{f.server_address or '?'} at {f.server_start_ts or '?'}"
+    if f.server_started or f.application_startup_complete or f.ready:
+        text = f"{f.server_address or '?'} at {f.server_start_ts or f.ready_ts or '?'}"
         if f.first_log_ts:
             text += f" (first log line {f.first_log_ts})"
-        text += ", application startup complete" if f.application_startup_complete else ", not yet ready"
+        if f.application_startup_complete:
+            text += ", application startup complete"
+        elif f.ready:
+            text += f", serving (ready by {_SIGNAL_WORDS.get(f.ready_signal or '', f.ready_signal)})"
+            level = (f.non_default_args or {}).get("uvicorn_log_level")
+            if isinstance(level, str) and level.lower() not in ("info", "debug", "trace"):
+                text += (f"; uvicorn_log_level={level}: uvicorn's INFO line "
+                         "\"Application startup complete.\" is never printed")
+        else:
+            text += ", not yet ready"
         out.append(("server", text))
+    if f.runtime_errors:
+        items = [f"{e['ts'] or '?'} {e['text'][:200]}" for e in f.runtime_errors[:3]]
+        if len(f.runtime_errors) > 3:
+            items.append(f"{len(f.runtime_errors) - 3} more")
+        out.append(("runtime errors", "after the server became ready: " + "; ".join(items)))
+    if f.restart_count:
+        out.append(("restarts", start_history(f)))
     if f.spec_decoding:
         lens = [s["mean_acceptance_length"] for s in f.spec_decoding if s["mean_acceptance_length"] is not None]
         acc = sum(s["accepted_tokens"] for s in f.spec_decoding)

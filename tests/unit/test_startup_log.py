@@ -321,9 +321,16 @@ def test_errors_after_ready_do_not_make_a_failed_start():
     text = (LOGS / "vllm-0.33-xpu.log").read_text() + (
         "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
         "RuntimeError: something at request time\n")
-    assert parse_startup_log(text).error is None
-    # the same traceback before readiness is a failed start
-    early = parse_startup_log(text.replace("INFO:     Application startup complete.\n", ""))
+    late = parse_startup_log(text)
+    assert late.error is None
+    assert late.runtime_errors == [{"ts": "10-17 01:48:53", "process": None, "kind": "exception",
+                                    "text": "RuntimeError: something at request time", "context": None}]
+    # the same traceback before readiness (no serving line at all) is a failed start
+    early_text = "\n".join(line for line in text.splitlines()
+                           if "Starting vLLM server" not in line and "routes" not in line
+                           and "INFO:     " not in line)
+    early = parse_startup_log(early_text)
+    assert early.runtime_errors == [] and not early.ready
     assert early.error["kind"] == "exception"
     assert early.error["text"] == "RuntimeError: something at request time"
 
