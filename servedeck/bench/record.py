@@ -84,20 +84,24 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
 
 def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     """Store an external benchmark result (``vllm bench serve --save-result`` JSON or a guidellm
-    report) beside a run as ``external/<name>`` plus the mapped metrics in
-    ``external-<name>.json``.
+    report, see :mod:`servedeck.bench.external`) beside a run as ``external/<name>`` plus the
+    mapped metrics in ``external-<name>.json``.
+
+    A result in which some requests failed is stored with ``"partial": true``, the request
+    counts and a note; its statistics cover the successful requests only.
 
     Returns:
-        the mapped metrics document.
+        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
+        plus ``sha256`` of the file).
+
+    Raises:
+        ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
+            written then).
     """
-    from servedeck.bench.client import import_guidellm, import_vllm_bench
+    from servedeck.bench.external import import_file
     run = open_run(run_dir)
+    ext = import_file(path)
     raw = path.read_bytes()
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        doc = None  # `vllm bench serve --append-result`: several JSON objects, one per line
-    ext = import_guidellm(path) if isinstance(doc, dict) and "benchmarks" in doc else import_vllm_bench(path)
     name = path.name
     run.write_bytes(f"external/{name}", raw)
     mapped = ext.model_dump(mode="json")
