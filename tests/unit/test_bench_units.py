@@ -1,5 +1,6 @@
 """Unit tests of servedeck.bench.client's pure parts: /metrics parsing (real vLLM 0.32 CPU exposition),
-metric deltas, prompt sizing, summaries, tables and imports of external results."""
+metric deltas, prompt sizing, summaries, tables; and servedeck.bench.external's imports of
+external results (failed-request handling: test_bench_external.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ from servedeck.bench.client import (
     Workload,
     build_prompt,
     format_table,
-    import_guidellm,
-    import_vllm_bench,
     metrics_delta,
     parse_metrics,
 )
+from servedeck.bench.external import import_guidellm, import_vllm_bench
 from servedeck.errors import ServedeckError
 
 ROOT = Path(__file__).resolve().parents[2]
