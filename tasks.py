@@ -310,6 +310,8 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_token
             raise ServedeckError("--import-file needs --run RUN")
         mapped = import_external(resolve_run(runs_dir, run), Path(import_file))
         print(json.dumps(mapped, indent=2))
+        for note in mapped.get("notes") or []:
+            print(f"warning: {note}", file=sys.stderr)
         return
     if not host:
         raise ServedeckError("give --host NAME")

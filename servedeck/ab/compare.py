@@ -889,10 +889,20 @@ def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
     return [WarningChange(id=i, text_a=wa.get(i), text_b=wb.get(i)) for i in dict.fromkeys([*wa, *wb])]
 
 
+def _startup_facts(run_dir: Path) -> dict:
+    """``startup.json``, refreshed from ``startup.log`` by the current parser when the run
+    keeps its log (records written by an earlier parser lack facts it now reads)."""
+    from servedeck.vllm.startup_log import record_facts
+    log = run_dir / "startup.log"
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
+    return record_facts(_read_json(run_dir / "startup.json", required=False), text)
+
+
 def compare_metrics(run_a: Path, run_b: Path) -> Comparison:
     """Compare startup facts, bench metrics and warnings of two recorded runs.
 
-    Reads ``startup.json`` and ``bench.jsonl`` (layout ``docs/run-record.md``); a missing file
+    Reads ``startup.json`` (re-parsed from ``startup.log`` when the run has it) and
+    ``bench.jsonl`` (layout ``docs/run-record.md``); a missing file
     gives ``missing`` verdicts rather than an error. Bench metrics are compared for the ``cold``
     and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has samples.
 
@@ -900,8 +910,7 @@ def compare_metrics(run_a: Path, run_b: Path) -> Comparison:
         ServedeckError: a JSON file is invalid.
     """
     run_a, run_b = Path(run_a), Path(run_b)
-    sa = _read_json(run_a / "startup.json", required=False) or {}
-    sb = _read_json(run_b / "startup.json", required=False) or {}
+    sa, sb = _startup_facts(run_a), _startup_facts(run_b)
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
     samples_a, samples_b = read_samples(run_a), read_samples(run_b)
     bench = []

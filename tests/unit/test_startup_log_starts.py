@@ -281,3 +281,19 @@ def test_logged_compile_totals_keep_their_source_and_cache_loads_have_no_compile
         "from path /c/torch_aot_compile/ab/rank_0_0/model\n")
     assert loaded.torch_compile_total_s is None and loaded.torch_compile_total_source is None
     assert loaded.compile_cache_hit is True
+
+
+def test_recorded_runs_are_refreshed_from_their_log_so_the_ab_report_has_compile_time():
+    from servedeck.ab.compare import compare_metrics
+    from servedeck.vllm.startup_log import record_facts
+
+    runs = FIXTURES / "runs-cpu"
+    a, b = runs / "0001-cpu-4096-local", runs / "0002-cpu-8192-local"
+    stored = json.loads((a / "startup.json").read_text())
+    assert stored["torch_compile_total_s"] is None  # written by the earlier parser
+    fresh = record_facts(stored, _text(a / "startup.log"))
+    assert (fresh["torch_compile_total_s"], fresh["torch_compile_total_source"]) == (25.0, "log_timestamps")
+    assert fresh["time_to_ready_s"] == stored["time_to_ready_s"] is not None  # the deployer's figure
+    assert record_facts(stored, None) == stored and record_facts(None, None) == {}
+    m = compare_metrics(a, b).metric("torch_compile_total_s")
+    assert (m.a, m.b, m.verdict) == (25.0, 27.0, "higher")
