@@ -890,8 +890,8 @@ def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
 
 
 def _startup_facts(run_dir: Path) -> dict:
-    """``startup.json``, refreshed from ``startup.log`` by the current parser when the run
-    keeps its log (records written by an earlier parser lack facts it now reads)."""
+    """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
+    parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
     log = run_dir / "startup.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
@@ -901,7 +901,7 @@ def _startup_facts(run_dir: Path) -> dict:
 def compare_metrics(run_a: Path, run_b: Path) -> Comparison:
     """Compare startup facts, bench metrics and warnings of two recorded runs.
 
-    Reads ``startup.json`` (re-parsed from ``startup.log`` when the run has it) and
+    Reads ``startup.json`` (gaps filled from ``startup.log`` when the run has it) and
     ``bench.jsonl`` (layout ``docs/run-record.md``); a missing file
     gives ``missing`` verdicts rather than an error. Bench metrics are compared for the ``cold``
     and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has samples.

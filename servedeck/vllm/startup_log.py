@@ -1091,30 +1091,26 @@ def parse_startup_log_file(path: str | Path) -> StartupFacts:
     return parse_startup_log(Path(path).read_text(encoding="utf-8", errors="replace"))
 
 
-#: Keys of a run's ``startup.json`` that the deployer sets, not the log parser.
-_DEPLOYER_KEYS = ("time_to_ready_s",)
-
-
 def record_facts(stored: dict[str, Any] | None, log_text: str | None) -> dict[str, Any]:
-    """The startup facts of a recorded run, as :meth:`StartupFacts.to_dict` gives them.
+    """The startup facts of a recorded run: what was recorded, completed from the log.
 
     Args:
         stored: the run's ``startup.json`` (``None`` when it has none).
         log_text: the run's ``startup.log`` (``None`` when it has none).
 
     Returns:
-        the log parsed again by this version of the parser when the log is there (so a record
-        written by an earlier version gains the facts it missed, e.g. the CPU compile time),
-        with the deployer's keys (``time_to_ready_s``) taken from ``stored``; else ``stored``
-        (or ``{}``). Never raises.
+        ``stored``, with every key it lacks or left empty (``None``, ``[]``, ``{}``) filled
+        from this version of the parser's reading of the log, so a record written by an
+        earlier version gains the facts that version missed (e.g. the CPU compile time) while
+        nothing recorded is contradicted. Without a log, ``stored`` (or ``{}``). Never raises.
     """
+    out = dict(stored or {})
     if log_text is None:
-        return dict(stored or {})
-    facts = parse_startup_log(log_text).to_dict()
-    for key in _DEPLOYER_KEYS:
-        if stored and stored.get(key) is not None:
-            facts[key] = stored[key]
-    return facts
+        return out
+    for key, value in parse_startup_log(log_text).to_dict().items():
+        if out.get(key) in (None, [], {}):
+            out[key] = value
+    return out
 
 
 def _coerce(facts: StartupFacts | dict[str, Any]) -> StartupFacts:

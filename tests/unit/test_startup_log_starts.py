@@ -295,5 +295,8 @@ def test_recorded_runs_are_refreshed_from_their_log_so_the_ab_report_has_compile
     assert (fresh["torch_compile_total_s"], fresh["torch_compile_total_source"]) == (25.0, "log_timestamps")
     assert fresh["time_to_ready_s"] == stored["time_to_ready_s"] is not None  # the deployer's figure
     assert record_facts(stored, None) == stored and record_facts(None, None) == {}
+    # what was recorded is never contradicted, only completed
+    assert record_facts(dict(stored, kv_cache_tokens=7), _text(a / "startup.log"))["kv_cache_tokens"] == 7
+    assert record_facts(None, _text(a / "startup.log"))["kv_cache_tokens"] == 1_048_576
     m = compare_metrics(a, b).metric("torch_compile_total_s")
     assert (m.a, m.b, m.verdict) == (25.0, 27.0, "higher")
