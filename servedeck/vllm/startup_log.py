@@ -1148,6 +1148,14 @@ _SIGNAL_WORDS = {"server_address": "vLLM's server address line", "route_list": "
                  "uvicorn_startup_complete": "uvicorn's \"Application startup complete.\""}
 
 
+def _short(text: str, limit: int = 160) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, marked with ``...``."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return text[: limit - 3].rsplit(" ", 1)[0].rstrip(" ,;:") + "..."
+
+
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
@@ -1173,10 +1181,10 @@ def start_history(facts: StartupFacts | dict[str, Any]) -> str:
         err = st.get("error")
         if st["outcome"] == "failed" and err:
             key = ("failed", str(err["kind"]))
-            texts.setdefault(key, f"failed with {err['kind']} ({str(err['text'])[:160]})")
+            texts.setdefault(key, f"failed with {err['kind']} ({_short(err['text'])})")
         elif st["outcome"] == "ready" and st.get("runtime_errors"):
             first = st["runtime_errors"][0]
-            key = ("crashed", str(first["text"])[:160])
+            key = ("crashed", _short(first["text"]))
             texts.setdefault(key, f"became ready, then failed at {first['ts']} ({key[1]})")
         elif st["outcome"] == "ready":
             key = ("ready", "")
@@ -1197,10 +1205,10 @@ def start_history(facts: StartupFacts | dict[str, Any]) -> str:
 def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     """Return the "Startup" bullets of a run report as ``(label, text)`` pairs.
 
-    Labels, in order, each present only when the log gave the facts: ``error``, ``version``,
-    ``non-default args``, ``chunked prefill``, ``warnings``, ``compile``, ``engine init``,
-    ``model loading``, ``KV pool``, ``max concurrency``, ``memory``, ``weights``,
-    ``free memory``, ``server``, ``runtime errors``, ``restarts``, ``spec decoding``. All but
+    Labels, in order, each present only when the log gave the facts: ``error``, ``restarts``,
+    ``version``, ``non-default args``, ``chunked prefill``, ``warnings``, ``compile``,
+    ``engine init``, ``model loading``, ``KV pool``, ``max concurrency``, ``memory``,
+    ``weights``, ``free memory``, ``server``, ``runtime errors``, ``spec decoding``. All but
     ``restarts`` describe the latest start. Accepts facts or a ``startup.json`` dict.
     """
     f = _coerce(facts)
@@ -1210,6 +1218,8 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
         if f.error.get("suggested_value") is not None:
             text += f" (suggested value: {f.error['suggested_value']})"
         out.append(("error", text))
+    if f.restart_count:
+        out.append(("restarts", start_history(f)))
     if f.vllm_version or f.engine_version:
         out.append(("version", f"vLLM {f.vllm_version or f.engine_version}"))
     if f.non_default_args is not None:
@@ -1290,12 +1300,10 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
             text += ", not yet ready"
         out.append(("server", text))
     if f.runtime_errors:
-        items = [f"{e['ts'] or '?'} {e['text'][:200]}" for e in f.runtime_errors[:3]]
+        items = [f"{e['ts'] or '?'} {_short(e['text'], 200)}" for e in f.runtime_errors[:3]]
         if len(f.runtime_errors) > 3:
             items.append(f"{len(f.runtime_errors) - 3} more")
         out.append(("runtime errors", "after the server became ready: " + "; ".join(items)))
-    if f.restart_count:
-        out.append(("restarts", start_history(f)))
     if f.spec_decoding:
         lens = [s["mean_acceptance_length"] for s in f.spec_decoding if s["mean_acceptance_length"] is not None]
         acc = sum(s["accepted_tokens"] for s in f.spec_decoding)
