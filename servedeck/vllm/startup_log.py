@@ -90,7 +90,11 @@ _ENVELOPE_RE = re.compile(
     r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[(?P<src>[^\]]+):(?P<ln>\d+)\] ?(?P<msg>.*)$"
 )
 # uvicorn's "%(levelprefix)s %(message)s" (prefixed with "(APIServer pid=N) " up to 0.24).
-_UVICORN_RE = re.compile(r"(?:^|\) |\| )(?P<lvl>INFO|WARNING|ERROR):\s+(?P<msg>.*)$")
+_UVICORN_RE = re.compile(r"(?:^|\) |\| )(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+(?P<msg>.*)$")
+# What `docker logs -t` ("2026-11-12T08:15:12.123456789Z ") and `docker compose logs`
+# ("llm-1  | ") put in front of a line, in either order; removed from lines that carry no vLLM
+# envelope (uvicorn, tracebacks, argparse), which are matched from their start.
+_FOREIGN_PREFIX_RE = re.compile(r"^(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) |[\w.-]+ +\| )+")
 # "[backbone] " / "[eagle_head] " graph tag in front of compile messages (0.33 style).
 _TAG_RE = re.compile(r"^\[(?P<tag>[\w.-]+)\] ")
 # "(Name pid=N) " on raw stdout/stderr lines (tracebacks, tqdm) in 0.10.2-0.24.
@@ -406,6 +410,7 @@ def _read_line(raw: str) -> _Line | None:
     m = _ENVELOPE_RE.search(line) if "] " in line or line.endswith("]") else None
     if m is not None:
         return _Line(m.group("lvl"), m.group("ts"), m.group("proc"), m.group("msg"), True, False)
+    line = _FOREIGN_PREFIX_RE.sub("", line, count=1)
     u = _UVICORN_RE.search(line) if ":" in line else None
     if u is not None:
         return _Line(u.group("lvl"), None, None, u.group("msg"), False, True)

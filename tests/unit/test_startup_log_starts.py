@@ -95,6 +95,8 @@ def test_case_36b_uvicorn_line_recorded_but_vllm_line_came_first():
     ("INFO:     Application startup complete.", "uvicorn_startup_complete"),
     ("(APIServer pid=41) INFO:     Application startup complete.", "uvicorn_startup_complete"),
     ("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", "uvicorn_running"),
+    ("2026-11-12T08:15:12.000000001Z INFO:     Application startup complete.", "uvicorn_startup_complete"),
+    ("llm-1  | INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", "uvicorn_running"),
     ("INFO:     Started server process [1]", None),
     ("INFO:     Waiting for application startup.", None),
     ('INFO:     127.0.0.1:51022 - "GET /health HTTP/1.1" 200 OK', None),
@@ -210,6 +212,17 @@ def test_real_cpu_logs_back_to_back_are_two_starts_with_their_own_facts():
     alone = parse_startup_log(_text(CPU / "serve-8192.log")).to_dict()
     both = f.to_dict()
     assert {k for k in alone if alone[k] != both[k]} == {"starts", "restart_count"}
+
+
+def test_docker_and_compose_prefixes_do_not_hide_starts_tracebacks_or_uvicorn():
+    text = _text(LOGS / "fail-0.33-free-memory.log") + _text(CASES / "36b-uvicorn-info-ready.clean.log")
+    for prefix in ("2026-11-12T08:15:12.000000001Z ", "llm-1  | ", "llm-1  | 2026-11-12T08:15:12.5+00:00 "):
+        f = parse_startup_log("".join(prefix + line for line in text.splitlines(keepends=True)))
+        assert [s["outcome"] for s in f.starts] == ["failed", "ready"], prefix
+        assert f.starts[0]["error"]["kind"] == "insufficient_free_memory"
+        assert f.application_startup_complete and len(f.runtime_errors) == 2
+    usage = "".join("2026-11-12T08:15:12Z " + line for line in _text(LOGS / "fail-0.26-unrecognized.log").splitlines(keepends=True))
+    assert parse_startup_log(usage * 2).restart_count == 1
 
 
 def test_three_command_line_failures_are_three_starts():
