@@ -197,12 +197,15 @@ def import_vllm_bench(path: str | Path) -> ExternalBench:
         return None if not v else 1000.0 / float(v)
 
     n = completed if completed is not None else int(num_prompts or 0)
+    def summary(median: float | None, mean: float | None) -> dict[str, float | int | None]:
+        return {"median": median, "mean": mean, "min": None, "max": None, "n": n}
+
     metrics: dict[str, dict[str, float | int | None]] = {
-        "ttft_s": {"median": ms("median_ttft_ms"), "mean": ms("mean_ttft_ms"), "min": None, "max": None, "n": n},
-        "decode_tok_s": {"median": inv("median_tpot_ms"), "mean": inv("mean_tpot_ms"), "min": None, "max": None, "n": n},
+        "ttft_s": summary(ms("median_ttft_ms"), ms("mean_ttft_ms")),
+        "decode_tok_s": summary(inv("median_tpot_ms"), inv("mean_tpot_ms")),
     }
     if "median_e2el_ms" in d:
-        metrics["e2e_s"] = {"median": ms("median_e2el_ms"), "mean": ms("mean_e2el_ms"), "min": None, "max": None, "n": n}
+        metrics["e2e_s"] = summary(ms("median_e2el_ms"), ms("mean_e2el_ms"))
     ttfts, ins, outs, lats = ok("ttfts"), ok("input_lens"), ok("output_lens"), ok("latencies")
     if ttfts:
         metrics["ttft_s"].update(min=min(ttfts), max=max(ttfts))

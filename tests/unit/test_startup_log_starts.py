@@ -221,7 +221,8 @@ def test_docker_and_compose_prefixes_do_not_hide_starts_tracebacks_or_uvicorn():
         assert [s["outcome"] for s in f.starts] == ["failed", "ready"], prefix
         assert f.starts[0]["error"]["kind"] == "insufficient_free_memory"
         assert f.application_startup_complete and len(f.runtime_errors) == 2
-    usage = "".join("2026-11-12T08:15:12Z " + line for line in _text(LOGS / "fail-0.26-unrecognized.log").splitlines(keepends=True))
+    lines = _text(LOGS / "fail-0.26-unrecognized.log").splitlines(keepends=True)
+    usage = "".join("2026-11-12T08:15:12Z " + line for line in lines)
     assert parse_startup_log(usage * 2).restart_count == 1
 
 
