@@ -24,7 +24,7 @@ printed a marker of that kind or already ended (became ready or failed). Every d
 describes the **latest** start, the container's current state; the history is kept in:
 
 - ``starts``: one dict per start, oldest first: ``index`` (1-based), ``outcome``
-  (``"ready"``: reached serving; ``"failed"``: an error before readiness; ``"starting"``: the
+  (``"ready"``: reached serving; ``"failed"``: an error and no readiness; ``"starting"``: the
   latest start, neither yet; ``"stopped"``: an earlier start that ended with neither, e.g.
   killed), ``first_log_ts``, ``last_log_ts``, ``ready_ts``, ``ready_signal``, ``error``,
   ``runtime_errors`` and that start's ``vllm_version``, ``non_default_args``,
@@ -577,7 +577,7 @@ class _Parser:
                 f.application_startup_complete = True
             elif not s.ready:
                 self._errors(msg)
-            elif v.level == "ERROR":
+            else:
                 self._runtime_line(v)
             return
         in_traceback = self._traceback(msg, v)
@@ -628,13 +628,14 @@ class _Parser:
         return f
 
     def outcome(self, *, latest: bool) -> str:
-        """``failed`` (an error before readiness), ``ready`` (reached serving), else
-        ``starting`` for the latest start and ``stopped`` for an earlier one."""
+        """``ready`` (reached serving, whatever was logged before), ``failed`` (an error and
+        no readiness), else ``starting`` for the latest start and ``stopped`` for an earlier
+        one."""
         f = self.s.facts
-        if f.error is not None:
-            return "failed"
         if f.ready:
             return "ready"
+        if f.error is not None:
+            return "failed"
         return "starting" if latest else "stopped"
 
     # ---- errors and tracebacks ----------------------------------------------------------------
