@@ -108,15 +108,21 @@ def _int(value: Any) -> int | None:
 
 def _failure_note(counts: RequestCounts, reasons: list[dict[str, Any]], *, what: str) -> str:
     not_ok = (counts.failed or 0) + (counts.incomplete or 0)
+    of = f" of {counts.total}" if counts.total is not None else ""
     parts = []
     if counts.failed:
-        parts.append(f"{counts.failed} of {counts.total} requests failed")
+        parts.append(f"{counts.failed}{of} requests failed")
     if counts.incomplete:
-        parts.append(f"{counts.incomplete} of {counts.total} did not complete")
+        parts.append(f"{counts.incomplete}{of} did not complete")
     text = " and ".join(parts)
     if reasons:
         text += " (" + "; ".join(f"{r['count']}x {r['text']}" for r in reasons[:3]) + ")"
-    ok = counts.completed if counts.completed is not None else (counts.total or 0) - not_ok
+    if counts.completed is not None:
+        ok = str(counts.completed)
+    elif counts.total is not None:
+        ok = str(counts.total - not_ok)
+    else:
+        return f"{text}: {what} cover the successful requests only; the run is partial"
     return f"{text}: {what} cover the {ok} successful requests only; the run is partial"
 
 

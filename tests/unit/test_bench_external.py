@@ -137,6 +137,14 @@ def test_append_result_takes_the_last_object_with_its_failures(tmp_path):
     assert ext.source == "vllm-bench-serve" and ext.partial and ext.requests.failed == 4
 
 
+def test_failed_count_without_totals_still_makes_a_partial_import(tmp_path):
+    d = {"failed": 2, "median_ttft_ms": 500.0, "mean_ttft_ms": 510.0, "median_tpot_ms": 20.0}
+    ext = import_vllm_bench(_write(tmp_path, d))
+    assert ext.partial and ext.requests.failed == 2 and ext.requests.total is None
+    assert ext.notes == ["2 requests failed: all statistics cover the successful requests only; "
+                         "the run is partial"]
+
+
 def test_all_failed_summary_only_file_is_refused(tmp_path):
     d = {"num_prompts": 5, "completed": 0, "failed": 5, "median_ttft_ms": 0.0, "mean_ttft_ms": 0.0,
          "median_tpot_ms": 0.0, "mean_tpot_ms": 0.0}
