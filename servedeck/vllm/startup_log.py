@@ -1,13 +1,13 @@
 """Parse a vLLM server's startup log into :class:`StartupFacts`.
 
 Source of the formats: vLLM (github.com/vllm-project/vllm), versions 0.10.2 to 0.33.0, CUDA,
-XPU and CPU builds, as collected in ``/work/shared/reference/vllm-serving-facts.md`` §1–§3
-(envelope: ``vllm/logger.py``; startup lines: ``vllm/config/scheduler.py``,
+XPU and CPU builds (envelope: ``vllm/logger.py``; startup lines: ``vllm/config/scheduler.py``,
 ``vllm/config/vllm.py``, ``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/worker/gpu_worker.py``,
 ``vllm/v1/worker/xpu_worker.py``, ``vllm/compilation/backends.py``,
 ``vllm/compilation/monitor.py``, ``vllm/compilation/decorators.py``,
 ``vllm/v1/core/kv_cache_utils.py``, ``vllm/v1/engine/core.py``,
-``vllm/v1/spec_decode/metrics.py``; uvicorn's own ``INFO:     ...`` lines) and the real vLLM
+``vllm/v1/spec_decode/metrics.py``, ``vllm/v1/worker/cpu_model_runner.py``;
+readiness: ``vllm/entrypoints/launchers/launcher.py``; uvicorn's own ``INFO:     ...`` lines) and the real vLLM
 0.32.0 CPU logs in ``tests/fixtures/vllm-0.32-cpu/`` (copies of the project's shared fixtures).
 
 The parser makes one pass over the lines. Each line is stripped of ANSI colour codes, then
