@@ -3,7 +3,9 @@
 Quoting: every value a YAML 1.1 or 1.2 reader could misread is double-quoted (ports,
 numeric or boolean-looking strings, GIDs); served model names are always quoted; every
 ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per list item;
-JSON-valued flags are compact JSON in one item.
+JSON-valued flags are compact JSON in one item. Service keys servedeck does not model
+(``container.compose_extra``: GPU device requests, healthcheck, ulimits, ...) are emitted by
+the compose document model's YAML dumper (:func:`servedeck.compose.document.dump_yaml`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from servedeck import __version__
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
+from servedeck.compose.document import dump_yaml
 from servedeck.compose.yaml11 import plain_is_string
 
 
@@ -33,9 +36,18 @@ def yaml_scalar(value: Any, force: bool = False) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+#: Fields added after the first release: hashed only when set, so that a profile that does not
+#: use them keeps the hash recorded by earlier runs.
+_HASHED_WHEN_SET = (("model", "repo_id"), ("model", "hf_cache"), ("container", "compose_extra"))
+
+
 def profile_hash(profile: Profile) -> str:
     """``sha256:<hex>`` of the resolved profile's canonical JSON (sorted keys, no spaces)."""
-    blob = json.dumps(profile.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    data = profile.model_dump(mode="json")
+    for section, key in _HASHED_WHEN_SET:
+        if data[section].get(key) in (None, {}):
+            data[section].pop(key, None)
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -87,15 +99,19 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     facts = catalog.lookup(profile.image_ref.digest)
     command = build_command(profile, facts)
     c = profile.container
-    volumes = [_volume(profile.model.weights_dir, profile.model.mount, profile.model.mount_options)]
-    volumes += [_volume(v.source, v.target, v.options) for v in c.volumes]
-    named = [v.source for v in c.volumes if v.is_named]
+    m = profile.model
+    model_mounts = ([_volume(m.weights_dir, m.mount, m.mount_options)] if m.weights_dir and m.mount
+                    else [_volume(m.hf_cache.source, m.hf_cache.target, m.hf_cache.options)] if m.hf_cache
+                    else [])
+    volumes = model_mounts + [_volume(v.source, v.target, v.options) for v in c.volumes]
+    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
+    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     force_quote = set(profile.model.served_model_name)
     phash = profile_hash(profile)
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
         ports=(f"{c.host_ip}:" if c.host_ip else "") + f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
-        profile_hash=phash, version=__version__)
+        profile_hash=phash, version=__version__, compose_extra=extra)
     if not text.endswith("\n"):
         text += "\n"
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,
