@@ -581,5 +581,36 @@ def set_item(key: str, value_text: str) -> list[str]:
 
 __all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem", "LauncherArgv",
            "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
-           "convert_lenient", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm",
+           "convert_lenient", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
            "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item"]
+
+
+def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, Any]:
+    """What a server command means, independent of how it is spelled: flag order, ``--x=v``
+    versus ``--x v``, ``16K`` versus ``16384`` and repeated flags (last wins) do not matter.
+
+    vllm: ``{"model": ..., "flags": {dest: value}}`` with vLLM's defaults applied for the
+    served name (the model argument) and the port (8000). exl3xpu: ``{"config", "options"
+    (launcher options, last wins), "set" ({key: value as PyYAML reads it}, last wins), "flags"
+    (passthrough)}``.
+    """
+    from servedeck.yamlio import launcher_value
+
+    tokens = [str(t) for t in argv]
+    if kind == "exl3xpu":
+        parsed = parse_launcher(tokens)
+        options = {a.name: convert_lenient(a.name or "", a.value)
+                   for a in parsed.options if a.name != "set"}
+        sets = {s.key: launcher_value(s.raw) if s.raw is not None else None for s in parsed.sets}
+        return {"config": parsed.config[0] if parsed.config else None, "options": options,
+                "set": sets, "flags": settings(parsed.passthrough)}
+    args = parse_vllm(tokens)
+    positionals = [a.values[0] for a in args if a.name is None]
+    flags = settings(args)
+    model = flags.pop("model", None) or (positionals[0] if positionals else None)
+    flags.setdefault("served_model_name", [model])
+    if isinstance(flags["served_model_name"], str):
+        flags["served_model_name"] = [flags["served_model_name"]]
+    flags.setdefault("port", 8000)
+    return {"model": model, "positionals": positionals[1:] if positionals and positionals[0] == model
+            else positionals, "flags": flags}
