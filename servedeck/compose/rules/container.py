@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from servedeck.compose import document
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._service import Ctx, Service
 
@@ -281,24 +282,18 @@ def mounts(svc: Service) -> list[Mount]:
     """Parse ``volumes`` (short ``SRC:DST[:MODE]`` and long syntax)."""
     out: list[Mount] = []
     for i, v in enumerate(svc.data.get("volumes") or []):
-        path = svc.path + ("volumes", i)
-        if isinstance(v, str):
-            parts = v.split(":")
-            if len(parts) == 1:
-                out.append(Mount(None, parts[0], False, False, None, path))
-                continue
-            src, dst = parts[0], parts[1]
-            mode = parts[2] if len(parts) > 2 else ""
-            opts = set(mode.split(","))
-            bind = src.startswith(("/", ".", "~", "$"))
-            selinux = "Z" if "Z" in opts else ("z" if "z" in opts else None)
-            out.append(Mount(src, dst, bind, "ro" in opts, selinux, path))
-        elif isinstance(v, dict):
-            src = v.get("source")
-            bind = v.get("type") == "bind"
-            sel = (v.get("bind") or {}).get("selinux") if isinstance(v.get("bind"), dict) else None
-            out.append(Mount(src if isinstance(src, str) else None, v.get("target"), bind,
-                             v.get("read_only") is True, sel, path))
+        if not isinstance(v, (str, dict)):
+            continue
+        try:
+            m = document.Mount.parse(v)  # the one volume grammar (short and long syntax)
+        except ValueError:
+            continue
+        opts = set((m.mode or "").split(","))
+        sel = ((m.extra.get("bind") or {}).get("selinux") if isinstance(m.extra.get("bind"), dict)
+               else "Z" if "Z" in opts else "z" if "z" in opts else None)
+        out.append(Mount(m.source if isinstance(m.source, str) else None, m.target,
+                         m.type == "bind" and m.source is not None, m.read_only, sel,
+                         svc.path + ("volumes", i)))
     return out
 
 
