@@ -9,7 +9,8 @@ How vLLM reads argv (vllm-project/vllm ``vllm/utils/argparse_utils.py`` ``Flexib
 and ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args``, v0.10.2 to v0.11 and main):
 
 * ``--flag=value`` is the same flag as ``--flag value`` (argparse);
-* ``--flag_name`` is accepted for ``--flag-name`` (FlexibleArgumentParser rewrites ``_`` to ``-``);
+* ``--flag_name`` is accepted for ``--flag-name`` (FlexibleArgumentParser rewrites ``_`` to ``-``
+  before the first ``.``);
 * boolean fields have ``--x`` and ``--no-x`` (``argparse.BooleanOptionalAction``);
 * a flag given twice: argparse keeps the last occurrence (see :func:`repeated`);
 * JSON-valued config flags (``--speculative-config '{...}'``) take JSON; since v0.11 also
@@ -342,7 +343,11 @@ def _flag_name(token: str) -> tuple[str, str, bool, str | None]:
     long = t.startswith("--")
     body = t[2:] if long else t[1:]
     written, eq, inline = body.partition("=")
-    name = written.replace("_", "-") if long else ALIASES.get(written, written)
+    if long:  # FlexibleArgumentParser: underscores before the first "." only (JSON sub-keys keep theirs)
+        head, dot, tail = written.partition(".")
+        name = head.replace("_", "-") + dot + tail
+    else:
+        name = ALIASES.get(written, written)
     return name, ("--" if long else "-") + written, bool(eq), inline if eq else None
 
 
