@@ -22,7 +22,7 @@ from servedeck import __version__
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
-from servedeck.compose.document import dump_yaml
+from servedeck.compose.document import Mount, Port, dump_yaml
 from servedeck.compose.yaml11 import plain_is_string
 
 
@@ -52,7 +52,7 @@ def profile_hash(profile: Profile) -> str:
 
 
 def _volume(source: str, target: str, options: str | None) -> str:
-    return f"{source}:{target}" + (f":{options}" if options else "")
+    return Mount(target, source, mode=options).short()
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     phash = profile_hash(profile)
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
-        ports=(f"{c.host_ip}:" if c.host_ip else "") + f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
+        ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(), force_quote=force_quote,
         profile_hash=phash, version=__version__, compose_extra=extra)
     if not text.endswith("\n"):
         text += "\n"

@@ -2,8 +2,8 @@
 
 Two launchers:
 
-* ``exl3xpu`` — the image's ``scripts/serve.py`` (contract: ``shared/reference/
-  exl3xpu-image-facts.md`` §4): positional model config, ``--gpu``, ``--model-path``, repeated
+* ``exl3xpu`` — the image's ``scripts/serve.py`` (ghcr.io/0xsero/exl3xpu; the same contract
+  is implemented in this repository by ``deploy/images/cpu-vllm/serve.py``): positional model config, ``--gpu``, ``--model-path``, repeated
   ``--set KEY.PATH=VALUE`` (value parsed as YAML 1.1 by PyYAML ``safe_load``), and
   passthrough flags appended verbatim after the model.yaml-derived vLLM flags. Engine
   settings that live in model.yaml are edited with ``--set vllm.KEY=...`` (a bare passthrough
