@@ -204,3 +204,58 @@ def test_dollar_escapes_survive_the_round_trip(tmp_path):
     rendered = parse_document(_render(tmp_path, mapping)).service()
     assert rendered.environment.values["PASS"] == "a$$b"
     assert rendered.command[-1] == "$${x}"
+
+
+@pytest.mark.parametrize("case", ["39-import-hf-repo-id-model.yml", "40-import-drops-gpu-reservation.yml",
+                                  "38-import-flag-equals-value.yml", "41b-human-readable-int-import.yml"])
+def test_imported_profiles_validate_against_the_published_schema(case):
+    import json
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    mapping, _ = import_compose(ROOT / "tests" / "fixtures" / "cases" / "field-2" / case, "t", CATALOG)
+    data = YAML(typ="safe", pure=True).load(dump_profile_yaml(mapping))
+    schema = json.loads((ROOT / "schema" / "profile.schema.json").read_text())
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(data)) == []
+
+
+def test_field_case_expectations():
+    cases = ROOT / "tests" / "fixtures" / "cases" / "field-2"
+    m38, _ = import_compose(cases / "38-import-flag-equals-value.yml", "t38", CATALOG)
+    assert m38["model"]["served_model_name"] == ["chat"] and m38["container"]["port"] == 8000
+    assert m38["engine"] == {"max_model_len": 8192, "gpu_memory_utilization": 0.9}
+    m39, _ = import_compose(cases / "39-import-hf-repo-id-model.yml", "t39", CATALOG)
+    assert m39["model"]["repo_id"] == "example/model-7b"
+    assert m39["model"]["hf_cache"]["target"] == "/root/.cache/huggingface"
+    m40, notes40 = import_compose(cases / "40-import-drops-gpu-reservation.yml", "t40", CATALOG)
+    assert {"deploy", "healthcheck", "ulimits"} <= set(m40["container"]["compose_extra"])
+    assert any("deploy" in n and "healthcheck" in n for n in notes40)
+    m41, _ = import_compose(cases / "41b-human-readable-int-import.yml", "t41b", CATALOG)
+    assert (m41["engine"]["max_model_len"], m41["engine"]["max_num_batched_tokens"]) == (131072, 16384)
+
+
+def test_cli_import_then_render_and_check_carry_the_gpu_request(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for name in ("profiles", "templates", "schema", "deploy"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("images"))
+    env = {**os.environ, "SERVEDECK_PROJECT": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
+                              text=True, env=env)
+
+    src = ROOT / "tests" / "fixtures" / "cases" / "field-2" / "40-import-drops-gpu-reservation.yml"
+    res = run("import", "--compose", str(src), "--name", "t40")
+    assert res.returncode == 0, res.stderr
+    assert "compose_extra: ulimits, healthcheck, deploy" in res.stderr
+    out = run("render", "--profile", "t40")
+    assert out.returncode == 0, out.stderr
+    svc = parse_document(out.stdout).service()
+    assert svc.gpu_requests[0].device_ids == ["GPU-5f1c2a7e-3b4d-4e8f-9a0b-1c2d3e4f5a6b",
+                                              "GPU-9d8e7f60-1a2b-4c3d-8e5f-6a7b8c9d0e1f"]
+    assert svc.healthcheck["retries"] == 5 and svc.extra["ulimits"]["memlock"] == -1
