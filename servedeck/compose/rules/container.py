@@ -99,23 +99,14 @@ def port_specs(svc: Service) -> list[PortSpec]:
     if not isinstance(ports, list):
         return out
     for i, item in enumerate(ports):
-        path = svc.path + ("ports", i)
-        if isinstance(item, bool):
+        if isinstance(item, bool) or not isinstance(item, (int, str, dict)):
             continue
-        if isinstance(item, int):
-            out.append(PortSpec(item, item, str(item), path))
-        elif isinstance(item, str):
-            text = item.split("/", 1)[0]
-            container = text.rsplit(":", 1)[-1] if not text.endswith("]") else text
-            lo, hi = _range(container)
-            out.append(PortSpec(lo, hi, item, path))
-        elif isinstance(item, dict):
-            target = item.get("target")
-            if isinstance(target, int):
-                out.append(PortSpec(target, target, str(target), path))
-            elif isinstance(target, str):
-                lo, hi = _range(target)
-                out.append(PortSpec(lo, hi, target, path))
+        try:
+            port = document.Port.parse(item)  # the one ports grammar (short and long syntax)
+        except ValueError:
+            continue
+        lo, hi = _range(port.target)
+        out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
     return out
 
 
@@ -173,13 +164,8 @@ def parse_size(value: Any) -> int | None:
 
 
 def _device_hosts(svc: Service) -> list[str]:
-    out = []
-    for d in svc.data.get("devices") or []:
-        if isinstance(d, str):
-            out.append(d.split(":", 1)[0])
-        elif isinstance(d, dict) and isinstance(d.get("source"), str):
-            out.append(d["source"])
-    return out
+    return [document.Device.parse(d).source for d in svc.data.get("devices") or []
+            if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
 
 
 def check_gpu(ctx: Ctx, svc: Service) -> None:
