@@ -70,8 +70,9 @@ def _table(spec: dict[Kind, str], plus: str) -> dict[str, FlagSpec]:
 
 
 #: vLLM ``serve`` flags servedeck knows by type (``vllm/engine/arg_utils.py``,
-#: ``vllm/entrypoints/openai/cli_args.py``). Flags not listed are parsed by shape (see
-#: :func:`spec_for`).
+#: ``vllm/entrypoints/openai/cli_args.py``): the fallback under the argument surface recorded in
+#: the shipped vLLM tables (see :func:`table_from_serve_args`). Flags in neither are parsed by
+#: shape (see :func:`spec_for`).
 FLAGS: dict[str, FlagSpec] = _table({
     "human_int_auto": "max-model-len",
     "human_int": "max-num-batched-tokens kv-cache-memory-bytes",
@@ -122,6 +123,58 @@ def looks_like_flag(text: str) -> bool:
     return t.startswith("-") and len(t) > 1 and not _NUMBER.match(t)
 
 
+#: argparse type function names (as recorded in the shipped vLLM tables) → value kind.
+_TYPE_KINDS: dict[str, Kind] = {
+    "int": "int", "float": "float", "str": "str", "human_readable_int": "human_int",
+    "human_readable_int_or_auto": "human_int_auto", "parse_dataclass": "json", "loads": "json",
+    "union_dict_and_str": "json"}
+
+
+def table_from_serve_args(serve_args: Iterable[Any]) -> tuple[dict[str, FlagSpec], dict[str, str]]:
+    """Build flag specs and single-dash aliases from a recorded ``vllm serve`` argument surface.
+
+    Args:
+        serve_args: argparse actions with ``options`` (``["--max-model-len"]``), ``type`` (name
+            of the type function), ``nargs`` and ``takes_value`` — the rows of the shipped vLLM
+            tables (``servedeck.vllm.facts.ServeArg``, extracted from an image's parser).
+
+    Returns:
+        ``(flags, aliases)``. A type the table cannot name (``Optional[...]`` wrappers) keeps
+        the kind of :data:`FLAGS`, else ``str``.
+    """
+    flags: dict[str, FlagSpec] = {}
+    aliases: dict[str, str] = {}
+    for a in serve_args:
+        longs = [o[2:] for o in a.options if o.startswith("--")]
+        if not longs:
+            continue
+        kind: Kind | None = "bool" if not a.takes_value else _TYPE_KINDS.get(a.type or "")
+        for name in longs:
+            base = FLAGS.get(name)
+            flags[name] = FlagSpec(name, kind or (base.kind if base else "str"), a.nargs == "+")
+        for o in a.options:
+            if o.startswith("-") and not o.startswith("--"):
+                aliases[o[1:]] = longs[0]
+    return flags, aliases
+
+
+_SHIPPED: tuple[dict[str, FlagSpec], dict[str, str]] | None = None
+
+
+def _shipped() -> tuple[dict[str, FlagSpec], dict[str, str]]:
+    """The newest shipped vLLM table's argument surface (``servedeck.vllm.facts``), when the
+    package has one; it overrides :data:`FLAGS` (which stays the fallback)."""
+    global _SHIPPED
+    if _SHIPPED is None:
+        try:
+            from servedeck.vllm.facts import shipped_tables  # type: ignore[import-not-found]
+            tables = [f for f in shipped_tables().values() if getattr(f, "serve_args", None)]
+            _SHIPPED = table_from_serve_args(tables[-1].serve_args) if tables else ({}, {})
+        except ImportError:
+            _SHIPPED = ({}, {})
+    return _SHIPPED
+
+
 def spec_for(name: str) -> FlagSpec:
     """The table entry for vLLM flag ``name`` (no dashes; ``no-`` prefix removed by the caller).
 
@@ -129,6 +182,9 @@ def spec_for(name: str) -> FlagSpec:
     when one follows (argparse would know; servedeck errs on the side of keeping tokens
     together).
     """
+    shipped = _shipped()[0]
+    if name in shipped:
+        return shipped[name]
     if name in FLAGS:
         return FLAGS[name]
     if name.startswith(("enable-", "disable-")):
@@ -347,7 +403,7 @@ def _flag_name(token: str) -> tuple[str, str, bool, str | None]:
         head, dot, tail = written.partition(".")
         name = head.replace("_", "-") + dot + tail
     else:
-        name = ALIASES.get(written, written)
+        name = _shipped()[1].get(written) or ALIASES.get(written, written)
     return name, ("--" if long else "-") + written, bool(eq), inline if eq else None
 
 
@@ -586,7 +642,7 @@ def set_item(key: str, value_text: str) -> list[str]:
 
 __all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem", "LauncherArgv",
            "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
-           "convert_lenient", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
+           "convert_lenient", "table_from_serve_args", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
            "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item"]
 
 

@@ -168,3 +168,22 @@ def test_ambiguous_abbreviation_is_reported():
     parsed = parse_launcher(["models/m", "--p", "1"])  # --port, --print
     assert parsed.abbreviations == [(1, "--p", None)]
     argparse  # the real parser errors on it too (exit 2); servedeck reports it instead
+
+
+def test_flag_table_from_a_recorded_vllm_argument_surface():
+    import json
+    from types import SimpleNamespace
+
+    from servedeck.vllm.argv import table_from_serve_args
+
+    rows = json.loads((ROOT / "tests" / "fixtures" / "vllm-0.32-cpu" / "serve-args-sample.json").read_text())
+    flags, aliases = table_from_serve_args(SimpleNamespace(**r) for r in rows["serve_args"])
+    assert flags["max-model-len"].kind == "human_int_auto"
+    assert flags["max-num-batched-tokens"].kind == "human_int"
+    assert flags["kv-cache-memory-bytes"].kind == "human_int"  # Optional[...]: servedeck's own table
+    assert flags["speculative-config"].kind == "json"
+    assert flags["allowed-origins"].kind == "json" and not flags["allowed-origins"].nargs_plus  # 0.32: JSON
+    assert flags["served-model-name"].nargs_plus
+    assert flags["enable-prefix-caching"].kind == flags["no-enable-prefix-caching"].kind == "bool"
+    assert flags["device-memory-utilization"].kind == "float"
+    assert aliases == {"tp": "tensor-parallel-size", "sc": "speculative-config"}
