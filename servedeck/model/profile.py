@@ -278,7 +278,8 @@ class Container(_Strict):
         ipc: IPC mode (``host``).
         compose_extra: further service keys servedeck does not model (``deploy`` GPU
             reservations, ``gpus``, ``healthcheck``, ``ulimits``, ``runtime``, ...), rendered
-            back verbatim after the modelled keys (Compose Specification service syntax).
+            back verbatim after the modelled keys (Compose Specification service syntax;
+            values are file text, so a literal ``$`` is written ``$$``).
     """
 
     service: str = "vllm"
