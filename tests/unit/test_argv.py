@@ -187,3 +187,32 @@ def test_flag_table_from_a_recorded_vllm_argument_surface():
     assert flags["enable-prefix-caching"].kind == flags["no-enable-prefix-caching"].kind == "bool"
     assert flags["device-memory-utilization"].kind == "float"
     assert aliases == {"tp": "tensor-parallel-size", "sc": "speculative-config"}
+
+
+def test_every_shipped_profile_command_parses_back_to_its_settings():
+    from servedeck.model.catalog import Catalog
+    from servedeck.model.profile import ProfileStore
+    from servedeck.vllm.launcher import SET_FIELDS, build_command
+    from servedeck.yamlio import launcher_value
+
+    store, catalog = ProfileStore(ROOT / "profiles"), Catalog(ROOT / "deploy" / "images.yaml")
+    for name in store.names():
+        p = store.load(name).profile
+        argv = build_command(p, catalog.lookup(p.image_ref.digest))
+        if p.launcher.kind == "exl3xpu":
+            parsed = parse_launcher(argv)
+            assert parsed.config[0] == p.launcher.config
+            assert parsed.option("model-path").value == p.model.argument
+            flags = settings(parsed.passthrough)
+            sets = {s.key: launcher_value(s.raw) for s in parsed.sets}
+            for field in SET_FIELDS:
+                value = getattr(p.engine, field)
+                if value is not None and value is not False:
+                    assert sets[f"vllm.{field}"] == value, (name, field)
+            assert int(parsed.option("port").value) == p.container.port
+            assert repeated(parsed.passthrough) == {}, name
+        else:
+            flags = settings(parse_vllm(argv))
+            assert flags["port"] == p.container.port
+            assert repeated(parse_vllm(argv)) == {}, name
+        assert flags["served_model_name"] == p.model.served_model_name, name
