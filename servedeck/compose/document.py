@@ -509,7 +509,8 @@ def load_document(path: str | Path) -> Document:
 
 def dump_yaml(value: Any, indent: int = 0) -> str:
     """Plain data → YAML 1.2 block text (ruamel; sequences indented under their key, strings
-    a YAML 1.1 reader would misread double-quoted), each line prefixed by ``indent`` spaces."""
+    quoted by :func:`yaml_string` unless already a ruamel scalar string), each line prefixed by
+    ``indent`` spaces."""
     y = YAML(typ="rt")
     y.default_flow_style = False
     y.width = 4096
@@ -523,18 +524,28 @@ def dump_yaml(value: Any, indent: int = 0) -> str:
     return text
 
 
-def _quoted(value: Any) -> Any:
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+def yaml_string(text: str, force: bool = False) -> str:
+    """``text`` as a scalar for :func:`dump_yaml`: plain when every YAML 1.1 and 1.2 reader
+    reads it back as the same string (:func:`servedeck.compose.yaml11.plain_is_string`), else
+    quoted (single quotes when it holds ``"`` and no ``'``, else double); ``force`` always
+    quotes."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
     from servedeck.compose.yaml11 import plain_is_string
+    if not force and plain_is_string(text):
+        return text
+    if '"' in text and "'" not in text and "\n" not in text:
+        return SingleQuotedScalarString(text)
+    return DoubleQuotedScalarString(text)
+
+
+def _quoted(value: Any) -> Any:
+    from ruamel.yaml.scalarstring import ScalarString
+
     if isinstance(value, dict):
         return {k: _quoted(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_quoted(v) for v in value]
-    if isinstance(value, str) and not plain_is_string(value) and not value.startswith("/"):
-        return DoubleQuotedScalarString(value)
+    if isinstance(value, str) and not isinstance(value, ScalarString):
+        return yaml_string(value)
     return value
-
-
-__all__ = ["Port", "Mount", "Device", "DeviceRequest", "Environment", "Service", "Document",
-           "TYPED_KEYS", "split_command", "parse_document", "load_document", "dump_yaml"]

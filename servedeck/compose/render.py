@@ -1,11 +1,13 @@
 """Render a resolved profile into docker-compose text with ``templates/docker-compose.yml.j2``.
 
-Quoting: every value a YAML 1.1 or 1.2 reader could misread is double-quoted (ports,
-numeric or boolean-looking strings, GIDs); served model names are always quoted; every
-``$`` is escaped as ``$$`` for Compose interpolation; one argv token per list item;
-JSON-valued flags are compact JSON in one item. Service keys servedeck does not model
-(``container.compose_extra``: GPU device requests, healthcheck, ulimits, ...) are emitted by
-the compose document model's YAML dumper (:func:`servedeck.compose.document.dump_yaml`).
+The compose document is built as data (:func:`compose_mapping`) and emitted by the compose
+document model's YAML dumper (:func:`servedeck.compose.document.dump_yaml`, ruamel); the
+template adds the provenance header. Quoting: every value a YAML 1.1 or 1.2 reader could
+misread is quoted (ports, numeric or boolean-looking strings, GIDs); served model names are
+always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
+list item; JSON-valued flags are compact JSON in one item. Service keys servedeck does not
+model (``container.compose_extra``: GPU device requests, healthcheck, ulimits, ...) follow
+verbatim.
 """
 
 from __future__ import annotations
@@ -22,18 +24,19 @@ from servedeck import __version__
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
-from servedeck.compose.document import Mount, Port, dump_yaml
-from servedeck.compose.yaml11 import plain_is_string
+from servedeck.compose.document import Mount, Port, dump_yaml, yaml_string
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:
-    """One YAML scalar for a compose file: plain when safe, else quoted; ``$`` → ``$$``."""
-    text = str(value).replace("$", "$$")
-    if not force and plain_is_string(text):
-        return text
-    if '"' in text and "'" not in text and "\n" not in text:
-        return f"'{text}'"
-    return json.dumps(text, ensure_ascii=False)
+    """One YAML scalar as text for a hand-written template line (the ``q`` filter of user
+    templates): ``$`` → ``$$``, then quoted as :func:`servedeck.compose.document.yaml_string`
+    decides."""
+    return dump_yaml(_s(value, force)).rstrip("\n").removesuffix("\n...")
+
+
+def _s(value: Any, force: bool = False) -> str:
+    """A profile string for the compose file: Compose interpolation escaped (``$`` → ``$$``)."""
+    return yaml_string(str(value).replace("$", "$$"), force)
 
 
 #: Fields added after the first release: hashed only when set, so that a profile that does not
@@ -51,8 +54,41 @@ def profile_hash(profile: Profile) -> str:
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _volume(source: str, target: str, options: str | None) -> str:
-    return Mount(target, source, mode=options).short()
+def compose_mapping(profile: Profile, command: list[str]) -> dict[str, Any]:
+    """The compose document of ``profile`` as data for :func:`servedeck.compose.document.dump_yaml`:
+    the service (modelled keys in servedeck's order, then ``container.compose_extra`` verbatim)
+    and the named volumes it uses. Ports, group ids, ``shm_size`` and served model names are
+    always quoted; other strings when a YAML 1.1 or 1.2 reader could misread them."""
+    c, m = profile.container, profile.model
+    mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
+              else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
+              else [])
+    mounts += [Mount(v.target, v.source, mode=v.options) for v in c.volumes]
+    names = set(m.served_model_name)
+    svc: dict[str, Any] = {"image": _s(profile.image)}
+    if c.container_name:
+        svc["container_name"] = _s(c.container_name)
+    svc["restart"] = _s(c.restart)
+    svc["ports"] = [_s(Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(), True)]
+    if c.devices:
+        svc["devices"] = [_s(d) for d in c.devices]
+    if c.group_add:
+        svc["group_add"] = [_s(g, True) for g in c.group_add]
+    if c.shm_size:
+        svc["shm_size"] = _s(c.shm_size, True)
+    if c.ipc:
+        svc["ipc"] = _s(c.ipc)
+    if c.environment:
+        svc["environment"] = {k: _s(v) for k, v in c.environment.items()}
+    if mounts:
+        svc["volumes"] = [_s(v.short()) for v in mounts]
+    svc["command"] = [_s(arg, arg in names) for arg in command]
+    svc.update(c.compose_extra)
+    doc: dict[str, Any] = {"services": {c.service: svc}}
+    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
+    if named:
+        doc["volumes"] = {n: {} for n in named}
+    return doc
 
 
 @dataclass(frozen=True)
@@ -89,7 +125,12 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
 
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates_dir: Path
                    ) -> Rendered:
-    """Render ``profile`` to compose text.
+    """Render ``profile`` to compose text with ``templates_dir/docker-compose.yml.j2``.
+
+    Template variables: ``compose`` (the document text, see :func:`compose_mapping`),
+    ``profile``, ``command``, ``profile_hash``, ``version``; for templates that write the
+    service line by line: ``c`` (container settings), ``ports``, ``volumes`` (short syntax),
+    ``named_volumes``, ``force_quote`` and the ``q`` filter (:func:`yaml_scalar`).
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
@@ -98,20 +139,16 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
     command = build_command(profile, facts)
-    c = profile.container
-    m = profile.model
-    model_mounts = ([_volume(m.weights_dir, m.mount, m.mount_options)] if m.weights_dir and m.mount
-                    else [_volume(m.hf_cache.source, m.hf_cache.target, m.hf_cache.options)] if m.hf_cache
-                    else [])
-    volumes = model_mounts + [_volume(v.source, v.target, v.options) for v in c.volumes]
-    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
-    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
-    force_quote = set(profile.model.served_model_name)
     phash = profile_hash(profile)
+    mapping = compose_mapping(profile, command)
+    svc = mapping["services"][profile.container.service]
+    # ``compose`` is the whole document; the other names serve a user's own template that
+    # writes the service line by line with the ``q`` filter
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
-        profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
-        ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(), force_quote=force_quote,
-        profile_hash=phash, version=__version__, compose_extra=extra)
+        profile=profile, compose=dump_yaml(mapping).rstrip("\n"), command=command,
+        profile_hash=phash, version=__version__, c=profile.container, ports=svc["ports"][0],
+        volumes=svc.get("volumes", []), named_volumes=list(mapping.get("volumes", {})),
+        force_quote=set(profile.model.served_model_name))
     if not text.endswith("\n"):
         text += "\n"
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,
