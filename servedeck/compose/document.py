@@ -21,6 +21,7 @@ verbatim in ``extra`` and dumped back unchanged, so parse then dump loses nothin
 from __future__ import annotations
 
 import io
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -524,19 +525,37 @@ def dump_yaml(value: Any, indent: int = 0) -> str:
     return text
 
 
-def yaml_string(text: str, force: bool = False) -> str:
-    """``text`` as a scalar for :func:`dump_yaml`: plain when every YAML 1.1 and 1.2 reader
-    reads it back as the same string (:func:`servedeck.compose.yaml11.plain_is_string`), else
-    quoted (single quotes when it holds ``"`` and no ``'``, else double); ``force`` always
-    quotes."""
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
-
+def scalar_style(text: str, force: bool = False) -> str:
+    """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
+    YAML 1.1 and 1.2 reader reads it back as the same string
+    (:func:`servedeck.compose.yaml11.plain_is_string`), else ``single`` when it holds ``"``
+    and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
     from servedeck.compose.yaml11 import plain_is_string
     if not force and plain_is_string(text):
-        return text
+        return "plain"
     if '"' in text and "'" not in text and "\n" not in text:
-        return SingleQuotedScalarString(text)
-    return DoubleQuotedScalarString(text)
+        return "single"
+    return "double"
+
+
+def yaml_string(text: str, force: bool = False) -> str:
+    """``text`` as a ruamel scalar string styled by :func:`scalar_style` (for :func:`dump_yaml`)."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+
+    style = scalar_style(text, force)
+    return (text if style == "plain" else SingleQuotedScalarString(text) if style == "single"
+            else DoubleQuotedScalarString(text))
+
+
+def scalar_text(text: str, force: bool = False) -> str:
+    """``text`` as YAML scalar text styled by :func:`scalar_style` (for templates that write
+    lines): a double-quoted scalar is JSON string syntax, which YAML reads the same way."""
+    style = scalar_style(text, force)
+    if style == "plain":
+        return text
+    if style == "single":
+        return f"'{text}'"
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _quoted(value: Any) -> Any:

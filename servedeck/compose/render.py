@@ -1,13 +1,15 @@
 """Render a resolved profile into docker-compose text with ``templates/docker-compose.yml.j2``.
 
-The compose document is built as data (:func:`compose_mapping`) and emitted by the compose
-document model's YAML dumper (:func:`servedeck.compose.document.dump_yaml`, ruamel); the
-template adds the provenance header. Quoting: every value a YAML 1.1 or 1.2 reader could
+Quoting follows the compose document model's one policy
+(:func:`servedeck.compose.document.scalar_style`): every value a YAML 1.1 or 1.2 reader could
 misread is quoted (ports, numeric or boolean-looking strings, GIDs); served model names are
 always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
-list item; JSON-valued flags are compact JSON in one item. Service keys servedeck does not
-model (``container.compose_extra``: GPU device requests, healthcheck, ulimits, ...) follow
-verbatim.
+list item; JSON-valued flags are compact JSON in one item; ports and volumes are printed by the
+document model's grammar. Service keys servedeck does not model (``container.compose_extra``:
+GPU device requests, healthcheck, ulimits, ...) are emitted verbatim by the document model's
+YAML dumper (ruamel). The template writes the service line by line: emitting the whole
+document with ruamel costs about 9 ms per render (pure-Python emitter), most of the per-profile
+budget of ``check --all``.
 """
 
 from __future__ import annotations
@@ -24,19 +26,14 @@ from servedeck import __version__
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
-from servedeck.compose.document import Mount, Port, dump_yaml, yaml_string
+from servedeck.compose.document import Mount, Port, dump_yaml, scalar_text
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:
-    """One YAML scalar as text for a hand-written template line (the ``q`` filter of user
-    templates): ``$`` → ``$$``, then quoted as :func:`servedeck.compose.document.yaml_string`
-    decides."""
-    return dump_yaml(_s(value, force)).rstrip("\n").removesuffix("\n...")
-
-
-def _s(value: Any, force: bool = False) -> str:
-    """A profile string for the compose file: Compose interpolation escaped (``$`` → ``$$``)."""
-    return yaml_string(str(value).replace("$", "$$"), force)
+    """One YAML scalar as text for a template line (the ``q`` filter): ``$`` → ``$$`` (Compose
+    interpolation), then quoted by the document model's policy
+    (:func:`servedeck.compose.document.scalar_text`)."""
+    return scalar_text(str(value).replace("$", "$$"), force)
 
 
 #: Fields added after the first release: hashed only when set, so that a profile that does not
@@ -52,43 +49,6 @@ def profile_hash(profile: Profile) -> str:
             data[section].pop(key, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
-
-
-def compose_mapping(profile: Profile, command: list[str]) -> dict[str, Any]:
-    """The compose document of ``profile`` as data for :func:`servedeck.compose.document.dump_yaml`:
-    the service (modelled keys in servedeck's order, then ``container.compose_extra`` verbatim)
-    and the named volumes it uses. Ports, group ids, ``shm_size`` and served model names are
-    always quoted; other strings when a YAML 1.1 or 1.2 reader could misread them."""
-    c, m = profile.container, profile.model
-    mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
-              else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
-              else [])
-    mounts += [Mount(v.target, v.source, mode=v.options) for v in c.volumes]
-    names = set(m.served_model_name)
-    svc: dict[str, Any] = {"image": _s(profile.image)}
-    if c.container_name:
-        svc["container_name"] = _s(c.container_name)
-    svc["restart"] = _s(c.restart)
-    svc["ports"] = [_s(Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(), True)]
-    if c.devices:
-        svc["devices"] = [_s(d) for d in c.devices]
-    if c.group_add:
-        svc["group_add"] = [_s(g, True) for g in c.group_add]
-    if c.shm_size:
-        svc["shm_size"] = _s(c.shm_size, True)
-    if c.ipc:
-        svc["ipc"] = _s(c.ipc)
-    if c.environment:
-        svc["environment"] = {k: _s(v) for k, v in c.environment.items()}
-    if mounts:
-        svc["volumes"] = [_s(v.short()) for v in mounts]
-    svc["command"] = [_s(arg, arg in names) for arg in command]
-    svc.update(c.compose_extra)
-    doc: dict[str, Any] = {"services": {c.service: svc}}
-    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
-    if named:
-        doc["volumes"] = {n: {} for n in named}
-    return doc
 
 
 @dataclass(frozen=True)
@@ -127,10 +87,10 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
                    ) -> Rendered:
     """Render ``profile`` to compose text with ``templates_dir/docker-compose.yml.j2``.
 
-    Template variables: ``compose`` (the document text, see :func:`compose_mapping`),
-    ``profile``, ``command``, ``profile_hash``, ``version``; for templates that write the
-    service line by line: ``c`` (container settings), ``ports``, ``volumes`` (short syntax),
-    ``named_volumes``, ``force_quote`` and the ``q`` filter (:func:`yaml_scalar`).
+    Template variables: ``profile``, ``c`` (container settings), ``command``, ``ports``,
+    ``volumes`` (short syntax, the model's mount first), ``named_volumes``, ``force_quote``
+    (tokens always quoted: served model names), ``compose_extra`` (unmodelled service keys as
+    YAML text, indented), ``profile_hash``, ``version``; the ``q`` filter (:func:`yaml_scalar`).
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
@@ -140,15 +100,19 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     facts = catalog.lookup(profile.image_ref.digest)
     command = build_command(profile, facts)
     phash = profile_hash(profile)
-    mapping = compose_mapping(profile, command)
-    svc = mapping["services"][profile.container.service]
-    # ``compose`` is the whole document; the other names serve a user's own template that
-    # writes the service line by line with the ``q`` filter
+    c, m = profile.container, profile.model
+    mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
+              else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
+              else [])
+    mounts += [Mount(v.target, v.source, mode=v.options) for v in c.volumes]
+    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
+    # unmodelled service keys (file text already: no $ escaping) through the document dumper
+    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
-        profile=profile, compose=dump_yaml(mapping).rstrip("\n"), command=command,
-        profile_hash=phash, version=__version__, c=profile.container, ports=svc["ports"][0],
-        volumes=svc.get("volumes", []), named_volumes=list(mapping.get("volumes", {})),
-        force_quote=set(profile.model.served_model_name))
+        profile=profile, c=c, command=command, volumes=[v.short() for v in mounts],
+        named_volumes=named, ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(),
+        force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
+        compose_extra=extra)
     if not text.endswith("\n"):
         text += "\n"
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,

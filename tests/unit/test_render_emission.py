@@ -1,6 +1,7 @@
-"""Render emits the compose document through the document model's dumper; a user's own
-template that writes the service line by line with the ``q`` filter (the first release's
-template, kept in tests/fixtures/templates-line-by-line) still renders the same bytes."""
+"""Render's emission: one quoting policy (the document model's ``scalar_style``) for the
+template's ``q`` filter and for the ruamel-dumped pass-through keys; a user's own template
+written for the first release (kept in tests/fixtures/templates-line-by-line) still renders the
+same bytes as the shipped one."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ def test_a_line_by_line_user_template_renders_the_same_bytes(name):
 ])
 def test_scalar_quoting(value, force, text):
     assert yaml_scalar(value, force) == text
+
+
+def test_the_filter_and_the_dumper_quote_alike():
+    from servedeck.compose.document import dump_yaml
+    for value in ("unless-stopped", "992", "yes", '"k"', "0123", "22:22", "a b", "on", "1e3", "--x"):
+        assert dump_yaml([value]).strip() == "- " + yaml_scalar(value), value
 
 
 def test_dollar_and_quotes_survive_emission(tmp_path):
