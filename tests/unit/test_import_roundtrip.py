@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 CATALOG = Catalog(ROOT / "deploy" / "images.yaml")
 REFUSED = {"bad-vllm-latest.yml": "not pinned"}
-COMPOSE_FILES = sorted([*FIXTURES.glob("compose/*.yml"), *FIXTURES.glob("cases/field-2/*.yml")])
-COMPOSE_FILES = [p for p in COMPOSE_FILES if p.name != "images.yaml"]
+#: every compose file under tests/fixtures: hand-written ones, field cases, deployed run records
+COMPOSE_FILES = sorted(p for p in FIXTURES.rglob("*.yml") if "services:" in p.read_text())
 
 
 def _config(path: Path) -> dict:
@@ -74,7 +74,8 @@ def _has_compose() -> bool:
 
 
 @pytest.mark.skipif(not _has_compose(), reason="Compose v2 not installed")
-@pytest.mark.parametrize("src", [p for p in COMPOSE_FILES if p.name not in REFUSED], ids=lambda p: p.name)
+@pytest.mark.parametrize("src", [p for p in COMPOSE_FILES if p.name not in REFUSED],
+                         ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_import_then_render_is_the_same_document(src: Path, tmp_path: Path) -> None:
     a, b, notes = _round_trip(src, tmp_path)
     assert a == b
