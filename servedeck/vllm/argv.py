@@ -369,11 +369,7 @@ class Arg:
             return self.values[0] if self.values else None
         if self.negated and not self.values:
             return False
-        spec = spec_for(self.base or "")
-        if spec.nargs_plus and self.values:
-            return [convert(self.base or "", v) for v in self.values]
-        value = convert(self.base or "", self.value)
-        if self.subkey:
+        if self.subkey:  # --json-flag.key value: the value is JSON when it parses, else text
             out: dict[str, Any] = {}
             cur = out
             parts = self.subkey.split(".")
@@ -381,7 +377,10 @@ class Arg:
                 cur = cur.setdefault(p, {})
             cur[parts[-1]] = _json_or_text(self.value)
             return out
-        return value
+        spec = spec_for(self.base or "")
+        if spec.nargs_plus and self.values:
+            return [convert(self.base or "", v) for v in self.values]
+        return convert(self.base or "", self.value)
 
 
 def _json_or_text(text: str | None) -> Any:

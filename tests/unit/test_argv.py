@@ -79,10 +79,12 @@ def test_a_flag_given_twice_keeps_the_last_and_is_reported():
 
 def test_nargs_plus_json_and_dotted_json_keys():
     args = parse_vllm(["--served-model-name", "a", "b", "--speculative-config",
-                       '{"method":"ngram","num_speculative_tokens":3}', "--speculative-config.prompt_lookup_max", "4"])
+                       '{"method":"ngram","num_speculative_tokens":3}', "--speculative-config.prompt_lookup_max", "4",
+                       "--compilation-config.mode=VLLM_COMPILE"])
     s = settings(args)
     assert s["served_model_name"] == ["a", "b"]
     assert s["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    assert s["compilation_config"] == {"mode": "VLLM_COMPILE"}
 
 
 def test_missing_value_is_flagged_not_swallowed():
