@@ -401,6 +401,9 @@ def _flag_name(token: str) -> tuple[str, str, bool, str | None]:
     if long:  # FlexibleArgumentParser: underscores before the first "." only (JSON sub-keys keep theirs)
         head, dot, tail = written.partition(".")
         name = head.replace("_", "-") + dot + tail
+    elif re.fullmatch(r"O\d+", written) and not eq:
+        # -O3: the compilation level attached to the option (``-O3`` = ``-O 3``)
+        return ALIASES["O"], "-O", True, written[1:]
     else:
         name = _shipped()[1].get(written) or ALIASES.get(written, written)
     return name, ("--" if long else "-") + written, bool(eq), inline if eq else None

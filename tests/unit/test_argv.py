@@ -87,6 +87,12 @@ def test_nargs_plus_json_and_dotted_json_keys():
     assert s["compilation_config"] == {"mode": "VLLM_COMPILE"}
 
 
+def test_attached_short_option_value_does_not_swallow_the_next_token():
+    args = parse_vllm(["/m", "-O3", "/other"])
+    assert [(a.name, a.values) for a in args] == [(None, ["/m"]), ("compilation-config", ["3"]),
+                                                  (None, ["/other"])]
+
+
 def test_missing_value_is_flagged_not_swallowed():
     args = parse_vllm(["--max-model-len", "--enforce-eager"])
     assert args[0].missing_value and args[1].name == "enforce-eager" and not args[1].values
