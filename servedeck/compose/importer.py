@@ -25,9 +25,8 @@ from servedeck.compose.document import Mount, Service, dump_yaml, load_document
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import Arg, LauncherArgv, convert, parse_launcher, parse_vllm, repeated
+from servedeck.vllm.argv import Arg, LauncherArgv, SetItem, parse_launcher, parse_vllm, repeated
 from servedeck.vllm.launcher import SET_FIELDS
-from servedeck.yamlio import launcher_value
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
 _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
@@ -155,14 +154,16 @@ class _Reader:
                                      file=self.file, field=self.where(opt.index),
                                      hint="supported launcher options: --gpu, --model-path, --port, --set")
         for item in parsed.sets:
-            self._set(item.key, item.raw, item.text, item.index)
+            self._set(item)
         self.vllm_flags(parsed.passthrough, argv)
 
-    def _set(self, key: str, raw: str | None, text: str, index: int) -> None:
+    def _set(self, item: SetItem) -> None:
+        key, raw, index = item.key, item.raw, item.index
         if raw is None:
-            raise ServedeckError(f"--set item {text!r} has no '='", file=self.file, field=self.where(index))
-        value = launcher_value(raw)
-        parts = key.split(".")
+            raise ServedeckError(f"--set item {item.text!r} has no '='", file=self.file,
+                                 field=self.where(index))
+        value = item.value
+        parts = item.parts
         if parts[0] == "env" and len(parts) == 2:
             self.launcher_env[parts[1]] = None if value is None else raw
         elif parts[0] == "vllm" and len(parts) == 2 and parts[1] in SET_FIELDS:

@@ -543,6 +543,13 @@ class SetItem:
     def parts(self) -> list[str]:
         return self.key.split(".")
 
+    @property
+    def value(self) -> Any:
+        """The value as the launcher reads it (YAML 1.1, :func:`servedeck.yamlio.launcher_value`);
+        None without ``=``."""
+        from servedeck.yamlio import launcher_value
+        return None if self.raw is None else launcher_value(self.raw)
+
 
 @dataclass
 class LauncherArgv:
@@ -657,14 +664,12 @@ def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, 
     (launcher options, last wins), "set" ({key: value as PyYAML reads it}, last wins), "flags"
     (passthrough)}``.
     """
-    from servedeck.yamlio import launcher_value
-
     tokens = [str(t) for t in argv]
     if kind == "exl3xpu":
         parsed = parse_launcher(tokens)
         options = {a.name: convert_lenient(a.name or "", a.value)
                    for a in parsed.options if a.name != "set"}
-        sets = {s.key: launcher_value(s.raw) if s.raw is not None else None for s in parsed.sets}
+        sets = {s.key: s.value for s in parsed.sets}
         return {"config": parsed.config[0] if parsed.config else None, "options": options,
                 "set": sets, "flags": settings(parsed.passthrough)}
     args = parse_vllm(tokens)

@@ -29,7 +29,7 @@ from typing import Any
 from servedeck.model.catalog import ImageFacts
 from servedeck.model.profile import Profile
 from servedeck.compose.yaml11 import yaml11_type
-from servedeck.vllm.argv import compact_json, flag, flag_tokens, set_item
+from servedeck.vllm.argv import compact_json, flag_tokens, set_item
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.
 SET_FIELDS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",
