@@ -18,7 +18,8 @@ and ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args``, v0.10.2 to v0.11 a
 * human-readable integers (:func:`human_readable_int`): ``--max-num-batched-tokens`` and
   ``--kv-cache-memory-bytes`` take ``16k`` (16,000) / ``16K`` (16,384) / ``1M`` (1,048,576);
   ``--max-model-len`` also takes ``auto`` or ``-1`` (fit to KV memory,
-  ``human_readable_int_or_auto``, main after v0.11; v0.10.x used ``human_readable_int`` there).
+  ``human_readable_int_or_auto``: the parser of vLLM 0.32.0 records it; earlier releases, around
+  0.10, applied ``human_readable_int`` to ``max_model_len`` and ``max_num_batched_tokens`` only).
 
 The exl3xpu launcher (the image's ``scripts/serve.py``): argparse ``parse_known_args`` with
 ``allow_abbrev``; a positional model config, its own options (:data:`LAUNCHER_OPTIONS`),
