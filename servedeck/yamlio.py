@@ -1,10 +1,12 @@
 """Reading YAML the way each consumer needs it, and small helpers for loaded documents.
 
-* :func:`read_yaml_file` — a user's file (profile, compose, inventory) with ruamel.yaml,
-  YAML 1.2 round-trip; errors name the file and the line.
+* :func:`read_yaml_file` — a user's file (profile, inventory) with ruamel.yaml, YAML 1.2
+  round-trip; errors name the file and the line. Compose files are read by the compose
+  document model (:mod:`servedeck.compose.document`).
 * :func:`launcher_value` — one ``--set KEY=VALUE`` value as the exl3xpu launcher reads it
-  (PyYAML ``safe_load``: YAML 1.1; the raw string when it does not parse), see
-  ``shared/reference/exl3xpu-image-facts.md`` §4.4.
+  (PyYAML ``safe_load``: YAML 1.1; the raw string when it does not parse), as the exl3xpu
+  image's ``scripts/serve.py`` does (in this repository: ``deploy/images/cpu-vllm/serve.py``
+  ``parse_value``).
 * :func:`to_plain` / :func:`flatten` — ruamel nodes → plain Python; nested mappings →
   dotted paths.
 """

@@ -33,20 +33,18 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
+from servedeck.compose.document import Mount, parse_document
 from servedeck.errors import ServedeckError
+from servedeck.vllm import argv as argv_grammar
 from servedeck.runs.store import run_dirs, sequence_of
-from servedeck.yamlio import flatten, launcher_value, to_plain
+from servedeck.yamlio import flatten, launcher_value
 
 # --------------------------------------------------------------------------------------------
 # Views
@@ -280,67 +278,44 @@ def flatten_effective(effective: dict) -> dict[str, Any]:
     return out
 
 
-def _flag_name(token: str) -> str:
-    return token.strip().lstrip("-").replace("-", "_")
-
-
 def flatten_argv(command: list[str]) -> dict[str, Any]:
     """Map container command tokens to ``{variable: value}``.
 
-    Understands the exl3xpu launcher (``--set KEY.PATH=VALUE``; ``vllm.`` prefix stripped so the
-    key is vLLM's dest name; ``--gpu``/``--model-path``/``--dp``/``--print``/``--log-dir`` are
-    launcher options) and vLLM flags (``--flag value``, ``--flag=value``, bare ``--flag`` = True,
-    ``--no-flag`` = False; a repeated flag keeps the last value, as vLLM does). A ``--`` separator
-    is dropped. JSON values (``--speculative-config '{...}'``) are flattened to dotted paths.
+    Tokens are read by the argv grammar (:func:`servedeck.vllm.argv.parse_vllm`: ``--flag value``
+    and ``--flag=value`` alike, bare ``--flag`` = True, ``--no-flag`` = False, a repeated flag
+    keeps the last value as vLLM does, ``--`` dropped). exl3xpu ``--set KEY.PATH=VALUE`` maps to
+    KEY (``vllm.`` prefix stripped so the key is vLLM's dest name; value as the launcher's YAML
+    1.1 reads it); ``--gpu``/``--model-path``/``--dp``/``--print``/``--log-dir`` are launcher
+    options; vLLM values are converted as vLLM does (``16K`` = 16384). JSON values are flattened
+    to dotted paths. Positional tokens are ``command.positional[i]``.
     """
+    tokens = [str(t) for t in command]
     out: dict[str, Any] = {}
     positional = 0
-    tokens = [str(t) for t in command]
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i].strip()
-        i += 1
-        if tok == "--":
-            continue
-        if not tok.startswith("-") or _looks_negative_number(tok):
-            out[f"command.positional[{positional}]"] = parse_scalar(tok)
+    for arg in argv_grammar.parse_vllm(tokens):
+        if arg.name is None:
+            out[f"command.positional[{positional}]"] = parse_scalar(arg.values[0])
             positional += 1
             continue
-        if "=" in tok and tok.startswith("--"):
-            flag, raw = tok.split("=", 1)
-            has_value = True
-        else:
-            flag, raw, has_value = tok, None, False
-            if i < len(tokens) and (not tokens[i].strip().startswith("-")
-                                    or _looks_negative_number(tokens[i].strip())):
-                raw, has_value = tokens[i], True
-                i += 1
-        name = _flag_name(flag)
-        if name == "set" and has_value and "=" in raw:
-            key, val = raw.split("=", 1)
+        name = (arg.name + (f".{arg.subkey}" if arg.subkey else "")).replace("-", "_")
+        if name == "set" and arg.value is not None and "=" in arg.value:
+            key, val = arg.value.split("=", 1)
             key = key.strip()
             key = key[len("vllm."):] if key.startswith("vllm.") else key
             out.update(flatten(parse_scalar(val), key))
             continue
         if name in LAUNCHER_OPTIONS:
-            out[LAUNCHER_OPTIONS[name]] = parse_scalar(raw) if has_value else True
+            out[LAUNCHER_OPTIONS[name]] = parse_scalar(arg.value) if arg.values else True
             continue
-        if not has_value:
-            if name.startswith("no_"):
-                out[name[3:]] = False
-            else:
-                out[name] = True
+        if not arg.values:
+            out[arg.dest or name] = not arg.negated
             continue
-        out.update(flatten(parse_scalar(raw), name))
+        if len(arg.values) > 1:
+            out[name] = [parse_scalar(v) for v in arg.values]
+            continue
+        value = argv_grammar.convert_lenient(arg.name, arg.value)
+        out.update(flatten(parse_scalar(value) if isinstance(value, str) else value, name))
     return out
-
-
-def _looks_negative_number(tok: str) -> bool:
-    try:
-        float(tok)
-    except ValueError:
-        return False
-    return tok.startswith("-")
 
 
 def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> tuple[dict, dict]:
@@ -356,45 +331,36 @@ def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> t
     Raises:
         ServedeckError: the text is not YAML or has no ``services`` mapping.
     """
-    yaml = YAML(typ="rt")
-    try:
-        doc = to_plain(yaml.load(compose_text))
-    except YAMLError as exc:
-        raise ServedeckError(f"compose file is not valid YAML: {exc}", file=source) from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict) or not doc["services"]:
-        raise ServedeckError("compose file has no services", file=source, field="services")
-    services = doc["services"]
+    doc = parse_document(compose_text, file=source)
     compose: dict[str, Any] = {}
     argv: dict[str, Any] = {}
-    multi = len(services) > 1
-    for svc_name, svc in services.items():
+    multi = len(doc.services) > 1
+    for svc_name, svc in doc.services.items():
         prefix = f"services.{svc_name}." if multi else ""
-        svc = svc or {}
-        for key, value in svc.items():
+        for key in svc.order:
             if key in COMPOSE_NAMING_KEYS or key.startswith("x-"):
                 continue
             if key == "image":
-                compose[f"{prefix}image"] = value
-            elif key == "command" or key == "entrypoint":
-                tokens = shlex.split(value) if isinstance(value, str) else [str(v) for v in value or []]
-                if key == "command":
-                    argv.update({f"{prefix}{k}": v for k, v in flatten_argv(tokens).items()})
-                else:
-                    compose[f"{prefix}compose.entrypoint"] = tokens
+                compose[f"{prefix}image"] = svc.image
+            elif key == "command":
+                argv.update({f"{prefix}{k}": v for k, v in flatten_argv(svc.command or []).items()})
+            elif key == "entrypoint":
+                compose[f"{prefix}compose.entrypoint"] = svc.entrypoint or []
             elif key == "environment":
-                for name, val in _env_items(value):
+                for name, val in svc.environment.values.items():
                     compose[f"{prefix}env.{name}"] = val
             elif key == "volumes":
-                for vol in value or []:
-                    target, rest = _volume_key(vol)
-                    compose[f"{prefix}compose.volumes[{target}]"] = rest
-            elif key in ("devices", "ports", "group_add", "cap_add", "security_opt", "dns"):
-                compose[f"{prefix}compose.{key}"] = sorted(_item_str(v) for v in value or [])
+                for vol in svc.volumes:
+                    compose[f"{prefix}compose.volumes[{vol.target}]"] = _volume_rest(vol)
+            elif key in ("devices", "ports"):
+                compose[f"{prefix}compose.{key}"] = sorted(_item_str(v.dump()) for v in getattr(svc, key))
+            elif key in ("group_add", "cap_add", "security_opt", "dns"):
+                compose[f"{prefix}compose.{key}"] = sorted(_item_str(v) for v in svc.extra[key] or [])
             else:
-                for path, leaf in flatten(value, f"{prefix}compose.{key}").items():
+                for path, leaf in flatten(svc.extra[key], f"{prefix}compose.{key}").items():
                     compose[path] = leaf
-    for key, value in doc.items():
-        if key in ("services", "name", "version") or key.startswith("x-"):
+    for key, value in doc.extra.items():
+        if key in ("name", "version") or key.startswith("x-"):
             continue
         compose.update(flatten(value, f"compose.{key}"))
     return compose, argv
@@ -404,26 +370,13 @@ def _item_str(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
 
 
-def _env_items(value: Any) -> Iterable[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k), None if v is None else str(v)
-    else:
-        for item in value or []:
-            name, sep, val = str(item).partition("=")
-            yield name, val if sep else None
-
-
-def _volume_key(vol: Any) -> tuple[str, str]:
-    if isinstance(vol, dict):
-        target = str(vol.get("target", ""))
-        rest = {k: v for k, v in vol.items() if k != "target"}
-        return target, json.dumps(rest, sort_keys=True)
-    parts = str(vol).split(":")
-    if len(parts) == 1:
-        return parts[0], "(anonymous)"
-    source, target, *mode = parts
-    return target, ":".join([source, *mode])
+def _volume_rest(vol: Mount) -> str:
+    """A volume's value keyed by its target: ``source[:mode]``, long syntax as sorted JSON."""
+    if vol.long:
+        return json.dumps({k: v for k, v in vol.dump().items() if k != "target"}, sort_keys=True)
+    if vol.source is None:
+        return "(anonymous)"
+    return ":".join([vol.source, *([vol.mode] if vol.mode else [])])
 
 
 def flatten_facts(facts: dict) -> dict[str, Any]:

@@ -1,50 +1,214 @@
 """Import an existing docker-compose file as a profile (the user's way in).
 
-The compose file is read with ruamel.yaml (YAML 1.2, round-trip). The service's ``command``
-is parsed back into typed settings according to the launcher contract (exl3xpu
-``--set vllm.*`` / ``--set env.*`` values are YAML 1.1, as the launcher's PyYAML reads them).
-Anything without a typed field is kept verbatim in ``engine.extra_args``; settings that
-cannot be kept are an error naming the argv item.
+The compose file is read by the compose document model (:mod:`servedeck.compose.document`,
+YAML 1.2) and the service's ``command`` by the argv grammar (:mod:`servedeck.vllm.argv`), the
+way vLLM and the exl3xpu launcher read it: ``--flag=value`` is ``--flag value``, ``16K`` is
+16384, a flag given twice keeps its last value (noted). exl3xpu ``--set vllm.*`` / ``--set
+env.*`` values are YAML 1.1, as the launcher's PyYAML reads them.
+
+Nothing is dropped silently: a setting with a typed profile field goes there; other vLLM flags
+stay verbatim in ``engine.extra_args``; service keys servedeck does not model (GPU device
+requests, ``gpus``, healthcheck, ulimits, ...) are carried verbatim in
+``container.compose_extra``; what cannot be kept at all is listed, one by one, in the notes.
+A model given as a Hugging Face repo id (served from the HF cache) becomes ``model.repo_id``
+plus ``model.hf_cache``.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
 
-from servedeck.model.catalog import Catalog
+from servedeck.compose.document import Mount, Service, dump_yaml, load_document
 from servedeck.errors import ServedeckError
-from servedeck.vllm.launcher import SET_FIELDS
+from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.yamlio import launcher_value, read_yaml_file
+from servedeck.vllm.argv import Arg, LauncherArgv, SetItem, parse_launcher, parse_vllm, repeated
+from servedeck.vllm.launcher import SET_FIELDS
 
-_FRONTEND_VALUE_FLAGS = {"--tool-call-parser": "tool_call_parser",
-                         "--reasoning-parser": "reasoning_parser"}
-_ENGINE_VALUE_FLAGS = {"--" + f.replace("_", "-"): f for f in SET_FIELDS if f != "enable_prefix_caching"}
-
-
-def _load_compose(path: Path) -> dict[str, Any]:
-    doc = read_yaml_file(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict) or not doc["services"]:
-        raise ServedeckError("no services in this compose file", file=str(path), field="services")
-    return doc
+#: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
+_CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
+#: Container paths that hold the Hugging Face cache (``HF_HOME`` default, hub cache).
+_HF_CACHE_TARGETS = ("/root/.cache/huggingface", "/root/.cache/huggingface/hub")
 
 
-def _split_volume(spec: str) -> tuple[str, str, str | None]:
-    parts = str(spec).split(":")
-    if len(parts) < 2:
-        raise ValueError(spec)
-    return parts[0], parts[1], ":".join(parts[2:]) or None
+def _is_path(text: str) -> bool:
+    return text.startswith(("/", ".", "~"))
 
 
-def _take(argv: list[str], i: int, file: str, where: str) -> str:
-    if i + 1 >= len(argv):
-        raise ServedeckError(f"{argv[i]!r} has no value", file=file, field=where)
-    return argv[i + 1]
+def _unescape(text: str) -> str:
+    """Compose file text → the value the container gets for servedeck's own fields
+    (``$$`` is a literal ``$``; the renderer escapes it again)."""
+    return text.replace("$$", "$")
+
+
+class _Reader:
+    """State of one import: the profile pieces and the notes."""
+
+    def __init__(self, file: str, base: str, kind: str) -> None:
+        self.file, self.base, self.kind = file, base, kind
+        self.engine: dict[str, Any] = {}
+        self.launcher: dict[str, Any] = {"kind": kind}
+        self.launcher_env: dict[str, Any] = {}
+        self.served: list[str] = []
+        self.port: int | None = None
+        self.model_arg: str | None = None
+        self.extra: list[str] = []
+        self.speculative: dict[str, Any] | None | str = "unset"
+        self.notes: list[str] = []
+
+    def where(self, index: int) -> str:
+        return f"{self.base}.command[{index}]"
+
+    def value(self, arg: Arg, argv: list[str]) -> Any:
+        try:
+            return arg.typed()
+        except ServedeckError as exc:
+            raise ServedeckError(exc.message, file=self.file, field=self.where(arg.index),
+                                 hint=exc.hint) from None
+
+    def vllm_flags(self, args: list[Arg], argv: list[str]) -> None:
+        """Typed fields for the flags servedeck models; the rest stays verbatim."""
+        for dest, occurrences in repeated(args).items():
+            kept = occurrences[-1]
+            self.notes.append(f"{self.where(kept.index)}: --{dest.replace('_', '-')} is given "
+                              f"{len(occurrences)} times; vLLM uses the last ({kept.value!r})")
+        last = {id(a) for a in _last_of_each(args)}
+        for a in args:
+            if a.name is None:
+                if self.kind == "vllm" and self.model_arg is None:
+                    self.model_arg = a.values[0]
+                else:
+                    self.extra.append(argv[a.index])
+                continue
+            if id(a) not in last and self._modelled(a):
+                continue  # an earlier occurrence of a typed flag: the last one wins
+            if not self._take(a, argv):
+                self.extra += _tokens_of(a, argv)
+
+    def _modelled(self, a: Arg) -> bool:
+        return a.dest in {"served_model_name", "port", "model", "enable_auto_tool_choice",
+                          "tool_call_parser", "reasoning_parser"} or (
+            self.kind == "vllm" and (a.dest in SET_FIELDS or a.dest == "speculative_config"))
+
+    def _take(self, a: Arg, argv: list[str]) -> bool:
+        dest = a.dest
+        if a.missing_value:
+            return False
+        if dest == "served_model_name":
+            self.served = [v for v in a.values]
+        elif dest == "port":
+            self.port = self.value(a, argv)
+        elif dest == "model" and self.kind == "vllm":
+            self.model_arg = a.value
+        elif dest == "enable_auto_tool_choice":
+            self.engine["enable_auto_tool_choice"] = not a.negated
+        elif dest in ("tool_call_parser", "reasoning_parser"):
+            self.engine[dest] = a.value
+        elif dest == "enable_prefix_caching" and (self.kind == "vllm" or a.negated):
+            self.engine[dest] = not a.negated
+        elif self.kind == "vllm" and dest in SET_FIELDS:
+            value = self.value(a, argv)
+            if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+                self.notes.append(f"{self.where(a.index)}: {' '.join(_tokens_of(a, argv))} "
+                                  f"({dest} {value}: vLLM decides) kept as a passthrough flag")
+                return False
+            self.engine[dest] = value
+        elif self.kind == "vllm" and dest == "speculative_config":
+            value = self.value(a, argv)
+            if not isinstance(value, dict):
+                raise ServedeckError(f"speculative_config value {a.value!r} is not a mapping",
+                                     file=self.file, field=self.where(a.index))
+            if a.subkey:
+                merged = dict(self.speculative) if isinstance(self.speculative, dict) else {}
+                merged.update(value)
+                value = merged
+            self.speculative = value
+        else:
+            return False
+        return True
+
+    def launcher_argv(self, parsed: LauncherArgv, argv: list[str]) -> None:
+        if parsed.config is None:
+            raise ServedeckError("the exl3xpu launcher needs the model config as first item",
+                                 file=self.file, field=self.where(0))
+        self.launcher["config"] = parsed.config[0]
+        for index, written, resolved in parsed.abbreviations:
+            self.notes.append(f"{self.where(index)}: {written} is an abbreviation of "
+                              f"--{resolved}" if resolved else f"{self.where(index)}: {written} is ambiguous")
+        for opt in parsed.options:
+            if opt.name == "set":
+                continue
+            if opt.missing_value:
+                raise ServedeckError(f"--{opt.name} has no value", file=self.file, field=self.where(opt.index))
+            if opt.name == "gpu":
+                self.launcher["gpu"] = self.value(opt, argv)
+            elif opt.name == "model-path":
+                self.model_arg = opt.value
+            elif opt.name == "port":
+                self.port = self.value(opt, argv)
+            else:
+                raise ServedeckError(f"no profile field for the launcher option --{opt.name}",
+                                     file=self.file, field=self.where(opt.index),
+                                     hint="supported launcher options: --gpu, --model-path, --port, --set")
+        for item in parsed.sets:
+            self._set(item)
+        self.vllm_flags(parsed.passthrough, argv)
+
+    def _set(self, item: SetItem) -> None:
+        key, raw, index = item.key, item.raw, item.index
+        if raw is None:
+            raise ServedeckError(f"--set item {item.text!r} has no '='", file=self.file,
+                                 field=self.where(index))
+        value = item.value
+        parts = item.parts
+        if parts[0] == "env" and len(parts) == 2:
+            self.launcher_env[parts[1]] = None if value is None else raw
+        elif parts[0] == "vllm" and len(parts) == 2 and parts[1] in SET_FIELDS:
+            if parts[1] == "enable_prefix_caching" and value is None:
+                self.engine["enable_prefix_caching"] = False
+            else:
+                self.engine[parts[1]] = value
+        elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 2:
+            if not (isinstance(value, dict) or value is None):
+                raise ServedeckError(f"speculative_config value {raw!r} is not a mapping",
+                                     file=self.file, field=self.where(index))
+            self.speculative = value
+        elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 3:
+            if not isinstance(self.speculative, dict):
+                self.speculative = {}
+            self.speculative[parts[2]] = value
+        else:
+            raise ServedeckError(f"no profile field for --set {key}", file=self.file,
+                                 field=self.where(index),
+                                 hint="supported: vllm." + ", vllm.".join(SET_FIELDS)
+                                      + ", vllm.speculative_config[.KEY], env.NAME")
+
+
+def _last_of_each(args: list[Arg]) -> list[Arg]:
+    last: dict[str, Arg] = {}
+    for a in args:
+        if a.dest is not None:
+            last[a.dest] = a
+    return list(last.values())
+
+
+def _tokens_of(a: Arg, argv: list[str]) -> list[str]:
+    idx = sorted({a.index, *a.value_indices})
+    return [argv[i] for i in idx]
+
+
+def _launcher_kind(svc: Service, argv: list[str], facts_kind: str | None) -> str:
+    entry = svc.entrypoint or []
+    if any(t.endswith("serve.py") for t in entry[:2]):
+        return "exl3xpu"
+    if entry[:2] == ["vllm", "serve"] or (entry and entry[-1].endswith("openai.api_server")):
+        return "vllm"
+    if facts_kind:
+        return facts_kind
+    return "exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"
 
 
 def import_compose(path: str | Path, name: str, catalog: Catalog,
@@ -59,28 +223,19 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
 
     Returns:
         ``(profile_mapping, notes)``: the mapping validates as a :class:`Profile`; notes
-        say what was cleaned (e.g. whitespace stripped from an argv item).
+        say what was cleaned, carried verbatim, or could not be kept (one line each).
 
     Raises:
-        ServedeckError: missing file, no/ambiguous service, unpinned image, an argv item
-            without a profile field — naming the file and the field path.
+        ServedeckError: missing file, no/ambiguous service, unpinned image, a value vLLM
+            refuses, a launcher item without a profile field — naming the file and the field.
     """
     path = Path(path)
     file = str(path)
-    doc = _load_compose(path)
-    services = doc["services"]
-    if service is None:
-        if len(services) != 1:
-            raise ServedeckError(f"{len(services)} services; choose one", file=file, field="services",
-                                 hint=f"pass --service (one of: {', '.join(services)})")
-        service = next(iter(services))
-    if service not in services:
-        raise ServedeckError(f"no service {service!r}", file=file, field="services",
-                             hint=f"services: {', '.join(services)}")
-    svc = services[service]
-    base = f"services.{service}"
+    doc = load_document(path)
+    svc = doc.service(service)
+    base = f"services.{svc.name}"
     notes: list[str] = []
-    image = str(svc.get("image", ""))
+    image = svc.image or ""
     m = IMAGE_RE.match(image)
     if not m:
         raise ServedeckError(f"image {image!r} is not pinned by digest", file=file,
@@ -88,176 +243,63 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
                              hint="pin it (repo@sha256:<digest>) before importing; "
                                   "`docker inspect --format '{{index .RepoDigests 0}}' IMAGE`")
     facts = catalog.lookup(m["digest"])
-    command = svc.get("command")
-    if isinstance(command, str):
-        raise ServedeckError("command is a string (shell-split by Compose); write it as a list",
-                             file=file, field=f"{base}.command", hint="one argv token per item")
+    if svc.command_form == "string" and svc.command is not None:
+        notes.append(f"{base}.command: a string, split shell-style as Compose does")
     argv: list[str] = []
-    for i, tok in enumerate(command or []):
-        text = str(tok)
-        if text != text.strip():
-            notes.append(f"{base}.command[{i}]: stripped whitespace from {text!r}")
-            text = text.strip()
-        argv.append(text)
-    kind = facts.launcher if facts else (
-        "exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm")
+    for i, tok in enumerate(svc.command or []):
+        if tok != tok.strip():
+            notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
+        argv.append(_unescape(tok.strip()))
+    kind = _launcher_kind(svc, argv, facts.launcher if facts else None)
 
-    engine: dict[str, Any] = {}
-    launcher: dict[str, Any] = {"kind": kind}
-    launcher_env: dict[str, Any] = {}
-    served: list[str] = []
-    port: int | None = None
-    mount: str | None = None
-    extra: list[str] = []
-    speculative: dict[str, Any] | None | str = "unset"
-
-    i = 0
+    r = _Reader(file, base, kind)
     if kind == "exl3xpu":
-        if not argv or argv[0].startswith("-"):
-            raise ServedeckError("the exl3xpu launcher needs the model config as first item",
-                                 file=file, field=f"{base}.command[0]")
-        launcher["config"] = argv[0]
-        i = 1
-    elif argv and not argv[0].startswith("-"):
-        mount = argv[0]
-        i = 1
-    while i < len(argv):
-        tok = argv[i]
-        where = f"{base}.command[{i}]"
-        if tok == "--":
-            extra += argv[i + 1:]
-            break
-        if tok in ("--gpu",) and kind == "exl3xpu":
-            launcher["gpu"] = int(_take(argv, i, file, where)); i += 2; continue
-        if tok in ("--model-path",) and kind == "exl3xpu" or tok == "--model":
-            mount = _take(argv, i, file, where); i += 2; continue
-        if tok == "--port":
-            port = int(_take(argv, i, file, where)); i += 2; continue
-        if tok == "--set" and kind == "exl3xpu":
-            item = _take(argv, i, file, where)
-            key, sep, raw = item.partition("=")
-            if not sep:
-                raise ServedeckError(f"--set item {item!r} has no '='", file=file,
-                                     field=f"{base}.command[{i + 1}]")
-            value = launcher_value(raw)
-            parts = key.split(".")
-            if parts[0] == "env" and len(parts) == 2:
-                launcher_env[parts[1]] = None if value is None else raw if isinstance(value, str) else str(raw)
-            elif parts[0] == "vllm" and len(parts) == 2 and parts[1] in SET_FIELDS:
-                if parts[1] == "enable_prefix_caching" and value is None:
-                    engine["enable_prefix_caching"] = False
-                else:
-                    engine[parts[1]] = value
-            elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 2:
-                speculative = value if isinstance(value, dict) or value is None else "bad"
-                if speculative == "bad":
-                    raise ServedeckError(f"speculative_config value {raw!r} is not a mapping",
-                                         file=file, field=f"{base}.command[{i + 1}]")
-            elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 3:
-                if not isinstance(speculative, dict):
-                    speculative = {}
-                speculative[parts[2]] = value
-            else:
-                raise ServedeckError(f"no profile field for --set {key}", file=file,
-                                     field=f"{base}.command[{i + 1}]",
-                                     hint="supported: vllm." + ", vllm.".join(SET_FIELDS)
-                                          + ", vllm.speculative_config[.KEY], env.NAME")
-            i += 2
-            continue
-        if tok == "--served-model-name":
-            j = i + 1
-            while j < len(argv) and not argv[j].startswith("-"):
-                served.append(argv[j]); j += 1
-            i = j
-            continue
-        if tok == "--enable-auto-tool-choice":
-            engine["enable_auto_tool_choice"] = True; i += 1; continue
-        if tok == "--no-enable-prefix-caching":
-            engine["enable_prefix_caching"] = False; i += 1; continue
-        if tok == "--enable-prefix-caching" and kind == "vllm":
-            engine["enable_prefix_caching"] = True; i += 1; continue
-        if tok in _FRONTEND_VALUE_FLAGS:
-            engine[_FRONTEND_VALUE_FLAGS[tok]] = _take(argv, i, file, where); i += 2; continue
-        if kind == "vllm" and tok in _ENGINE_VALUE_FLAGS:
-            engine[_ENGINE_VALUE_FLAGS[tok]] = launcher_value(_take(argv, i, file, where)); i += 2; continue
-        if kind == "vllm" and tok == "--speculative-config":
-            speculative = launcher_value(_take(argv, i, file, where)); i += 2; continue
-        extra.append(tok)
-        i += 1
-    if speculative != "unset":
-        if speculative is None:
-            engine["speculative"] = None
+        r.launcher_argv(parse_launcher(argv), argv)
+    else:
+        r.vllm_flags(parse_vllm(argv), argv)
+    if r.speculative != "unset":
+        if r.speculative is None:
+            r.engine["speculative"] = None
         else:
-            assert isinstance(speculative, dict)
-            spec = dict(speculative)
-            engine["speculative"] = {k: spec.pop(k) for k in ("method", "num_speculative_tokens")
-                                     if k in spec}
+            assert isinstance(r.speculative, dict)
+            spec = dict(r.speculative)
+            r.engine["speculative"] = {k: spec.pop(k) for k in ("method", "num_speculative_tokens")
+                                       if k in spec}
             if spec:
-                engine["speculative"]["options"] = spec
-    if extra:
-        engine["extra_args"] = extra
+                r.engine["speculative"]["options"] = spec
+    if r.extra:
+        r.engine["extra_args"] = r.extra
+    notes += r.notes
 
-    volumes = [str(v) for v in svc.get("volumes") or []]
-    model: dict[str, Any] = {"served_model_name": served or ["model"]}
-    other_volumes = []
-    for j, spec in enumerate(volumes):
-        try:
-            src, dst, opts = _split_volume(spec)
-        except ValueError:
-            raise ServedeckError(f"volume {spec!r} is not in short syntax source:target[:options]",
-                                 file=file, field=f"{base}.volumes[{j}]") from None
-        if mount is not None and dst == mount and "weights_dir" not in model:
-            model.update(weights_dir=src, mount=dst)
-            if opts:
-                model["mount_options"] = opts
-        else:
-            other_volumes.append({"source": src, "target": dst, **({"options": opts} if opts else {})})
-    if "weights_dir" not in model:
-        raise ServedeckError(f"no volume is mounted at the model path {mount!r}", file=file,
-                             field=f"{base}.volumes",
-                             hint="the weights must be a bind mount at --model-path")
-    if not served:
-        notes.append("no --served-model-name: using 'model'")
+    model, other_volumes = _model_and_volumes(svc, r.model_arg, kind, file, base, notes)
+    model["served_model_name"] = r.served or [r.model_arg or "model"]
+    if not r.served:
+        notes.append(f"no --served-model-name: using {model['served_model_name'][0]!r} "
+                     "(vLLM's default is the model argument)")
 
-    ports = [str(p) for p in svc.get("ports") or []]
-    container: dict[str, Any] = {"service": service}
-    if svc.get("container_name"):
-        container["container_name"] = str(svc["container_name"])
-    restart = svc.get("restart")
-    if restart is not None:
-        container["restart"] = "no" if restart is False else str(restart)
-    if port is None and ports:
-        port = int(ports[0].split(":")[-1].split("/")[0])
-    if port is not None:
-        container["port"] = port
-    if ports:
-        parts = ports[0].split("/")[0].split(":")
-        host_port = int(parts[-2]) if len(parts) >= 2 else None
-        if host_port is not None and host_port != port:
-            container["host_port"] = host_port
-        if len(parts) == 3:
-            container["host_ip"] = parts[0]
-    for key in ("devices", "group_add"):
-        if svc.get(key):
-            container[key] = [str(v) for v in svc[key]]
-    env = svc.get("environment")
-    if isinstance(env, list):
-        env = dict(str(e).split("=", 1) for e in env)
-    if env:
-        container["environment"] = {str(k): "" if v is None else str(v) for k, v in env.items()}
-    if other_volumes:
-        container["volumes"] = other_volumes
-    for key in ("shm_size", "ipc"):
-        if svc.get(key) is not None:
-            container[key] = str(svc[key])
+    container = _container(svc, r.port, other_volumes, base, notes)
 
     profile: dict[str, Any] = {"description": f"imported from {path.name}", "image": image,
-                               "launcher": launcher, "model": model}
-    if engine:
-        profile["engine"] = engine
-    if launcher_env:
-        profile["launcher_env"] = launcher_env
+                               "launcher": r.launcher, "model": model}
+    if r.engine:
+        profile["engine"] = r.engine
+    if r.launcher_env:
+        profile["launcher_env"] = r.launcher_env
     profile["container"] = container
+    for other in doc.services:
+        if other != svc.name:
+            notes.append(f"services.{other}: not imported (a profile holds one service)")
+    named = {v["source"] for v in other_volumes if Mount(v["target"], v["source"]).is_named}
+    if isinstance(model.get("hf_cache"), dict) and Mount("/", model["hf_cache"]["source"]).is_named:
+        named.add(model["hf_cache"]["source"])
+    for key, value in doc.extra.items():
+        if key == "volumes" and isinstance(value, dict):
+            for vol, spec in value.items():
+                if vol not in named or spec:
+                    notes.append(f"volumes.{vol}: top-level volume definition not imported "
+                                 "(servedeck declares the named volumes its services use)")
+        elif key not in ("name", "version"):
+            notes.append(f"{key}: top-level key not imported")
     try:
         Profile.model_validate({"name": name, **profile})
     except ValidationError as exc:
@@ -267,27 +309,106 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
     return profile, notes
 
 
+def _volume_entry(v: Mount, where: str, notes: list[str]) -> dict[str, Any] | None:
+    if v.source is None:
+        notes.append(f"{where}: anonymous volume at {v.target} not imported (give it a source)")
+        return None
+    if v.extra or (v.long and v.type not in (None, "bind", "volume")):
+        notes.append(f"{where}: long-syntax options {sorted(v.extra)} not imported; "
+                     f"kept as {v.short()!r}")
+    options = v.mode if v.mode is not None else ("ro" if v.read_only else None)
+    return {"source": _unescape(v.source), "target": v.target, **({"options": options} if options else {})}
+
+
+def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
+                       notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    model: dict[str, Any] = {}
+    others: list[dict[str, Any]] = []
+    hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
+    for j, v in enumerate(svc.volumes):
+        entry = _volume_entry(v, f"{base}.volumes[{j}]", notes)
+        if entry is None:
+            continue
+        if not hub and model_arg is not None and v.target == model_arg and "weights_dir" not in model:
+            model.update(weights_dir=entry["source"], mount=entry["target"])
+            if entry.get("options"):
+                model["mount_options"] = entry["options"]
+        elif hub and v.target.rstrip("/") in _HF_CACHE_TARGETS and "hf_cache" not in model:
+            model["hf_cache"] = entry
+        else:
+            others.append(entry)
+    if hub:
+        model = {"repo_id": model_arg, **model}
+        if "hf_cache" not in model:
+            notes.append(f"{base}.volumes: no Hugging Face cache mount at /root/.cache/huggingface; "
+                         f"vLLM downloads {model_arg} inside the container at every start")
+        return model, others
+    if model_arg is None:
+        raise ServedeckError("no model in the command", file=file, field=f"{base}.command",
+                             hint="give the model as the first item (vllm) or --model-path (exl3xpu)")
+    if "weights_dir" not in model:
+        flag = "--model-path" if kind == "exl3xpu" else "the model argument"
+        raise ServedeckError(f"no volume is mounted at the model path {model_arg!r}", file=file,
+                             field=f"{base}.volumes",
+                             hint=f"mount the weights at {flag} ({model_arg}), or give the model "
+                                  "as a Hugging Face repo id with the cache mounted")
+    return model, others
+
+
+def _container(svc: Service, port: int | None, volumes: list[dict[str, Any]], base: str,
+               notes: list[str]) -> dict[str, Any]:
+    container: dict[str, Any] = {"service": svc.name}
+    x = svc.extra
+    if x.get("container_name"):
+        container["container_name"] = str(x["container_name"])
+    if x.get("restart") is not None:
+        container["restart"] = "no" if x["restart"] is False else str(x["restart"])
+    ports = svc.ports
+    if port is None and ports:
+        port = int(ports[0].target)
+    if port is not None:
+        container["port"] = port
+    if ports:
+        p = ports[0]
+        if p.published is not None and p.published != str(port):
+            container["host_port"] = int(p.published)
+        if p.host_ip:
+            container["host_ip"] = p.host_ip
+        if p.published is None:
+            notes.append(f"{base}.ports[0]: no published port; the profile publishes {port} on {port}")
+        if p.protocol not in (None, "tcp") or p.extra:
+            notes.append(f"{base}.ports[0]: protocol/options of {p.dump()!r} not imported")
+        for j, extra_port in enumerate(ports[1:], 1):
+            notes.append(f"{base}.ports[{j}]: {extra_port.short()!r} not imported "
+                         "(a profile publishes the server port only)")
+    if svc.devices:
+        container["devices"] = [d.short() for d in svc.devices]
+    if x.get("group_add"):
+        container["group_add"] = [str(v) for v in x["group_add"]]
+    env: dict[str, str] = {}
+    for k, v in svc.environment.values.items():
+        if v is None:
+            notes.append(f"{base}.environment.{k}: no value (taken from the shell running Compose); "
+                         "not imported")
+            continue
+        env[k] = _unescape(v)
+    if env:
+        container["environment"] = env
+    if volumes:
+        container["volumes"] = volumes
+    for key in ("shm_size", "ipc"):
+        if x.get(key) is not None:
+            container[key] = str(x[key])
+    carried = {k: v for k, v in x.items() if k not in _CONTAINER_KEYS}
+    if carried:
+        container["compose_extra"] = carried
+        notes.append(f"{base}: carried verbatim in container.compose_extra: {', '.join(carried)}")
+    return container
+
+
 def dump_profile_yaml(profile: dict[str, Any], header: str | None = None) -> str:
     """Profile mapping → YAML 1.2 text (block style, key order kept, strings quoted when a
     YAML 1.1 reader would misread them)."""
-    y = YAML(typ="rt")
-    y.default_flow_style = False
-    y.indent(mapping=2, sequence=4, offset=2)
-    buf = io.StringIO()
-    if header:
-        buf.write("".join(f"# {line}\n" for line in header.splitlines()))
-    y.dump(_quote_ambiguous(profile), buf)
-    return buf.getvalue()
+    head = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    return head + dump_yaml(profile)
 
-
-def _quote_ambiguous(value: Any) -> Any:
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-
-    from servedeck.compose.yaml11 import plain_is_string
-    if isinstance(value, dict):
-        return {k: _quote_ambiguous(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_quote_ambiguous(v) for v in value]
-    if isinstance(value, str) and not plain_is_string(value) and not value.startswith("/"):
-        return DoubleQuotedScalarString(value)
-    return value

@@ -1,9 +1,15 @@
 """Render a resolved profile into docker-compose text with ``templates/docker-compose.yml.j2``.
 
-Quoting: every value a YAML 1.1 or 1.2 reader could misread is double-quoted (ports,
-numeric or boolean-looking strings, GIDs); served model names are always quoted; every
-``$`` is escaped as ``$$`` for Compose interpolation; one argv token per list item;
-JSON-valued flags are compact JSON in one item.
+Quoting follows the compose document model's one policy
+(:func:`servedeck.compose.document.scalar_style`): every value a YAML 1.1 or 1.2 reader could
+misread is quoted (ports, numeric or boolean-looking strings, GIDs); served model names are
+always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
+list item; JSON-valued flags are compact JSON in one item; ports and volumes are printed by the
+document model's grammar. Service keys servedeck does not model (``container.compose_extra``:
+GPU device requests, healthcheck, ulimits, ...) are emitted verbatim by the document model's
+YAML dumper (ruamel). The template writes the service line by line: emitting the whole
+document with ruamel costs about 9 ms per render (pure-Python emitter), most of the per-profile
+budget of ``check --all``.
 """
 
 from __future__ import annotations
@@ -20,27 +26,29 @@ from servedeck import __version__
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
-from servedeck.compose.yaml11 import plain_is_string
+from servedeck.compose.document import Mount, Port, dump_yaml, scalar_text
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:
-    """One YAML scalar for a compose file: plain when safe, else quoted; ``$`` → ``$$``."""
-    text = str(value).replace("$", "$$")
-    if not force and plain_is_string(text):
-        return text
-    if '"' in text and "'" not in text and "\n" not in text:
-        return f"'{text}'"
-    return json.dumps(text, ensure_ascii=False)
+    """One YAML scalar as text for a template line (the ``q`` filter): ``$`` → ``$$`` (Compose
+    interpolation), then quoted by the document model's policy
+    (:func:`servedeck.compose.document.scalar_text`)."""
+    return scalar_text(str(value).replace("$", "$$"), force)
+
+
+#: Fields added after the first release: hashed only when set, so that a profile that does not
+#: use them keeps the hash recorded by earlier runs.
+_HASHED_WHEN_SET = (("model", "repo_id"), ("model", "hf_cache"), ("container", "compose_extra"))
 
 
 def profile_hash(profile: Profile) -> str:
     """``sha256:<hex>`` of the resolved profile's canonical JSON (sorted keys, no spaces)."""
-    blob = json.dumps(profile.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    data = profile.model_dump(mode="json")
+    for section, key in _HASHED_WHEN_SET:
+        if data[section].get(key) in (None, {}):
+            data[section].pop(key, None)
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _volume(source: str, target: str, options: str | None) -> str:
-    return f"{source}:{target}" + (f":{options}" if options else "")
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,12 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
 
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates_dir: Path
                    ) -> Rendered:
-    """Render ``profile`` to compose text.
+    """Render ``profile`` to compose text with ``templates_dir/docker-compose.yml.j2``.
+
+    Template variables: ``profile``, ``c`` (container settings), ``command``, ``ports``,
+    ``volumes`` (short syntax, the model's mount first), ``named_volumes``, ``force_quote``
+    (tokens always quoted: served model names), ``compose_extra`` (unmodelled service keys as
+    YAML text, indented), ``profile_hash``, ``version``; the ``q`` filter (:func:`yaml_scalar`).
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
@@ -86,16 +99,20 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
     command = build_command(profile, facts)
-    c = profile.container
-    volumes = [_volume(profile.model.weights_dir, profile.model.mount, profile.model.mount_options)]
-    volumes += [_volume(v.source, v.target, v.options) for v in c.volumes]
-    named = [v.source for v in c.volumes if v.is_named]
-    force_quote = set(profile.model.served_model_name)
     phash = profile_hash(profile)
+    c, m = profile.container, profile.model
+    mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
+              else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
+              else [])
+    mounts += [Mount(v.target, v.source, mode=v.options) for v in c.volumes]
+    named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
+    # unmodelled service keys (file text already: no $ escaping) through the document dumper
+    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
-        profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
-        ports=(f"{c.host_ip}:" if c.host_ip else "") + f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
-        profile_hash=phash, version=__version__)
+        profile=profile, c=c, command=command, volumes=[v.short() for v in mounts],
+        named_volumes=named, ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(),
+        force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
+        compose_extra=extra)
     if not text.endswith("\n"):
         text += "\n"
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,

@@ -39,9 +39,11 @@ import httpx
 from ruamel.yaml import YAML
 
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
-from servedeck.errors import DeployError
+from servedeck.compose.document import Service, parse_document
+from servedeck.errors import DeployError, ServedeckError
 from servedeck.findings import Severity
 from servedeck.model.inventory import HostEntry
+from servedeck.vllm.argv import parse_vllm, settings
 from servedeck.vllm.launcher import build_command, effective_settings
 from servedeck.model.profile import LoadedProfile, Profile, diff_profiles
 from servedeck.model.project import Project
@@ -477,9 +479,11 @@ def preflight(host: RemoteHost, entry: HostEntry, rendered: Rendered, options: D
         DeployError: listing every problem found (nothing on the host was changed).
     """
     profile = rendered.profile
-    weights = profile.model.weights_dir
+    # local weights must be there; a repo-id model's HF cache (if a host path) must at least exist
+    cache = profile.model.hf_cache
+    weights = profile.model.weights_dir or (cache.source if cache and not cache.is_named else None)
     port = _published_port(profile)
-    facts = host.preflight_facts([weights], port=port)
+    facts = host.preflight_facts([weights] if weights else [], port=port)
     problems: list[str] = []
     if not facts.get("docker_server_version"):
         problems.append("Docker does not answer on the host (is dockerd running, and may the "
@@ -501,11 +505,11 @@ def preflight(host: RemoteHost, entry: HostEntry, rendered: Rendered, options: D
     if entry.render_gid and needs_gpu and entry.render_gid not in profile.container.group_add:
         problems.append(f"the inventory says the render gid is {entry.render_gid!r} but the profile's "
                         f"group_add is {profile.container.group_add}")
-    wfacts = facts["paths"].get(weights, {})
+    wfacts = facts["paths"].get(weights, {}) if weights else {"exists": True, "nonempty": True}
     if not wfacts.get("exists"):
         problems.append(f"the model weights directory {wfacts.get('path', weights)} does not exist "
                         "on the host")
-    elif not wfacts.get("nonempty"):
+    elif not wfacts.get("nonempty") and profile.model.weights_dir:
         problems.append(f"the model weights directory {wfacts.get('path', weights)} is empty")
     pinfo = facts.get("port") or {}
     if pinfo.get("listening"):
@@ -813,34 +817,30 @@ def _compose_file(host: RemoteHost, name: str, args: list[str]):
                      host.workdir, *args], check=False, timeout=600)
 
 
-def _compose_service_doc(data: bytes) -> tuple[str, dict] | None:
+def _compose_service_doc(data: bytes) -> Service | None:
     try:
-        doc = YAML(typ="safe", pure=True).load(data.decode())
-        name, svc = next(iter(doc["services"].items()))
-        return name, svc
-    except Exception:
+        return next(iter(parse_document(data.decode()).services.values()))
+    except (ServedeckError, UnicodeDecodeError):
         return None
 
 
 def _compose_service(data: bytes) -> str | None:
     found = _compose_service_doc(data)
-    return found[0] if found else None
+    return found.name if found else None
 
 
 def _compose_port(data: bytes) -> int | None:
     found = _compose_service_doc(data)
     try:
-        return int(str(found[1]["ports"][0]).split(":")[-2]) if found else None
-    except (KeyError, IndexError, ValueError):
+        return int(found.ports[0].published) if found and found.ports[0].published else None
+    except (IndexError, ValueError):
         return None
 
 
 def _compose_served_name(data: bytes) -> str | None:
     found = _compose_service_doc(data)
-    cmd = [str(c).strip() for c in (found[1].get("command") or [])] if found else []
-    if "--served-model-name" in cmd and cmd.index("--served-model-name") + 1 < len(cmd):
-        return cmd[cmd.index("--served-model-name") + 1]
-    return None
+    names = settings(parse_vllm(found.command or [])).get("served_model_name") if found else None
+    return names[0] if isinstance(names, list) and names else None
 
 
 def history_records(data: bytes | None) -> list[dict[str, Any]]:

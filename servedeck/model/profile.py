@@ -101,21 +101,32 @@ class Launcher(_Strict):
 
 
 class ModelSpec(_Strict):
-    """The model: weights on the host, where they are mounted, and the served name(s).
+    """The model: where the server reads it from, and the served name(s).
+
+    Two ways, exactly one per profile:
+
+    * local weights: ``weights_dir`` (host path) bind-mounted at ``mount``; the model argument
+      is ``mount`` (``--model-path`` for exl3xpu);
+    * a Hugging Face repo id (``repo_id``, vllm launcher only): vLLM resolves it through the
+      Hugging Face cache, which ``hf_cache`` mounts into the container (usually at
+      ``/root/.cache/huggingface``); the model argument is the repo id.
 
     Attributes:
         weights_dir: host path of the weights; relative paths resolve against the host's
             working directory (where the compose file lives).
-        mount: container path the weights are mounted at (``--model-path`` for exl3xpu,
-            the model argument for vllm).
+        mount: container path the weights are mounted at.
         mount_options: bind options after the second colon, e.g. ``Z`` (SELinux private
             label), ``ro,Z``.
+        repo_id: Hugging Face repo id (``org/name``) passed to vLLM as the model.
+        hf_cache: the Hugging Face cache mount (host path or named volume → container path).
         served_model_name: one or more names; the API and metrics use the first.
     """
 
-    weights_dir: str
-    mount: str
+    weights_dir: str | None = None
+    mount: str | None = None
     mount_options: str | None = None
+    repo_id: str | None = None
+    hf_cache: "Volume | None" = None
     served_model_name: Annotated[list[str], WithJsonSchema({
         "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
         "description": "one name or a list; the API and metrics use the first"})] = Field(min_length=1)
@@ -132,6 +143,29 @@ class ModelSpec(_Strict):
             if name != name.strip() or not name:
                 raise ValueError(f"served model name {name!r} has leading/trailing whitespace")
         return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        local = self.weights_dir is not None or self.mount is not None
+        if local and self.repo_id is not None:
+            raise ValueError("give either weights_dir + mount (local weights) or repo_id "
+                             "(Hugging Face repo id served from the cache), not both")
+        if local and (self.weights_dir is None or self.mount is None):
+            raise ValueError("local weights need both weights_dir (host path) and mount "
+                             "(container path)")
+        if not local and self.repo_id is None:
+            raise ValueError("model needs weights_dir + mount (local weights) or repo_id "
+                             "(a Hugging Face repo id, e.g. Qwen/Qwen3-8B)")
+        if self.hf_cache is not None and self.repo_id is None:
+            raise ValueError("hf_cache only applies with repo_id")
+        if self.mount_options is not None and not local:
+            raise ValueError("mount_options only applies to local weights")
+        return self
+
+    @property
+    def argument(self) -> str:
+        """The model argument the server gets: the mount path or the repo id."""
+        return self.mount if self.mount is not None else str(self.repo_id)
 
 
 class Speculative(_Strict):
@@ -222,6 +256,9 @@ class Volume(_Strict):
         return not self.source.startswith(("/", ".", "~", "$"))
 
 
+ModelSpec.model_rebuild()
+
+
 class Container(_Strict):
     """Compose service settings.
 
@@ -239,6 +276,10 @@ class Container(_Strict):
         volumes: further mounts after the weights mount.
         shm_size: ``/dev/shm`` size (``8g``); vLLM CPU needs at least 1 GiB.
         ipc: IPC mode (``host``).
+        compose_extra: further service keys servedeck does not model (``deploy`` GPU
+            reservations, ``gpus``, ``healthcheck``, ``ulimits``, ``runtime``, ...), rendered
+            back verbatim after the modelled keys (Compose Specification service syntax;
+            values are file text, so a literal ``$`` is written ``$$``).
     """
 
     service: str = "vllm"
@@ -253,6 +294,18 @@ class Container(_Strict):
     volumes: list[Volume] = Field(default_factory=list)
     shm_size: str | None = None
     ipc: str | None = None
+    compose_extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("compose_extra")
+    @classmethod
+    def _not_modelled(cls, v: dict[str, Any]) -> dict[str, Any]:
+        modelled = {"image", "command", "container_name", "restart", "ports", "devices",
+                    "group_add", "shm_size", "ipc", "environment", "volumes"}
+        clash = sorted(set(v) & modelled)
+        if clash:
+            raise ValueError(f"compose_extra repeats modelled keys {clash}: set them in their "
+                             "own fields")
+        return v
 
     @field_validator("restart")
     @classmethod
@@ -317,6 +370,13 @@ class Profile(_Strict):
         if not NAME_RE.match(v):
             raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_', '-'")
         return v
+
+    @model_validator(mode="after")
+    def _repo_id_only_vllm(self) -> "Profile":
+        if self.model.repo_id is not None and self.launcher.kind != "vllm":
+            raise ValueError("model.repo_id needs the vllm launcher (exl3xpu reads weights from "
+                             "--model-path); use weights_dir + mount")
+        return self
 
     @model_validator(mode="after")
     def _launcher_env_only_exl3xpu(self) -> "Profile":

@@ -2,8 +2,8 @@
 
 Two launchers:
 
-* ``exl3xpu`` — the image's ``scripts/serve.py`` (contract: ``shared/reference/
-  exl3xpu-image-facts.md`` §4): positional model config, ``--gpu``, ``--model-path``, repeated
+* ``exl3xpu`` — the image's ``scripts/serve.py`` (ghcr.io/0xsero/exl3xpu; the same contract
+  is implemented in this repository by ``deploy/images/cpu-vllm/serve.py``): positional model config, ``--gpu``, ``--model-path``, repeated
   ``--set KEY.PATH=VALUE`` (value parsed as YAML 1.1 by PyYAML ``safe_load``), and
   passthrough flags appended verbatim after the model.yaml-derived vLLM flags. Engine
   settings that live in model.yaml are edited with ``--set vllm.KEY=...`` (a bare passthrough
@@ -11,6 +11,8 @@ Two launchers:
   reasoning parser, served model name) are passed through.
 * ``vllm`` — the image's entrypoint is ``vllm serve``; the command is the model path plus
   plain flags.
+
+Tokens are printed by the one argv grammar (:mod:`servedeck.vllm.argv`).
 
 The canonical argv order for exl3xpu is the one of the user's own compose file (the seed):
 config, ``--gpu``, ``--model-path``, ``--set vllm.*``, ``--set env.*``, then
@@ -27,20 +29,11 @@ from typing import Any
 from servedeck.model.catalog import ImageFacts
 from servedeck.model.profile import Profile
 from servedeck.compose.yaml11 import yaml11_type
+from servedeck.vllm.argv import compact_json, flag_tokens, set_item
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.
 SET_FIELDS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",
               "max_num_seqs", "kv_cache_dtype", "enable_prefix_caching")
-
-
-def flag(dest: str) -> str:
-    """vLLM flag for an argparse dest: ``max_num_batched_tokens`` → ``--max-num-batched-tokens``."""
-    return "--" + dest.replace("_", "-")
-
-
-def compact_json(value: Any) -> str:
-    """Compact JSON (no spaces), the form vLLM and the launcher use for dict/list flags."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 def set_value(value: Any, *, env: bool = False) -> str:
@@ -96,19 +89,18 @@ def build_command(profile: Profile, facts: ImageFacts | None = None) -> list[str
     e = profile.engine
     frontend: list[str] = []
     if e.enable_auto_tool_choice:
-        frontend.append("--enable-auto-tool-choice")
-    if e.tool_call_parser:
-        frontend += ["--tool-call-parser", e.tool_call_parser]
-    port = ["--port", str(profile.container.port)]
-    reasoning = ["--reasoning-parser", e.reasoning_parser] if e.reasoning_parser else []
-    names = ["--served-model-name", *profile.model.served_model_name]
+        frontend += flag_tokens("enable_auto_tool_choice", True)
+    frontend += flag_tokens("tool_call_parser", e.tool_call_parser or None)
+    port = flag_tokens("port", profile.container.port)
+    reasoning = flag_tokens("reasoning_parser", e.reasoning_parser or None)
+    names = flag_tokens("served_model_name", list(profile.model.served_model_name))
 
     if profile.launcher.kind == "exl3xpu":
         defaults = facts.defaults_for(profile.launcher.config) if facts else None
         cmd = [profile.launcher.config or ""]
         if profile.launcher.gpu is not None:
             cmd += ["--gpu", str(profile.launcher.gpu)]
-        cmd += ["--model-path", profile.model.mount]
+        cmd += ["--model-path", profile.model.argument]
         sets: list[str] = []
         for name in SET_FIELDS:
             value = getattr(e, name)
@@ -123,26 +115,20 @@ def build_command(profile: Profile, facts: ImageFacts | None = None) -> list[str
         sets += _spec_sets(profile, spec_default if isinstance(spec_default, dict) else None)
         sets += [f"env.{k}={set_value(v, env=True)}" for k, v in profile.launcher_env.items()]
         for item in sets:
-            cmd += ["--set", item]
+            cmd += set_item(*item.split("=", 1))
         cmd += frontend + port + reasoning + names
         if e.enable_prefix_caching is False:
-            cmd.append("--no-enable-prefix-caching")
+            cmd += flag_tokens("enable_prefix_caching", False)
         if e.extra_args:
             cmd += ["--", *e.extra_args]
         return cmd
 
-    cmd = [profile.model.mount, *names, *port]
+    cmd = [profile.model.argument, *names, *port]
     for name in SET_FIELDS:
-        value = getattr(e, name)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            cmd.append(flag(name) if value else "--no-" + flag(name)[2:])
-        else:
-            cmd += [flag(name), str(value)]
+        cmd += flag_tokens(name, getattr(e, name))
     if e.speculative_state == "set":
         assert e.speculative is not None
-        cmd += ["--speculative-config", compact_json(e.speculative.as_config())]
+        cmd += flag_tokens("speculative_config", e.speculative.as_config())
     cmd += frontend + reasoning + list(e.extra_args)
     return cmd
 

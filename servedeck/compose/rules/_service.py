@@ -12,9 +12,7 @@ last occurrence wins; ``shared/reference/vllm-serving-facts.md`` §6).
 from __future__ import annotations
 
 import copy
-import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,7 +21,12 @@ from pydantic import BaseModel, ConfigDict
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
+from servedeck.compose.document import split_command
+from servedeck.vllm import argv
+from servedeck.vllm.argv import ALIASES, FLAGS, LAUNCHER_OPTIONS, looks_like_flag
 from servedeck.yamlio import launcher_value
+
+_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 
 
 class CheckExpectations(BaseModel):
@@ -111,63 +114,9 @@ class ImageRef:
 
 # --------------------------------------------------------------------------- argv model
 
-#: serve.py options (exl3xpu-image-facts.md §4.2): name → takes a value.
-SERVE_OPTIONS: dict[str, bool] = {"gpu": True, "port": True, "model-path": True, "print": False,
-                                  "set": True, "log-dir": True, "dp": False, "help": False}
-
-#: vLLM flags taking one value (``vllm/engine/arg_utils.py``, ``entrypoints/openai/cli_args.py``).
-VALUE_FLAGS = set("""
-port host model served-model-name tokenizer revision code-revision tokenizer-revision dtype
-max-model-len max-num-seqs max-num-batched-tokens gpu-memory-utilization kv-cache-dtype
-speculative-config compilation-config limit-mm-per-prompt hf-overrides kv-transfer-config
-kv-events-config mm-processor-kwargs tool-call-parser reasoning-parser chat-template api-key
-tensor-parallel-size pipeline-parallel-size data-parallel-size block-size quantization seed
-swap-space kv-cache-memory-bytes max-num-partial-prefills long-prefill-token-threshold
-mamba-cache-mode cudagraph-capture-sizes uvicorn-log-level tool-parser-plugin
-structured-outputs-config override-generation-config generation-config download-dir load-format
-max-log-len root-path middleware allowed-origins chat-template-content-format response-role
-ssl-keyfile ssl-certfile lora-modules distributed-executor-backend performance-mode max-logprobs
-logits-processors default-chat-template-kwargs tokenizer-mode config-format hf-config-path
-attention-backend scheduling-policy num-gpu-blocks-override cpu-offload-gb max-seq-len-to-capture
-model-loader-extra-config override-pooler-config pooler-config additional-config ec-transfer-config
-attention-config media-io-kwargs max-num-scheduled-tokens prefix-caching-hash-algo
-max-cudagraph-capture-size mm-encoder-tp-mode reasoning-parser-plugin tool-server
-""".split())
-
-#: Flags that take one or more values (argparse ``nargs="+"``).
-NARGS_PLUS = {"served-model-name", "cudagraph-capture-sizes", "lora-modules", "allowed-origins",
-              "middleware", "api-key"}
-
-#: Flags whose value is JSON (vLLM parses it with ``json.loads``).
-JSON_FLAGS = {"speculative-config", "compilation-config", "limit-mm-per-prompt", "hf-overrides",
-              "kv-transfer-config", "kv-events-config", "mm-processor-kwargs",
-              "override-generation-config", "structured-outputs-config", "model-loader-extra-config",
-              "override-pooler-config", "pooler-config", "additional-config", "ec-transfer-config",
-              "attention-config", "default-chat-template-kwargs", "media-io-kwargs"}
-
-#: Boolean flags that do not start with ``enable-``/``disable-``/``no-``.
-BOOL_FLAGS = {"trust-remote-code", "enforce-eager", "async-scheduling", "headless",
-              "skip-tokenizer-init", "fully-sharded-loras", "return-tokens-as-token-ids",
-              "enable-auto-tool-choice", "print", "dp", "help", "h"}
-
-#: Short aliases → long names.
-ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size",
-           "q": "quantization", "O": "compilation-config", "sc": "speculative-config"}
-
-_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-
-
-def looks_like_flag(text: str) -> bool:
-    """True for ``--x``/``-x`` tokens (not negative numbers, not ``-``)."""
-    t = text.strip()
-    return t.startswith("-") and len(t) > 1 and not _NUMBER.match(t)
-
-
-def is_bool_flag(name: str) -> bool:
-    """True when vLLM flag ``name`` (no dashes) takes no value."""
-    if name in VALUE_FLAGS:
-        return False
-    return name in BOOL_FLAGS or name.startswith(("no-", "enable-", "disable-"))
+#: The flag table and argv grammar live in :mod:`servedeck.vllm.argv`; re-exported for rules.
+SERVE_OPTIONS: dict[str, bool] = {name: spec.takes_value for name, spec in LAUNCHER_OPTIONS.items()}
+JSON_FLAGS = {name for name, spec in FLAGS.items() if spec.kind == "json"}
 
 
 def flag_dest(name: str) -> tuple[str, bool]:
@@ -254,107 +203,36 @@ class Launch:
     string_form: bool = False
 
 
+def _flag(arg: argv.Arg, tokens: list[Token]) -> Flag:
+    name = (arg.name or "") + (f".{arg.subkey}" if arg.subkey else "")
+    return Flag(name=name, token=tokens[arg.index],
+                values=[] if arg.inline else [tokens[j] for j in arg.value_indices],
+                inline=arg.value if arg.inline else None, missing_value=arg.missing_value)
+
+
 def parse_vllm_flags(tokens: list[Token]) -> tuple[list[Flag], list[Token]]:
-    """Parse vLLM serve flags the way argparse would (last occurrence wins later)."""
-    flags: list[Flag] = []
-    positionals: list[Token] = []
-    i = 0
-    n = len(tokens)
-    while i < n:
-        tok = tokens[i]
-        t = tok.s
-        if t == "--":
-            i += 1
-            continue
-        if not looks_like_flag(t) or " " in t:
-            positionals.append(tok)
-            i += 1
-            continue
-        body = t[2:] if t.startswith("--") else t[1:]
-        name, eq, inline = body.partition("=")
-        name = ALIASES.get(name, name) if not t.startswith("--") else name
-        flag = Flag(name=name, token=tok, inline=inline if eq else None)
-        i += 1
-        if not eq and not is_bool_flag(name):
-            if name in NARGS_PLUS:
-                while i < n and not looks_like_flag(tokens[i].s):
-                    flag.values.append(tokens[i])
-                    i += 1
-            elif i < n and not looks_like_flag(tokens[i].s):
-                flag.values.append(tokens[i])
-                i += 1
-            if not flag.values and name in VALUE_FLAGS:
-                flag.missing_value = True
-        flags.append(flag)
+    """Parse vLLM serve flags with the argv grammar (:func:`servedeck.vllm.argv.parse_vllm`)."""
+    parsed = argv.parse_vllm([t.text for t in tokens])
+    flags = [_flag(a, tokens) for a in parsed if a.name is not None]
+    positionals = [tokens[a.index] for a in parsed if a.name is None]
     return flags, positionals
 
 
-def _serve_option(name: str) -> tuple[str | None, bool]:
-    """Resolve a serve.py option name (argparse ``allow_abbrev``): (option, abbreviated)."""
-    if name in SERVE_OPTIONS:
-        return name, False
-    matches = [o for o in SERVE_OPTIONS if o.startswith(name)] if name else []
-    if len(matches) == 1:
-        return matches[0], True
-    if len(matches) > 1:
-        return "", True  # ambiguous
-    return None, False
-
-
 def parse_exl3xpu(tokens: list[Token]) -> Launch:
-    """Split an exl3xpu command into config, serve.py options, ``--set`` and passthrough."""
+    """Split an exl3xpu command into config, serve.py options, ``--set`` and passthrough
+    (:func:`servedeck.vllm.argv.parse_launcher`)."""
+    parsed = argv.parse_launcher([t.text for t in tokens])
     launch = Launch(kind="exl3xpu", tokens=tokens)
-    passthrough: list[Token] = []
-    i, n = 0, len(tokens)
-    after_dd = False
-    while i < n:
-        tok = tokens[i]
-        t = tok.s
-        if after_dd:
-            passthrough.append(tok)
-            i += 1
-            continue
-        if t == "--":
-            after_dd = True
-            i += 1
-            continue
-        if t.startswith("--") and len(t) > 2 and " " not in t:
-            name, eq, inline = t[2:].partition("=")
-            opt, abbreviated = _serve_option(name)
-            if opt is not None:
-                if abbreviated:
-                    launch.abbreviations.append((tok, opt or None))
-                if opt == "":
-                    i += 1
-                    continue
-                flag = Flag(name=opt, token=tok, inline=inline if eq else None)
-                i += 1
-                if SERVE_OPTIONS[opt] and not eq:
-                    if i < n and not looks_like_flag(tokens[i].s):
-                        flag.values.append(tokens[i])
-                        i += 1
-                    else:
-                        flag.missing_value = True
-                if opt == "set":
-                    if flag.value is not None:
-                        key, has_eq, val = flag.value.partition("=")
-                        launch.sets.append(SetArg(flag.value, flag.value_path, key, val if has_eq else None))
-                else:
-                    launch.serve_opts[opt] = flag
-                launch.serve_list.append(flag)
-                continue
-            passthrough.append(tok)
-            i += 1
-            continue
-        if t == "-h":
-            i += 1
-            continue
-        if launch.config is None and not looks_like_flag(t):
-            launch.config = tok
-        else:
-            passthrough.append(tok)
-        i += 1
-    launch.flags, launch.positionals = parse_vllm_flags(passthrough)
+    launch.config = tokens[parsed.config[1]] if parsed.config else None
+    launch.abbreviations = [(tokens[i], opt) for i, _, opt in parsed.abbreviations]
+    for opt in parsed.options:
+        flag = _flag(opt, tokens)
+        if opt.name != "set":
+            launch.serve_opts[opt.name or ""] = flag
+        launch.serve_list.append(flag)
+    launch.sets = [SetArg(item.text, tokens[item.index].path, item.key, item.raw) for item in parsed.sets]
+    launch.flags = [_flag(a, tokens) for a in parsed.passthrough if a.name is not None]
+    launch.positionals = [tokens[a.index] for a in parsed.passthrough if a.name is None]
     return launch
 
 
@@ -366,29 +244,22 @@ def yaml_value(text: str) -> Any:
 
 
 def parse_max_model_len(text: str) -> int | None:
-    """vLLM's human-readable ``--max-model-len``: ``32768``, ``32k`` (32000), ``32K`` (32768)."""
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
-    if not m:
+    """vLLM's human-readable ``--max-model-len`` (:func:`servedeck.vllm.argv.human_readable_int`)."""
+    try:
+        return argv.human_readable_int(text, auto=True)
+    except ValueError:
         return None
-    num, unit = float(m[1]), m[2]
-    mult = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}[unit]
-    return int(num * mult)
 
 
 def flag_value(name: str, text: str | None) -> Any:
-    """Convert a flag's text value to what vLLM would hold (best effort)."""
-    if text is None:
-        return True
-    if name in JSON_FLAGS:
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    if name == "max-model-len":
-        return parse_max_model_len(text)
-    if _NUMBER.match(text):
-        return float(text) if any(c in text for c in ".eE") else int(text)
-    return text
+    """Convert a flag's text value to what vLLM would hold (best effort; unknown flags with a
+    numeric value become numbers)."""
+    value = argv.convert_lenient(name, text)
+    if isinstance(value, str) and name not in argv.FLAGS and _NUMBER.match(value):
+        return float(value) if any(c in value for c in ".eE") else int(value)
+    if name == "max-model-len" and isinstance(value, str):
+        return None
+    return value
 
 
 @dataclass
@@ -424,11 +295,7 @@ class Service:
 
 def _tokens(value: Any, path: Path) -> tuple[list[Token], bool]:
     if isinstance(value, str):
-        try:
-            parts = shlex.split(value)
-        except ValueError:
-            parts = value.split()
-        return [Token(p, path) for p in parts], True
+        return [Token(p, path) for p in split_command(value) or []], True
     if isinstance(value, list):
         return [Token("" if v is None else str(v), path + (i,)) for i, v in enumerate(value)], False
     return [], False

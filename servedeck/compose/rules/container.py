@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from servedeck.compose import document
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._service import Ctx, Service
 
@@ -98,23 +99,14 @@ def port_specs(svc: Service) -> list[PortSpec]:
     if not isinstance(ports, list):
         return out
     for i, item in enumerate(ports):
-        path = svc.path + ("ports", i)
-        if isinstance(item, bool):
+        if isinstance(item, bool) or not isinstance(item, (int, str, dict)):
             continue
-        if isinstance(item, int):
-            out.append(PortSpec(item, item, str(item), path))
-        elif isinstance(item, str):
-            text = item.split("/", 1)[0]
-            container = text.rsplit(":", 1)[-1] if not text.endswith("]") else text
-            lo, hi = _range(container)
-            out.append(PortSpec(lo, hi, item, path))
-        elif isinstance(item, dict):
-            target = item.get("target")
-            if isinstance(target, int):
-                out.append(PortSpec(target, target, str(target), path))
-            elif isinstance(target, str):
-                lo, hi = _range(target)
-                out.append(PortSpec(lo, hi, target, path))
+        try:
+            port = document.Port.parse(item)  # the one ports grammar (short and long syntax)
+        except ValueError:
+            continue
+        lo, hi = _range(port.target)
+        out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
     return out
 
 
@@ -172,13 +164,8 @@ def parse_size(value: Any) -> int | None:
 
 
 def _device_hosts(svc: Service) -> list[str]:
-    out = []
-    for d in svc.data.get("devices") or []:
-        if isinstance(d, str):
-            out.append(d.split(":", 1)[0])
-        elif isinstance(d, dict) and isinstance(d.get("source"), str):
-            out.append(d["source"])
-    return out
+    return [document.Device.parse(d).source for d in svc.data.get("devices") or []
+            if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
 
 
 def check_gpu(ctx: Ctx, svc: Service) -> None:
@@ -281,24 +268,18 @@ def mounts(svc: Service) -> list[Mount]:
     """Parse ``volumes`` (short ``SRC:DST[:MODE]`` and long syntax)."""
     out: list[Mount] = []
     for i, v in enumerate(svc.data.get("volumes") or []):
-        path = svc.path + ("volumes", i)
-        if isinstance(v, str):
-            parts = v.split(":")
-            if len(parts) == 1:
-                out.append(Mount(None, parts[0], False, False, None, path))
-                continue
-            src, dst = parts[0], parts[1]
-            mode = parts[2] if len(parts) > 2 else ""
-            opts = set(mode.split(","))
-            bind = src.startswith(("/", ".", "~", "$"))
-            selinux = "Z" if "Z" in opts else ("z" if "z" in opts else None)
-            out.append(Mount(src, dst, bind, "ro" in opts, selinux, path))
-        elif isinstance(v, dict):
-            src = v.get("source")
-            bind = v.get("type") == "bind"
-            sel = (v.get("bind") or {}).get("selinux") if isinstance(v.get("bind"), dict) else None
-            out.append(Mount(src if isinstance(src, str) else None, v.get("target"), bind,
-                             v.get("read_only") is True, sel, path))
+        if not isinstance(v, (str, dict)):
+            continue
+        try:
+            m = document.Mount.parse(v)  # the one volume grammar (short and long syntax)
+        except ValueError:
+            continue
+        opts = set((m.mode or "").split(","))
+        sel = ((m.extra.get("bind") or {}).get("selinux") if isinstance(m.extra.get("bind"), dict)
+               else "Z" if "Z" in opts else "z" if "z" in opts else None)
+        out.append(Mount(m.source if isinstance(m.source, str) else None, m.target,
+                         m.type == "bind" and m.source is not None, m.read_only, sel,
+                         svc.path + ("volumes", i)))
     return out
 
 

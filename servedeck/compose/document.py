@@ -1,0 +1,570 @@
+"""The one typed model of a Compose document: services, ports, volumes, devices, environment,
+command/entrypoint, GPU device requests, healthcheck; parse and dump.
+
+Format: the Compose Specification (compose-spec/compose-spec ``spec.md`` and
+``05-services.md``, ``deploy.md``; as implemented by compose-go v2): ``ports`` short syntax
+``[HOST_IP:][PUBLISHED:]TARGET[/PROTOCOL]`` and long syntax (``target``, ``published``,
+``host_ip``, ``protocol``, ``mode``, ``name``, ``app_protocol``); ``volumes`` short syntax
+``SOURCE:TARGET[:MODE]`` and long syntax (``type``, ``source``, ``target``, ``read_only``,
+``bind``, ``volume``, ...); ``devices`` ``HOST:CONTAINER[:PERMISSIONS]`` or a CDI name
+(``vendor.com/class=name``) or long syntax; ``environment`` as a mapping (YAML removes the
+quotes of a quoted scalar) or as a list of ``KEY=VALUE`` strings (everything after the first
+``=`` is the value, quote characters included: no shell removes them), ``KEY`` alone takes the
+value from the shell; ``command``/``entrypoint`` as a list (one argv item each) or a string
+(split shell-style by Compose); ``deploy.resources.reservations.devices`` device requests
+(``driver``, ``count``, ``device_ids``, ``capabilities``, ``options``).
+
+Reading is YAML 1.2 with ruamel.yaml (round trip); every key the model does not type is kept
+verbatim in ``extra`` and dumped back unchanged, so parse then dump loses nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from servedeck.errors import ServedeckError
+from servedeck.yamlio import to_plain
+
+_PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
+
+
+# --------------------------------------------------------------------------- ports
+
+@dataclass
+class Port:
+    """One published port.
+
+    Attributes:
+        target: container port (or range) as text, e.g. ``"8000"``.
+        published: host port (or range) as text; None = Docker picks one.
+        host_ip: host address to bind (``127.0.0.1``); None = all addresses.
+        protocol: ``tcp``/``udp``; None = tcp.
+        extra: further long-syntax keys (``mode``, ``name``, ``app_protocol``).
+        long: True when written in long syntax.
+    """
+
+    target: str
+    published: str | None = None
+    host_ip: str | None = None
+    protocol: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    long: bool = False
+
+    @classmethod
+    def parse(cls, item: Any) -> "Port":
+        """Short (``"127.0.0.1:8080:8000/tcp"``, ``8000``) or long syntax (mapping).
+
+        Raises:
+            ValueError: not a port entry.
+        """
+        if isinstance(item, dict):
+            item = to_plain(item)
+            if "target" not in item:
+                raise ValueError("a long-syntax port needs target")
+            rest = {k: v for k, v in item.items() if k not in ("target", "published", "host_ip", "protocol")}
+            pub = item.get("published")
+            return cls(str(item["target"]), None if pub is None else str(pub),
+                       item.get("host_ip"), item.get("protocol"), rest, long=True)
+        text = str(item)
+        proto = None
+        if "/" in text:
+            text, proto = text.rsplit("/", 1)
+        m = _PORT_RE.match(text)
+        if not m:
+            raise ValueError(f"{item!r} is not [HOST_IP:][PUBLISHED:]TARGET[/PROTOCOL]")
+        ip = m["ip"]
+        if ip and ip.startswith("["):
+            ip = ip[1:-1]
+        return cls(m["target"], m["published"] or None, ip or None, proto)
+
+    def short(self) -> str:
+        """Short syntax text (``host_ip:published:target[/protocol]``)."""
+        host_ip = f"[{self.host_ip}]" if self.host_ip and ":" in self.host_ip else self.host_ip
+        parts = [p for p in (host_ip, self.published) if p is not None]
+        if host_ip and self.published is None:
+            parts.append("")
+        text = ":".join([*parts, self.target])
+        return text + (f"/{self.protocol}" if self.protocol else "")
+
+    def dump(self) -> Any:
+        """The entry as written (long syntax kept long)."""
+        if not self.long:
+            return self.short()
+        out: dict[str, Any] = {"target": _num(self.target)}
+        if self.published is not None:
+            out["published"] = self.published
+        if self.host_ip:
+            out["host_ip"] = self.host_ip
+        if self.protocol:
+            out["protocol"] = self.protocol
+        return {**out, **self.extra}
+
+
+def _num(text: str) -> Any:
+    return int(text) if text.isdigit() else text
+
+
+# --------------------------------------------------------------------------- volumes
+
+@dataclass
+class Mount:
+    """One ``volumes`` entry of a service.
+
+    Attributes:
+        target: container path.
+        source: host path, named volume, or None (anonymous volume).
+        read_only: ``ro`` / ``read_only: true``.
+        mode: the short-syntax mode text as written (``ro``, ``Z``, ``ro,Z``), None when absent.
+        type: ``bind``/``volume``/``tmpfs``/... (long syntax; short syntax: inferred).
+        extra: further long-syntax keys (``bind``, ``volume``, ``tmpfs``, ``consistency``).
+        long: True when written in long syntax.
+    """
+
+    target: str
+    source: str | None = None
+    read_only: bool = False
+    mode: str | None = None
+    type: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    long: bool = False
+
+    @property
+    def is_named(self) -> bool:
+        """A named volume (source is not a path)."""
+        return self.source is not None and not self.source.startswith(("/", ".", "~", "$"))
+
+    @classmethod
+    def parse(cls, item: Any) -> "Mount":
+        """Short (``/srv/m:/models:ro``) or long syntax (mapping).
+
+        Raises:
+            ValueError: not a volume entry.
+        """
+        if isinstance(item, dict):
+            item = to_plain(item)
+            if "target" not in item:
+                raise ValueError("a long-syntax volume needs target")
+            rest = {k: v for k, v in item.items() if k not in ("type", "source", "target", "read_only")}
+            return cls(str(item["target"]), item.get("source"), bool(item.get("read_only", False)),
+                       None, item.get("type"), rest, long=True)
+        text = str(item)
+        parts = text.split(":")
+        # Windows drive letters are not supported (Linux hosts only)
+        if len(parts) == 1:
+            return cls(parts[0], type="volume")
+        source, target, *mode = parts
+        mode_text = ":".join(mode) or None
+        ro = bool(mode_text) and "ro" in (mode_text or "").split(",")
+        kind = "volume" if not source.startswith(("/", ".", "~", "$")) else "bind"
+        return cls(target, source, ro, mode_text, kind)
+
+    def short(self) -> str:
+        """Short syntax ``source:target[:mode]`` (``ro`` added for a long-syntax read_only)."""
+        if self.source is None:
+            return self.target
+        mode = self.mode if self.mode is not None else ("ro" if self.read_only else None)
+        return f"{self.source}:{self.target}" + (f":{mode}" if mode else "")
+
+    def dump(self) -> Any:
+        """The entry as written (long syntax kept long)."""
+        if not self.long:
+            return self.short()
+        out: dict[str, Any] = {}
+        if self.type:
+            out["type"] = self.type
+        if self.source is not None:
+            out["source"] = self.source
+        out["target"] = self.target
+        if self.read_only:
+            out["read_only"] = True
+        return {**out, **self.extra}
+
+
+# --------------------------------------------------------------------------- devices
+
+@dataclass
+class Device:
+    """One ``devices`` entry: a host device path mapping or a CDI device name.
+
+    Attributes:
+        source: host path (``/dev/dri``) or the CDI name (``nvidia.com/gpu=all``).
+        target: container path (None: same as source; always None for CDI).
+        permissions: ``rwm`` subset, if given.
+        long: True when written in long syntax.
+    """
+
+    source: str
+    target: str | None = None
+    permissions: str | None = None
+    long: bool = False
+
+    @property
+    def is_cdi(self) -> bool:
+        """A CDI device name (``vendor.com/class=name``), not a path."""
+        return not self.source.startswith("/") and "=" in self.source
+
+    @classmethod
+    def parse(cls, item: Any) -> "Device":
+        if isinstance(item, dict):
+            item = to_plain(item)
+            return cls(str(item.get("source", "")), item.get("target"), item.get("permissions"), long=True)
+        text = str(item)
+        if not text.startswith("/") and "=" in text:
+            return cls(text)
+        parts = text.split(":")
+        return cls(parts[0], parts[1] if len(parts) > 1 else None,
+                   parts[2] if len(parts) > 2 else None)
+
+    def short(self) -> str:
+        return ":".join(p for p in (self.source, self.target, self.permissions) if p)
+
+    def dump(self) -> Any:
+        if not self.long:
+            return self.short()
+        out = {"source": self.source}
+        if self.target:
+            out["target"] = self.target
+        if self.permissions:
+            out["permissions"] = self.permissions
+        return out
+
+
+@dataclass
+class DeviceRequest:
+    """One ``deploy.resources.reservations.devices`` entry (a GPU request).
+
+    Attributes:
+        capabilities: e.g. ``["gpu"]``. driver: ``nvidia``, ... count: an int or ``"all"``.
+        device_ids: GPU indices or UUIDs. options: driver options. extra: other keys.
+    """
+
+    capabilities: list[str] = field(default_factory=list)
+    driver: str | None = None
+    count: int | str | None = None
+    device_ids: list[str] | None = None
+    options: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, item: Any) -> "DeviceRequest":
+        item = to_plain(item) if isinstance(item, dict) else {}
+        ids = item.get("device_ids")
+        known = ("capabilities", "driver", "count", "device_ids", "options")
+        return cls([str(c) for c in item.get("capabilities") or []], item.get("driver"),
+                   item.get("count"), None if ids is None else [str(i) for i in ids],
+                   item.get("options"), {k: v for k, v in item.items() if k not in known})
+
+
+# --------------------------------------------------------------------------- environment, command
+
+@dataclass
+class Environment:
+    """A service's ``environment``.
+
+    Attributes:
+        values: name → value (None: taken from the shell running Compose). List form keeps
+            quote characters in the value (``VLLM_API_KEY="k"`` → ``"k"`` with quotes).
+        form: ``mapping`` or ``list`` (as written).
+    """
+
+    values: dict[str, str | None] = field(default_factory=dict)
+    form: str = "mapping"
+
+    @classmethod
+    def parse(cls, value: Any) -> "Environment":
+        if value is None:
+            return cls()
+        if isinstance(value, dict):
+            return cls({str(k): None if v is None else _env_text(v) for k, v in value.items()})
+        out: dict[str, str | None] = {}
+        for item in value:
+            name, sep, val = str(item).partition("=")
+            out[name] = val if sep else None
+        return cls(out, "list")
+
+    def dump(self) -> Any:
+        if self.form == "list":
+            return [k if v is None else f"{k}={v}" for k, v in self.values.items()]
+        return dict(self.values)
+
+
+def _env_text(value: Any) -> str:
+    """A mapping value as Compose passes it: YAML booleans become ``true``/``false``."""
+    value = to_plain(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def split_command(value: Any) -> list[str] | None:
+    """``command``/``entrypoint`` → argv items. A list gives one item each (``None`` items
+    become ``""``); a string is split shell-style as Compose does (compose-go ``shellwords``);
+    None stays None (image default)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError:
+            return value.split()
+    return ["" if v is None else str(to_plain(v)) for v in value]
+
+
+# --------------------------------------------------------------------------- service, document
+
+#: Service keys the model types; every other key lands in :attr:`Service.extra`.
+TYPED_KEYS = ("image", "command", "entrypoint", "environment", "ports", "volumes", "devices")
+
+
+@dataclass
+class Service:
+    """One service.
+
+    Attributes:
+        name: service name.
+        image: image reference, None when absent.
+        command / entrypoint: argv items (None: the image's); ``command_form`` /
+            ``entrypoint_form`` say ``list`` or ``string`` as written.
+        environment: see :class:`Environment`.
+        ports, volumes, devices: typed entries in order.
+        extra: every other key verbatim (plain values), in the file's order; includes
+            ``deploy``, ``healthcheck``, ``ulimits``, ``gpus``, ``restart``, ...
+        order: the service's keys as written (dump keeps it).
+    """
+
+    name: str
+    image: str | None = None
+    command: list[str] | None = None
+    command_form: str = "list"
+    entrypoint: list[str] | None = None
+    entrypoint_form: str = "list"
+    environment: Environment = field(default_factory=Environment)
+    ports: list[Port] = field(default_factory=list)
+    volumes: list[Mount] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_requests(self) -> list[DeviceRequest]:
+        """``deploy.resources.reservations.devices`` entries."""
+        devs = (((self.extra.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
+        return [DeviceRequest.parse(d) for d in devs or []]
+
+    @property
+    def healthcheck(self) -> dict[str, Any] | None:
+        """The ``healthcheck`` mapping (``test``, ``interval``, ...), None when absent."""
+        hc = self.extra.get("healthcheck")
+        return hc if isinstance(hc, dict) else None
+
+    @classmethod
+    def parse(cls, name: str, data: Any, where: str = "") -> "Service":
+        """Parse one service mapping.
+
+        Raises:
+            ServedeckError: a malformed port/volume entry (field = its path).
+        """
+        data = to_plain(data) if isinstance(data, dict) else {}
+        base = where or f"services.{name}"
+        svc = cls(name, order=list(data))
+        for key, value in data.items():
+            if key == "image":
+                svc.image = None if value is None else str(value)
+            elif key in ("command", "entrypoint"):
+                setattr(svc, key, split_command(value))
+                setattr(svc, f"{key}_form", "string" if isinstance(value, str) else "list")
+            elif key == "environment":
+                svc.environment = Environment.parse(value)
+            elif key in ("ports", "volumes", "devices"):
+                kind = {"ports": Port, "volumes": Mount, "devices": Device}[key]
+                items = []
+                for i, item in enumerate(value or []):
+                    try:
+                        items.append(kind.parse(item))
+                    except ValueError as exc:
+                        raise ServedeckError(f"{key} entry {item!r}: {exc}", field=f"{base}.{key}[{i}]") from None
+                setattr(svc, key, items)
+            else:
+                svc.extra[key] = value
+        return svc
+
+    def dump(self) -> dict[str, Any]:
+        """The service mapping (keys in the original order, new typed keys appended)."""
+        typed: dict[str, Any] = {}
+        if self.image is not None:
+            typed["image"] = self.image
+        for key in ("command", "entrypoint"):
+            argv = getattr(self, key)
+            if argv is not None:
+                typed[key] = (shlex.join(argv) if getattr(self, f"{key}_form") == "string" else list(argv))
+        if self.environment.values or "environment" in self.order:
+            typed["environment"] = self.environment.dump()
+        for key in ("ports", "volumes", "devices"):
+            items = getattr(self, key)
+            if items or key in self.order:
+                typed[key] = [i.dump() for i in items]
+        out: dict[str, Any] = {}
+        for key in self.order:
+            if key in typed:
+                out[key] = typed.pop(key)
+            elif key in self.extra:
+                out[key] = self.extra[key]
+        out.update(typed)
+        out.update({k: v for k, v in self.extra.items() if k not in out})
+        return out
+
+
+@dataclass
+class Document:
+    """A compose document.
+
+    Attributes:
+        services: name → :class:`Service`, in order.
+        extra: top-level keys other than ``services`` (``volumes``, ``networks``, ``x-*``, ...)
+            verbatim.
+        file: where it was read from (for messages), if known.
+    """
+
+    services: dict[str, Service] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    file: str | None = None
+
+    def service(self, name: str | None = None) -> Service:
+        """The service ``name``, or the only one.
+
+        Raises:
+            ServedeckError: no such service, or several and no name.
+        """
+        if name is None:
+            if len(self.services) != 1:
+                raise ServedeckError(f"{len(self.services)} services; choose one", file=self.file,
+                                     field="services",
+                                     hint=f"pass --service (one of: {', '.join(self.services)})")
+            return next(iter(self.services.values()))
+        if name not in self.services:
+            raise ServedeckError(f"no service {name!r}", file=self.file, field="services",
+                                 hint=f"services: {', '.join(self.services)}")
+        return self.services[name]
+
+    def dump(self) -> dict[str, Any]:
+        """Plain mapping: ``services`` first, then the other top-level keys."""
+        return {"services": {n: s.dump() for n, s in self.services.items()}, **self.extra}
+
+    def dumps(self) -> str:
+        """YAML 1.2 text (ruamel, block style)."""
+        return dump_yaml(self.dump())
+
+
+def parse_document(source: str | dict[str, Any], file: str | None = None) -> Document:
+    """Parse compose text (or an already loaded mapping) into a :class:`Document`.
+
+    Raises:
+        ServedeckError: not YAML (field = ``line N``), not a mapping, or no ``services``.
+    """
+    if isinstance(source, str):
+        try:
+            data = YAML(typ="rt").load(source)
+        except YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise ServedeckError(f"compose file is not valid YAML: {getattr(exc, 'problem', None) or exc}",
+                                 file=file, field=f"line {mark.line + 1}" if mark else None,
+                                 hint="fix the YAML syntax") from None
+    else:
+        data = source
+    data = to_plain(data)
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict) or not data["services"]:
+        raise ServedeckError("no services in this compose file", file=file, field="services",
+                             hint="a compose file needs a `services:` mapping")
+    doc = Document(file=file)
+    for name, svc in data["services"].items():
+        try:
+            doc.services[str(name)] = Service.parse(str(name), svc)
+        except ServedeckError as exc:
+            raise ServedeckError(exc.message, file=file, field=exc.field, hint=exc.hint) from None
+    doc.extra = {k: v for k, v in data.items() if k != "services"}
+    return doc
+
+
+def load_document(path: str | Path) -> Document:
+    """Read and parse a compose file.
+
+    Raises:
+        ServedeckError: missing file, or see :func:`parse_document`.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ServedeckError("file not found", file=str(path)) from None
+    return parse_document(text, file=str(path))
+
+
+def dump_yaml(value: Any, indent: int = 0) -> str:
+    """Plain data → YAML 1.2 block text (ruamel; sequences indented under their key, strings
+    quoted by :func:`yaml_string` unless already a ruamel scalar string), each line prefixed by
+    ``indent`` spaces."""
+    y = YAML(typ="rt")
+    y.default_flow_style = False
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    buf = io.StringIO()
+    y.dump(_quoted(value), buf)
+    text = buf.getvalue()
+    if indent:
+        text = "".join(" " * indent + line if line.strip() else line
+                       for line in text.splitlines(keepends=True))
+    return text
+
+
+def scalar_style(text: str, force: bool = False) -> str:
+    """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
+    YAML 1.1 and 1.2 reader reads it back as the same string
+    (:func:`servedeck.compose.yaml11.plain_is_string`), else ``single`` when it holds ``"``
+    and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
+    from servedeck.compose.yaml11 import plain_is_string
+    if not force and plain_is_string(text):
+        return "plain"
+    if '"' in text and "'" not in text and "\n" not in text:
+        return "single"
+    return "double"
+
+
+def yaml_string(text: str, force: bool = False) -> str:
+    """``text`` as a ruamel scalar string styled by :func:`scalar_style` (for :func:`dump_yaml`)."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+
+    style = scalar_style(text, force)
+    return (text if style == "plain" else SingleQuotedScalarString(text) if style == "single"
+            else DoubleQuotedScalarString(text))
+
+
+def scalar_text(text: str, force: bool = False) -> str:
+    """``text`` as YAML scalar text styled by :func:`scalar_style` (for templates that write
+    lines): a double-quoted scalar is JSON string syntax, which YAML reads the same way."""
+    style = scalar_style(text, force)
+    if style == "plain":
+        return text
+    if style == "single":
+        return f"'{text}'"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _quoted(value: Any) -> Any:
+    from ruamel.yaml.scalarstring import ScalarString
+
+    if isinstance(value, dict):
+        return {k: _quoted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quoted(v) for v in value]
+    if isinstance(value, str) and not isinstance(value, ScalarString):
+        return yaml_string(value)
+    return value

@@ -1,0 +1,685 @@
+"""The one argv grammar: vLLM ``serve`` flags and the exl3xpu launcher contract, parse and print.
+
+Every module that reads or writes a server command (render, import, check rules, A/B views,
+deploy) goes through this module. Argv is a list of tokens; parsing gives an ordered list of
+:class:`Arg` items (flags and positionals, with the token indices they came from), printing
+turns ``(flag, value)`` pairs back into tokens.
+
+How vLLM reads argv (vllm-project/vllm ``vllm/utils/argparse_utils.py`` ``FlexibleArgumentParser``
+and ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args``, v0.10.2 to v0.11 and main):
+
+* ``--flag=value`` is the same flag as ``--flag value`` (argparse);
+* ``--flag_name`` is accepted for ``--flag-name`` (FlexibleArgumentParser rewrites ``_`` to ``-``
+  before the first ``.``);
+* boolean fields have ``--x`` and ``--no-x`` (``argparse.BooleanOptionalAction``);
+* a flag given twice: argparse keeps the last occurrence (see :func:`repeated`);
+* JSON-valued config flags (``--speculative-config '{...}'``) take JSON; since v0.11 also
+  dotted keys (``--speculative-config.method mtp``), see :attr:`Arg.subkey`;
+* human-readable integers (:func:`human_readable_int`): ``--max-num-batched-tokens`` and
+  ``--kv-cache-memory-bytes`` take ``16k`` (16,000) / ``16K`` (16,384) / ``1M`` (1,048,576);
+  ``--max-model-len`` also takes ``auto`` or ``-1`` (fit to KV memory,
+  ``human_readable_int_or_auto``: the parser of vLLM 0.32.0 records it; earlier releases, around
+  0.10, applied ``human_readable_int`` to ``max_model_len`` and ``max_num_batched_tokens`` only).
+
+The exl3xpu launcher (the image's ``scripts/serve.py``): argparse ``parse_known_args`` with
+``allow_abbrev``; a positional model config, its own options (:data:`LAUNCHER_OPTIONS`),
+repeated ``--set KEY.PATH=VALUE`` (split at the first ``=``; the value read by PyYAML
+``safe_load``, see :func:`servedeck.yamlio.launcher_value`); every other token, and
+everything after ``--`` (the ``--`` removed), is passed to vLLM after the model.yaml flags.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal
+
+from servedeck.errors import ServedeckError
+
+Kind = Literal["bool", "str", "int", "float", "human_int", "human_int_auto", "json"]
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One long option of the table.
+
+    Attributes:
+        name: long name without dashes (``max-num-batched-tokens``).
+        kind: value type as vLLM converts it (``bool`` takes no value).
+        nargs_plus: True when argparse takes one or more values (``nargs="+"``).
+    """
+
+    name: str
+    kind: Kind = "str"
+    nargs_plus: bool = False
+
+    @property
+    def dest(self) -> str:
+        """argparse dest: ``max_num_batched_tokens``."""
+        return self.name.replace("-", "_")
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind != "bool"
+
+
+def _table(spec: dict[Kind, str], plus: str) -> dict[str, FlagSpec]:
+    nplus = set(plus.split())
+    return {name: FlagSpec(name, kind, name in nplus) for kind, names in spec.items()
+            for name in names.split()}
+
+
+#: vLLM ``serve`` flags servedeck knows by type (``vllm/engine/arg_utils.py``,
+#: ``vllm/entrypoints/openai/cli_args.py``): the fallback under the argument surface recorded in
+#: the shipped vLLM tables (see :func:`table_from_serve_args`). Flags in neither are parsed by
+#: shape (see :func:`spec_for`).
+FLAGS: dict[str, FlagSpec] = _table({
+    "human_int_auto": "max-model-len",
+    "human_int": "max-num-batched-tokens kv-cache-memory-bytes",
+    "int": """port max-num-seqs tensor-parallel-size pipeline-parallel-size data-parallel-size
+        block-size seed max-num-partial-prefills long-prefill-token-threshold num-gpu-blocks-override
+        max-seq-len-to-capture max-logprobs max-log-len max-cudagraph-capture-size
+        cudagraph-capture-sizes max-num-scheduled-tokens""",
+    "float": "gpu-memory-utilization swap-space cpu-offload-gb",
+    "json": """speculative-config compilation-config limit-mm-per-prompt hf-overrides
+        kv-transfer-config kv-events-config mm-processor-kwargs override-generation-config
+        structured-outputs-config model-loader-extra-config override-pooler-config pooler-config
+        additional-config ec-transfer-config attention-config default-chat-template-kwargs
+        media-io-kwargs""",
+    "str": """host model served-model-name tokenizer revision code-revision tokenizer-revision dtype
+        kv-cache-dtype tool-call-parser reasoning-parser chat-template api-key quantization
+        mamba-cache-mode uvicorn-log-level tool-parser-plugin generation-config download-dir
+        load-format root-path middleware allowed-origins chat-template-content-format
+        response-role ssl-keyfile ssl-certfile lora-modules distributed-executor-backend
+        performance-mode logits-processors tokenizer-mode config-format hf-config-path
+        attention-backend scheduling-policy prefix-caching-hash-algo mm-encoder-tp-mode
+        reasoning-parser-plugin tool-server""",
+    "bool": """trust-remote-code enforce-eager async-scheduling headless skip-tokenizer-init
+        fully-sharded-loras return-tokens-as-token-ids enable-auto-tool-choice
+        enable-prefix-caching enable-chunked-prefill""",
+}, plus="served-model-name cudagraph-capture-sizes lora-modules allowed-origins middleware api-key")
+
+#: Single-dash aliases vLLM defines (``-tp 2``) → long names.
+ALIASES: dict[str, str] = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size",
+                           "dp": "data-parallel-size", "q": "quantization",
+                           "O": "compilation-config", "sc": "speculative-config"}
+
+#: exl3xpu ``scripts/serve.py`` options → spec (the rest goes to vLLM).
+LAUNCHER_OPTIONS: dict[str, FlagSpec] = {
+    "gpu": FlagSpec("gpu", "int"), "port": FlagSpec("port", "int"),
+    "model-path": FlagSpec("model-path"), "set": FlagSpec("set"), "log-dir": FlagSpec("log-dir"),
+    "print": FlagSpec("print", "bool"), "dp": FlagSpec("dp", "bool"), "help": FlagSpec("help", "bool"),
+}
+
+_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def looks_like_flag(text: str) -> bool:
+    """True for ``--x`` / ``-x`` tokens (not negative numbers such as ``-1``, not ``-``)."""
+    t = text.strip()
+    return t.startswith("-") and len(t) > 1 and not _NUMBER.match(t)
+
+
+#: argparse type function names (as recorded in the shipped vLLM tables) → value kind.
+_TYPE_KINDS: dict[str, Kind] = {
+    "int": "int", "float": "float", "str": "str", "human_readable_int": "human_int",
+    "human_readable_int_or_auto": "human_int_auto", "parse_dataclass": "json", "loads": "json",
+    "union_dict_and_str": "json"}
+
+
+def table_from_serve_args(serve_args: Iterable[Any]) -> tuple[dict[str, FlagSpec], dict[str, str]]:
+    """Build flag specs and single-dash aliases from a recorded ``vllm serve`` argument surface.
+
+    Args:
+        serve_args: argparse actions with ``options`` (``["--max-model-len"]``), ``type`` (name
+            of the type function), ``nargs`` and ``takes_value`` — the rows of the shipped vLLM
+            tables (``servedeck.vllm.facts.ServeArg``, extracted from an image's parser).
+
+    Returns:
+        ``(flags, aliases)``. A type the table cannot name (``Optional[...]`` wrappers) keeps
+        the kind of :data:`FLAGS`, else ``str``.
+    """
+    flags: dict[str, FlagSpec] = {}
+    aliases: dict[str, str] = {}
+    for a in serve_args:
+        longs = [o[2:] for o in a.options if o.startswith("--")]
+        if not longs:
+            continue
+        kind: Kind | None = "bool" if not a.takes_value else _TYPE_KINDS.get(a.type or "")
+        for name in longs:
+            base = FLAGS.get(name)
+            flags[name] = FlagSpec(name, kind or (base.kind if base else "str"), a.nargs == "+")
+        for o in a.options:
+            if o.startswith("-") and not o.startswith("--"):
+                aliases[o[1:]] = longs[0]
+    return flags, aliases
+
+
+_SHIPPED: tuple[dict[str, FlagSpec], dict[str, str]] | None = None
+
+
+def _shipped() -> tuple[dict[str, FlagSpec], dict[str, str]]:
+    """The newest shipped vLLM table's argument surface (``servedeck.vllm.facts``), when the
+    package has one; it overrides :data:`FLAGS` (which stays the fallback)."""
+    global _SHIPPED
+    if _SHIPPED is None:
+        try:
+            from servedeck.vllm.facts import shipped_tables  # type: ignore[import-not-found]
+            tables = [f for f in shipped_tables().values() if getattr(f, "serve_args", None)]
+            _SHIPPED = table_from_serve_args(tables[-1].serve_args) if tables else ({}, {})
+        except ImportError:
+            _SHIPPED = ({}, {})
+    return _SHIPPED
+
+
+def spec_for(name: str) -> FlagSpec:
+    """The table entry for vLLM flag ``name`` (no dashes; ``no-`` prefix removed by the caller).
+
+    Unknown flags: ``enable-*``/``disable-*`` are booleans, everything else takes one value
+    when one follows (argparse would know; servedeck errs on the side of keeping tokens
+    together).
+    """
+    shipped = _shipped()[0]
+    if name in shipped:
+        return shipped[name]
+    if name in FLAGS:
+        return FLAGS[name]
+    if name.startswith(("enable-", "disable-")):
+        return FlagSpec(name, "bool")
+    return FlagSpec(name, "str")
+
+
+def is_bool_flag(name: str) -> bool:
+    """True when vLLM flag ``name`` (no dashes) takes no value (``no-x`` included)."""
+    return name.startswith("no-") or spec_for(name).kind == "bool"
+
+
+# --------------------------------------------------------------------------- values
+
+def human_readable_int(text: str, *, auto: bool = False) -> int:
+    """An integer as vLLM's ``human_readable_int`` reads it (``vllm/engine/arg_utils.py``).
+
+    ``k/m/g/t`` are decimal (``16k`` → 16,000; ``25.6k`` → 25,600), ``K/M/G/T`` binary
+    (``16K`` → 16,384, ``1M`` → 1,048,576; decimals refused). With ``auto`` (vLLM's
+    ``human_readable_int_or_auto``, used for ``--max-model-len``): ``auto`` (any case) and
+    ``-1`` → -1.
+
+    Raises:
+        ValueError: text vLLM would refuse (argparse: "invalid ... value").
+    """
+    value = text.strip()
+    if auto and (value == "-1" or value.lower() == "auto"):
+        return -1
+    m = _HUMAN.fullmatch(value)
+    if m:
+        number, suffix = m.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(f"decimals are not allowed with the binary suffix {suffix} "
+                             f"(did you mean {number}{suffix.lower()}?)")
+        return int(number) * _BINARY[suffix]
+    return int(value)
+
+
+def convert(name: str, text: str | None) -> Any:
+    """Convert a flag's text value the way vLLM does for flag ``name`` (no dashes).
+
+    ``None`` text (a bare flag) → ``True``; ``no-x`` → ``False``. JSON flags → dict/list;
+    human-readable ints → int (``auto`` → -1 for ``max-model-len``); ints/floats → numbers.
+
+    Raises:
+        ServedeckError: a value vLLM would refuse at start (names the flag and the value).
+    """
+    if name.startswith("no-") and text is None:
+        return False
+    if text is None:
+        return True
+    spec = spec_for(name)
+    try:
+        if spec.kind == "json":
+            return json.loads(text)
+        if spec.kind in ("human_int", "human_int_auto"):
+            return human_readable_int(text, auto=spec.kind == "human_int_auto")
+        if spec.kind == "int":
+            return int(text)
+        if spec.kind == "float":
+            return float(text)
+    except ValueError as exc:
+        raise ServedeckError(f"--{name} {text!r}: vLLM refuses this value ({exc})",
+                             hint=_value_hint(spec)) from None
+    return text
+
+
+def _value_hint(spec: FlagSpec) -> str:
+    return {"json": "write the value as JSON, e.g. '{\"method\":\"mtp\"}'",
+            "human_int": "an integer, or with a suffix: 16k = 16000, 16K = 16384, 1M = 1048576",
+            "human_int_auto": "an integer (16k = 16000, 16K = 16384), or auto / -1",
+            "int": "an integer", "float": "a number"}.get(spec.kind, "")
+
+
+def convert_lenient(name: str, text: str | None) -> Any:
+    """:func:`convert`, but the text itself when vLLM would refuse it (for views and rules
+    that report the problem elsewhere)."""
+    try:
+        return convert(name, text)
+    except ServedeckError:
+        return text
+
+
+def format_value(value: Any) -> str:
+    """One value as an argv token: bools ``true``/``false``, dict/list compact JSON (the form
+    vLLM and the launcher read), numbers and strings as ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return compact_json(value)
+    return str(value)
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON (no spaces), the form vLLM and the launcher use for dict/list flags."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def flag_tokens(dest_or_name: str, value: Any) -> list[str]:
+    """Print one vLLM flag: ``("max_model_len", 8192)`` → ``["--max-model-len", "8192"]``.
+
+    Booleans of ``bool`` flags print ``--x`` / ``--no-x``; ``nargs="+"`` flags take a list
+    (one token each); JSON flags take dict/list (compact JSON); ``None`` prints nothing.
+    """
+    name = dest_or_name.replace("_", "-")
+    spec = spec_for(name)
+    if value is None:
+        return []
+    if spec.kind == "bool" or isinstance(value, bool) and spec.kind != "json":
+        return [f"--{name}"] if value else [f"--no-{name}"]
+    if spec.nargs_plus and isinstance(value, (list, tuple)):
+        return [f"--{name}", *(format_value(v) for v in value)]
+    return [f"--{name}", format_value(value)]
+
+
+def flag(dest: str) -> str:
+    """vLLM flag for an argparse dest: ``max_num_batched_tokens`` → ``--max-num-batched-tokens``."""
+    return "--" + dest.replace("_", "-")
+
+
+# --------------------------------------------------------------------------- parsed items
+
+@dataclass
+class Arg:
+    """One item of a parsed argv: a flag occurrence or a positional.
+
+    Attributes:
+        name: long name without dashes, alias- and underscore-resolved, ``no-`` kept
+            (``max-model-len``, ``no-enable-prefix-caching``); None for a positional.
+        index: index of the flag (or positional) token in the parsed token list.
+        values: value texts (stripped), one for most flags, several for ``nargs="+"``.
+        value_indices: token indices of ``values`` (the flag's own index for ``--x=v``).
+        inline: True for the ``--flag=value`` form.
+        written: the option as written (``--tp``, ``-tp``, ``--max_model_len``).
+        missing_value: a value flag with no value after it.
+        subkey: dotted sub-key of a JSON flag (``--speculative-config.method`` → ``method``).
+    """
+
+    name: str | None
+    index: int
+    values: list[str] = field(default_factory=list)
+    value_indices: list[int] = field(default_factory=list)
+    inline: bool = False
+    written: str = ""
+    missing_value: bool = False
+    subkey: str | None = None
+
+    @property
+    def is_flag(self) -> bool:
+        return self.name is not None
+
+    @property
+    def negated(self) -> bool:
+        return bool(self.name and self.name.startswith("no-"))
+
+    @property
+    def base(self) -> str | None:
+        """Name without a negating ``no-``."""
+        if self.name is None:
+            return None
+        return self.name[3:] if self.negated else self.name
+
+    @property
+    def dest(self) -> str | None:
+        """argparse dest (``enable_prefix_caching`` for ``--no-enable-prefix-caching``)."""
+        return None if self.base is None else self.base.replace("-", "_")
+
+    @property
+    def value(self) -> str | None:
+        """The value text (several values joined by a space), None for a bare flag."""
+        return " ".join(self.values) if self.values else None
+
+    def typed(self) -> Any:
+        """The value as vLLM holds it (see :func:`convert`); ``nargs="+"`` → list.
+
+        Raises:
+            ServedeckError: a value vLLM refuses.
+        """
+        if self.name is None:
+            return self.values[0] if self.values else None
+        if self.negated and not self.values:
+            return False
+        if self.subkey:  # --json-flag.key value: the value is JSON when it parses, else text
+            out: dict[str, Any] = {}
+            cur = out
+            parts = self.subkey.split(".")
+            for p in parts[:-1]:
+                cur = cur.setdefault(p, {})
+            cur[parts[-1]] = _json_or_text(self.value)
+            return out
+        spec = spec_for(self.base or "")
+        if spec.nargs_plus and self.values:
+            return [convert(self.base or "", v) for v in self.values]
+        return convert(self.base or "", self.value)
+
+
+def _json_or_text(text: str | None) -> Any:
+    if text is None:
+        return True
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _flag_name(token: str) -> tuple[str, str, bool, str | None]:
+    """``--max_model_len=1`` → (name, written, has '=', inline value)."""
+    t = token.strip()
+    long = t.startswith("--")
+    body = t[2:] if long else t[1:]
+    written, eq, inline = body.partition("=")
+    if long:  # FlexibleArgumentParser: underscores before the first "." only (JSON sub-keys keep theirs)
+        head, dot, tail = written.partition(".")
+        name = head.replace("_", "-") + dot + tail
+    elif re.fullmatch(r"O\d+", written) and not eq:
+        # -O3: the compilation level attached to the option (``-O3`` = ``-O 3``)
+        return ALIASES["O"], "-O", True, written[1:]
+    else:
+        name = _shipped()[1].get(written) or ALIASES.get(written, written)
+    return name, ("--" if long else "-") + written, bool(eq), inline if eq else None
+
+
+def parse_vllm(tokens: Iterable[str], offset: int = 0) -> list[Arg]:
+    """Parse ``vllm serve`` argv the way vLLM's argparse does.
+
+    Args:
+        tokens: argv items (text as written; surrounding whitespace ignored).
+        offset: added to every index (for a slice of a longer command).
+
+    Returns:
+        items in order: flags and positionals (the model). ``--`` separators are dropped.
+        A token containing a space is a positional (argparse would not read it as a flag).
+    """
+    toks = [str(t) for t in tokens]
+    out: list[Arg] = []
+    i, n = 0, len(toks)
+    while i < n:
+        t = toks[i].strip()
+        if t == "--":
+            i += 1
+            continue
+        if not looks_like_flag(t) or " " in t:
+            out.append(Arg(None, offset + i, [t], [offset + i], written=t))
+            i += 1
+            continue
+        name, written, has_eq, inline = _flag_name(t)
+        subkey = None
+        base, dot, rest = name.partition(".")
+        if dot and spec_for(base).kind == "json":
+            name, subkey = base, rest
+        arg = Arg(name, offset + i, written=written, subkey=subkey)
+        i += 1
+        if has_eq:
+            arg.values, arg.value_indices, arg.inline = [inline or ""], [offset + i - 1], True
+        elif not is_bool_flag(name):
+            spec = spec_for(name)
+            if spec.nargs_plus:
+                while i < n and not looks_like_flag(toks[i]):
+                    arg.values.append(toks[i].strip()); arg.value_indices.append(offset + i); i += 1
+            elif i < n and not looks_like_flag(toks[i]):
+                arg.values.append(toks[i].strip()); arg.value_indices.append(offset + i); i += 1
+            if not arg.values and (name in FLAGS or subkey):
+                arg.missing_value = True
+        out.append(arg)
+    return out
+
+
+def print_args(args: Iterable[Arg | tuple[str, Any]]) -> list[str]:
+    """Print items back to argv: :class:`Arg` items in the separate-token form
+    (``--flag value``), ``(dest, value)`` pairs through :func:`flag_tokens`; positionals as is.
+    ``parse_vllm(print_args(parse_vllm(x)))`` keeps every flag and value."""
+    out: list[str] = []
+    for a in args:
+        if isinstance(a, tuple):
+            out += flag_tokens(*a)
+        elif a.name is None:
+            out += a.values
+        else:
+            written = f"--{a.name}" + (f".{a.subkey}" if a.subkey else "")
+            out += [written, *a.values]
+    return out
+
+
+def last_wins(args: Iterable[Arg]) -> dict[str, Arg]:
+    """The occurrence argparse keeps for each dest (the last one), in first-seen order.
+    ``--x`` and ``--no-x`` share a dest; JSON sub-key flags keep their own entry."""
+    out: dict[str, Arg] = {}
+    for a in args:
+        if a.dest is None:
+            continue
+        key = a.dest + (f".{a.subkey}" if a.subkey else "")
+        out.pop(key, None)
+        out[key] = a
+    return out
+
+
+def repeated(args: Iterable[Arg]) -> dict[str, list[Arg]]:
+    """Dests given more than once (argparse silently keeps the last): dest → occurrences."""
+    seen: dict[str, list[Arg]] = {}
+    for a in args:
+        if a.dest is not None:
+            seen.setdefault(a.dest + (f".{a.subkey}" if a.subkey else ""), []).append(a)
+    return {k: v for k, v in seen.items() if len(v) > 1}
+
+
+def settings(args: Iterable[Arg], *, strict: bool = False) -> dict[str, Any]:
+    """Flags → ``{dest: value}`` as vLLM holds them, last occurrence winning; JSON sub-key
+    flags merge into their dict. ``strict`` raises on values vLLM refuses (else the text)."""
+    out: dict[str, Any] = {}
+    for key, a in last_wins(args).items():
+        if a.missing_value:
+            continue
+        try:
+            value = a.typed()
+        except ServedeckError:
+            if strict:
+                raise
+            value = a.value
+        if a.subkey:
+            base = out.get(a.dest or "")
+            merged = dict(base) if isinstance(base, dict) else {}
+            _merge(merged, value)
+            out[a.dest or ""] = merged
+        else:
+            out[key] = value
+    return out
+
+
+def _merge(base: dict[str, Any], new: dict[str, Any]) -> None:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
+
+
+# --------------------------------------------------------------------------- exl3xpu launcher
+
+@dataclass
+class SetItem:
+    """One ``--set KEY.PATH=VALUE``.
+
+    Attributes:
+        text: the item as written. key: ``vllm.max_model_len``. raw: text after the first
+        ``=`` (None without ``=``). index: token index of the item (the value token).
+    """
+
+    text: str
+    key: str
+    raw: str | None
+    index: int
+
+    @property
+    def parts(self) -> list[str]:
+        return self.key.split(".")
+
+    @property
+    def value(self) -> Any:
+        """The value as the launcher reads it (YAML 1.1, :func:`servedeck.yamlio.launcher_value`);
+        None without ``=``."""
+        from servedeck.yamlio import launcher_value
+        return None if self.raw is None else launcher_value(self.raw)
+
+
+@dataclass
+class LauncherArgv:
+    """An exl3xpu command as ``scripts/serve.py`` reads it.
+
+    Attributes:
+        config: the positional model config and its index (None when absent).
+        options: every serve.py option occurrence in order (``--set`` included), as :class:`Arg`
+            named by the full option (abbreviations resolved).
+        abbreviations: (index, written, resolved option or None when ambiguous).
+        sets: the ``--set`` items in order.
+        passthrough: tokens handed to vLLM (indices kept), parsed as vLLM flags.
+    """
+
+    config: tuple[str, int] | None = None
+    options: list[Arg] = field(default_factory=list)
+    abbreviations: list[tuple[int, str, str | None]] = field(default_factory=list)
+    sets: list[SetItem] = field(default_factory=list)
+    passthrough: list[Arg] = field(default_factory=list)
+
+    def option(self, name: str) -> Arg | None:
+        """The last occurrence of launcher option ``name`` (not ``set``)."""
+        found = [a for a in self.options if a.name == name]
+        return found[-1] if found else None
+
+
+def _launcher_option(name: str) -> tuple[str | None, bool]:
+    """argparse ``allow_abbrev``: (option or "" when ambiguous or None, abbreviated)."""
+    if name in LAUNCHER_OPTIONS:
+        return name, False
+    matches = [o for o in LAUNCHER_OPTIONS if o.startswith(name)] if name else []
+    if len(matches) == 1:
+        return matches[0], True
+    if len(matches) > 1:
+        return "", True
+    return None, False
+
+
+def parse_launcher(tokens: Iterable[str], offset: int = 0) -> LauncherArgv:
+    """Parse an exl3xpu command (after any entrypoint) into config, launcher options,
+    ``--set`` items and the vLLM passthrough (see the module docstring for the contract)."""
+    toks = [str(t) for t in tokens]
+    out = LauncherArgv()
+    passthrough: list[tuple[str, int]] = []
+    i, n = 0, len(toks)
+    after_dd = False
+    while i < n:
+        t = toks[i].strip()
+        if after_dd:
+            passthrough.append((toks[i], i)); i += 1; continue
+        if t == "--":
+            after_dd = True; i += 1; continue
+        if t.startswith("--") and len(t) > 2 and " " not in t:
+            written, eq, inline = t[2:].partition("=")
+            opt, abbreviated = _launcher_option(written)
+            if opt is not None:
+                if abbreviated:
+                    out.abbreviations.append((offset + i, t, opt or None))
+                i += 1
+                if opt == "":
+                    continue
+                arg = Arg(opt, offset + i - 1, written="--" + written)
+                if eq:
+                    arg.values, arg.value_indices, arg.inline = [inline], [offset + i - 1], True
+                elif LAUNCHER_OPTIONS[opt].takes_value:
+                    if i < n and not looks_like_flag(toks[i]):
+                        arg.values, arg.value_indices = [toks[i].strip()], [offset + i]
+                        i += 1
+                    else:
+                        arg.missing_value = True
+                if opt == "set" and arg.values:
+                    key, has_eq, raw = arg.values[0].partition("=")
+                    out.sets.append(SetItem(arg.values[0], key, raw if has_eq else None,
+                                            arg.value_indices[0]))
+                out.options.append(arg)
+                continue
+            passthrough.append((toks[i], i)); i += 1; continue
+        if t == "-h":
+            i += 1; continue
+        if out.config is None and not looks_like_flag(t):
+            out.config = (t, offset + i)
+        else:
+            passthrough.append((toks[i], i))
+        i += 1
+    # parse the passthrough as one vLLM argv, then map indices back to the command
+    parsed = parse_vllm([t for t, _ in passthrough])
+    index = [offset + j for _, j in passthrough]
+    for a in parsed:
+        a.index = index[a.index]
+        a.value_indices = [index[j] for j in a.value_indices]
+    out.passthrough = parsed
+    return out
+
+
+def set_item(key: str, value_text: str) -> list[str]:
+    """Print one launcher ``--set``: ``["--set", "vllm.max_model_len=8192"]``."""
+    return ["--set", f"{key}={value_text}"]
+
+
+__all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem", "LauncherArgv",
+           "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
+           "convert_lenient", "table_from_serve_args", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
+           "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item"]
+
+
+def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, Any]:
+    """What a server command means, independent of how it is spelled: flag order, ``--x=v``
+    versus ``--x v``, ``16K`` versus ``16384`` and repeated flags (last wins) do not matter.
+
+    vllm: ``{"model": ..., "flags": {dest: value}}`` with vLLM's defaults applied for the
+    served name (the model argument) and the port (8000). exl3xpu: ``{"config", "options"
+    (launcher options, last wins), "set" ({key: value as PyYAML reads it}, last wins), "flags"
+    (passthrough)}``.
+    """
+    tokens = [str(t) for t in argv]
+    if kind == "exl3xpu":
+        parsed = parse_launcher(tokens)
+        options = {a.name: convert_lenient(a.name or "", a.value)
+                   for a in parsed.options if a.name != "set"}
+        sets = {s.key: s.value for s in parsed.sets}
+        return {"config": parsed.config[0] if parsed.config else None, "options": options,
+                "set": sets, "flags": settings(parsed.passthrough)}
+    args = parse_vllm(tokens)
+    positionals = [a.values[0] for a in args if a.name is None]
+    flags = settings(args)
+    model = flags.pop("model", None) or (positionals[0] if positionals else None)
+    flags.setdefault("served_model_name", [model])
+    if isinstance(flags["served_model_name"], str):
+        flags["served_model_name"] = [flags["served_model_name"]]
+    flags.setdefault("port", 8000)
+    return {"model": model, "positionals": positionals[1:] if positionals and positionals[0] == model
+            else positionals, "flags": flags}

@@ -1,0 +1,261 @@
+"""Import reads argv as vLLM does and keeps what it cannot model (issue 12 item 1): own variants
+of the field cases 38 (``--flag=value``), 39 (model by Hugging Face repo id), 40 (GPU requests
+and other unmodelled keys) and 41b (human-readable ints, auto/-1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servedeck.compose.check import CheckExpectations, check_compose_text
+from servedeck.compose.document import parse_document
+from servedeck.compose.importer import dump_profile_yaml, import_compose
+from servedeck.compose.render import render_profile
+from servedeck.errors import ServedeckError
+from servedeck.model.catalog import Catalog
+from servedeck.model.profile import Profile, ProfileStore
+from servedeck.vllm.argv import parse_vllm, repeated
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = Catalog(ROOT / "deploy" / "images.yaml")
+IMAGE = "ghcr.io/example/llm-server@sha256:" + "ab" * 32
+
+
+def _compose(tmp_path: Path, command: list[str], *, volumes=("/srv/m:/models/m:ro",), extra: str = "",
+             top: str = "") -> Path:
+    lines = ["services:", "  llm:", f"    image: {IMAGE}", "    command:"]
+    lines += [f"      - {c!r}".replace("'", '"') if not c.startswith("{") else f"      - '{c}'" for c in command]
+    lines += ['    ports:', '      - "8000:8000"']
+    if volumes:
+        lines += ["    volumes:"] + [f"      - {v}" for v in volumes]
+    path = tmp_path / "docker-compose.yml"
+    path.write_text("\n".join(lines) + "\n" + extra + top)
+    return path
+
+
+def _render(tmp_path: Path, mapping: dict) -> str:
+    d = tmp_path / "profiles"
+    d.mkdir(exist_ok=True)
+    (d / "t.yaml").write_text(dump_profile_yaml(mapping))
+    return render_profile(ProfileStore(d).load("t"), CATALOG, ROOT / "templates").compose_text
+
+
+def _errors(text: str) -> list[str]:
+    return [f.rule for f in check_compose_text(text, catalog=CATALOG, expect=CheckExpectations(rendered=True))
+            if f.severity.value == "error"]
+
+
+# ----------------------------------------------------------------- 38: --flag=value
+
+
+def test_equals_form_flags_become_typed_fields_and_render_once(tmp_path):
+    src = _compose(tmp_path, ["--model=/models/m", "--served-model-name=chat", "--port=8000",
+                              "--max-num-seqs=8", "--gpu-memory-utilization=0.85", "--tool-call-parser=hermes",
+                              "--enable-auto-tool-choice", "--dtype=half"])
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert mapping["model"]["served_model_name"] == ["chat"]
+    assert mapping["model"]["mount"] == "/models/m"
+    assert mapping["container"]["port"] == 8000
+    assert mapping["engine"]["max_num_seqs"] == 8 and mapping["engine"]["gpu_memory_utilization"] == 0.85
+    assert mapping["engine"]["tool_call_parser"] == "hermes"
+    assert mapping["engine"]["extra_args"] == ["--dtype=half"]  # not modelled: kept verbatim
+    command = parse_document(_render(tmp_path, mapping)).service().command
+    assert repeated(parse_vllm(command)) == {}
+
+
+def test_a_flag_given_twice_keeps_the_last_value_and_says_so(tmp_path):
+    src = _compose(tmp_path, ["/models/m", "--served-model-name", "model", "--served-model-name=chat",
+                              "--max-model-len", "4096", "--max-model-len=8192"])
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert mapping["model"]["served_model_name"] == ["chat"]
+    assert mapping["engine"]["max_model_len"] == 8192
+    assert any("--served-model-name is given 2 times" in n and "'chat'" in n for n in notes)
+    assert "extra_args" not in mapping["engine"]
+
+
+# ----------------------------------------------------------------- 41b: value syntax
+
+
+def test_human_readable_ints_are_read_as_vllm_reads_them(tmp_path):
+    src = _compose(tmp_path, ["/models/m", "--max-model-len", "32k", "--max-num-batched-tokens=2K"])
+    mapping, _ = import_compose(src, "t", CATALOG)
+    assert mapping["engine"]["max_model_len"] == 32_000
+    assert mapping["engine"]["max_num_batched_tokens"] == 2048
+
+
+@pytest.mark.parametrize("value", ["auto", "-1", "AUTO"])
+def test_max_model_len_auto_stays_the_images_choice_with_a_note(tmp_path, value):
+    src = _compose(tmp_path, ["/models/m", "--max-model-len", value])
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert "max_model_len" not in mapping.get("engine", {})
+    assert mapping["engine"]["extra_args"] == ["--max-model-len", value]
+    assert any("max_model_len -1" in n for n in notes)
+
+
+def test_a_value_vllm_refuses_is_an_error_naming_the_item(tmp_path):
+    src = _compose(tmp_path, ["/models/m", "--max-num-batched-tokens", "1.5K"])
+    with pytest.raises(ServedeckError, match="max-num-batched-tokens") as exc:
+        import_compose(src, "t", CATALOG)
+    assert exc.value.field == "services.llm.command[1]"
+    assert "1.5k" in str(exc.value.message)
+
+
+# ----------------------------------------------------------------- 39: repo id + HF cache
+
+
+def test_repo_id_with_a_named_cache_volume(tmp_path):
+    src = _compose(tmp_path, ["Qwen/Qwen3-8B", "--served-model-name", "q"],
+                   volumes=("hf:/root/.cache/huggingface",), top="volumes:\n  hf: {}\n")
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert mapping["model"]["repo_id"] == "Qwen/Qwen3-8B"
+    assert mapping["model"]["hf_cache"] == {"source": "hf", "target": "/root/.cache/huggingface"}
+    assert not any("volumes.hf" in n for n in notes)  # re-declared by the renderer
+    text = _render(tmp_path, mapping)
+    svc = parse_document(text)
+    assert svc.service().command[0] == "Qwen/Qwen3-8B"
+    assert "hf" in svc.extra["volumes"]
+    assert _errors(text) == []
+
+
+def test_repo_id_without_a_cache_mount_is_imported_with_a_note(tmp_path):
+    src = _compose(tmp_path, ["Qwen/Qwen3-8B"], volumes=())
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert mapping["model"] == {"repo_id": "Qwen/Qwen3-8B", "served_model_name": ["Qwen/Qwen3-8B"]}
+    assert any("no Hugging Face cache mount" in n for n in notes)
+
+
+def test_a_local_model_path_without_its_mount_is_refused_with_both_ways_out(tmp_path):
+    src = _compose(tmp_path, ["/models/other"])
+    with pytest.raises(ServedeckError, match="no volume is mounted") as exc:
+        import_compose(src, "t", CATALOG)
+    assert "repo id" in exc.value.hint and "--model-path" not in exc.value.hint
+
+
+def test_profile_model_says_local_or_repo_id_not_both():
+    base = {"name": "x", "image": IMAGE, "launcher": {"kind": "vllm"}}
+    with pytest.raises(ValueError, match="not both"):
+        Profile.model_validate({**base, "model": {"weights_dir": "/a", "mount": "/m", "repo_id": "o/n",
+                                                  "served_model_name": "x"}})
+    with pytest.raises(ValueError, match="repo_id"):
+        Profile.model_validate({**base, "model": {"served_model_name": "x"}})
+    with pytest.raises(ValueError, match="vllm launcher"):
+        Profile.model_validate({**base, "launcher": {"kind": "exl3xpu", "config": "models/m"},
+                                "model": {"repo_id": "o/n", "served_model_name": "x"}})
+
+
+# ----------------------------------------------------------------- 40: keys servedeck does not model
+
+NVIDIA = """    gpus: all
+    runtime: nvidia
+    devices:
+      - nvidia.com/gpu=all
+    ulimits:
+      memlock: -1
+    labels:
+      team: llm
+    healthcheck:
+      test: ["CMD-SHELL", "curl -f http://localhost:8000/health || exit 1"]
+      interval: 30s
+    deploy:
+      resources:
+        reservations:
+          devices:
+            - driver: nvidia
+              count: all
+              capabilities: [gpu]
+"""
+
+
+def test_gpu_requests_and_unmodelled_keys_are_carried_and_rendered_back(tmp_path):
+    src = _compose(tmp_path, ["/models/m"], extra=NVIDIA)
+    mapping, notes = import_compose(src, "t", CATALOG)
+    extra = mapping["container"]["compose_extra"]
+    assert list(extra) == ["gpus", "runtime", "ulimits", "labels", "healthcheck", "deploy"]
+    assert mapping["container"]["devices"] == ["nvidia.com/gpu=all"]
+    assert any("gpus, runtime, ulimits, labels, healthcheck, deploy" in n for n in notes)
+    rendered = parse_document(_render(tmp_path, mapping)).service()
+    original = parse_document(src.read_text()).service()
+    for key in extra:
+        assert rendered.extra[key] == original.extra[key], key
+    assert rendered.gpu_requests[0].count == "all"
+    assert [d.short() for d in rendered.devices] == ["nvidia.com/gpu=all"]
+
+
+def test_what_cannot_be_kept_is_listed_one_by_one(tmp_path):
+    src = _compose(tmp_path, ["/models/m"], volumes=("/srv/m:/models/m:ro", "/scratch"),
+                   top="networks:\n  backend: {}\n  other: {}\nx-common: {a: 1}\n")
+    text = src.read_text().replace('      - "8000:8000"', '      - "8000:8000"\n      - "9100:9100"')
+    text = text.replace("services:\n", "services:\n  sidecar:\n    image: busybox\n", 1)
+    src.write_text(text)
+    mapping, notes = import_compose(src, "t", CATALOG, service="llm")
+    joined = "\n".join(notes)
+    for expected in ("services.llm.ports[1]", "anonymous volume at /scratch", "services.sidecar",
+                     "networks: top-level", "x-common: top-level"):
+        assert expected in joined, expected
+
+
+def test_dollar_escapes_survive_the_round_trip(tmp_path):
+    src = _compose(tmp_path, ["/models/m", "--chat-template", "$${x}"],
+                   extra="    environment:\n      PASS: \"a$$b\"\n")
+    mapping, _ = import_compose(src, "t", CATALOG)
+    assert mapping["container"]["environment"]["PASS"] == "a$b"
+    assert mapping["engine"]["extra_args"] == ["--chat-template", "${x}"]
+    rendered = parse_document(_render(tmp_path, mapping)).service()
+    assert rendered.environment.values["PASS"] == "a$$b"
+    assert rendered.command[-1] == "$${x}"
+
+
+@pytest.mark.parametrize("case", ["39-import-hf-repo-id-model.yml", "40-import-drops-gpu-reservation.yml",
+                                  "38-import-flag-equals-value.yml", "41b-human-readable-int-import.yml"])
+def test_imported_profiles_validate_against_the_published_schema(case):
+    import json
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    mapping, _ = import_compose(ROOT / "tests" / "fixtures" / "cases" / "field-2" / case, "t", CATALOG)
+    data = YAML(typ="safe", pure=True).load(dump_profile_yaml(mapping))
+    schema = json.loads((ROOT / "schema" / "profile.schema.json").read_text())
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(data)) == []
+
+
+def test_field_case_expectations():
+    cases = ROOT / "tests" / "fixtures" / "cases" / "field-2"
+    m38, _ = import_compose(cases / "38-import-flag-equals-value.yml", "t38", CATALOG)
+    assert m38["model"]["served_model_name"] == ["chat"] and m38["container"]["port"] == 8000
+    assert m38["engine"] == {"max_model_len": 8192, "gpu_memory_utilization": 0.9}
+    m39, _ = import_compose(cases / "39-import-hf-repo-id-model.yml", "t39", CATALOG)
+    assert m39["model"]["repo_id"] == "example/model-7b"
+    assert m39["model"]["hf_cache"]["target"] == "/root/.cache/huggingface"
+    m40, notes40 = import_compose(cases / "40-import-drops-gpu-reservation.yml", "t40", CATALOG)
+    assert {"deploy", "healthcheck", "ulimits"} <= set(m40["container"]["compose_extra"])
+    assert any("deploy" in n and "healthcheck" in n for n in notes40)
+    m41, _ = import_compose(cases / "41b-human-readable-int-import.yml", "t41b", CATALOG)
+    assert (m41["engine"]["max_model_len"], m41["engine"]["max_num_batched_tokens"]) == (131072, 16384)
+
+
+def test_cli_import_then_render_and_check_carry_the_gpu_request(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for name in ("profiles", "templates", "schema", "deploy"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("images"))
+    env = {**os.environ, "SERVEDECK_PROJECT": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
+                              text=True, env=env)
+
+    src = ROOT / "tests" / "fixtures" / "cases" / "field-2" / "40-import-drops-gpu-reservation.yml"
+    res = run("import", "--compose", str(src), "--name", "t40")
+    assert res.returncode == 0, res.stderr
+    assert "compose_extra: ulimits, healthcheck, deploy" in res.stderr
+    out = run("render", "--profile", "t40")
+    assert out.returncode == 0, out.stderr
+    svc = parse_document(out.stdout).service()
+    assert svc.gpu_requests[0].device_ids == ["GPU-5f1c2a7e-3b4d-4e8f-9a0b-1c2d3e4f5a6b",
+                                              "GPU-9d8e7f60-1a2b-4c3d-8e5f-6a7b8c9d0e1f"]
+    assert svc.healthcheck["retries"] == 5 and svc.extra["ulimits"]["memlock"] == -1
