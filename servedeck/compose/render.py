@@ -8,8 +8,10 @@ JSON-valued flags are compact JSON in one item.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,17 +69,22 @@ class Rendered:
         return hashlib.sha256(self.compose_text.encode()).hexdigest()
 
 
-def _environment(templates_dir: Path) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir)),
+@functools.lru_cache(maxsize=8)
+def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+    """One Jinja environment per template search path and process (templates compile once)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["q"] = lambda v, force=False: yaml_scalar(v, force)
     return env
 
 
-def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates_dir: Path
-                   ) -> Rendered:
+def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
+                   templates_dir: Path | Sequence[Path]) -> Rendered:
     """Render ``profile`` to compose text.
+
+    ``templates_dir`` is a directory or a search path of directories (first match wins, see
+    :attr:`servedeck.model.project.Project.templates_dirs`).
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
@@ -92,7 +99,8 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     named = [v.source for v in c.volumes if v.is_named]
     force_quote = set(profile.model.served_model_name)
     phash = profile_hash(profile)
-    text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
+    dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
+    text = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=volumes, named_volumes=named,
         ports=(f"{c.host_ip}:" if c.host_ip else "") + f"{c.host_port or c.port}:{c.port}", force_quote=force_quote,
         profile_hash=phash, version=__version__)
