@@ -98,8 +98,13 @@ def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[li
         table.add_column(header, justify=justify, no_wrap=True)
     for row in rows:
         table.add_row(*row)
-    tty = sys.stdout.isatty()
-    Console(width=None if tty else 10_000, no_color=not tty, highlight=False).print(table)
+    if sys.stdout.isatty():
+        Console(highlight=False).print(table)
+        return
+    console = Console(width=10_000, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(table)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 # ----------------------------------------------------------------------------- profiles
