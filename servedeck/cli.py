@@ -141,7 +141,7 @@ def render(c, profile, out=None, flags=False):
 @_cli
 def check(c, profile=None, compose=None, json_=False, all_=False):
     """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
-    from servedeck.compose.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
+    from servedeck.compose.check import check_compose_text, findings_to_json, format_findings
     from servedeck.findings import has_errors
     if sum(bool(x) for x in (profile, compose, all_)) != 1:
         raise ServedeckError("give exactly one of --profile NAME, --compose FILE or --all")
@@ -154,17 +154,44 @@ def check(c, profile=None, compose=None, json_=False, all_=False):
                                       catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
-        for name in names:
-            rendered = _render(name)
-            findings += check_compose_text(rendered.compose_text, file=f"profile:{name}",
-                                           catalog=_catalog(),
-                                           expect=CheckExpectations(rendered=True))
+        findings = _check_profiles(names)
     if json_:
         print(findings_to_json(findings))
     else:
         print(format_findings(findings) if findings else "no findings")
     if has_errors(findings):
         raise Exit(code=1)
+
+
+def _check_profile(name: str) -> list:
+    """Render and check one profile of this process's project (also run in worker processes)."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    rendered = _render(name)
+    return check_compose_text(rendered.compose_text, file=f"profile:{name}", catalog=_catalog(),
+                              expect=CheckExpectations(rendered=True))
+
+
+PARALLEL_MIN_PROFILES = 48
+"""``check --all`` over at least this many profiles runs in one worker process per CPU."""
+
+
+def _check_profiles(names: list[str]) -> list:
+    """Findings of ``names`` in order. Many profiles: the first is checked here (loading the
+    catalog, the shared parents, the templates and the Compose schema validator once), then the
+    rest in forked worker processes that inherit all of that; the first error (a bad profile)
+    is raised as in a serial run."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
+        return [f for name in names for f in _check_profile(name)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    findings = _check_profile(names[0])
+    rest = names[1:]
+    workers = min(cpus, 8)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for found in pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4))):
+            findings += found
+    return findings
 
 
 @task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})

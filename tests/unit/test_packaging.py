@@ -115,3 +115,20 @@ def test_cli_module_imports_no_heavy_library(module):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ""
+
+
+def test_check_all_in_worker_processes_gives_the_serial_findings(monkeypatch):
+    """``check --all`` over many profiles forks workers; same findings, same order."""
+    from servedeck import cli
+    monkeypatch.setenv("SERVEDECK_PROJECT", str(ROOT))
+    for cached in (cli.current_project, cli._store, cli._catalog):
+        cached.cache_clear()
+    names = cli._store().names()
+    monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 10**9)
+    serial = cli._check_profiles(names)
+    monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 2)
+    parallel = cli._check_profiles(names)
+    assert [f.model_dump() for f in parallel] == [f.model_dump() for f in serial]
+    assert {f.file for f in serial} == {f"profile:{n}" for n in names}
+    for cached in (cli.current_project, cli._store, cli._catalog):
+        cached.cache_clear()
