@@ -109,7 +109,7 @@ def test_project_option_and_embedded_default(user_env, user_project, tmp_path):
     # found by walking up from a sub-directory
     sub = user_project / "deploy"
     res = servedeck(user_env, sub, "render", "--profile", "mine", "--flags")
-    assert res.returncode == 0 and "2" in res.stdout.split()
+    assert res.returncode == 0 and "vllm.max_num_seqs=2" in res.stdout.split()
     # the embedded default renders from an empty directory too
     res = servedeck(user_env, elsewhere, "render", "--profile", "speed")
     assert res.returncode == 0 and "services:" in res.stdout
