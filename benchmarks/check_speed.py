@@ -156,6 +156,10 @@ def main() -> int:
 
     invoke, real_invoke = resolve_invoke()
     servedeck = resolve_servedeck()
+    # as after `pip install` (which byte-compiles): invoke runs tasks with sys.dont_write_bytecode,
+    # so a module edited since its last .pyc would otherwise be compiled again in every run
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
+                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
     with tempfile.TemporaryDirectory(prefix="check-speed-") as tmp:
         compose = Path(tmp) / "docker-compose.yml"
         # the rendered file is made by the same command whose time is measured
