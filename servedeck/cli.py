@@ -249,7 +249,7 @@ def schema(c, check=False):
 def import_(c, compose, name, service=None, force=False):
     """Write profiles/NAME.yaml from an existing compose file."""
     from servedeck.compose.importer import dump_profile_yaml, import_compose
-    target = _project().profiles_dir / f"{name}.yaml"
+    target = _project().own_profiles_dir / f"{name}.yaml"
     if target.exists() and not force:
         raise ServedeckError("profile exists already", file=str(target), hint="pass --force to overwrite")
     mapping, notes = import_compose(compose, name, _catalog(), service=service)

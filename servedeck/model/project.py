@@ -57,6 +57,10 @@ class Project:
         embedded default project, see :func:`shipped_root`)."""
         env = os.environ.get(PROJECT_ENV)
         if env:
+            if not Path(env).is_dir():
+                from servedeck.errors import ServedeckError
+                raise ServedeckError(f"${PROJECT_ENV} (or --project) is {env!r}: not a directory",
+                                     hint="point it at your profiles repository")
             return cls(Path(env).resolve())
         here = Path(start or os.getcwd()).resolve()
         for cand in (here, *here.parents):
@@ -75,8 +79,18 @@ class Project:
 
     @property
     def catalog_path(self) -> Path:
-        """``deploy/images.yaml`` of the project, else the shipped image catalog."""
-        return self._own_or_shipped("deploy", "images.yaml")
+        """``deploy/images.yaml`` of the project. The shipped image catalog only for a directory
+        with neither ``profiles/`` nor ``deploy/`` (the embedded default project as a whole):
+        a deploy records new image facts here, and must never write into the package."""
+        own = self.root / "deploy" / "images.yaml"
+        if own.exists() or (self.root / "profiles").is_dir() or (self.root / "deploy").is_dir():
+            return own
+        return shipped_root() / "deploy" / "images.yaml"
+
+    @property
+    def own_profiles_dir(self) -> Path:
+        """``profiles/`` inside the project directory (where ``import`` writes; may not exist)."""
+        return self.root / "profiles"
 
     @property
     def inventory_path(self) -> Path:

@@ -160,3 +160,27 @@ def test_pre_commit_hook_entries_in_a_users_repository(user_env, user_project):
     for hook_id, res in run_hooks().items():
         assert res.returncode != 0, hook_id
         assert "broken" in res.stdout + res.stderr, hook_id
+
+
+def test_pre_commit_try_repo_in_a_users_repository(venv, user_env, user_project, tmp_path):
+    """pre-commit itself (from PyPI) installs the hooks' environment from this repository
+    (``language: python``) and runs them in a user's repository."""
+    subprocess.run([str(venv / "pip"), "install", "-q", "pre-commit"], check=True, env=user_env,
+                   cwd=tmp_path)
+    env = {**user_env, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    _git(user_project, "init", "-q")
+    _git(user_project, "add", "-A")
+    _git(user_project, "commit", "-q", "-m", "profiles")
+
+    def try_repo() -> subprocess.CompletedProcess:
+        return subprocess.run(["pre-commit", "try-repo", str(ROOT), "--all-files"], cwd=user_project,
+                              env=env, capture_output=True, text=True)
+
+    res = try_repo()
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("Passed") == 2, res.stdout
+    (user_project / "profiles" / "broken.yaml").write_text("extends: speed\nengine:\n  max_num_seqs: -3\n")
+    _git(user_project, "add", "-A")
+    res = try_repo()
+    assert res.returncode != 0 and res.stdout.count("Failed") == 2, res.stdout
+    assert "broken" in res.stdout

@@ -67,6 +67,8 @@ def test_missing_parts_come_from_the_shipped_project(tmp_path, monkeypatch):
     found = Project.find(sub)
     assert found.root == tmp_path and found.profiles_dir == tmp_path / "profiles"
     assert found.templates_dirs == (tmp_path / "templates", ROOT / "templates")
+    # a project of its own never reads (nor writes) the shipped catalog
+    assert found.catalog_path == tmp_path / "deploy" / "images.yaml"
 
 
 def _servedeck(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -91,6 +93,9 @@ def test_project_option_selects_the_repository(tmp_path):
     assert "speed" in shipped.stdout and "solo" not in shipped.stdout
     bad = _servedeck("--project", str(tmp_path / "nope"), "profiles", cwd=elsewhere)
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+    bad_env = _servedeck("profiles", cwd=elsewhere, env_extra={"SERVEDECK_PROJECT": str(tmp_path / "nope")})
+    assert bad_env.returncode == 2 and "not a directory" in bad_env.stderr
+    assert "Traceback" not in bad_env.stderr
 
 
 def test_users_template_overrides_one_file(tmp_path):
