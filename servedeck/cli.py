@@ -188,9 +188,12 @@ def _check_profiles(names: list[str]) -> list:
     findings = _check_profile(names[0])
     rest = names[1:]
     workers = min(cpus, 8)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
         for found in pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4))):
             findings += found
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
     return findings
 
 
