@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -52,12 +53,17 @@ def make_project(directory: Path, n: int) -> int:
     return len(list((directory / "profiles").glob("*.yaml")))
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+def timed(cmd: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall seconds, CPU seconds of the process and its workers, the completed process)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("SERVEDECK_PROJECT", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    return time.perf_counter() - t, proc
+    wall_s = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall_s, cpu_s, proc
 
 
 def main() -> int:
@@ -69,8 +75,8 @@ def main() -> int:
     try:
         total = make_project(tmp, args.n)
         servedeck = [sys.executable, "-m", "servedeck"]
-        one_s, one = timed([*servedeck, "check", "--profile", "speed"], tmp)
-        all_s, res = timed([*servedeck, "check", "--all"], tmp)
+        one_s, one_cpu, one = timed([*servedeck, "check", "--profile", "speed"], tmp)
+        all_s, all_cpu, res = timed([*servedeck, "check", "--all"], tmp)
         if res.returncode not in (0, 1) or one.returncode not in (0, 1):
             print(res.stderr[-3000:] or one.stderr[-3000:], file=sys.stderr)
             return 2
@@ -82,6 +88,11 @@ def main() -> int:
               f"{', error findings' if errors else ''})")
         per = (all_s - one_s) / max(total - 1, 1)
         print(f"  per profile after the fixed cost of one process: {per * 1000:.1f} ms")
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        per_cpu = (all_cpu - one_cpu) / max(total - 1, 1)
+        print(f"  CPU time (process + workers): one profile {one_cpu:.2f} s, --all {all_cpu:.2f} s, "
+              f"{per_cpu * 1000:.1f} ms per profile; on {cores} idle cores --all would take about "
+              f"{one_cpu + per_cpu * (total - 1) / cores:.1f} s (load-independent estimate)")
         scaled = all_s * 1000 / total
         print(f"target check --all over 1,000 profiles < {TARGET_S:g} s: {all_s:.2f} s for {total} "
               f"(~{scaled:.2f} s per 1,000)  {'pass' if scaled < TARGET_S else 'MISS'}")
