@@ -17,7 +17,6 @@ Runs and the inventory are never taken from the package.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ def shipped_root() -> Path:
     checkout (editable install or ``PYTHONPATH``): the repository root, which holds the very
     files the wheel maps there.
     """
+    import importlib.resources
     inside = importlib.resources.files("servedeck").joinpath("default_project")
     if inside.is_dir():
         return Path(str(inside))
