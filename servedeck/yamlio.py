@@ -1,7 +1,7 @@
 """Reading YAML the way each consumer needs it, and small helpers for loaded documents.
 
 * :func:`read_yaml_file` — a user's file (profile, inventory) with ruamel.yaml, YAML 1.2
-  round-trip; errors name the file and the line. Compose files are read by the compose
+  (safe loader for plain data, round-trip otherwise); errors name the file and the line. Compose files are read by the compose
   document model (:mod:`servedeck.compose.document`).
 * :func:`launcher_value` — one ``--set KEY=VALUE`` value as the exl3xpu launcher reads it
   (PyYAML ``safe_load``: YAML 1.1; the raw string when it does not parse), as the exl3xpu
@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,8 @@ def read_yaml_file(path: str | Path, *, plain: bool = True) -> Any:
     """
     path = Path(path)
     try:
-        data = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+        # plain data needs no round-trip (comment-keeping) loader: the safe one is faster
+        data = (YAML(typ="safe", pure=True) if plain else YAML(typ="rt")).load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ServedeckError("file not found", file=str(path)) from None
     except YAMLError as exc:
@@ -50,7 +53,14 @@ def read_yaml_file(path: str | Path, *, plain: bool = True) -> Any:
 
 def launcher_value(text: str) -> Any:
     """Parse ``text`` as the exl3xpu launcher parses a ``--set`` value (YAML 1.1 safe load);
-    the raw string when it is not valid YAML. Containers come back as plain dict/list."""
+    the raw string when it is not valid YAML. Containers come back as plain dict/list (a new
+    copy on every call; the parse itself is cached, values repeat across profiles)."""
+    value = _launcher_value(text)
+    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
+@functools.lru_cache(maxsize=4096)
+def _launcher_value(text: str) -> Any:
     try:
         return to_plain(_YAML11.load(text))
     except YAMLError:

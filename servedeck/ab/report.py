@@ -19,11 +19,12 @@ import jinja2
 from servedeck.ab.compare import ArmDiff, Comparison, MetricComparison, Variable, WarningChange, fmt_value
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.model.project import shipped_root
 
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
+TEMPLATES_DIR = shipped_root() / "templates"
 REPORT_TEMPLATE = "report.md.j2"
 
 #: Human names of warning ids for findings sentences.

@@ -6,7 +6,7 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 
 =================  ===============================================================
 ``yaml/*``         syntax errors, duplicate keys, empty file
-``schema/*``       Compose Specification JSON Schema (check-jsonschema's vendored copy)
+``schema/*``       Compose Specification JSON Schema (``compose/compose-spec.json``)
 ``image/*``        digest pinning, malformed digests, catalog knowledge
 ``yaml11/*``       plain scalars YAML 1.1 readers take differently (``2122:22``, ``yes``, ``0123``)
 ``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON

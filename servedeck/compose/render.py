@@ -14,8 +14,10 @@ budget of ``check --all``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,22 +77,27 @@ class Rendered:
         return hashlib.sha256(self.compose_text.encode()).hexdigest()
 
 
-def _environment(templates_dir: Path) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir)),
+@functools.lru_cache(maxsize=8)
+def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+    """One Jinja environment per template search path and process (templates compile once)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["q"] = lambda v, force=False: yaml_scalar(v, force)
     return env
 
 
-def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates_dir: Path
-                   ) -> Rendered:
-    """Render ``profile`` to compose text with ``templates_dir/docker-compose.yml.j2``.
+def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
+                   templates_dir: Path | Sequence[Path]) -> Rendered:
+    """Render ``profile`` to compose text with ``docker-compose.yml.j2``.
 
     Template variables: ``profile``, ``c`` (container settings), ``command``, ``ports``,
     ``volumes`` (short syntax, the model's mount first), ``named_volumes``, ``force_quote``
     (tokens always quoted: served model names), ``compose_extra`` (unmodelled service keys as
     YAML text, indented), ``profile_hash``, ``version``; the ``q`` filter (:func:`yaml_scalar`).
+
+    ``templates_dir`` is a directory or a search path of directories (first match wins, see
+    :attr:`servedeck.model.project.Project.templates_dirs`).
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
@@ -108,7 +115,8 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog, templates
     named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
     # unmodelled service keys (file text already: no $ escaping) through the document dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
-    text = _environment(templates_dir).get_template("docker-compose.yml.j2").render(
+    dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
+    text = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=[v.short() for v in mounts],
         named_volumes=named, ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(),
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,

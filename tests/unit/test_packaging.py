@@ -1,0 +1,139 @@
+"""What the wheel ships and how a project finds its files (the slow, real wheel install is
+``tests/integration/test_wheel.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from servedeck.compose.rules.document import COMPOSE_SPEC_SOURCE, compose_validator
+from servedeck.model.project import Project, shipped_root
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_subpackage_is_listed_for_the_wheel():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "servedeck").rglob("__init__.py")}
+    assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_default_project_maps_the_top_level_directories():
+    mapping = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    for name in ("profiles", "deploy", "templates", "schema"):
+        assert mapping[f"servedeck.default_project.{name}"] == name
+        assert (ROOT / name).is_dir()
+    data = PYPROJECT["tool"]["setuptools"]["package-data"]
+    assert data["servedeck.default_project.deploy"] == ["images.yaml"]  # not hosts.yaml, not images/
+    assert PYPROJECT["project"]["scripts"]["servedeck"] == "servedeck.cli:main"
+
+
+def test_compose_spec_schema_is_the_recorded_file():
+    path = ROOT / "servedeck" / "compose" / "compose-spec.json"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == COMPOSE_SPEC_SOURCE["sha256"]
+    source_md = (ROOT / "servedeck" / "compose" / "COMPOSE-SPEC-SOURCE.md").read_text()
+    for value in COMPOSE_SPEC_SOURCE.values():
+        assert value.split()[-1] in source_md
+    assert compose_validator().schema["title"] == "Compose Specification"
+
+
+def test_checkout_uses_the_repository_as_the_shipped_project():
+    assert shipped_root() == ROOT
+
+
+def test_missing_parts_come_from_the_shipped_project(tmp_path, monkeypatch):
+    monkeypatch.delenv("SERVEDECK_PROJECT", raising=False)
+    monkeypatch.delenv("SERVEDECK_RUNS_DIR", raising=False)
+    monkeypatch.delenv("SERVEDECK_INVENTORY", raising=False)
+    bare = Project.find(tmp_path)
+    assert bare.root == tmp_path
+    assert bare.profiles_dir == ROOT / "profiles"
+    assert bare.catalog_path == ROOT / "deploy" / "images.yaml"
+    assert bare.templates_dirs == (ROOT / "templates",)
+    assert bare.schema_dir == ROOT / "schema"
+    assert bare.runs_dir == tmp_path / "runs"  # never inside the package
+    assert bare.inventory_path == tmp_path / "deploy" / "hosts.yaml"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "templates").mkdir()
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    found = Project.find(sub)
+    assert found.root == tmp_path and found.profiles_dir == tmp_path / "profiles"
+    assert found.templates_dirs == (tmp_path / "templates", ROOT / "templates")
+    # a project of its own never reads (nor writes) the shipped catalog
+    assert found.catalog_path == tmp_path / "deploy" / "images.yaml"
+
+
+def _servedeck(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVEDECK_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "servedeck", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_project_option_selects_the_repository(tmp_path):
+    proj = tmp_path / "proj"
+    (proj / "profiles").mkdir(parents=True)
+    (proj / "profiles" / "solo.yaml").write_text((ROOT / "profiles" / "base.yaml").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = _servedeck("--project", str(proj), "profiles", cwd=elsewhere)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[:3] == ["profile", "extends", "description"]
+    assert "solo" in res.stdout and "speed" not in res.stdout
+    shipped = _servedeck("profiles", cwd=elsewhere)
+    assert "speed" in shipped.stdout and "solo" not in shipped.stdout
+    bad = _servedeck("--project", str(tmp_path / "nope"), "profiles", cwd=elsewhere)
+    assert bad.returncode == 2 and "not a directory" in bad.stderr
+    bad_env = _servedeck("profiles", cwd=elsewhere, env_extra={"SERVEDECK_PROJECT": str(tmp_path / "nope")})
+    assert bad_env.returncode == 2 and "not a directory" in bad_env.stderr
+    assert "Traceback" not in bad_env.stderr
+
+
+def test_users_template_overrides_one_file(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.yaml").write_text((ROOT / "profiles" / "base.yaml").read_text())
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "docker-compose.yml.j2").write_text(
+        "# my template\n" + (ROOT / "templates" / "docker-compose.yml.j2").read_text())
+    res = _servedeck("render", "--profile", "base", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("# my template\n")
+
+
+@pytest.mark.parametrize("module", ["servedeck.cli", "tasks"])
+def test_cli_module_imports_no_heavy_library(module):
+    """The CLI's start-up: none of these load before a task needs them."""
+    heavy = ("pydantic", "jsonschema", "rich", "scipy", "matplotlib", "docker", "paramiko", "httpx",
+             "numpy", "jinja2", "ruamel")
+    code = (f"import sys, {module}\n"
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == ""
+
+
+def test_check_all_in_worker_processes_gives_the_serial_findings(monkeypatch):
+    """``check --all`` over many profiles forks workers; same findings, same order."""
+    from servedeck import cli
+    monkeypatch.setenv("SERVEDECK_PROJECT", str(ROOT))
+    for cached in (cli.current_project, cli._store, cli._catalog):
+        cached.cache_clear()
+    names = cli._store().names()
+    monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 10**9)
+    serial = cli._check_profiles(names)
+    monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 2)
+    parallel = cli._check_profiles(names)
+    assert [f.model_dump() for f in parallel] == [f.model_dump() for f in serial]
+    assert {f.file for f in serial} == {f"profile:{n}" for n in names}
+    for cached in (cli.current_project, cli._store, cli._catalog):
+        cached.cache_clear()
