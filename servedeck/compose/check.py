@@ -14,7 +14,14 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
 ``ports/*``        published port vs the server's ``--port``
-``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; cuda)
+``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; NVIDIA requests:
+                   deploy.resources / gpus / CDI), GPUs vs parallel sizes, shared GPUs, /dev/shm
+``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
+``env/*``          list-form quotes, VLLM_* variables the release does not read
+``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
+``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
+``features/*``     settings that need each other (thinking without a reasoning parser)
+``entrypoint/*``   entrypoint replacing an image wrapper, legacy api_server positional model
 ``restart/*``      restart policies that loop on a failed start
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
 =================  ===============================================================
@@ -29,7 +36,7 @@ import json
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import container, document, server
+from servedeck.compose.rules import container, document, environment, features, flags, resources, runtime, server
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
@@ -39,7 +46,9 @@ _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
 _SERVICE_RULES = (container.check_image, server.check_argv, server.check_launcher, server.check_vllm,
                   container.check_ports, container.check_gpu, container.check_restart,
-                  container.check_paths)
+                  container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
+                  environment.check_environment, flags.check_flags, features.check_features,
+                  features.check_entrypoint)
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
@@ -73,9 +82,11 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
-    for svc in services(ctx):
+    svcs = services(ctx)
+    for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
+    resources.check_shared_gpus(ctx, svcs)
     return _tidy(ctx.findings)
 
 

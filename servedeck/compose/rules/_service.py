@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
+from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
 from servedeck.yamlio import launcher_value
@@ -33,12 +33,14 @@ class CheckExpectations(BaseModel):
         render_gid: the card host's ``render`` group id (from the host inventory), e.g. ``"992"``.
         rendered: True when the file was produced by servedeck's renderer (relative bind
             mounts then resolve against the run's working directory on the host).
+        startup_seconds: measured time to ready (s) of the last run of this profile, if any.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     render_gid: str | None = None
     rendered: bool = False
+    startup_seconds: float | None = None
 
 
 @dataclass
@@ -458,6 +460,8 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     image_text = data.get("image")
     image = ImageRef.parse(image_text) if isinstance(image_text, str) else None
     facts = ctx.catalog.lookup(image.digest) if (ctx.catalog and image and image.digest) else None
+    if facts is None and image is not None:
+        facts = infer_facts(image.repository, image.tag)  # first contact: hints, marked inferred
 
     entry_tokens, _ = _tokens(data.get("entrypoint"), path + ("entrypoint",))
     entry = [t.s for t in entry_tokens]
