@@ -470,3 +470,31 @@ def test(c, k=None, unit=False):
     if k:
         args += ["-k", repr(k)]
     c.run(" ".join(args), pty=False)
+
+
+@task(name="image-facts", help={"image": "image reference (repository[:tag][@digest]) or id",
+                                "json": "print the facts as JSON", "no_record": "do not write the catalog",
+                                "table": "also write the shipped table servedeck/vllm/tables/vllm-VERSION.json"})
+@_cli
+def image_facts(c, image, json_=False, no_record=False, table=False):
+    """Read an image's facts from the image itself (config, vLLM argument surface, registries,
+    VLLM_* variables, helper binaries, launcher configs) and record them in the catalog."""
+    from servedeck.host.inimage import extract_facts
+    digest, facts, vf = extract_facts(None, image)
+    if not no_record:
+        _catalog().add_with_vllm_facts(digest, facts, vf)
+        print(f"recorded {digest} in {_project().catalog_path}", file=sys.stderr)
+    if table:
+        from servedeck.vllm.facts import write_table
+        print(f"wrote {write_table(vf)}", file=sys.stderr)
+    if json_:
+        print(json.dumps({"digest": digest, "image": facts.model_dump(mode="json"),
+                          "vllm": vf.model_dump(mode="json", by_alias=True)}, indent=2))
+        return
+    print(f"{digest}  {facts.repository}  launcher={facts.launcher} device={facts.device} "
+          f"vLLM {vf.vllm_version}")
+    print(f"entrypoint {facts.entrypoint}  cmd {facts.cmd}  workdir {facts.workdir}")
+    print(f"{len(vf.serve_args)} serve args, {len(vf.tool_call_parsers)} tool-call parsers, "
+          f"{len(vf.reasoning_parsers)} reasoning parsers, {len(vf.speculative_methods)} speculative "
+          f"methods, {len(vf.env_vars or [])} VLLM_* variables, binaries {facts.binaries}, "
+          f"launcher configs {[d.config for d in facts.launcher_defaults]}")

@@ -118,6 +118,18 @@ def load_facts(path: Path) -> VllmFacts:
                              hint="re-extract them: invoke image-facts IMAGE") from None
 
 
+def write_table(facts: VllmFacts) -> Path:
+    """Write ``facts`` as the shipped table ``tables/vllm-<MAJOR.MINOR.PATCH>.json`` (atomic);
+    returns its path."""
+    from servedeck.fsutil import atomic_write
+    from servedeck.vllm.names import parse_version
+    path = TABLES_DIR / ("vllm-" + ".".join(map(str, parse_version(facts.vllm_version))) + ".json")
+    TABLES_DIR.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, facts.model_dump_json(indent=1, by_alias=True) + "\n")
+    shipped_tables.cache_clear()
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def shipped_tables() -> dict[tuple[int, int, int], VllmFacts]:
     """Every shipped table (``servedeck/vllm/tables/vllm-*.json``) by parsed version."""

@@ -93,8 +93,8 @@ def _fields(cls):
         if f.name.startswith("_") or not f.init:
             continue
         tp = f.type
-        out[f.name] = tp if isinstance(tp, str) else getattr(tp, "__name__", None) or str(tp)
-        out[f.name] = str(out[f.name]).replace("typing.", "")
+        text = tp if isinstance(tp, str) else (tp.__name__ if isinstance(tp, type) else str(tp))
+        out[f.name] = text.replace("typing.", "")
     return out
 
 
@@ -168,7 +168,23 @@ def facts():
         "python": sys.executable,
         "binaries": {b: shutil.which(b) is not None for b in ("curl", "wget", "python3", "bash")},
         "cwd": os.getcwd(),
+        "launcher_configs": _launcher_configs(),
     }
+
+
+def _launcher_configs():
+    """exl3xpu launcher model configs: ``models/<name>/model.yaml`` under the working
+    directory, as text (parsed by servedeck on the host)."""
+    import glob
+    import os
+    out = {}
+    for path in sorted(glob.glob(os.path.join("models", "*", "model.yaml"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out[os.path.dirname(path)] = fh.read()
+        except OSError:
+            pass
+    return out
 
 
 class _Reject(Exception):
