@@ -88,9 +88,10 @@ def render(c, profile, out=None, flags=False):
 @task(help={"profile": "check this profile's rendered compose file",
             "compose": "check a hand-written compose file",
             "json": "print findings as JSON",
-            "all": "check every profile"})
+            "all": "check every profile",
+            "in_image": "also ask the pinned image's own launcher and vLLM (needs Docker)"})
 @_cli
-def check(c, profile=None, compose=None, json_=False, all_=False):
+def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False):
     """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
     from servedeck.compose.check import CheckExpectations, check_compose_text, findings_to_json, format_findings
     from servedeck.findings import has_errors
@@ -104,6 +105,9 @@ def check(c, profile=None, compose=None, json_=False, all_=False):
             raise ServedeckError("file not found", file=compose)
         findings = check_compose_text(path.read_text(encoding="utf-8"), file=compose,
                                       catalog=_catalog())
+        if in_image:
+            from servedeck.compose.check import check_in_image
+            findings += check_in_image(path.read_text(encoding="utf-8"), file=compose)
     else:
         names = ProfileStore(_project().profiles_dir).names() if all_ else [profile]
         for name in names:
@@ -111,6 +115,9 @@ def check(c, profile=None, compose=None, json_=False, all_=False):
             findings += check_compose_text(rendered.compose_text, file=f"profile:{name}",
                                            catalog=_catalog(),
                                            expect=CheckExpectations(rendered=True))
+            if in_image:
+                from servedeck.compose.check import check_in_image
+                findings += check_in_image(rendered.compose_text, file=f"profile:{name}")
     if json_:
         print(findings_to_json(findings))
     else:

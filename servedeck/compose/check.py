@@ -116,3 +116,52 @@ def format_findings(findings: list[Finding]) -> str:
 def findings_to_json(findings: list[Finding]) -> str:
     """JSON array of findings (``severity, rule, path, message, hint, line, file``), indented."""
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
+
+
+def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
+    """The in-image dry run for every service of a compose document: the image's own launcher
+    gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
+    inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per
+    (image, argv)).
+
+    Args:
+        text: the compose file's text.
+        file: the file name to put in each finding.
+        client: docker SDK client or RemoteHost; None = the local engine.
+
+    Returns:
+        ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
+        service with an image and a list-form command; ``inimage/skipped`` (info) for a service
+        whose ``entrypoint:`` replaces the image's.
+
+    Raises:
+        ServedeckError: no Docker engine, or an image cannot be pulled or run.
+    """
+    from servedeck.host.inimage import dry_run
+    try:
+        doc = parse(text, file)
+    except DocError as exc:
+        return [exc.finding]
+    ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
+    data = doc.data if isinstance(doc.data, dict) else {}
+    for name, svc in (data.get("services") or {}).items():
+        if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+            continue
+        path = ("services", name, "command")
+        command = svc.get("command") or []
+        if "entrypoint" in svc:
+            ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                     "entrypoint: replaces the image's launcher; the in-image dry run judges only the "
+                     "image's own entrypoint")
+            continue
+        if not isinstance(command, list):
+            continue
+        res = dry_run(client, svc["image"], [str(c) for c in command])
+        how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
+        if res.ok:
+            ctx.info("inimage/accepted", path, f"vLLM in {svc['image']} accepts the command{how}")
+        else:
+            ctx.error("inimage/rejected", path,
+                      f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",
+                      "fix the flag or value vLLM names; the server would exit at startup")
+    return _tidy(ctx.findings)

@@ -475,10 +475,12 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
             kind = "exl3xpu"
         elif entry[:2] == ["vllm", "serve"] or (entry and entry[-1] == "vllm.entrypoints.openai.api_server"):
             kind = "vllm"
-    elif facts is not None:
+    elif facts is not None and not facts.inferred:
         kind = facts.launcher
     elif cmd and (cmd[0].s.startswith("models/") or _is_serve_py([t.s for t in cmd])):
         kind = "exl3xpu"
+    elif facts is not None:
+        kind = facts.launcher
     elif image and "vllm" in image.repository.rsplit("/", 1)[-1]:
         kind = "vllm"
 
@@ -523,7 +525,7 @@ def _effective(svc: Service) -> None:
             if svc.defaults.served_model_name:
                 eff["served_model_name"] = Eff(svc.defaults.served_model_name, "image", image_path)
         port_flag = launch.serve_opts.get("port")
-        default_port = svc.facts.default_port if svc.facts else 8100
+        default_port = svc.facts.default_port if svc.facts and svc.facts.launcher == "exl3xpu" else 8100
         if port_flag and port_flag.value is not None:
             eff["port"] = Eff(flag_value("port", port_flag.value), "launcher", port_flag.value_path)
         else:
