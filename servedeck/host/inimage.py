@@ -147,7 +147,7 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
     cfg = image.attrs.get("Config") or {}
     raw = _introspect(client, image, ["facts"])
     digest = _digest(image, image_ref)
-    raw["source"] = f"extracted from image {digest} by servedeck.vllm.introspect"
+    raw["source"] = f"extracted from image {_repository(image_ref)} ({digest[:19]}) by servedeck.vllm.introspect"
     vf = VllmFacts.model_validate(raw)
     entry = list(cfg.get("Entrypoint") or [])
     launcher = "exl3xpu" if any(e.endswith("serve.py") for e in entry[:2]) else "vllm"

@@ -20,6 +20,9 @@ from typing import Any
 from servedeck.compose.rules._facts import judge, vllm_flags
 from servedeck.compose.rules._service import Ctx, Flag, Service
 
+#: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
+_NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
+
 _HR = re.compile(r"^\d+(?:\.\d+)?[kKmMgGtT]?$")
 
 
@@ -91,7 +94,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"--{flag.name} {text!r}: vLLM reads this flag with {action.type}, which needs "
                    f"{_spelling(action.type)}; vLLM exits with 'invalid {action.type} value'",
                    f"write e.g. --{flag.name} 8192")
-        if action.choices and action.nargs in (None, "?") and text not in [str(c) for c in action.choices]:
+        if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") and text not in [str(c) for c in action.choices]:
             close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
             report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
