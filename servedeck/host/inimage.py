@@ -8,8 +8,8 @@ Steps and their upstream contracts:
 * image config: ``docker image inspect`` ``Config`` (Entrypoint, Cmd, WorkingDir, Env, Labels)
   through the docker SDK (``DockerClient.images.get``);
 * the final command: for the exl3xpu launcher (``scripts/serve.py``) the launcher's own
-  ``--print`` (``ZE_AFFINITY_MASK=<gpu> <shell-quoted argv>``); for a ``vllm serve``
-  entrypoint the command items as they are;
+  ``--print`` (``ZE_AFFINITY_MASK=<gpu> <shell-quoted argv>``), run in the same container as
+  the verdict; for a ``vllm serve`` entrypoint the command items as they are;
 * the verdict: ``make_arg_parser`` + ``validate_parsed_serve_args`` + the JSON-valued configs,
   inside the image (see :func:`servedeck.vllm.introspect.dryrun`).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -198,34 +197,6 @@ class DryRunResult:
     seconds: float = 0.0
 
 
-def _vllm_argv_from_print(line: str) -> list[str]:
-    words = shlex.split(line)
-    while words and "=" in words[0] and not words[0].startswith("-"):
-        words = words[1:]  # leading VAR=value assignments
-    for i, w in enumerate(words):
-        if w == "serve" or w.endswith("api_server") or w.endswith("api_server.py"):
-            return words[i + 1:]
-    return words
-
-
-def final_argv(client: Any, image: Any, command: list[str]) -> tuple[list[str] | None, str]:
-    """The vLLM argv an image's launcher would run for ``command`` (the compose ``command``
-    items). exl3xpu launcher: its ``--print``; ``vllm serve`` entrypoint: ``command`` as is.
-    Returns (argv, "") or (None, launcher message)."""
-    entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
-    if any(e.endswith("serve.py") for e in entry[:2]):
-        code, text = _run(client, image, None, ["--print", *command])
-        lines = [ln for ln in text.splitlines() if ln.startswith("ZE_AFFINITY_MASK=")]
-        if code != 0 or not lines:
-            tail = "\n".join(text.strip().splitlines()[-3:])
-            return None, f"the launcher refused the command (exit {code}): {tail}"
-        return _vllm_argv_from_print(lines[-1]), ""
-    if entry[-2:] == ["vllm", "serve"] or entry[-1:] == ["vllm"]:
-        cmd = command[1:] if entry[-1:] == ["vllm"] and command[:1] == ["serve"] else command
-        return list(cmd), ""
-    return list(command), ""
-
-
 def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
             use_cache: bool = True) -> DryRunResult:
     """Judge a server command with the image's own launcher and vLLM, without a GPU.
@@ -258,13 +229,10 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
             return res
         except (ValueError, TypeError):
             pass  # a damaged cache entry is recomputed
-    argv, why = final_argv(client, image, list(command))
-    if argv is None:
-        res = DryRunResult(False, "launcher", why, [], image.id)
-    else:
-        verdict = _introspect(client, image, ["dryrun", json.dumps(argv)])
-        res = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")), str(verdict.get("message")),
-                           argv, image.id)
+    entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
+    verdict = _introspect(client, image, ["launch-dryrun", json.dumps(entry), json.dumps(list(command))])
+    res = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")), str(verdict.get("message")),
+                       list(verdict.get("argv") or []), image.id)
     res.seconds = time.perf_counter() - t0
     if use_cache:
         _MEMO[key] = res

@@ -3,8 +3,10 @@
 This file is self-contained (standard library + the vLLM installed in the image); servedeck
 copies it into a throw-away container (``servedeck.host.inimage``) and runs::
 
-    python3 - facts            < introspect.py   -> JSON facts on stdout
-    python3 - dryrun ARGV_JSON < introspect.py   -> JSON verdict on stdout
+    python3 -c "$(cat introspect.py)" facts                         -> JSON facts
+    python3 -c "$(cat introspect.py)" dryrun VLLM_ARGV_JSON         -> JSON verdict
+    python3 -c "$(cat introspect.py)" launch-dryrun ENTRY_JSON CMD_JSON
+        -> the image's launcher gives the final command (exl3xpu ``--print``), then the verdict
 
 ``facts`` reads, from vLLM itself (names as of vLLM 0.32; older releases are read defensively):
 
@@ -242,12 +244,50 @@ def dryrun(argv):
     return {"ok": True, "stage": "done", "message": "accepted by vLLM's parser and serve-args validation"}
 
 
+def vllm_argv_from_print(line):
+    """The vLLM arguments in an exl3xpu launcher ``--print`` line
+    (``ZE_AFFINITY_MASK=0 /opt/venv/bin/python -m vllm.entrypoints.openai.api_server --model ...``
+    or ``... vllm serve MODEL ...``): the words after ``serve`` / the api_server module."""
+    import shlex
+    words = shlex.split(line)
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        words = words[1:]  # leading VAR=value assignments
+    for i, w in enumerate(words):
+        if w == "serve" or w.endswith("api_server") or w.endswith("api_server.py"):
+            return words[i + 1:]
+    return words
+
+
+def launch_and_dryrun(entrypoint, command):
+    """The image's launcher (an exl3xpu ``serve.py`` entrypoint) is asked for its final command
+    with ``--print``; a ``vllm serve`` entrypoint passes ``command`` as is. Then :func:`dryrun`."""
+    import subprocess
+    if any(e.endswith("serve.py") for e in entrypoint[:2]):
+        proc = subprocess.run(list(entrypoint) + ["--print"] + list(command), capture_output=True,
+                              text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZE_AFFINITY_MASK=")]
+        if proc.returncode != 0 or not lines:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+            return {"ok": False, "stage": "launcher", "argv": [],
+                    "message": f"the launcher refused the command (exit {proc.returncode}): {tail}"}
+        argv = vllm_argv_from_print(lines[-1])
+    elif entrypoint[-1:] == ["vllm"] and command[:1] == ["serve"]:
+        argv = list(command[1:])
+    else:
+        argv = list(command)
+    out = dryrun(argv)
+    out["argv"] = argv
+    return out
+
+
 def main(argv):
     mode = argv[0] if argv else "facts"
     if mode == "facts":
         out = facts()
     elif mode == "dryrun":
         out = dryrun(json.loads(argv[1]))
+    elif mode == "launch-dryrun":
+        out = launch_and_dryrun(json.loads(argv[1]), json.loads(argv[2]))
     else:
         out = {"error": f"unknown mode {mode!r}"}
     sys.stdout.write("\n@@SERVEDECK@@" + json.dumps(out) + "\n")
