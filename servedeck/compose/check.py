@@ -48,7 +48,7 @@ _SERVICE_RULES = (container.check_image, server.check_argv, server.check_launche
                   container.check_ports, container.check_gpu, container.check_restart,
                   container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
                   environment.check_environment, flags.check_flags, features.check_features,
-                  features.check_entrypoint)
+                  features.check_entrypoint, features.check_context_fits)
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,

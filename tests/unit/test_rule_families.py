@@ -310,3 +310,35 @@ def test_first_contact_version_rules_still_run():
     text = (f"services:\n  s:\n    image: vllm/vllm-openai:v0.32.0@sha256:{'1' * 64}\n    gpus: all\n"
             f"    ipc: host\n    ports: [\"8000:8000\"]\n    command: [m, --disable-log-requests]\n")
     assert "flags/unknown" in rules(check_compose_text(text), "error")
+
+
+@pytest.mark.parametrize("env,warned", [
+    ("environment:\n  VLLM_API_KEY: abc$def1\n", True),
+    ("environment:\n  - VLLM_API_KEY=abc$def1\n", True),
+    ("environment:\n  HF_TOKEN: ${HF_TOKEN}\n", False),
+    ("environment:\n  HF_TOKEN: $HF_TOKEN\n", False),
+    ("environment:\n  VLLM_API_KEY: abc$$def1\n", False),
+])
+def test_dollar_in_environment_values(catalog, env, warned):
+    found = check(svc(extra=env), catalog)
+    assert ("interpolation/unintended" in rules(found, "warning")) is warned
+
+
+QWEN3_8B = {"model_type": "qwen3", "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 4096,
+            "max_position_embeddings": 131072}
+
+
+def test_full_context_that_does_not_fit(catalog):
+    no_len = svc().replace('      - "--max-model-len"\n      - "8192"\n', "")
+    # 131072 tokens x 144 KiB/token = 18 GiB of KV cache > 0.9 x 16 GiB
+    found = check(no_len, catalog, hf_config=QWEN3_8B, gpu_memory_gib=16)
+    f = next(f for f in found if f.rule == "features/full-context-does-not-fit")
+    assert "131072" in f.message and "18.0 GiB" in f.message
+    assert "features/full-context-does-not-fit" not in rules(
+        check(no_len, catalog, hf_config=QWEN3_8B, gpu_memory_gib=80))
+    # fp8 KV cache halves it; a given --max-model-len settles it; unknown GPU size: not judged
+    fp8 = svc(["--kv-cache-dtype", "fp8"]).replace('      - "--max-model-len"\n      - "8192"\n', "")
+    assert check(fp8, catalog, hf_config=QWEN3_8B, gpu_memory_gib=16) == []
+    assert check(svc(), catalog, hf_config=QWEN3_8B, gpu_memory_gib=16) == []
+    assert check(no_len, catalog, hf_config=QWEN3_8B) == []

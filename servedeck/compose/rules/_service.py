@@ -34,6 +34,8 @@ class CheckExpectations(BaseModel):
         rendered: True when the file was produced by servedeck's renderer (relative bind
             mounts then resolve against the run's working directory on the host).
         startup_seconds: measured time to ready (s) of the last run of this profile, if any.
+        hf_config: the served model's Hugging Face ``config.json`` (as a dict), if known.
+        gpu_memory_gib: memory of one GPU of the card host (GiB), if known.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,6 +43,8 @@ class CheckExpectations(BaseModel):
     render_gid: str | None = None
     rendered: bool = False
     startup_seconds: float | None = None
+    hf_config: dict[str, Any] | None = None
+    gpu_memory_gib: float | None = None
 
 
 @dataclass
