@@ -342,3 +342,25 @@ def test_full_context_that_does_not_fit(catalog):
     assert check(fp8, catalog, hf_config=QWEN3_8B, gpu_memory_gib=16) == []
     assert check(svc(), catalog, hf_config=QWEN3_8B, gpu_memory_gib=16) == []
     assert check(no_len, catalog, hf_config=QWEN3_8B) == []
+
+
+def test_per_digest_facts_judge_before_shipped_tables(tmp_path):
+    from servedeck.vllm.facts import shipped_tables
+    table = shipped_tables()[(0, 32, 0)]
+    own = table.model_copy(update={"source": "extracted from image example/llm (test)",
+                                   "serve_args": [a for a in table.serve_args if a.dest != "max_num_seqs"]})
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add_with_vllm_facts(D, ImageFacts(repository="example/llm", launcher="vllm", vllm_version="0.32.0",
+                                          device="cuda", entrypoint=["vllm", "serve"]), own)
+    assert (tmp_path / "image-facts" / f"sha256-{'f' * 64}.json").exists()
+    f = next(f for f in check(svc(["--max-num-seqs", "8"]), Catalog(tmp_path / "images.yaml"))
+             if f.rule == "flags/unknown")
+    assert f.severity.value == "error" and "extracted from image example/llm (test)" in f.message
+
+
+def test_nearest_older_table_gives_warnings_not_errors(tmp_path):
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add(D, ImageFacts(repository="example/llm", launcher="vllm", vllm_version="0.34.1", device="cuda",
+                          entrypoint=["vllm", "serve"]))
+    f = next(f for f in check(svc(["--enable-reasoning"]), cat) if f.rule == "flags/unknown")
+    assert f.severity.value == "warning" and "nearest older" in f.message and "0.34.1" in f.message
