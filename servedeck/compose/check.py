@@ -20,7 +20,7 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``env/*``          list-form quotes, VLLM_* variables the release does not read
 ``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
 ``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
-``features/*``     settings that need each other (thinking without a reasoning parser)
+``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
 ``entrypoint/*``   entrypoint replacing an image wrapper, legacy api_server positional model
 ``restart/*``      restart policies that loop on a failed start
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
@@ -48,7 +48,8 @@ _SERVICE_RULES = (container.check_image, server.check_argv, server.check_launche
                   container.check_ports, container.check_gpu, container.check_restart,
                   container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
                   environment.check_environment, flags.check_flags, features.check_features,
-                  features.check_entrypoint, features.check_context_fits)
+                  features.check_entrypoint, features.check_context_fits,
+                  features.check_reasoning_family)
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,

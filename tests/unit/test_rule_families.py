@@ -364,3 +364,16 @@ def test_nearest_older_table_gives_warnings_not_errors(tmp_path):
                           entrypoint=["vllm", "serve"]))
     f = next(f for f in check(svc(["--enable-reasoning"]), cat) if f.rule == "flags/unknown")
     assert f.severity.value == "warning" and "nearest older" in f.message and "0.34.1" in f.message
+
+
+@pytest.mark.parametrize("parser,model_type,warned", [
+    ("mistral", "qwen3", True),
+    ("glm45", "qwen3_moe", True),
+    ("qwen3", "qwen3_moe", False),
+    ("deepseek_r1", "qwen2", False),     # generic <think> parser, used by R1 distills
+    ("openai_gptoss", "gpt_oss", False),
+    ("qwen3", "llama", False),           # no llama reasoning parser in the release: not judged
+])
+def test_reasoning_parser_for_another_family(catalog, parser, model_type, warned):
+    found = check(svc(["--reasoning-parser", parser]), catalog, hf_config={"model_type": model_type})
+    assert ("features/reasoning-parser-family" in rules(found, "warning")) is warned

@@ -89,6 +89,42 @@ def check_context_fits(ctx: Ctx, svc: Service) -> None:
                   key=True)
 
 
+#: reasoning parsers that read the generic ``<think>...</think>`` form, used across families
+_GENERIC_REASONING = {"deepseek_r1", "hf"}
+_FAMILY_ALIASES = {"openai": "gpt"}  # openai_gptoss is for model_type gpt_oss
+
+
+def _family(name: str) -> str:
+    import re
+    m = re.match(r"[a-z]+", name.lower())
+    stem = m.group(0) if m else name.lower()
+    return _FAMILY_ALIASES.get(stem, stem)
+
+
+def check_reasoning_family(ctx: Ctx, svc: Service) -> None:
+    """``features/reasoning-parser-family``: ``--reasoning-parser`` made for another model family
+    than the served model's ``model_type`` (Hugging Face config), while the release has a parser
+    of the model's own family (families: the leading letters of the names, e.g. ``qwen3`` and
+    ``qwen3_moe`` → ``qwen``). Generic ``<think>`` parsers are not judged."""
+    cfg = ctx.expect.hf_config
+    parser = svc.eff("reasoning_parser")
+    if not cfg or not isinstance(parser, str) or parser in _GENERIC_REASONING:
+        return
+    model_type = (cfg.get("text_config") or {}).get("model_type") or cfg.get("model_type")
+    if not isinstance(model_type, str):
+        return
+    from servedeck.compose.rules._facts import judge
+    j = judge(ctx, svc, "reasoning_parsers")
+    names = j.facts.reasoning_parsers if j else []
+    own = sorted(n for n in names if _family(n) == _family(model_type) and n not in _GENERIC_REASONING)
+    if own and _family(parser) != _family(model_type):
+        e = svc.effective.get("reasoning_parser")
+        ctx.warning("features/reasoning-parser-family", e.path if e else svc.path,
+                    f"reasoning parser {parser!r} is made for another model family than the served model "
+                    f"(model_type {model_type!r}); its think markers may not match, so reasoning stays in "
+                    f"the content or the answer is cut", f"use --reasoning-parser {own[0]}")
+
+
 def _is_wrapper(entry: list[str]) -> bool:
     if not entry:
         return False
