@@ -59,9 +59,10 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     Args:
         text: the compose file's text (YAML).
         file: the file name to put in each finding (display only; nothing is read).
-        catalog: the image catalog; ``None`` means no catalog (image facts unknown: name checks
-            against the image's vLLM version and launcher defaults are skipped, with one info
-            finding ``image/unknown-digest`` per service).
+        catalog: the image catalog (per-digest facts, and vLLM facts extracted from the image).
+            ``None`` or an unknown digest: the facts are inferred from the repository and tag
+            (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
+            info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
 
     Returns:
