@@ -85,6 +85,20 @@ def render(c, profile, out=None, flags=False):
         sys.stdout.write(text)
 
 
+def _measured_startup(profile: str) -> float | None:
+    """Container start to ready (s) of the newest ready run of ``profile`` (run.json
+    ``timings_s.container_start_to_ready_s``), or None."""
+    from servedeck.runs.store import run_dirs
+    for _, path in reversed(run_dirs(_project().runs_dir)):
+        try:
+            meta = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("profile") == profile and meta.get("outcome") == "ready":
+            return (meta.get("timings_s") or {}).get("container_start_to_ready_s")
+    return None
+
+
 @task(help={"profile": "check this profile's rendered compose file",
             "compose": "check a hand-written compose file",
             "json": "print findings as JSON",
@@ -114,7 +128,8 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
             rendered = _render(name)
             findings += check_compose_text(rendered.compose_text, file=f"profile:{name}",
                                            catalog=_catalog(),
-                                           expect=CheckExpectations(rendered=True))
+                                           expect=CheckExpectations(rendered=True,
+                                                                    startup_seconds=_measured_startup(name)))
             if in_image:
                 from servedeck.compose.check import check_in_image
                 findings += check_in_image(rendered.compose_text, file=f"profile:{name}")
