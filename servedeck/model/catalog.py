@@ -215,7 +215,8 @@ def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     repo = repository.lower()
     for needle, launcher, device, entry, port in _HINTS:
         if needle in repo:
-            m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "")
+            # the tag carries the vLLM version for vLLM's own builds; exl3xpu tags its own releases
+            m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "") if launcher == "vllm" else None
             version = m[1] if m else "unknown"
             if "xpu" in (tag or "").lower() and device == "cuda":
                 device = "xpu"

@@ -377,3 +377,11 @@ def test_nearest_older_table_gives_warnings_not_errors(tmp_path):
 def test_reasoning_parser_for_another_family(catalog, parser, model_type, warned):
     found = check(svc(["--reasoning-parser", parser]), catalog, hf_config={"model_type": model_type})
     assert ("features/reasoning-parser-family" in rules(found, "warning")) is warned
+
+
+def test_first_contact_exl3xpu_tag_is_not_a_vllm_version():
+    from servedeck.model.catalog import infer_facts
+    f = infer_facts("ghcr.io/0xsero/exl3xpu", "0.1.0")
+    assert f.launcher == "exl3xpu" and f.device == "xpu" and f.default_port == 8100
+    assert f.vllm_version == "unknown" and f.inferred
+    assert infer_facts("example/unrelated", "1.0") is None
