@@ -50,8 +50,8 @@ def judge(ctx: Ctx, svc: Service, need: str) -> Judge | None:
     the facts extracted from the image (catalog), else the shipped table of the same release,
     else the nearest OLDER shipped table (a newer one would judge names that the image's older
     release still had). None when nothing fits."""
-    cache = ctx.__dict__.setdefault("_judges", {})
-    key = (svc.name, need)
+    cache = ctx.memo
+    key = ("judge", svc.name, need)
     if key in cache:
         return cache[key]
     out = None

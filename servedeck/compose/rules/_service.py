@@ -56,6 +56,7 @@ class Ctx:
     catalog: Catalog | None
     expect: CheckExpectations
     findings: list[Finding] = field(default_factory=list)
+    memo: dict[Any, Any] = field(default_factory=dict)  # per-check lookups shared by rules
 
     def add(self, severity: Severity, rule: str, path: Path, message: str, hint: str | None = None,
             line: int | None = None, key: bool = False) -> None:
