@@ -84,3 +84,40 @@ def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
     cat.add_with_vllm_facts(digest, facts, vf)
     again = Catalog(tmp_path / "images.yaml")
     assert again.lookup(digest).vllm_facts and again.vllm_facts(digest).serve_args == vf.serve_args
+
+
+def test_dry_run_through_the_card_host_leaves_the_running_server_alone(cpu_ref, test_host):
+    """The deploy's path: the card host's engine (RemoteHost over SSH) judges the new command
+    while a server (the stand-in image, playing the previous deployment) keeps answering."""
+    import subprocess
+    import time
+    import urllib.request
+
+    standin = imagebuild.build_standin_image(progress=False)
+    cid = subprocess.run(["docker", "run", "-d", "-e", "STANDIN_STARTUP_S=1", "-p", "127.0.0.1::9932",
+                          standin, "models/qwen3.8-27b-exl3-4.00bpw", "--port", "9932"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        port = subprocess.run(["docker", "port", cid, "9932/tcp"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()[0].rsplit(":", 1)[1]
+
+        def health() -> int | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    return r.status
+            except OSError:
+                return None
+
+        deadline = time.monotonic() + 120
+        while health() != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert health() == 200
+        res = dry_run(test_host, cpu_ref, ["models/qwen3-tiny", "--", "--enable-reasoning"])
+        assert not res.ok and res.stage == "parse"
+        assert "unrecognized arguments: --enable-reasoning" in res.message
+        assert health() == 200  # the running server was not touched
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={res.image_id}"],
+                              capture_output=True, text=True).stdout.split()
+        assert left == []  # the throw-away dry-run container is removed
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
