@@ -385,3 +385,11 @@ def test_first_contact_exl3xpu_tag_is_not_a_vllm_version():
     assert f.launcher == "exl3xpu" and f.device == "xpu" and f.default_port == 8100
     assert f.vllm_version == "unknown" and f.inferred
     assert infer_facts("example/unrelated", "1.0") is None
+
+
+def test_in_image_without_docker_is_a_clear_error(monkeypatch, tmp_path):
+    from servedeck.compose.check import check_in_image
+    from servedeck.errors import ServedeckError
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(ServedeckError, match="no Docker engine reachable"):
+        check_in_image(svc(), file="t.yml")
