@@ -137,9 +137,10 @@ def render(c, profile, out=None, flags=False):
 @task(help={"profile": "check this profile's rendered compose file",
             "compose": "check a hand-written compose file",
             "json": "print findings as JSON",
-            "all": "check every profile"})
+            "all": "check every profile",
+            "in_image": "also ask the pinned image's own launcher and vLLM (needs Docker)"})
 @_cli
-def check(c, profile=None, compose=None, json_=False, all_=False):
+def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False):
     """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
     from servedeck.compose.check import check_compose_text, findings_to_json, format_findings
     from servedeck.findings import has_errors
@@ -150,11 +151,18 @@ def check(c, profile=None, compose=None, json_=False, all_=False):
         path = Path(compose)
         if not path.exists():
             raise ServedeckError("file not found", file=compose)
-        findings = check_compose_text(path.read_text(encoding="utf-8"), file=compose,
-                                      catalog=_catalog())
+        text = path.read_text(encoding="utf-8")
+        findings = check_compose_text(text, file=compose, catalog=_catalog())
+        if in_image:
+            from servedeck.compose.check import check_in_image
+            findings += check_in_image(text, file=compose)
     else:
         names = _store().names() if all_ else [profile]
         findings = _check_profiles(names)
+        if in_image:
+            from servedeck.compose.check import check_in_image
+            for name in names:
+                findings += check_in_image(_render(name).compose_text, file=f"profile:{name}")
     if json_:
         print(findings_to_json(findings))
     else:
@@ -168,7 +176,30 @@ def _check_profile(name: str) -> list:
     from servedeck.compose.check import CheckExpectations, check_compose_text
     rendered = _render(name)
     return check_compose_text(rendered.compose_text, file=f"profile:{name}", catalog=_catalog(),
-                              expect=CheckExpectations(rendered=True))
+                              expect=CheckExpectations(rendered=True,
+                                                       startup_seconds=_measured_startup(name)))
+
+
+@functools.lru_cache(maxsize=1)
+def _measured_startups() -> dict[str, float]:
+    """Container start to ready (s) of the newest ready run of each profile (run.json
+    ``timings_s.container_start_to_ready_s``), read once per process."""
+    from servedeck.runs.store import run_dirs
+    found: dict[str, float] = {}
+    for _, path in reversed(run_dirs(_project().runs_dir)):
+        try:
+            meta = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        name, seconds = meta.get("profile"), (meta.get("timings_s") or {}).get("container_start_to_ready_s")
+        if meta.get("outcome") == "ready" and seconds is not None and name not in found:
+            found[name] = seconds
+    return found
+
+
+def _measured_startup(profile: str) -> float | None:
+    """See :func:`_measured_startups`; None when ``profile`` never became ready."""
+    return _measured_startups().get(profile)
 
 
 PARALLEL_MIN_PROFILES = 48
@@ -358,6 +389,34 @@ def down(c, host, inventory=None):
 # ----------------------------------------------------------------------------- runs
 
 
+@task(name="image-facts", help={"image": "image reference (repository[:tag][@digest]) or id",
+                                "json": "print the facts as JSON", "no_record": "do not write the catalog",
+                                "table": "also write the shipped table servedeck/vllm/tables/vllm-VERSION.json"})
+@_cli
+def image_facts(c, image, json_=False, no_record=False, table=False):
+    """Read an image's facts from the image itself (config, vLLM argument surface, registries,
+    VLLM_* variables, helper binaries, launcher configs) and record them in the catalog."""
+    from servedeck.host.inimage import extract_facts
+    digest, facts, vf = extract_facts(None, image)
+    if not no_record:
+        _catalog().add_with_vllm_facts(digest, facts, vf)
+        print(f"recorded {digest} in {_project().catalog_path}", file=sys.stderr)
+    if table:
+        from servedeck.vllm.facts import write_table
+        print(f"wrote {write_table(vf)}", file=sys.stderr)
+    if json_:
+        print(json.dumps({"digest": digest, "image": facts.model_dump(mode="json"),
+                          "vllm": vf.model_dump(mode="json", by_alias=True)}, indent=2))
+        return
+    print(f"{digest}  {facts.repository}  launcher={facts.launcher} device={facts.device} "
+          f"vLLM {vf.vllm_version}")
+    print(f"entrypoint {facts.entrypoint}  cmd {facts.cmd}  workdir {facts.workdir}")
+    print(f"{len(vf.serve_args)} serve args, {len(vf.tool_call_parsers)} tool-call parsers, "
+          f"{len(vf.reasoning_parsers)} reasoning parsers, {len(vf.speculative_methods)} speculative "
+          f"methods, {len(vf.env_vars or [])} VLLM_* variables, binaries {facts.binaries}, "
+          f"launcher configs {[d.config for d in facts.launcher_defaults]}")
+
+
 @task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON"})
 @_cli
 def startup_facts(c, log, json_=False):
@@ -505,7 +564,7 @@ def plan(c, profile, against):
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, startup_facts, bench, runs, show, ab, plan)
+              rollback, down, startup_facts, image_facts, bench, runs, show, ab, plan)
 
 
 def namespace() -> Collection:

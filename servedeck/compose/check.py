@@ -14,7 +14,14 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
 ``ports/*``        published port vs the server's ``--port``
-``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; cuda)
+``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; NVIDIA requests:
+                   deploy.resources / gpus / CDI), GPUs vs parallel sizes, shared GPUs, /dev/shm
+``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
+``env/*``          list-form quotes, VLLM_* variables the release does not read
+``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
+``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
+``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
+``entrypoint/*``   entrypoint replacing an image wrapper, legacy api_server positional model
 ``restart/*``      restart policies that loop on a failed start
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
 =================  ===============================================================
@@ -29,7 +36,7 @@ import json
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import container, document, server
+from servedeck.compose.rules import container, document, environment, features, flags, resources, runtime, server
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
@@ -39,7 +46,10 @@ _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
 _SERVICE_RULES = (container.check_image, server.check_argv, server.check_launcher, server.check_vllm,
                   container.check_ports, container.check_gpu, container.check_restart,
-                  container.check_paths)
+                  container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
+                  environment.check_environment, flags.check_flags, features.check_features,
+                  features.check_entrypoint, features.check_context_fits,
+                  features.check_reasoning_family)
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
@@ -49,9 +59,10 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     Args:
         text: the compose file's text (YAML).
         file: the file name to put in each finding (display only; nothing is read).
-        catalog: the image catalog; ``None`` means no catalog (image facts unknown: name checks
-            against the image's vLLM version and launcher defaults are skipped, with one info
-            finding ``image/unknown-digest`` per service).
+        catalog: the image catalog (per-digest facts, and vLLM facts extracted from the image).
+            ``None`` or an unknown digest: the facts are inferred from the repository and tag
+            (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
+            info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
 
     Returns:
@@ -73,9 +84,11 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
-    for svc in services(ctx):
+    svcs = services(ctx)
+    for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
+    resources.check_shared_gpus(ctx, svcs)
     return _tidy(ctx.findings)
 
 
@@ -105,3 +118,52 @@ def format_findings(findings: list[Finding]) -> str:
 def findings_to_json(findings: list[Finding]) -> str:
     """JSON array of findings (``severity, rule, path, message, hint, line, file``), indented."""
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
+
+
+def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
+    """The in-image dry run for every service of a compose document: the image's own launcher
+    gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
+    inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per
+    (image, argv)).
+
+    Args:
+        text: the compose file's text.
+        file: the file name to put in each finding.
+        client: docker SDK client or RemoteHost; None = the local engine.
+
+    Returns:
+        ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
+        service with an image and a list-form command; ``inimage/skipped`` (info) for a service
+        whose ``entrypoint:`` replaces the image's.
+
+    Raises:
+        ServedeckError: no Docker engine, or an image cannot be pulled or run.
+    """
+    from servedeck.host.inimage import dry_run
+    try:
+        doc = parse(text, file)
+    except DocError as exc:
+        return [exc.finding]
+    ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
+    data = doc.data if isinstance(doc.data, dict) else {}
+    for name, svc in (data.get("services") or {}).items():
+        if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+            continue
+        path = ("services", name, "command")
+        command = svc.get("command") or []
+        if "entrypoint" in svc:
+            ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                     "entrypoint: replaces the image's launcher; the in-image dry run judges only the "
+                     "image's own entrypoint")
+            continue
+        if not isinstance(command, list):
+            continue
+        res = dry_run(client, svc["image"], [str(c) for c in command])
+        how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
+        if res.ok:
+            ctx.info("inimage/accepted", path, f"vLLM in {svc['image']} accepts the command{how}")
+        else:
+            ctx.error("inimage/rejected", path,
+                      f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",
+                      "fix the flag or value vLLM names; the server would exit at startup")
+    return _tidy(ctx.findings)

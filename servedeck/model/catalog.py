@@ -54,6 +54,12 @@ class ImageFacts(BaseModel):
         launcher_defaults: model configs shipped in the image, by config path.
         note: where the facts come from.
         stand_in: True for images that only imitate a server (test stand-ins).
+        cmd, workdir, env, labels: the image config (``docker image inspect`` ``Config``).
+        binaries: helper programs found in the image (``curl``, ``wget``, ``python3``, ``bash``).
+        vllm_facts: file (relative to the catalog file) holding the image's
+            :class:`servedeck.vllm.facts.VllmFacts`, when they were extracted.
+        inferred: True when the facts were guessed from the repository and tag
+            (:func:`infer_facts`), not read from the image.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -67,6 +73,13 @@ class ImageFacts(BaseModel):
     launcher_defaults: list[LauncherDefaults] = Field(default_factory=list)
     note: str | None = None
     stand_in: bool = False
+    cmd: list[str] = Field(default_factory=list)
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    binaries: dict[str, bool] = Field(default_factory=dict)
+    vllm_facts: str | None = None
+    inferred: bool = False
 
     def defaults_for(self, config: str | None) -> LauncherDefaults | None:
         """The model config defaults for ``config`` (exact path match), or None."""
@@ -123,6 +136,31 @@ class Catalog:
             return None
         return self.data.images.get(digest)
 
+    def vllm_facts(self, digest: str | None) -> Any:
+        """The extracted :class:`~servedeck.vllm.facts.VllmFacts` of ``digest``, or None.
+
+        Raises:
+            ServedeckError: the entry names a facts file that cannot be read.
+        """
+        entry = self.lookup(digest)
+        if entry is None or not entry.vllm_facts:
+            return None
+        from servedeck.vllm.facts import load_facts
+        return load_facts(self.path.parent / entry.vllm_facts)
+
+    def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
+        """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog
+        file, point ``facts.vllm_facts`` at it and :meth:`add` the entry (both writes atomic).
+
+        Raises:
+            OSError: when a file cannot be written.
+        """
+        rel = f"image-facts/{digest.replace(':', '-')}.json"
+        out = self.path.parent / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, vllm.model_dump_json(indent=1, by_alias=True) + "\n")
+        self.add(digest, facts.model_copy(update={"vllm_facts": rel}))
+
     def add(self, digest: str, facts: ImageFacts) -> None:
         """Add or replace one entry and write the file atomically.
 
@@ -147,3 +185,43 @@ class Catalog:
         buf = io.StringIO()
         y.dump(doc, buf)
         atomic_write(self.path, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- first contact
+
+#: Repository hints for images whose digest is unknown: (substring of the repository's last
+#: path part or the whole repository, launcher, device, entrypoint, default port). First match
+#: wins. Official images: ``vllm/vllm-openai`` (CUDA), ``vllm/vllm-openai-cpu`` /
+#: ``vllm-cpu*`` (CPU builds), ``intel/vllm`` and ``*-xpu`` (Intel XPU builds, entrypoint is a
+#: wrapper that sources oneAPI), ``exl3xpu`` (``python3 scripts/serve.py`` on port 8100).
+_HINTS: tuple[tuple[str, str, str, tuple[str, ...], int], ...] = (
+    ("exl3xpu", "exl3xpu", "xpu", ("python3", "scripts/serve.py"), 8100),
+    ("xpu", "vllm", "xpu", ("vllm", "serve"), 8000),
+    ("intel/vllm", "vllm", "xpu", ("vllm", "serve"), 8000),
+    ("cpu", "vllm", "cpu", ("vllm", "serve"), 8000),
+    ("vllm", "vllm", "cuda", ("vllm", "serve"), 8000),
+)
+
+
+def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
+    """Facts guessed from an image's repository and tag when its digest is unknown and no Docker
+    engine can be asked (``inferred=True``; the vLLM version is the tag's ``vX.Y.Z`` or
+    ``"unknown"``). Returns None when nothing about the repository says vLLM.
+
+    Example: ``("vllm/vllm-openai", "v0.11.0")`` → launcher vllm, device cuda, vLLM 0.11.0,
+    entrypoint ``vllm serve``.
+    """
+    import re
+    repo = repository.lower()
+    for needle, launcher, device, entry, port in _HINTS:
+        if needle in repo:
+            # the tag carries the vLLM version for vLLM's own builds; exl3xpu tags its own releases
+            m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "") if launcher == "vllm" else None
+            version = m[1] if m else "unknown"
+            if "xpu" in (tag or "").lower() and device == "cuda":
+                device = "xpu"
+            return ImageFacts(repository=repository, launcher=launcher,  # type: ignore[arg-type]
+                              vllm_version=version, device=device,  # type: ignore[arg-type]
+                              entrypoint=list(entry), default_port=port, inferred=True,
+                              note=f"inferred from the repository and tag {tag or '(none)'}")
+    return None

@@ -1,59 +1,23 @@
-"""Valid vLLM names per version: tool-call parsers, reasoning parsers, speculative methods,
-KV-cache dtypes, and vLLM's defaults for the flags servedeck sets.
+"""Valid vLLM names per version (tool-call parsers, reasoning parsers, speculative methods,
+KV-cache dtypes) and vLLM's defaults for the settings servedeck renders.
 
-Source: ``shared/reference/vllm-serving-facts.md`` §6–§7, read from vLLM's
-``vllm/tool_parsers/__init__.py``, ``vllm/reasoning/__init__.py``, ``vllm/config/speculative.py``,
-``vllm/config/cache.py`` and ``vllm/engine/arg_utils.py`` at tags v0.10.2, v0.11.0 and v0.33.0.
-Versions between checked ones are judged by the checked versions that bracket them.
+Nothing here is typed by hand: the names come from the shipped tables
+``servedeck/vllm/tables/vllm-<version>.json`` (:mod:`servedeck.vllm.facts`), each naming its
+source: extracted from an image by :mod:`servedeck.vllm.introspect` (``invoke image-facts IMAGE
+--table``), or, for releases no image of which could be run here, transcribed from that
+release's files and marked so in its ``source``. Versions between tables are judged by the
+tables that bracket them.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from servedeck.errors import ServedeckError
 
-_TOOL_0_10_2 = (
-    "deepseek_v3 deepseek_v31 glm45 granite granite-20b-fc hermes hunyuan_a13b internlm jamba "
-    "kimi_k2 llama3_json llama4_json llama4_pythonic minimax mistral openai phi4_mini_json pythonic "
-    "qwen3_coder seed_oss step3 xlam"
-).split()
-_TOOL_0_11_0 = _TOOL_0_10_2 + ["qwen3_xml", "longcat"]
-_TOOL_0_33_0 = (
-    "dots deepseek_v3 deepseek_v31 deepseek_v32 deepseek_v4 deepseek_v41 cohere_command3 "
-    "cohere_command4 ernie45 glm45 glm47 ling3 granite-20b-fc granite granite4 hermes hf beam "
-    "poolside_v1 hunyuan_a13b hy_v3 hy_v4 internlm jamba lfm2 kimi_k2 kimi_k3 k2_horizon llama3_json "
-    "llama4_json llama4_pythonic longcat mimo minimax_m2 minimax_m3 minicpm5 mistral olmo3 plamo3 "
-    "muse muse_glimmer musespark1x openai phi4_mini_json pythonic qwen3_coder qwen3_json qwen3_xml "
-    "seed_oss step3 step3p5 step5 inkling xlam gigachat3 functiongemma gemma4 apertus"
-).split()
-
-_REASONING_0_10_2 = "deepseek_r1 glm45 granite hunyuan_a13b mistral openai_gptoss qwen3 step3".split()
-_REASONING_0_11_0 = _REASONING_0_10_2 + ["seed_oss"]
-_REASONING_0_33_0 = (
-    "beam cohere_command3 cohere_command4 deepseek_r1 deepseek_v3 deepseek_v4 deepseek_v41 ernie45 "
-    "gemma4 glm45 glm47 granite granite_thinking_parser hf holo2 hunyuan_a13b hy_v3 hy_v4 inkling "
-    "k2_horizon kimi_k2 kimi_k3 ling3 mimo minicpmv minimax_m2 minimax_m2_append_think minimax_m3 "
-    "mistral muse muse_glimmer musespark1x nemotron_v3 olmo3 openai_gptoss plamo3 poolside_v1 qwen3 "
-    "seed_oss step3 step3p5 step5"
-).split()
-
-_SPEC_0_10_2 = (
-    "ngram eagle eagle3 medusa mlp_speculator draft_model deepseek_mtp ernie_mtp qwen3_next_mtp"
-).split()
-_SPEC_0_11_0 = _SPEC_0_10_2 + "mimo_mtp longcat_flash_mtp glm4_moe_mtp mtp".split()
-_SPEC_0_33_0 = (
-    "deepseek_mtp dots3_note_mtp mimo_mtp mimo_v2_mtp glm4_moe_mtp glm4_moe_lite_mtp glm_ocr_mtp "
-    "ernie_mtp nemotron_h_mtp exaone_moe_mtp exaone4_5_mtp qwen3_next_mtp qwen4_exp_mtp qwen3_5_mtp "
-    "longcat_flash_mtp bailing_hybrid_v3_mtp minimax_m3_mtp bailing_hybrid_mtp mtp kimi_k3_mtp "
-    "pangu_ultra_moe_mtp step3p5_mtp step5_mtp hy_v3_mtp hy_v4_mtp gemma4_mtp inkling_mtp "
-    "glm5_next_mtp ngram draft_model suffix custom_class eagle eagle3 extract_hidden_states dflash "
-    "ngram_gpu dspark"
-).split()
-
-_KV_0_10_2 = "auto fp8 fp8_e4m3 fp8_e5m2 fp8_inc".split()
-_KV_0_33_0 = _KV_0_10_2 + (
-    "float16 bfloat16 fp8_ds_mla nvfp4 int8_per_token_head fp8_per_token_head").split()
+_KIND_NAMES = ("tool_call_parser", "reasoning_parser", "speculative_method", "kv_cache_dtype")
 
 
 @dataclass(frozen=True)
@@ -69,35 +33,44 @@ class NameSet:
     names: frozenset[str]
 
 
-KINDS: dict[str, list[NameSet]] = {
-    "tool_call_parser": [NameSet((0, 10, 2), frozenset(_TOOL_0_10_2)),
-                         NameSet((0, 11, 0), frozenset(_TOOL_0_11_0)),
-                         NameSet((0, 33, 0), frozenset(_TOOL_0_33_0))],
-    "reasoning_parser": [NameSet((0, 10, 2), frozenset(_REASONING_0_10_2)),
-                         NameSet((0, 11, 0), frozenset(_REASONING_0_11_0)),
-                         NameSet((0, 33, 0), frozenset(_REASONING_0_33_0))],
-    "speculative_method": [NameSet((0, 10, 2), frozenset(_SPEC_0_10_2)),
-                           NameSet((0, 11, 0), frozenset(_SPEC_0_11_0)),
-                           NameSet((0, 33, 0), frozenset(_SPEC_0_33_0))],
-    "kv_cache_dtype": [NameSet((0, 10, 2), frozenset(_KV_0_10_2)),
-                       NameSet((0, 33, 0), frozenset(_KV_0_33_0))],
-}
+@functools.lru_cache(maxsize=None)
+def kinds() -> dict[str, list[NameSet]]:
+    """Kind → the releases whose table lists names of that kind, oldest first."""
+    from servedeck.vllm.facts import shipped_tables
+    out: dict[str, list[NameSet]] = {k: [] for k in _KIND_NAMES}
+    for version, facts in shipped_tables().items():
+        for kind in _KIND_NAMES:
+            names = facts.names(kind)
+            if names:
+                out[kind].append(NameSet(version, frozenset(names)))
+    return out
 
-#: vLLM defaults (0.24–0.33 unless noted) for the settings servedeck renders; ``None`` = decided
-#: at run time by vLLM (device size, model support).
-VLLM_DEFAULTS: dict[str, object] = {
-    "gpu_memory_utilization": 0.92,
-    "max_model_len": None,
-    "max_num_batched_tokens": None,
-    "max_num_seqs": None,
-    "enable_prefix_caching": None,
-    "kv_cache_dtype": "auto",
-    "speculative_config": None,
-    "enable_auto_tool_choice": False,
-    "tool_call_parser": None,
-    "reasoning_parser": None,
-    "port": 8000,
-}
+
+#: the settings servedeck renders (vLLM dests) whose defaults :func:`vllm_defaults` gives
+RENDERED_SETTINGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+                     "enable_prefix_caching", "kv_cache_dtype", "speculative_config",
+                     "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "port")
+
+
+@functools.lru_cache(maxsize=None)
+def vllm_defaults() -> dict[str, Any]:
+    """vLLM's argparse defaults for :data:`RENDERED_SETTINGS` from the newest shipped table with
+    an argument surface (``""`` read as None); None = decided at run time by vLLM."""
+    from servedeck.vllm.facts import shipped_tables
+    tables = [f for f in shipped_tables().values() if f.serve_args]
+    if not tables:
+        return {}
+    by_dest = {a.dest: a.default for a in tables[-1].serve_args}
+    return {d: None if by_dest.get(d) == "" else by_dest.get(d) for d in RENDERED_SETTINGS}
+
+
+def __getattr__(name: str) -> Any:
+    """``VLLM_DEFAULTS`` and ``KINDS`` are computed from the tables on first use."""
+    if name == "VLLM_DEFAULTS":
+        return vllm_defaults()
+    if name == "KINDS":
+        return kinds()
+    raise AttributeError(name)
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -141,13 +114,13 @@ class NameCheck:
 
 
 def check_name(kind: str, name: str, vllm_version: str) -> NameCheck:
-    """Judge ``name`` for option ``kind`` (a key of :data:`KINDS`) in ``vllm_version``.
+    """Judge ``name`` for option ``kind`` (a key of :func:`kinds`) in ``vllm_version``.
 
     Raises:
         KeyError: for an unknown ``kind`` (a bug, not user input).
         ServedeckError: when ``vllm_version`` cannot be parsed.
     """
-    sets = KINDS[kind]
+    sets = kinds()[kind]
     version = parse_version(vllm_version)
     older = [s for s in sets if s.version <= version]
     newer = [s for s in sets if s.version >= version]

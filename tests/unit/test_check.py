@@ -146,9 +146,12 @@ def test_bad_fixture_flags_every_brief_example():
             "argv/leaked-quotes", "vllm/auto-tool-choice-needs-parser", "ports/mismatch"} <= errs
 
 
-def test_good_fixture_is_clean_apart_from_unknown_digest():
+def test_good_fixture_unknown_digest_runs_device_rules_on_inferred_facts():
     found = check_compose_text((FIX / "good-vllm-pinned.yml").read_text())
-    assert rules(found) == ["image/unknown-digest"]
+    # first contact: vllm/vllm-openai is an official CUDA image, so the missing GPU request counts
+    assert rules(found) == ["gpu/no-device", "image/unknown-digest"]
+    info = found[1]
+    assert "inferred" in info.message and "cuda" in info.message
 
 
 # ----------------------------------------------------------------------------- yaml
@@ -362,7 +365,7 @@ def test_vllm_auto_tool_choice(catalog):
 def test_vllm_unknown_parser_did_you_mean(catalog):
     found = run(xpu("- --enable-auto-tool-choice\n- --tool-call-parser\n- qwen3_xlm"), catalog)
     f = next(f for f in found if f.rule == "vllm/unknown-tool-call-parser")
-    assert "qwen3_xml" in f.hint and "0.24" not in f.message and "0.11.0..0.33.0" in f.message
+    assert "qwen3_xml" in f.hint and "0.24" not in f.message and "0.11.0..0.32.0" in f.message  # bracketing tables: 0.11.0 and the extracted 0.32.0
 
 
 def test_vllm_names_by_version(catalog):
@@ -534,7 +537,8 @@ def test_paths_relative_message_depends_on_rendered(catalog):
 def test_format_and_json(catalog):
     found = check_compose_text((FIX / "bad-vllm-latest.yml").read_text(), file="bad.yml")
     text = format_findings(found)
-    assert "image/not-pinned" in text and "bad.yml:4" in text and text.splitlines()[-1].startswith("7 errors")
+    assert "image/not-pinned" in text and "bad.yml:4" in text and text.splitlines()[-1].startswith("8 errors")
+    assert "gpu/no-device" in text  # vllm/vllm-openai is inferred to be a CUDA image (first contact)
     data = json.loads(findings_to_json(found))
     assert data[0]["rule"] == found[0].rule and {"severity", "line", "path", "hint"} <= set(data[0])
     assert format_findings([]) == "no findings"

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults
+from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
 from servedeck.compose.document import split_command
@@ -36,12 +36,18 @@ class CheckExpectations(BaseModel):
         render_gid: the card host's ``render`` group id (from the host inventory), e.g. ``"992"``.
         rendered: True when the file was produced by servedeck's renderer (relative bind
             mounts then resolve against the run's working directory on the host).
+        startup_seconds: measured time to ready (s) of the last run of this profile, if any.
+        hf_config: the served model's Hugging Face ``config.json`` (as a dict), if known.
+        gpu_memory_gib: memory of one GPU of the card host (GiB), if known.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     render_gid: str | None = None
     rendered: bool = False
+    startup_seconds: float | None = None
+    hf_config: dict[str, Any] | None = None
+    gpu_memory_gib: float | None = None
 
 
 @dataclass
@@ -53,6 +59,7 @@ class Ctx:
     catalog: Catalog | None
     expect: CheckExpectations
     findings: list[Finding] = field(default_factory=list)
+    memo: dict[Any, Any] = field(default_factory=dict)  # per-check lookups shared by rules
 
     def add(self, severity: Severity, rule: str, path: Path, message: str, hint: str | None = None,
             line: int | None = None, key: bool = False) -> None:
@@ -325,6 +332,8 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     image_text = data.get("image")
     image = ImageRef.parse(image_text) if isinstance(image_text, str) else None
     facts = ctx.catalog.lookup(image.digest) if (ctx.catalog and image and image.digest) else None
+    if facts is None and image is not None:
+        facts = infer_facts(image.repository, image.tag)  # first contact: hints, marked inferred
 
     entry_tokens, _ = _tokens(data.get("entrypoint"), path + ("entrypoint",))
     entry = [t.s for t in entry_tokens]
@@ -338,10 +347,12 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
             kind = "exl3xpu"
         elif entry[:2] == ["vllm", "serve"] or (entry and entry[-1] == "vllm.entrypoints.openai.api_server"):
             kind = "vllm"
-    elif facts is not None:
+    elif facts is not None and not facts.inferred:
         kind = facts.launcher
     elif cmd and (cmd[0].s.startswith("models/") or _is_serve_py([t.s for t in cmd])):
         kind = "exl3xpu"
+    elif facts is not None:
+        kind = facts.launcher
     elif image and "vllm" in image.repository.rsplit("/", 1)[-1]:
         kind = "vllm"
 
@@ -386,7 +397,7 @@ def _effective(svc: Service) -> None:
             if svc.defaults.served_model_name:
                 eff["served_model_name"] = Eff(svc.defaults.served_model_name, "image", image_path)
         port_flag = launch.serve_opts.get("port")
-        default_port = svc.facts.default_port if svc.facts else 8100
+        default_port = svc.facts.default_port if svc.facts and svc.facts.launcher == "exl3xpu" else 8100
         if port_flag and port_flag.value is not None:
             eff["port"] = Eff(flag_value("port", port_flag.value), "launcher", port_flag.value_path)
         else:

@@ -55,13 +55,21 @@ def check_image(ctx: Ctx, svc: Service) -> None:
         ctx.info("image/tag-and-digest", path,
                  f"image has both tag {img.tag!r} and a digest; Docker pulls by digest and ignores the "
                  f"tag, which may no longer point at this digest", "drop the tag to avoid confusion")
-    if svc.facts is None:
+    if svc.facts is None or svc.facts.inferred:
         where = "the image catalog" if ctx.catalog is not None else "any catalog (none given)"
-        ctx.info("image/unknown-digest", path,
-                 f"digest {img.digest} is not in {where}: vLLM version-specific name checks are skipped "
-                 f"and launcher defaults are unknown",
-                 "`invoke deploy` records the image facts in deploy/images.yaml")
-        return
+        if svc.facts is None:
+            what = ("nothing in its repository name says which server it runs: device, entrypoint "
+                    "and vLLM version-specific checks are skipped and launcher defaults are unknown")
+        else:
+            f = svc.facts
+            known = f"vLLM {f.vllm_version}" if f.vllm_version != "unknown" else "vLLM version unknown"
+            what = (f"facts are inferred from the repository and tag, not read from the image: "
+                    f"{f.launcher} launcher ({' '.join(f.entrypoint)}), {f.device} device, {known}; "
+                    f"device, entrypoint and version rules run on these")
+        ctx.info("image/unknown-digest", path, f"digest {img.digest} is not in {where}; {what}",
+                 "`invoke image-facts IMAGE` (or `invoke deploy`) records the image's own facts")
+        if svc.facts is None:
+            return
     if _norm_repo(svc.facts.repository) != _norm_repo(img.repository):
         ctx.warning("image/repository-mismatch", path,
                     f"the catalog records digest {img.digest[:19]}... for {svc.facts.repository}, "
@@ -169,7 +177,7 @@ def _device_hosts(svc: Service) -> list[str]:
 
 
 def check_gpu(ctx: Ctx, svc: Service) -> None:
-    """``gpu/*``: device access per the catalog's device kind (xpu / cpu / cuda)."""
+    """``gpu/*``: device access for xpu (/dev/dri, render group) and cpu (/dev/shm)."""
     device = svc.device
     data = svc.data
     privileged = data.get("privileged") is True
@@ -209,13 +217,7 @@ def check_gpu(ctx: Ctx, svc: Service) -> None:
             ctx.error("gpu/shm-too-small", svc.path + ("shm_size",) if "shm_size" in data else svc.path,
                       f"shm_size {shown}: vLLM CPU needs >= 1 GiB of /dev/shm", "shm_size: \"4g\"",
                       key=True)
-    elif device == "cuda":
-        res = ((data.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
-        if not (res.get("devices") or data.get("runtime") == "nvidia" or data.get("gpus") or privileged):
-            ctx.error("gpu/no-device", svc.path,
-                      "the image needs an NVIDIA GPU but the service requests none",
-                      "add deploy.resources.reservations.devices: [{capabilities: [gpu]}] or gpus: all",
-                      key=True)
+    # NVIDIA requests (deploy.resources, gpus:, CDI, runtime): rules/resources.py
 
 
 # ----------------------------------------------------------------------------- restart

@@ -262,7 +262,11 @@ def check_interpolation(ctx: Ctx) -> None:
         field_name, _ = _context(path)
         argv_like = field_name in ("command", "entrypoint", "healthcheck")
         json_like = sc.raw.lstrip().startswith(("{", "["))
-        if argv_like or json_like:
+        # a bare $NAME inside an environment value (a key or password containing "$") is cut
+        # out by Compose; ${NAME} or a value that is only $NAME passes a variable on purpose
+        env_embedded = field_name == "environment" and re.search(r"\S\$[A-Za-z_]", sc.raw.split("=", 1)[-1]) \
+            is not None and "${" not in sc.raw
+        if argv_like or json_like or env_embedded:
             names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
             ctx.warning("interpolation/unintended", path,
                         f"Compose substitutes {names} from the environment of whoever runs "

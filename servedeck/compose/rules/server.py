@@ -14,6 +14,7 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 from servedeck.compose.rules._doc import Path
+from servedeck.compose.rules._facts import judge
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
 from servedeck.vllm.names import check_name, parse_version
@@ -350,6 +351,8 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
                      f"speculative decoding with max_num_batched_tokens {mnbt:g} < 8192: vLLM will warn "
                      f"'max_num_scheduled_tokens is set to ... suboptimal performance' (usually cosmetic)")
 
+    if judge(ctx, svc, "serve_args") is not None:
+        return  # flags/unknown judges every flag with the release's own parser facts
     for flag in launch.flags:
         if flag.name == "disable-log-requests":
             if version is not None and parse_version(version) >= (0, 26, 0):

@@ -1,0 +1,213 @@
+"""Accessors the newer rule families use instead of reading argv or the document themselves:
+the release facts that judge a service, its environment entries, its healthcheck and the
+``vllm serve`` flag occurrences (as parsed in :mod:`servedeck.compose.rules._service`).
+
+Keeping rules on these few functions lets the argv grammar underneath change without touching
+the rules.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from servedeck.compose.rules._doc import Path
+from servedeck.compose.rules._service import Ctx, Flag, Service
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The vLLM release facts a service is judged by.
+
+    Attributes:
+        facts: :class:`servedeck.vllm.facts.VllmFacts`.
+        basis: human text naming the release and where its facts come from.
+        exact: True when the facts belong to the image itself or to the same vLLM release
+            (a rejection is then certain: error); False for the nearest other release (warning).
+    """
+
+    facts: Any
+    basis: str
+    exact: bool
+
+
+def version_tuple(svc: Service) -> tuple[int, int, int] | None:
+    """The image's vLLM version as (major, minor, patch), or None when unknown."""
+    if svc.facts is None:
+        return None
+    from servedeck.errors import ServedeckError
+    from servedeck.vllm.names import parse_version
+    try:
+        return parse_version(svc.facts.vllm_version)
+    except ServedeckError:
+        return None
+
+
+def judge(ctx: Ctx, svc: Service, need: str) -> Judge | None:
+    """Facts that can judge ``need`` (``serve_args``, ``env_vars``, ``json_configs``) for ``svc``:
+    the facts extracted from the image (catalog), else the shipped table of the same release,
+    else the nearest OLDER shipped table (a newer one would judge names that the image's older
+    release still had). None when nothing fits."""
+    cache = ctx.memo
+    key = ("judge", svc.name, need)
+    if key in cache:
+        return cache[key]
+    out = None
+    if svc.image is not None and svc.image.digest and ctx.catalog is not None:
+        own = ctx.catalog.vllm_facts(svc.image.digest)
+        if own is not None and getattr(own, need):
+            out = Judge(own, f"vLLM {own.vllm_version} ({own.source})", True)
+    want = version_tuple(svc)
+    if out is None and want is not None:
+        from servedeck.vllm.facts import shipped_tables
+        usable = [(v, f) for v, f in shipped_tables().items() if v <= want and getattr(f, need)]
+        if usable:
+            v, f = usable[-1]
+            exact = v == want
+            how = "" if exact else f", the nearest older release with a table, for {svc.facts.vllm_version}"
+            out = Judge(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact)
+    cache[key] = out
+    return out
+
+
+def vllm_flags(svc: Service) -> list[Flag]:
+    """``vllm serve`` flag occurrences in order (exl3xpu passthrough or the whole command)."""
+    return list(svc.launch.flags) if svc.launch.kind is not None else []
+
+
+@dataclass(frozen=True)
+class EnvItem:
+    """One ``environment`` entry.
+
+    Attributes:
+        key: variable name.
+        value: the value the container gets (None: taken from the shell / unset).
+        path: document path of the entry.
+        list_form: True for ``- KEY=VALUE`` items (no quote removal), False for mappings.
+    """
+
+    key: str
+    value: str | None
+    path: Path
+    list_form: bool
+
+
+def env_items(svc: Service) -> list[EnvItem]:
+    """The service's ``environment`` (mapping or list form), in order."""
+    env = svc.data.get("environment")
+    base = svc.path + ("environment",)
+    out: list[EnvItem] = []
+    if isinstance(env, dict):
+        for k, v in env.items():
+            out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))
+    elif isinstance(env, list):
+        for i, item in enumerate(env):
+            if isinstance(item, str):
+                k, eq, v = item.partition("=")
+                out.append(EnvItem(k, v if eq else None, base + (i,), True))
+    return out
+
+
+def env_value(svc: Service, key: str) -> str | None:
+    """The last value given to ``key`` in ``environment`` (None when absent)."""
+    val = None
+    for e in env_items(svc):
+        if e.key == key:
+            val = e.value
+    return val
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    """A service's healthcheck: ``argv`` (words after CMD / of CMD-SHELL), ``shell`` form,
+    ``start_period`` in seconds (None when unset), and its document path."""
+
+    argv: list[str]
+    shell: bool
+    start_period: float | None
+    path: Path
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|ns)")
+_UNIT_S = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(text: Any) -> float | None:
+    """Compose duration (``1m30s``, ``900s``, ``5m``) → seconds; None when unparsable."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    parts = _DURATION.findall(text.strip())
+    if not parts or "".join(a + b for a, b in parts) != text.strip():
+        return None
+    return sum(float(a) * _UNIT_S[b] for a, b in parts)
+
+
+def healthcheck(svc: Service) -> Healthcheck | None:
+    """The healthcheck, or None when absent, disabled, or not readable."""
+    hc = svc.data.get("healthcheck")
+    if not isinstance(hc, dict) or hc.get("disable") is True:
+        return None
+    test = hc.get("test")
+    path = svc.path + ("healthcheck",)
+    if isinstance(test, str):
+        argv, shell = test.split(), True
+    elif isinstance(test, list) and test:
+        head = str(test[0])
+        if head == "NONE":
+            return None
+        shell = head == "CMD-SHELL"
+        rest = [str(t) for t in test[1:]] if head in ("CMD", "CMD-SHELL") else [str(t) for t in test]
+        if shell:
+            try:
+                argv = shlex.split(" ".join(rest))
+            except ValueError:
+                argv = " ".join(rest).split()
+        else:
+            argv = rest
+    else:
+        return None
+    return Healthcheck(argv, shell, parse_duration(hc.get("start_period")), path)
+
+
+_URL = re.compile(r"https?://(?P<host>\[[^\]]+\]|[^/:'\"\s]+)(?::(?P<port>\d+))?(?P<path>/[^'\"\s)]*)?")
+
+
+def healthcheck_urls(hc: Healthcheck) -> list[tuple[str, int | None, str]]:
+    """(host, port, path) of every http(s) URL in the healthcheck command."""
+    out = []
+    for word in hc.argv:
+        for m in _URL.finditer(word):
+            out.append((m["host"], int(m["port"]) if m["port"] else None, m["path"] or "/"))
+    return out
+
+
+def published_ports(svc: Service) -> list[int]:
+    """Container ports the service publishes (ranges expanded up to 64 ports)."""
+    from servedeck.compose.rules.container import port_specs
+    out = []
+    for s in port_specs(svc):
+        if s.lo is not None and s.hi is not None and s.hi - s.lo < 64:
+            out.extend(range(s.lo, s.hi + 1))
+    return out
+
+
+def server_port(svc: Service) -> int | None:
+    """The port the server listens on (``--port`` or the image default), or None."""
+    port = svc.eff("port")
+    return port if isinstance(port, int) and not isinstance(port, bool) else None
+
+
+def int_setting(svc: Service, dest: str, default: int = 1) -> int:
+    """An integer engine setting (``tensor_parallel_size`` ...) or ``default``."""
+    v = svc.eff(dest)
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v)
+    return default

@@ -1,0 +1,51 @@
+"""``env/*``: the service environment as the container receives it, and as vLLM reads it.
+
+Compose Specification ``environment``: in the list form each item is one ``KEY=VALUE`` string
+taken verbatim (no shell removes quotes; docker/compose#2854); in the mapping form YAML has
+already removed them. vLLM reads only the ``VLLM_*`` variables listed in
+``vllm/envs.py`` ``environment_variables`` of its release (others are ignored; recent releases
+log "Unknown vLLM environment variable detected").
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from servedeck.compose.rules._facts import env_items, judge, version_tuple
+from servedeck.compose.rules._service import Ctx, Service
+
+_QUOTES = ("'", '"')
+
+#: vLLM variables read by launchers or images rather than by vllm/envs.py; never reported.
+_NOT_ENVS_PY = {"VLLM_API_KEY"}
+
+
+def check_environment(ctx: Ctx, svc: Service) -> None:
+    """``env/list-literal-quotes`` and ``env/not-read-by-version``."""
+    items = env_items(svc)
+    for e in items:
+        v = e.value
+        if e.list_form and v is not None and len(v) >= 2 and v[0] in _QUOTES and v[-1] == v[0]:
+            ctx.error("env/list-literal-quotes", e.path,
+                      f"list-form environment item {e.key}={v}: the quote characters are part of the "
+                      f"value ({e.key} becomes {v}, quotes included; no shell removes them in this form)",
+                      f"write - {e.key}={v[1:-1]}, or use the mapping form {e.key}: {v}")
+    if svc.launch.kind is None:
+        return
+    j = judge(ctx, svc, "env_vars")
+    if j is None:
+        return
+    known = set(j.facts.env_vars or [])
+    version = svc.facts.vllm_version if svc.facts else j.facts.vllm_version
+    v1_only = (version_tuple(svc) or (0, 0, 0)) >= (0, 11, 0)
+    for e in items:
+        if not e.key.startswith("VLLM_") or e.key in known or e.key in _NOT_ENVS_PY:
+            continue
+        extra = ""
+        if e.key == "VLLM_USE_V1" and v1_only:
+            extra = (f"; vLLM {version} runs only the V1 engine (V0 was removed in 0.11), so "
+                     f"VLLM_USE_V1={e.value} selects nothing")
+        close = difflib.get_close_matches(e.key, sorted(known), n=2, cutoff=0.85)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"remove {e.key}"
+        ctx.warning("env/not-read-by-version", e.path,
+                    f"{e.key} is not read by {j.basis}: the setting does nothing{extra}", hint)

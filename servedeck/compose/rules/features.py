@@ -1,0 +1,155 @@
+"""``features/*`` (settings that need each other) and ``entrypoint/*`` (Compose semantics of
+``entrypoint``/``command`` against the image's own).
+
+Facts: vLLM's ``validate_parsed_serve_args`` (``vllm/entrypoints/launchers/cli_args.py``)
+refuses ``--enable-auto-tool-choice`` without ``--tool-call-parser``; without
+``--reasoning-parser`` the thinking text stays in ``content``; Compose replaces the image's
+ENTRYPOINT with ``entrypoint:`` and passes ``command:`` as its arguments (Compose Specification);
+the legacy ``python3 -m vllm.entrypoints.openai.api_server`` takes the model only as
+``--model`` (a positional is "unrecognized arguments").
+"""
+
+from __future__ import annotations
+
+import json
+
+from servedeck.compose.rules._facts import vllm_flags
+from servedeck.compose.rules._service import Ctx, Service
+
+_THINKING_KEYS = ("enable_thinking", "thinking")
+
+
+def check_features(ctx: Ctx, svc: Service) -> None:
+    """``features/thinking-without-reasoning-parser``."""
+    if svc.launch.kind is None:
+        return
+    kwargs = svc.eff("default_chat_template_kwargs") or svc.eff("chat_template_kwargs")
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = None
+    if isinstance(kwargs, dict) and any(kwargs.get(k) is True for k in _THINKING_KEYS) \
+            and not svc.eff("reasoning_parser"):
+        e = svc.effective.get("default_chat_template_kwargs") or svc.effective.get("chat_template_kwargs")
+        ctx.warning("features/thinking-without-reasoning-parser", e.path if e else svc.path,
+                    "thinking is switched on by default (chat-template kwargs) but no --reasoning-parser "
+                    "is set: the model's reasoning text lands in the answer's content",
+                    "add --reasoning-parser NAME for the model family (e.g. qwen3)")
+
+
+_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8_per_token_head": 1,
+                "fp8_per_token_head": 1, "nvfp4": 0.5, "int4_per_token_head": 0.5}
+
+
+def kv_bytes_per_token(cfg: dict, kv_cache_dtype: str | None) -> float | None:
+    """KV-cache bytes one token takes in a standard attention model (Hugging Face config fields
+    ``num_hidden_layers``, ``num_key_value_heads`` (else ``num_attention_heads``), ``head_dim``
+    (else ``hidden_size / num_attention_heads``), ``torch_dtype``/``dtype``): K and V per layer.
+    None when the fields are missing."""
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    try:
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    size = _DTYPE_BYTES.get(kv_cache_dtype or "auto", 2)
+    return 2.0 * layers * kv_heads * head_dim * size
+
+
+def check_context_fits(ctx: Ctx, svc: Service) -> None:
+    """``features/full-context-does-not-fit``: no ``--max-model-len`` while the model's full
+    context (``max_position_embeddings``) needs more KV cache for one sequence than the GPU
+    memory vLLM may use (``gpu_memory_utilization`` x GPU memory x tensor-parallel GPUs);
+    vLLM then refuses to start ("... larger than the maximum number of tokens that can be stored
+    in KV cache"). Judged only when the model's config and the GPU size are known."""
+    cfg = ctx.expect.hf_config
+    gib = ctx.expect.gpu_memory_gib
+    if svc.launch.kind is None or not cfg or not gib or svc.eff("max_model_len") is not None:
+        return
+    per_token = kv_bytes_per_token(cfg, svc.eff("kv_cache_dtype"))
+    ctx_len = (cfg.get("text_config") or cfg).get("max_position_embeddings")
+    if per_token is None or not isinstance(ctx_len, int):
+        return
+    gmu = svc.eff("gpu_memory_utilization")
+    gmu = gmu if isinstance(gmu, (int, float)) and not isinstance(gmu, bool) else 0.9
+    tp = svc.eff("tensor_parallel_size")
+    tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else 1
+    budget = gmu * gib * 2**30 * tp
+    need = per_token * ctx_len
+    if need > budget:
+        fit = int(budget / per_token) // 1024 * 1024
+        ctx.error("features/full-context-does-not-fit", svc.path + ("command",),
+                  f"no --max-model-len: vLLM sizes for the model's full context of {ctx_len} tokens, whose "
+                  f"KV cache alone ({need / 2**30:.1f} GiB) exceeds what vLLM may use on the GPU(s) "
+                  f"({budget / 2**30:.1f} GiB before weights); vLLM refuses to start",
+                  f"set --max-model-len well below {fit} (weights also need room), or --max-model-len auto",
+                  key=True)
+
+
+#: reasoning parsers that read the generic ``<think>...</think>`` form, used across families
+_GENERIC_REASONING = {"deepseek_r1", "hf"}
+_FAMILY_ALIASES = {"openai": "gpt"}  # openai_gptoss is for model_type gpt_oss
+
+
+def _family(name: str) -> str:
+    import re
+    m = re.match(r"[a-z]+", name.lower())
+    stem = m.group(0) if m else name.lower()
+    return _FAMILY_ALIASES.get(stem, stem)
+
+
+def check_reasoning_family(ctx: Ctx, svc: Service) -> None:
+    """``features/reasoning-parser-family``: ``--reasoning-parser`` made for another model family
+    than the served model's ``model_type`` (Hugging Face config), while the release has a parser
+    of the model's own family (families: the leading letters of the names, e.g. ``qwen3`` and
+    ``qwen3_moe`` → ``qwen``). Generic ``<think>`` parsers are not judged."""
+    cfg = ctx.expect.hf_config
+    parser = svc.eff("reasoning_parser")
+    if not cfg or not isinstance(parser, str) or parser in _GENERIC_REASONING:
+        return
+    model_type = (cfg.get("text_config") or {}).get("model_type") or cfg.get("model_type")
+    if not isinstance(model_type, str):
+        return
+    from servedeck.compose.rules._facts import judge
+    j = judge(ctx, svc, "reasoning_parsers")
+    names = j.facts.reasoning_parsers if j else []
+    own = sorted(n for n in names if _family(n) == _family(model_type) and n not in _GENERIC_REASONING)
+    if own and _family(parser) != _family(model_type):
+        e = svc.effective.get("reasoning_parser")
+        ctx.warning("features/reasoning-parser-family", e.path if e else svc.path,
+                    f"reasoning parser {parser!r} is made for another model family than the served model "
+                    f"(model_type {model_type!r}); its think markers may not match, so reasoning stays in "
+                    f"the content or the answer is cut", f"use --reasoning-parser {own[0]}")
+
+
+def _is_wrapper(entry: list[str]) -> bool:
+    if not entry:
+        return False
+    head = entry[0].rsplit("/", 1)[-1]
+    return head.endswith(".sh") or head in ("bash", "sh", "tini", "dumb-init") \
+        or any(e.endswith(".sh") for e in entry[1:2])
+
+
+def check_entrypoint(ctx: Ctx, svc: Service) -> None:
+    """``entrypoint/replaces-wrapper`` and ``entrypoint/api-server-positional``."""
+    data = svc.data
+    if "entrypoint" in data and svc.facts is not None and _is_wrapper(svc.facts.entrypoint):
+        image_entry = " ".join(svc.facts.entrypoint)
+        why = " (Intel XPU images source the oneAPI environment in it)" if svc.device == "xpu" else ""
+        ctx.warning("entrypoint/replaces-wrapper", svc.path + ("entrypoint",),
+                    f"entrypoint: replaces the image's wrapper script {image_entry!r}{why}; whatever it "
+                    f"prepares is skipped", f"drop entrypoint: and put the server arguments in command:",
+                    key=True)
+    entry = data.get("entrypoint")
+    words = entry.split() if isinstance(entry, str) else [str(x) for x in entry or []]
+    if not any(w.endswith("vllm.entrypoints.openai.api_server") for w in words):
+        return
+    if svc.launch.positionals and not any(f.name == "model" for f in vllm_flags(svc)):
+        tok = svc.launch.positionals[0]
+        ctx.error("entrypoint/api-server-positional", tok.path,
+                  f"the legacy api_server entrypoint takes the model only as --model; the positional "
+                  f"{tok.s!r} is rejected ('unrecognized arguments')",
+                  f"write --model {tok.s}, or use the `vllm serve` entrypoint")

@@ -1,0 +1,169 @@
+"""``flags/*``: ``vllm serve`` flags judged by the release's own argument surface
+(:class:`servedeck.vllm.facts.VllmFacts`, read from vLLM's parser): flags the release does not
+know (removed or renamed), deprecated flags, values its type functions or choices reject,
+a flag given twice, and keys of JSON-valued flags checked against the config's fields.
+
+vLLM value syntax (``vllm/utils/argparse_utils.py``): ``human_readable_int`` takes ``16k``
+(16000) and ``16K`` (16384), ``1m``/``1M``, decimals with a suffix (``25.6k``);
+``human_readable_int_or_auto`` also ``-1``/``auto``; plain ``int`` takes none of these.
+``FlexibleArgumentParser`` accepts ``--flag=value`` and underscores in flag names; argparse
+keeps the last occurrence of a flag.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from servedeck.compose.rules._facts import judge, vllm_flags
+from servedeck.compose.rules._service import Ctx, Flag, Service
+
+#: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
+_NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
+
+_HR = re.compile(r"^\d+(?:\.\d+)?[kKmMgGtT]?$")
+
+
+def _value_ok(type_name: str | None, text: str) -> bool | None:
+    """Whether vLLM's type function ``type_name`` accepts ``text`` (None: cannot tell)."""
+    t = text.strip()
+    if type_name == "int":
+        return re.fullmatch(r"[-+]?\d+", t) is not None
+    if type_name == "float":
+        try:
+            float(t)
+            return True
+        except ValueError:
+            return False
+    if type_name == "human_readable_int":
+        return _HR.match(t) is not None and not re.fullmatch(r"\d+\.\d+", t)
+    if type_name == "human_readable_int_or_auto":
+        return t == "-1" or t.lower() == "auto" or (_HR.match(t) is not None and not re.fullmatch(r"\d+\.\d+", t))
+    return None
+
+
+def _spelling(type_name: str | None) -> str:
+    return {"int": "a plain integer (no k/K/M suffix, no 'auto')",
+            "float": "a number",
+            "human_readable_int": "an integer, optionally with k/m/g (x1000) or K/M/G (x1024)",
+            "human_readable_int_or_auto": "an integer with optional k/K/m/M suffix, -1 or auto",
+            }.get(type_name or "", "a value of its type")
+
+
+def check_flags(ctx: Ctx, svc: Service) -> None:
+    """``flags/unknown``, ``flags/deprecated``, ``flags/bad-value``, ``flags/bad-choice``,
+    ``flags/repeated`` and the ``json/*`` key checks."""
+    flags = vllm_flags(svc)
+    if not flags:
+        return
+    j = judge(ctx, svc, "serve_args")
+    seen: dict[str, Flag] = {}
+    for flag in flags:
+        key = flag.name.replace("_", "-")
+        prev = seen.get(key)
+        if prev is not None and prev.value != flag.value:
+            ctx.warning("flags/repeated", flag.token.path,
+                        f"--{flag.name} is given twice ({prev.value!r}, then {flag.value!r}); argparse "
+                        f"keeps the last one, {flag.value!r}", "keep one occurrence")
+        seen[key] = flag
+    if j is None:
+        return
+    facts = j.facts
+    report = ctx.error if j.exact else ctx.warning
+    for flag in flags:
+        action = facts.option(flag.name)
+        if action is None:
+            options = sorted(o[2:] for o in facts.by_option if o.startswith("--"))
+            hint = _rename_hint(flag.name, options)
+            report("flags/unknown", flag.token.path,
+                   f"--{flag.name} is not a `vllm serve` flag in {j.basis}: vLLM exits with "
+                   f"'unrecognized arguments: --{flag.name}' (removed or renamed)", hint)
+            continue
+        if action.deprecated:
+            ctx.warning("flags/deprecated", flag.token.path,
+                        f"--{flag.name} is deprecated in {j.basis} and will be removed",
+                        "see `vllm serve --help` for its replacement")
+        if flag.value is None or not action.takes_value:
+            continue
+        text = flag.value
+        ok = _value_ok(action.type, text)
+        if ok is False:
+            report("flags/bad-value", flag.value_path if flag.inline is None else flag.token.path,
+                   f"--{flag.name} {text!r}: vLLM reads this flag with {action.type}, which needs "
+                   f"{_spelling(action.type)}; vLLM exits with 'invalid {action.type} value'",
+                   f"write e.g. --{flag.name} 8192")
+        if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") and text not in [str(c) for c in action.choices]:
+            close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
+            report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
+                   f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
+                   f"did you mean {', '.join(close)}?" if close else
+                   f"choose from {', '.join(map(str, action.choices))}")
+    _json_keys(ctx, svc, j, flags)
+
+
+def _rename_hint(name: str, options: list[str]) -> str:
+    if name.startswith("disable-") and f"enable-{name[8:]}" in options:
+        return f"use --no-enable-{name[8:]}"
+    if name.startswith("enable-") and f"no-{name}" not in options and name == "enable-reasoning":
+        return "drop it: --reasoning-parser NAME alone turns reasoning output on"
+    close = difflib.get_close_matches(name, options, n=3, cutoff=0.7)
+    return f"did you mean {', '.join('--' + c for c in close)}?" if close else "drop it"
+
+
+_BASIC = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,),
+          "list": (list,), "None": (type(None),)}
+
+
+def _type_ok(annotation: str, value: Any) -> bool:
+    """Loose check of a JSON value against a field annotation text (unknown parts accept all)."""
+    names = re.findall(r"[A-Za-z_][A-Za-z_0-9.]*", annotation)
+    if any(n.split(".")[-1] not in _BASIC and n not in ("Optional", "Union") for n in names):
+        return True  # Literal[...], Any, enums, nested configs: no loose judgement
+    kinds = [_BASIC[n] for n in names if n in _BASIC]
+    if not kinds:
+        return True
+    if isinstance(value, bool) and not any(bool in k for k in kinds):
+        return False
+    return any(isinstance(value, k) for k in kinds)
+
+
+def _json_keys(ctx: Ctx, svc: Service, j: Any, flags: list[Flag]) -> None:
+    configs = j.facts.json_configs
+    if not configs:
+        return
+    owner: dict[str, list[str]] = {}
+    for dest, cfg in configs.items():
+        for f in cfg.fields:
+            owner.setdefault(f, []).append(dest)
+    report = ctx.error if j.exact else ctx.warning
+    for flag in flags:
+        action = j.facts.option(flag.name)
+        if action is None or action.dest not in configs or flag.value is None:
+            continue
+        try:
+            value = json.loads(flag.value)
+        except ValueError:
+            continue  # argv/invalid-json
+        if not isinstance(value, dict):
+            continue
+        cfg = configs[action.dest]
+        cls = cfg.class_.rsplit(".", 1)[-1]
+        path = flag.value_path if flag.inline is None else flag.token.path
+        for key, v in value.items():
+            if key not in cfg.fields:
+                elsewhere = [d for d in owner.get(key, []) if d != action.dest]
+                if elsewhere:
+                    hint = f"{key!r} belongs to --{elsewhere[0].replace('_', '-')}; move it there"
+                else:
+                    close = difflib.get_close_matches(key, sorted(cfg.fields), n=3)
+                    hint = f"did you mean {', '.join(close)}?" if close else \
+                        f"known keys: {', '.join(sorted(cfg.fields))}"
+                report("json/unknown-key", path,
+                       f"--{flag.name} key {key!r} is not a field of {cls} in {j.basis}; vLLM rejects "
+                       f"the config", hint)
+            elif not _type_ok(cfg.fields[key], v):
+                report("json/wrong-type", path,
+                       f"--{flag.name} key {key!r} is {json.dumps(v)} but {cls}.{key} is "
+                       f"{cfg.fields[key]}", f"give {key} a value of type {cfg.fields[key]}")

@@ -1,0 +1,81 @@
+"""``server/*``: the server's own settings against the container around it.
+
+Facts used: Docker forwards a published port to the container's bridge address, so a server
+bound to ``127.0.0.1`` inside the container is unreachable from outside (moby/moby PR #10900);
+a healthcheck runs inside the container (Compose Specification ``healthcheck``) with the image's
+own binaries; vLLM serves ``/health`` without authentication and every ``/v1/*`` route behind
+``--api-key`` / ``VLLM_API_KEY`` (``vllm/entrypoints/openai/api_server.py``); vLLM's default
+``--host`` is all interfaces and its default ``--port`` 8000.
+"""
+
+from __future__ import annotations
+
+from servedeck.compose.rules._facts import (env_value, healthcheck, healthcheck_urls, published_ports,
+                                            server_port)
+from servedeck.compose.rules._service import Ctx, Service
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "ip6-localhost"}
+
+#: seconds a vLLM server typically needs to be ready when no measured run exists (weights load +
+#: compile + CUDA-graph capture of a mid-size model); start_period below this is reported.
+TYPICAL_STARTUP_S = 120.0
+
+
+def check_server_container(ctx: Ctx, svc: Service) -> None:
+    """``server/host-loopback``, ``server/healthcheck-port``, ``server/healthcheck-start-period``,
+    ``server/healthcheck-binary-missing``, ``server/healthcheck-needs-api-key``."""
+    if svc.launch.kind is None:
+        return
+    host = svc.eff("host")
+    published = published_ports(svc)
+    host_net = svc.data.get("network_mode") == "host"
+    if isinstance(host, str) and host.strip().lower() in _LOOPBACK and published and not host_net:
+        e = svc.effective.get("host")
+        ctx.error("server/host-loopback", e.path if e else svc.path,
+                  f"--host {host} makes the server listen on the container's own loopback; Docker "
+                  f"forwards the published port to the container's bridge address, so every request "
+                  f"from outside gets 'connection reset' while a healthcheck inside the container "
+                  f"(127.0.0.1) still passes",
+                  "drop --host (vLLM listens on all interfaces by default) or use --host 0.0.0.0")
+    port = server_port(svc)
+    hc = healthcheck(svc)
+    if hc is None:
+        return
+    urls = healthcheck_urls(hc)
+    for _, hport, _ in urls:
+        if port is not None and (hport or 80) != port:
+            ctx.error("server/healthcheck-port", hc.path + ("test",),
+                      f"the healthcheck asks port {hport or 80} but the server listens on {port}; the "
+                      f"service never becomes healthy", f"point the healthcheck at port {port}")
+            break
+    expected = ctx.expect.startup_seconds
+    basis = "the measured time to ready of the last run" if expected is not None else \
+        "a typical vLLM startup (load, compile, graph capture)"
+    need = expected if expected is not None else TYPICAL_STARTUP_S
+    if hc.start_period is not None and hc.start_period < need:
+        ctx.warning("server/healthcheck-start-period", hc.path + ("start_period",),
+                    f"healthcheck start_period is {hc.start_period:g}s but the server needs about "
+                    f"{need:g}s to be ready ({basis}); failed probes before then count as retries and "
+                    f"the service turns unhealthy while still starting",
+                    f"start_period: {int(need * 1.5)}s")
+    binaries = svc.facts.binaries if svc.facts else {}
+    if hc.argv:
+        prog = hc.argv[0].rsplit("/", 1)[-1]
+        if binaries.get(prog) is False:
+            have = ", ".join(b for b, ok in sorted(binaries.items()) if ok) or "none of curl/wget/python3"
+            ctx.error("server/healthcheck-binary-missing", hc.path + ("test",),
+                      f"the healthcheck runs {prog}, which the image does not have (it has: {have}); the "
+                      f"check always fails and the service never becomes healthy",
+                      "use python3 -c \"import urllib.request; urllib.request.urlopen("
+                      "'http://127.0.0.1:PORT/health', timeout=5)\"" if binaries.get("python3")
+                      else "use a binary the image has")
+    key_set = env_value(svc, "VLLM_API_KEY") or svc.eff("api_key")
+    if key_set:
+        words = " ".join(hc.argv)
+        for _, _, path in urls:
+            if path.startswith("/v1/") and "authorization" not in words.lower():
+                ctx.error("server/healthcheck-needs-api-key", hc.path + ("test",),
+                          f"the healthcheck asks {path} without an Authorization header, but an API key "
+                          f"is set (VLLM_API_KEY / --api-key): every probe gets HTTP 401",
+                          "probe /health, which needs no key")
+                break

@@ -1,0 +1,241 @@
+"""Ask an image about itself through Docker: its config and vLLM facts, and vLLM's own verdict
+on a server command (the in-image dry run). No GPU, no network, no model is needed: each step
+is a throw-away container (``--network none``) running the image's own python on
+:mod:`servedeck.vllm.introspect`.
+
+Steps and their upstream contracts:
+
+* image config: ``docker image inspect`` ``Config`` (Entrypoint, Cmd, WorkingDir, Env, Labels)
+  through the docker SDK (``DockerClient.images.get``);
+* the final command: for the exl3xpu launcher (``scripts/serve.py``) the launcher's own
+  ``--print`` (``ZE_AFFINITY_MASK=<gpu> <shell-quoted argv>``), run in the same container as
+  the verdict; for a ``vllm serve`` entrypoint the command items as they are;
+* the verdict: ``make_arg_parser`` + ``validate_parsed_serve_args`` + the JSON-valued configs,
+  inside the image (see :func:`servedeck.vllm.introspect.dryrun`).
+
+Verdicts are cached per (image id, argv) in memory and in ``<cache_dir>/dryrun/<key>.json``
+(default ``$XDG_CACHE_HOME/servedeck``), so repeating a dry run costs a file read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from servedeck.errors import ServedeckError
+from servedeck.fsutil import atomic_write
+
+_MARK = "@@SERVEDECK@@"
+_SCRIPT = Path(__file__).resolve().parent.parent / "vllm" / "introspect.py"
+_MEMO: dict[str, "DryRunResult"] = {}
+
+
+def cache_dir() -> Path:
+    """``$SERVEDECK_CACHE_HOME`` or ``$XDG_CACHE_HOME/servedeck`` (``~/.cache/servedeck``)."""
+    base = os.environ.get("SERVEDECK_CACHE_HOME")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servedeck"
+
+
+def local_client() -> Any:
+    """A docker SDK client for the local engine (``DOCKER_HOST`` honoured).
+
+    Raises:
+        ServedeckError: no engine answers.
+    """
+    import docker
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+        return client
+    except Exception as exc:  # docker.errors.DockerException, requests errors
+        raise ServedeckError(f"no Docker engine reachable: {exc}",
+                             hint="start Docker, or set DOCKER_HOST; without it `invoke check` "
+                                  "uses the catalog and repository hints only") from None
+
+
+def _client(client_or_host: Any) -> Any:
+    if client_or_host is None:
+        return local_client()
+    if hasattr(client_or_host, "docker_client"):  # servedeck.host.remote.RemoteHost
+        return client_or_host.docker_client()
+    return client_or_host
+
+
+def _image(client: Any, ref: str) -> Any:
+    import docker
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        try:
+            return client.images.pull(ref)
+        except docker.errors.DockerException as exc:
+            raise ServedeckError(f"image {ref} is not present and cannot be pulled: {exc}",
+                                 hint="pull it on this engine first (docker pull REF)") from None
+
+
+def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[str]) -> tuple[int, str]:
+    """Run a throw-away container; returns (exit code, stdout+stderr text)."""
+    kw: dict[str, Any] = {"network_mode": "none", "detach": True}
+    if entrypoint is not None:
+        kw["entrypoint"] = entrypoint
+    container = client.containers.run(image.id, command=command, **kw)
+    try:
+        status = container.wait(timeout=600)
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    finally:
+        container.remove(force=True)
+    return int(status.get("StatusCode", 1)), out + ("\n" + err if err else "")
+
+
+def _introspect(client: Any, image: Any, args: list[str]) -> dict[str, Any]:
+    script = _SCRIPT.read_text(encoding="utf-8")
+    code, text = _run(client, image, ["python3", "-c", script], args)
+    if _MARK not in text:
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        raise ServedeckError(f"the image's python could not run servedeck's vLLM introspection "
+                             f"(exit {code}): {tail}",
+                             hint="the image needs python3 with vLLM importable on its PATH")
+    return json.loads(text.rsplit(_MARK, 1)[1].splitlines()[0])
+
+
+def _digest(image: Any, ref: str) -> str:
+    for rd in image.attrs.get("RepoDigests") or []:
+        if "@" in rd:
+            return rd.split("@", 1)[1]
+    if "@" in ref:
+        return ref.split("@", 1)[1]
+    return image.id
+
+
+def _repository(ref: str) -> str:
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in last else name
+
+
+def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
+    """Read an image's facts from the image itself.
+
+    Args:
+        client_or_host: a docker SDK client, a :class:`servedeck.host.remote.RemoteHost`, or
+            None for the local engine.
+        image_ref: ``repository[:tag][@digest]`` or an image id.
+
+    Returns:
+        ``(digest, ImageFacts, VllmFacts)``: the digest (repo digest when the image has one,
+        else the image id), the catalog entry (launcher, device, entrypoint, cmd, workdir, env,
+        labels, binaries, launcher model configs) and vLLM's own facts.
+
+    Raises:
+        ServedeckError: no engine, image missing, or the image cannot run the introspection.
+    """
+    from servedeck.model.catalog import ImageFacts, LauncherDefaults
+    from servedeck.vllm.facts import VllmFacts
+    from servedeck.yamlio import launcher_value
+
+    client = _client(client_or_host)
+    image = _image(client, image_ref)
+    cfg = image.attrs.get("Config") or {}
+    raw = _introspect(client, image, ["facts"])
+    digest = _digest(image, image_ref)
+    raw["source"] = f"extracted from image {_repository(image_ref)} ({digest[:19]}) by servedeck.vllm.introspect"
+    vf = VllmFacts.model_validate(raw)
+    entry = list(cfg.get("Entrypoint") or [])
+    launcher = "exl3xpu" if any(e.endswith("serve.py") for e in entry[:2]) else "vllm"
+    env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    labels = dict(cfg.get("Labels") or {})
+    blob = " ".join([image_ref, *labels.values(), raw.get("vllm_version", "")]).lower()
+    device = "xpu" if "xpu" in blob else ("cpu" if "cpu" in blob else "cuda")
+    defaults = []
+    for path, text in (raw.get("launcher_configs") or {}).items():
+        data = launcher_value(text)  # the launcher reads model.yaml with PyYAML safe_load
+        if not isinstance(data, dict):
+            continue
+        defaults.append(LauncherDefaults(config=path, served_model_name=data.get("served_model_name"),
+                                         vllm=dict(data.get("vllm") or {}),
+                                         env={k: None if v is None else str(v)
+                                              for k, v in (data.get("env") or {}).items()}))
+    port = 8100 if launcher == "exl3xpu" else 8000
+    facts = ImageFacts(repository=_repository(image_ref), launcher=launcher,  # type: ignore[arg-type]
+                       vllm_version=vf.vllm_version, device=device,  # type: ignore[arg-type]
+                       entrypoint=entry, default_port=port, launcher_defaults=defaults,
+                       cmd=list(cfg.get("Cmd") or []), workdir=cfg.get("WorkingDir") or None,
+                       env=env, labels=labels, binaries=raw.get("binaries") or {},
+                       note=f"read from the image by servedeck.host.inimage ({image.id[:19]})")
+    return digest, facts, vf
+
+
+@dataclass
+class DryRunResult:
+    """vLLM's own verdict on one server command.
+
+    Attributes:
+        ok: True when vLLM's parser and serve-args validation accept the command.
+        stage: ``launcher`` (the launcher refused / could not print), ``parse``, ``validate``,
+            ``config`` (a JSON-valued config rejected a key or value) or ``done``.
+        message: vLLM's (or the launcher's) own message.
+        vllm_argv: the arguments vLLM receives (after the launcher), without ``vllm serve``.
+        image_id: the image id judged.
+        cached: True when this verdict came from the cache.
+        seconds: wall time spent (0 for a memory-cache hit).
+    """
+
+    ok: bool
+    stage: str
+    message: str
+    vllm_argv: list[str]
+    image_id: str
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
+            use_cache: bool = True) -> DryRunResult:
+    """Judge a server command with the image's own launcher and vLLM, without a GPU.
+
+    Args:
+        client_or_host: docker SDK client, RemoteHost, or None (local engine).
+        image_ref: the pinned image.
+        command: the compose ``command`` items (arguments to the image's entrypoint).
+        use_cache: read and write the (image id, argv) cache.
+
+    Returns:
+        A :class:`DryRunResult`; a rejection is ``ok=False`` with vLLM's own message.
+
+    Raises:
+        ServedeckError: no engine, the image is missing, or it cannot run the introspection.
+    """
+    t0 = time.perf_counter()
+    client = _client(client_or_host)
+    image = _image(client, image_ref)
+    key = hashlib.sha256(json.dumps([image.id, list(command)]).encode()).hexdigest()[:32]
+    if use_cache and key in _MEMO:
+        hit = _MEMO[key]
+        return DryRunResult(**{**asdict(hit), "cached": True, "seconds": time.perf_counter() - t0})
+    path = cache_dir() / "dryrun" / f"{key}.json"
+    if use_cache and path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            res = DryRunResult(**{**data, "cached": True, "seconds": time.perf_counter() - t0})
+            _MEMO[key] = res
+            return res
+        except (ValueError, TypeError):
+            pass  # a damaged cache entry is recomputed
+    entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
+    verdict = _introspect(client, image, ["launch-dryrun", json.dumps(entry), json.dumps(list(command))])
+    res = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")), str(verdict.get("message")),
+                       list(verdict.get("argv") or []), image.id)
+    res.seconds = time.perf_counter() - t0
+    if use_cache:
+        _MEMO[key] = res
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(asdict(res)) + "\n")
+    return res

@@ -1,0 +1,163 @@
+"""vLLM's own facts about one release: the ``vllm serve`` argument surface, name registries,
+JSON-valued config fields and the ``VLLM_*`` variables it reads.
+
+Produced by :mod:`servedeck.vllm.introspect` (run inside an image) and stored per digest in the
+catalog, or shipped as tables under ``servedeck/vllm/tables/vllm-<version>.json`` (each with its
+``source``). Rules ask :func:`facts_for_version` for the table nearest to an image's version
+when no per-digest facts exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servedeck.errors import ServedeckError
+
+TABLES_DIR = Path(__file__).resolve().parent / "tables"
+
+
+class ServeArg(BaseModel):
+    """One ``vllm serve`` argparse action.
+
+    Attributes:
+        options: option strings, e.g. ``["--max-model-len"]`` (empty for the positional).
+        dest: argparse dest, e.g. ``max_model_len``.
+        type: name of the argparse type function (``int``, ``human_readable_int``,
+            ``parse_dataclass``, ...), or None.
+        choices: allowed values, or None.
+        default: the default (JSON-able; repr text for objects).
+        nargs: argparse nargs (None, ``"?"``, ``"+"``, 0 ...).
+        takes_value: False for store_true/false style actions.
+        deprecated: True when vLLM marks the flag deprecated.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    options: list[str]
+    dest: str
+    type: str | None = None
+    choices: list[Any] | None = None
+    default: Any = None
+    nargs: Any = None
+    takes_value: bool = True
+    deprecated: bool = False
+
+
+class JsonConfig(BaseModel):
+    """A JSON-valued flag's config class: ``class`` (dotted name) and field name → annotation."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    class_: str = Field(alias="class")
+    fields: dict[str, str]
+
+
+class VllmFacts(BaseModel):
+    """Facts of one vLLM release (see the module docstring for where each comes from).
+
+    Attributes:
+        vllm_version: ``vllm.__version__``.
+        source: where these facts were read (image digest + extractor, or release files).
+        serve_args: the argument surface of ``vllm serve``.
+        json_configs: dest of a JSON-valued flag → its config class and fields.
+        tool_call_parsers, reasoning_parsers, speculative_methods, kv_cache_dtypes: registries.
+        env_vars: ``VLLM_*`` variables the release reads; None when not extracted.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    vllm_version: str
+    source: str = ""
+    serve_args: list[ServeArg] = Field(default_factory=list)
+    json_configs: dict[str, JsonConfig] = Field(default_factory=dict)
+    tool_call_parsers: list[str] = Field(default_factory=list)
+    reasoning_parsers: list[str] = Field(default_factory=list)
+    speculative_methods: list[str] = Field(default_factory=list)
+    kv_cache_dtypes: list[str] = Field(default_factory=list)
+    env_vars: list[str] | None = None
+
+    @functools.cached_property
+    def by_option(self) -> dict[str, ServeArg]:
+        """``--max-model-len`` (and every alias) → its action."""
+        return {o: a for a in self.serve_args for o in a.options}
+
+    def option(self, name: str) -> ServeArg | None:
+        """The action for ``name`` given without dashes (``max-model-len``) or with them.
+
+        vLLM's ``FlexibleArgumentParser`` also accepts underscores (``--max_model_len``)."""
+        if not name.startswith("-"):
+            name = ("--" if len(name) > 1 else "-") + name
+        hit = self.by_option.get(name)
+        if hit is None and "_" in name:
+            hit = self.by_option.get(name.replace("_", "-"))
+        return hit
+
+    def names(self, kind: str) -> list[str]:
+        """A registry by kind: ``tool_call_parser``, ``reasoning_parser``, ``speculative_method``,
+        ``kv_cache_dtype``."""
+        return {"tool_call_parser": self.tool_call_parsers, "reasoning_parser": self.reasoning_parsers,
+                "speculative_method": self.speculative_methods,
+                "kv_cache_dtype": self.kv_cache_dtypes}[kind]
+
+
+def load_facts(path: Path) -> VllmFacts:
+    """Read one facts JSON file.
+
+    Raises:
+        ServedeckError: the file is missing or not a facts document.
+    """
+    try:
+        return VllmFacts.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ServedeckError(f"cannot read vLLM facts: {exc}", file=str(path),
+                             hint="re-extract them: invoke image-facts IMAGE") from None
+
+
+def write_table(facts: VllmFacts) -> Path:
+    """Write ``facts`` as the shipped table ``tables/vllm-<MAJOR.MINOR.PATCH>.json`` (atomic);
+    returns its path."""
+    from servedeck.fsutil import atomic_write
+    from servedeck.vllm.names import parse_version
+    path = TABLES_DIR / ("vllm-" + ".".join(map(str, parse_version(facts.vllm_version))) + ".json")
+    TABLES_DIR.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, facts.model_dump_json(indent=1, by_alias=True) + "\n")
+    shipped_tables.cache_clear()
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_tables() -> dict[tuple[int, int, int], VllmFacts]:
+    """Every shipped table (``servedeck/vllm/tables/vllm-*.json``) by parsed version."""
+    from servedeck.vllm.names import parse_version
+    out = {}
+    for path in sorted(TABLES_DIR.glob("vllm-*.json")):
+        f = load_facts(path)
+        out[parse_version(f.vllm_version)] = f
+    return dict(sorted(out.items()))
+
+
+def facts_for_version(version: str) -> tuple[VllmFacts | None, str]:
+    """The shipped table for ``version``: the same release, else the nearest older one, else the
+    nearest newer one. Returns (facts or None, basis text such as ``"vLLM 0.32.0 (nearest older)"``).
+
+    Raises:
+        ServedeckError: ``version`` is not ``MAJOR.MINOR[.PATCH]``.
+    """
+    from servedeck.vllm.names import parse_version
+    want = parse_version(version)
+    tables = shipped_tables()
+    if not tables:
+        return None, "no shipped table"
+    if want in tables:
+        return tables[want], f"vLLM {tables[want].vllm_version}"
+    older = [v for v in tables if v < want]
+    if older:
+        f = tables[older[-1]]
+        return f, f"vLLM {f.vllm_version} (nearest older shipped table)"
+    f = tables[min(tables)]
+    return f, f"vLLM {f.vllm_version} (nearest newer shipped table)"

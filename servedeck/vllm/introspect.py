@@ -1,0 +1,297 @@
+"""Run INSIDE an image, with the image's own python: dump vLLM's facts, or judge one argv.
+
+This file is self-contained (standard library + the vLLM installed in the image); servedeck
+copies it into a throw-away container (``servedeck.host.inimage``) and runs::
+
+    python3 -c "$(cat introspect.py)" facts                         -> JSON facts
+    python3 -c "$(cat introspect.py)" dryrun VLLM_ARGV_JSON         -> JSON verdict
+    python3 -c "$(cat introspect.py)" launch-dryrun ENTRY_JSON CMD_JSON
+        -> the image's launcher gives the final command (exl3xpu ``--print``), then the verdict
+
+``facts`` reads, from vLLM itself (names as of vLLM 0.32; older releases are read defensively):
+
+* ``vllm.__version__``;
+* the ``vllm serve`` argument surface: ``make_arg_parser`` of
+  ``vllm/entrypoints/launchers/cli_args.py`` (older: ``vllm/entrypoints/openai/cli_args.py``)
+  on a ``FlexibleArgumentParser`` -- per action its option strings, dest, type name, choices,
+  default, nargs, whether it takes a value and whether it is deprecated;
+* for each JSON-valued flag whose value is a vLLM config dataclass (``vllm/config/*.py``), the
+  config's field names and annotation text (``dataclasses.fields``);
+* the tool-call and reasoning parser registries (``ToolParserManager`` /
+  ``ReasoningParserManager`` ``list_registered``), the speculative methods (the
+  ``SpeculativeMethod`` literal of ``vllm/config/speculative.py``) and the KV-cache dtypes
+  (``CacheDType`` of ``vllm/config/cache.py``);
+* the ``VLLM_*`` variables that release reads (keys of ``vllm.envs.environment_variables``).
+
+``dryrun`` parses the argv with the same parser, runs ``validate_parsed_serve_args`` and builds
+each JSON-valued config from its dict (unknown keys and wrong types are rejected by the config's
+own constructor), all without a GPU and without loading a model.
+"""
+
+import json
+import sys
+
+_MAX_DEFAULT_LEN = 200
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    text = repr(value)
+    return text if len(text) <= _MAX_DEFAULT_LEN else text[:_MAX_DEFAULT_LEN] + "..."
+
+
+def _literal_args(tp):
+    import typing
+    out = []
+    for arg in typing.get_args(tp):
+        if isinstance(arg, str):
+            out.append(arg)
+        else:
+            out.extend(_literal_args(arg))
+    return out
+
+
+def _parser():
+    try:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:  # vLLM <= 0.2x layout
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    return parser, validate_parsed_serve_args
+
+
+def _config_classes():
+    """dest -> vLLM config dataclass for JSON-valued flags."""
+    import dataclasses
+    import typing
+    out = {}
+    try:
+        from vllm.config import VllmConfig
+        hints = typing.get_type_hints(VllmConfig)
+    except Exception:  # noqa: BLE001 - older releases: no such class or unresolvable hints
+        return out
+    for name, tp in hints.items():
+        cands = [tp] + list(typing.get_args(tp))
+        for c in cands:
+            if isinstance(c, type) and dataclasses.is_dataclass(c):
+                out[name] = c
+                break
+    return out
+
+
+def _fields(cls):
+    import dataclasses
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or not f.init:
+            continue
+        tp = f.type
+        text = tp if isinstance(tp, str) else (tp.__name__ if isinstance(tp, type) else str(tp))
+        out[f.name] = text.replace("typing.", "")
+    return out
+
+
+def facts():
+    import os
+    import shutil
+    import vllm
+    parser, _ = _parser()
+    deprecated = getattr(parser, "_deprecated", set())
+    args = []
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        tname = getattr(action.type, "__name__", None) if action.type is not None else None
+        args.append({
+            "options": list(action.option_strings),
+            "dest": action.dest,
+            "type": tname,
+            "choices": _jsonable(list(action.choices)) if action.choices is not None else None,
+            "default": _jsonable(action.default),
+            "nargs": action.nargs if isinstance(action.nargs, (int, str)) or action.nargs is None
+            else str(action.nargs),
+            "takes_value": action.nargs != 0,
+            "deprecated": action in deprecated or bool(getattr(action, "deprecated", False)),
+        })
+    configs = {}
+    classes = _config_classes()
+    try:
+        from vllm.config import SpeculativeConfig
+        classes.setdefault("speculative_config", SpeculativeConfig)
+    except ImportError:
+        pass
+    dests = {a["dest"] for a in args}
+    for dest, cls in classes.items():
+        if dest in dests:
+            configs[dest] = {"class": cls.__module__ + "." + cls.__qualname__, "fields": _fields(cls)}
+    tool = reasoning = []
+    try:
+        from vllm.tool_parsers import ToolParserManager
+        tool = ToolParserManager.list_registered()
+    except ImportError:
+        from vllm.entrypoints.openai.tool_parsers import ToolParserManager
+        tool = sorted(ToolParserManager.tool_parsers)
+    from vllm.reasoning import ReasoningParserManager
+    if hasattr(ReasoningParserManager, "list_registered"):
+        reasoning = ReasoningParserManager.list_registered()
+    else:
+        reasoning = sorted(ReasoningParserManager.reasoning_parsers)
+    spec = kv = []
+    try:
+        from vllm.config import speculative as _spec
+        spec = sorted(set(_literal_args(_spec.SpeculativeMethod)))
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from vllm.config import cache as _cache
+        kv = list(dict.fromkeys(_literal_args(_cache.CacheDType)))
+    except (ImportError, AttributeError):
+        pass
+    import vllm.envs as envs
+    env_vars = sorted(getattr(envs, "environment_variables", {}))
+    return {
+        "vllm_version": vllm.__version__,
+        "serve_args": args,
+        "json_configs": configs,
+        "tool_call_parsers": sorted(tool),
+        "reasoning_parsers": sorted(reasoning),
+        "speculative_methods": spec,
+        "kv_cache_dtypes": kv,
+        "env_vars": env_vars,
+        "python": sys.executable,
+        "binaries": {b: shutil.which(b) is not None for b in ("curl", "wget", "python3", "bash")},
+        "cwd": os.getcwd(),
+        "launcher_configs": _launcher_configs(),
+    }
+
+
+def _launcher_configs():
+    """exl3xpu launcher model configs: ``models/<name>/model.yaml`` under the working
+    directory, as text (parsed by servedeck on the host)."""
+    import glob
+    import os
+    out = {}
+    for path in sorted(glob.glob(os.path.join("models", "*", "model.yaml"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out[os.path.dirname(path)] = fh.read()
+        except OSError:
+            pass
+    return out
+
+
+class _Reject(Exception):
+    pass
+
+
+def dryrun(argv):
+    parser, validate = _parser()
+
+    def _error(message):
+        raise _Reject(message)
+
+    parser.error = _error  # argparse would print and exit(2); keep vLLM's message instead
+    try:
+        args = parser.parse_args(argv)
+    except _Reject as exc:
+        return {"ok": False, "stage": "parse", "message": str(exc)}
+    except SystemExit as exc:
+        return {"ok": False, "stage": "parse", "message": f"argparse exited {exc.code}"}
+    except Exception as exc:  # noqa: BLE001 - vLLM's type functions raise their own errors
+        return {"ok": False, "stage": "parse", "message": f"{type(exc).__name__}: {exc}"}
+    try:
+        validate(args)
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "stage": "validate", "message": f"{type(exc).__name__}: {exc}"}
+    classes = _config_classes()
+    try:
+        from vllm.config import SpeculativeConfig
+        classes["speculative_config"] = SpeculativeConfig
+    except ImportError:
+        pass
+    for dest, cls in classes.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, dict):
+            continue
+        known = set(_fields(cls))
+        unknown = sorted(set(value) - known)
+        if unknown:
+            return {"ok": False, "stage": "config", "dest": dest,
+                    "message": f"{cls.__name__} has no field(s) {', '.join(unknown)} "
+                               f"(--{dest.replace('_', '-')})"}
+        try:
+            from pydantic import TypeAdapter
+            TypeAdapter(cls).validate_python(value)
+        except Exception as exc:  # noqa: BLE001
+            kind = type(exc).__name__
+            if kind == "ValidationError":
+                errs = [e for e in exc.errors() if e.get("loc") and e["loc"][0] in value]
+                if errs:
+                    e = errs[0]
+                    return {"ok": False, "stage": "config", "dest": dest,
+                            "message": f"{cls.__name__}.{e['loc'][0]}: {e['msg']} "
+                                       f"(got {e.get('input')!r})"}
+            # other errors need the model/device context that a dry run does not have
+    return {"ok": True, "stage": "done", "message": "accepted by vLLM's parser and serve-args validation"}
+
+
+def vllm_argv_from_print(line):
+    """The vLLM arguments in an exl3xpu launcher ``--print`` line
+    (``ZE_AFFINITY_MASK=0 /opt/venv/bin/python -m vllm.entrypoints.openai.api_server --model ...``
+    or ``... vllm serve MODEL ...``): the words after ``serve`` / the api_server module."""
+    import shlex
+    words = shlex.split(line)
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        words = words[1:]  # leading VAR=value assignments
+    for i, w in enumerate(words):
+        if w == "serve" or w.endswith("api_server") or w.endswith("api_server.py"):
+            return words[i + 1:]
+    return words
+
+
+def launch_and_dryrun(entrypoint, command):
+    """The image's launcher (an exl3xpu ``serve.py`` entrypoint) is asked for its final command
+    with ``--print``; a ``vllm serve`` entrypoint passes ``command`` as is. Then :func:`dryrun`."""
+    import subprocess
+    if any(e.endswith("serve.py") for e in entrypoint[:2]):
+        proc = subprocess.run(list(entrypoint) + ["--print"] + list(command), capture_output=True,
+                              text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZE_AFFINITY_MASK=")]
+        if proc.returncode != 0 or not lines:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+            return {"ok": False, "stage": "launcher", "argv": [],
+                    "message": f"the launcher refused the command (exit {proc.returncode}): {tail}"}
+        argv = vllm_argv_from_print(lines[-1])
+    elif entrypoint[-1:] == ["vllm"] and command[:1] == ["serve"]:
+        argv = list(command[1:])
+    else:
+        argv = list(command)
+    out = dryrun(argv)
+    out["argv"] = argv
+    return out
+
+
+def main(argv):
+    mode = argv[0] if argv else "facts"
+    if mode == "facts":
+        out = facts()
+    elif mode == "dryrun":
+        out = dryrun(json.loads(argv[1]))
+    elif mode == "launch-dryrun":
+        out = launch_and_dryrun(json.loads(argv[1]), json.loads(argv[2]))
+    else:
+        out = {"error": f"unknown mode {mode!r}"}
+    sys.stdout.write("\n@@SERVEDECK@@" + json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

