@@ -161,11 +161,10 @@ class RunMeta(BaseModel):
     started_at: str = Field(description="UTC, ISO 8601 with `Z`")
     ready_at: str | None = Field(None, description="when the server answered /health and /v1/models")
     ended_at: str | None = Field(None, description="when a run that did not become ready ended")
-    outcome: Outcome = Field("started", description="`started` | `ready` | `failed` | "
-                                                     "`rolled-back` | `interrupted`")
+    outcome: Outcome = Field("started", description="how the run ended; `started` while the deploy runs")
     failure: str | None = Field(None, description="why the run did not become ready (one sentence)")
     failure_phase: FailurePhase | None = Field(
-        None, description="deploy phase that failed: " + " | ".join(f"`{p}`" for p in FailurePhase.__args__))
+        None, description="the deploy phase that failed")
     rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
     restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
                                                    "(None when the restored compose file matches no recorded run)")

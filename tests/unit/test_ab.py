@@ -216,7 +216,7 @@ def test_holm_and_exact_test_floor():
     assert method == "Mann-Whitney U, permutation (ties)" and 0 < p < 1
 
 
-@pytest.mark.parametrize("n", [3, 5, 8])
+@pytest.mark.parametrize("n", [3, 8, 12])
 def test_false_positive_rate_over_identical_arms_holds_across_the_report(n):
     """Identical arms through the verdict code: the share of reports with ANY faster/slower
     verdict (8 metrics per report, 1-8 % per-request noise plus an occasional outlier) stays at
@@ -237,9 +237,9 @@ def test_false_positive_rate_over_identical_arms_holds_across_the_report(n):
         for margin in flagged:
             out = judge_bench(metrics, margin=margin, intervals=False)
             flagged[margin] += any(m.verdict in ("faster", "slower") for m in out)
-    print("FLAGGED", n, flagged)
     assert flagged[0.03] / reports <= 0.05, flagged
     assert flagged[0.0] / reports <= 0.05, flagged
+    print("FLAGGED", n, flagged)
     if n == 3:
         assert flagged == {0.03: 0, 0.0: 0}  # the smallest exact p at 3 vs 3 is 0.1
 
