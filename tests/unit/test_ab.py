@@ -216,7 +216,7 @@ def test_holm_and_exact_test_floor():
     assert method == "Mann-Whitney U, permutation (ties)" and 0 < p < 1
 
 
-@pytest.mark.parametrize("n", [3, 8, 12])
+@pytest.mark.parametrize("n", [3, 8])
 def test_false_positive_rate_over_identical_arms_holds_across_the_report(n):
     """Identical arms through the verdict code: the share of reports with ANY faster/slower
     verdict (8 metrics per report, 1-8 % per-request noise plus an occasional outlier) stays at
@@ -239,7 +239,6 @@ def test_false_positive_rate_over_identical_arms_holds_across_the_report(n):
             flagged[margin] += any(m.verdict in ("faster", "slower") for m in out)
     assert flagged[0.03] / reports <= 0.05, flagged
     assert flagged[0.0] / reports <= 0.05, flagged
-    print("FLAGGED", n, flagged)
     if n == 3:
         assert flagged == {0.03: 0, 0.0: 0}  # the smallest exact p at 3 vs 3 is 0.1
 
@@ -361,3 +360,99 @@ def test_switching_a_profile_section_on_is_one_variable_per_setting(tmp_path):
     assert {(d.view, d.path) for d in diff.differences[0].evidence} == {
         ("effective", "speculative_config.num_speculative_tokens"),
         ("profile", "engine.speculative.num_speculative_tokens")}
+
+
+# ---------------------------------------------------------------- A/A and interleaved arms
+
+def _same_config_runs(tmp_path, names=("0010-base-b70", "0011-base-b70")):
+    """Two recorded runs of one configuration: copies of fixture run 0002 whose bench samples
+    are replaced by draws from one distribution (what two deploys of one profile give)."""
+    rng = np.random.default_rng(5)
+    out = []
+    for name in names:
+        run = _copy_run(A, tmp_path, name)
+        lines = [json.loads(x) for x in (run / "bench.jsonl").read_text().splitlines() if x.strip()]
+        for s in lines:
+            if s["phase"] in ("cold", "warm"):
+                s["decode_tok_s"] = float(57.0 * np.exp(rng.normal(0, 0.02)))
+                s["ttft_s"] = float(1.4 * np.exp(rng.normal(0, 0.03)))
+        (run / "bench.jsonl").write_text("".join(json.dumps(s) + "\n" for s in lines))
+        out.append(run)
+    return out
+
+
+def test_aa_reports_the_noise_floor_and_later_ab_reports_cite_it(tmp_path):
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.noise import load_noise_floor
+    a1, a2 = _same_config_runs(tmp_path)
+    with pytest.raises(ServedeckError, match="do not differ"):
+        compare_runs(tmp_path, [a1], [a2])  # not an A/B ...
+    aa = compare_runs(tmp_path, [a1], [a2], aa=True, out=tmp_path / "aa" / "report.md")  # ... but an A/A
+    assert aa.noise_path == tmp_path / "noise" / "b70-21412bdd7535.json"
+    floor = load_noise_floor(tmp_path, "b70", "sha256:21412bdd7535e9c653eeb3d099dce3bc79a83d440def2cd9556111c79c870fa8")
+    warm = floor.metrics["warm decode_tok_s"]
+    assert 0.005 < warm.noise < 0.05 and warm.n_a == 5 and warm.detectable > warm.noise
+    assert floor.runs == ["0010-base-b70", "0011-base-b70"]
+    text = aa.report.read_text()
+    assert "**A/A comparison**" in text and "noise floor of host b70" in text
+    with pytest.raises(ServedeckError, match="A/A comparison needs two runs of the same configuration"):
+        compare_runs(tmp_path, [A], [B], aa=True)
+    # an A/B on the same host and image now cites the floor
+    ab = compare_runs(tmp_path, [A], [B])
+    assert ab.noise is not None and ab.noise.runs == floor.runs
+    cite = [f for f in findings(ab.comparison, ab.noise) if f.startswith("noise floor of host b70")]
+    assert cite and "warm decode_tok_s ±" in cite[0] and "A/A 0010-base-b70 vs 0011-base-b70" in cite[0]
+
+
+def test_interleaved_schedule_orders():
+    from servedeck.ab.interleave import schedule
+    assert schedule("abba", 3) == ["A", "B", "B", "A", "A", "B"]
+    rnd = schedule("random", 4, seed=3)
+    assert rnd == schedule("random", 4, seed=3) and sorted(rnd) == ["A"] * 4 + ["B"] * 4
+    assert all(sorted(rnd[i:i + 2]) == ["A", "B"] for i in range(0, 8, 2))
+    with pytest.raises(ServedeckError, match="unknown order"):
+        schedule("aabb", 2)
+
+
+def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path):
+    """deploy_fn/bench_fn are stand-ins for servedeck.deploy.apply.deploy and
+    servedeck.bench.record.bench_deployed (no server here): each "deploy" records a copy of a
+    fixture run, each "bench" writes samples that drift downwards over time, as a warming host does."""
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.interleave import run_interleaved
+    from servedeck.runs.store import open_run, write_bench_files
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    counter = iter(range(20, 40))
+    clock = iter(range(100))
+
+    def deploy_fn(profile):
+        src = A if profile == "base" else B
+        dst = runs_dir / f"00{next(counter)}-{profile}-b70"
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("bench.jsonl", "bench.json", "workload.json"))
+        return dst
+
+    def bench_fn(run_dir):
+        samples = []
+        for phase in ("cold", "warm"):
+            for rep in range(3):
+                t = next(clock)
+                samples.append({"phase": phase, "rep": rep, "ttft_s": 1.0 + 0.01 * t + 0.001 * rep,
+                                "prefill_tok_s": 6000.0 - 10 * t - rep, "decode_tok_s": 57.0 - 0.1 * t - 0.01 * rep})
+        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {})
+
+    steps = []
+    runs_a, runs_b, ilv = run_interleaved({"A": "base", "B": "batch-8192"}, "abba", 2, deploy_fn=deploy_fn,
+                                          bench_fn=bench_fn, host="b70", on_step=lambda *s: steps.append(s))
+    assert [s[1] for s in steps] == ["A", "B", "B", "A"]
+    assert [p.arm for p in ilv.positions] == ["A", "B", "B", "A"] and len(runs_a) == len(runs_b) == 2
+    assert {open_run(r).meta.experiment for r in runs_a + runs_b} == {ilv.experiment}
+    drift = {t.metric: t for t in ilv.trends}
+    assert drift["warm decode_tok_s"].rho < 0 and "falls" in drift["warm decode_tok_s"].reading
+    out = compare_runs(runs_dir, runs_a, runs_b, out=runs_dir / "reports" / "x" / "report.md", interleaving=ilv)
+    m = out.comparison.metric("decode_tok_s", "warm")
+    assert len(m.samples_a) == len(m.samples_b) == 6  # pooled over both deployments of each arm
+    text = out.report.read_text()
+    assert "### Interleaved order (ABBA, 4 deployments on host b70)" in text
+    assert re.search(r"^\| 3 \| B \| 0022-batch-8192-b70 \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \|$", text, re.M)
+    assert "warm decode_tok_s: rho" in text
