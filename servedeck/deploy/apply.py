@@ -582,7 +582,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     options = options or DeployOptions()
     reporter = reporter or Reporter()
     t0 = time.time()
-    catalog = Catalog(project.catalog_path)
+    catalog = Catalog(project.catalog_path, local=project.local_images)
     profile = loaded.profile
     if options.image:
         profile = Profile.model_validate({**profile.model_dump(exclude_unset=True),

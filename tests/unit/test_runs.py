@@ -336,3 +336,52 @@ def test_bench_workload_fits_the_deployed_max_model_len():
         size_workload(2048, prompt_tokens=32768)
     assert "33024 does not fit the deployed max_model_len 2048" in str(exc.value)
     assert "--prompt-tokens" in exc.value.hint and "engine.max_model_len" in exc.value.hint
+
+
+# ---------------------------------------------------------------- locally built images
+
+def _project_copy(tmp_path):
+    root = tmp_path / "proj"
+    for name in ("profiles", "deploy"):
+        shutil.copytree(ROOT / name, root / name)
+    return root
+
+
+def test_a_placeholder_digest_is_a_check_finding_with_the_command_that_fixes_it(tmp_path):
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.render import render_profile
+    root = _project_copy(tmp_path)
+    store = ProfileStore(root / "profiles")
+    catalog = Catalog(root / "deploy" / "images.yaml")
+    rendered = render_profile(store.load("cpu-4096").profile, catalog, ROOT / "templates")
+    findings = check_compose_text(rendered.compose_text, file="profile:cpu-4096", catalog=catalog,
+                                  expect=CheckExpectations(rendered=True))
+    hit = [f for f in findings if f.rule == "image/placeholder-digest"]
+    assert hit and hit[0].severity.value == "warning"
+    assert "`invoke image-build`" in hit[0].hint and ".servedeck/local-images.yaml" in hit[0].hint
+
+
+def test_a_locally_built_image_resolves_the_placeholder_without_editing_tracked_files(tmp_path):
+    from servedeck.model.catalog import ImageFacts
+    from servedeck.model.project import Project
+    root = _project_copy(tmp_path)
+    before = {p: p.read_bytes() for p in (root / "profiles").iterdir()} | \
+        {root / "deploy" / "images.yaml": (root / "deploy" / "images.yaml").read_bytes()}
+    project = Project(root)
+    built = "127.0.0.1:5000/servedeck/vllm-cpu@sha256:" + "d" * 64
+    project.local_images.record(built)
+    assert (root / ".servedeck" / ".gitignore").read_text() == "*\n"
+    store = ProfileStore(project.profiles_dir)
+    assert store.load("cpu-4096").profile.image == built
+    assert store.load("cpu-8192").profile.image == built  # inherited through extends
+    assert store.load("speed").profile.image != built     # a real digest is never replaced
+    catalog = Catalog(project.catalog_path, local=project.local_images)
+    facts = ImageFacts(repository="127.0.0.1:5000/servedeck/vllm-cpu", launcher="exl3xpu",
+                       vllm_version="0.32.0", device="cpu", entrypoint=["python3", "serve.py"])
+    catalog.add("sha256:" + "d" * 64, facts)
+    assert Catalog(project.catalog_path, local=project.local_images).lookup("sha256:" + "d" * 64) == facts
+    assert (root / ".servedeck" / "images.yaml").exists()
+    after = {p: p.read_bytes() for p in before}
+    assert after == before
+    with pytest.raises(ServedeckError, match="not a built image reference"):
+        project.local_images.record("127.0.0.1:5000/servedeck/vllm-cpu@sha256:" + "0" * 64)
