@@ -24,25 +24,26 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from pydantic import BaseModel, ConfigDict
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.runs import store
 from servedeck.runs.store import RunMeta
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 HOT_S = 2.0
 """Rows of run directories modified this recently are recomputed on every listing."""
 
 REF_FORMS = "a run id, a sequence number, latest[:PROFILE] (served and benchmarked) or newest[:PROFILE] (any state)"
 
 
-class RunSummary(BaseModel):
-    """One line of run history.
+@dataclass(slots=True)
+class RunSummary:
+    """One line of run history (a plain dataclass: listings build ten thousand of them).
 
     Attributes:
         run_id: directory name (``0003-batch-8192-b70``); sequence: its counter.
@@ -51,28 +52,39 @@ class RunSummary(BaseModel):
         benchmarked: the run holds bench samples.
         kv_cache_tokens: from startup.json; warm_decode_tok_s: median of warm ``decode_tok_s``
             samples; cold_ttft_s: median of cold ``ttft_s`` samples (None when not benchmarked).
-        path: the run directory.
+        runs_dir: the runs directory (``path`` is ``runs_dir / run_id``).
     """
 
-    model_config = ConfigDict(extra="forbid")
     run_id: str
     sequence: int
-    kind: str | None = None
+    kind: str | None
     started_at: str | None
     host: str | None
     profile: str | None
     outcome: str | None
-    image_digest: str | None = None
-    benchmarked: bool = False
+    image_digest: str | None
+    benchmarked: bool
     kv_cache_tokens: int | None
     warm_decode_tok_s: float | None
     cold_ttft_s: float | None
-    path: Path
+    runs_dir: Path
+
+    @property
+    def path(self) -> Path:
+        """The run directory."""
+        return self.runs_dir / self.run_id
 
     @property
     def comparable(self) -> bool:
         """Served and benchmarked: what ``latest`` selects."""
         return self.outcome == "ready" and self.benchmarked
+
+    def cached(self) -> list:
+        """The row as stored in the index (every field but ``runs_dir``, in field order)."""
+        return [getattr(self, f) for f in _CACHED_FIELDS]
+
+
+_CACHED_FIELDS = [f for f in RunSummary.__slots__ if f != "runs_dir"]
 
 
 def _existing_dir(runs_dir: Path) -> Path:
@@ -125,7 +137,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         kv_cache_tokens=int(kv) if isinstance(kv, (int, float)) and not isinstance(kv, bool) else None,
         warm_decode_tok_s=_median(store.phase_samples(samples, "warm", "decode_tok_s")),
         cold_ttft_s=_median(store.phase_samples(samples, "cold", "ttft_s")),
-        path=run_dir)
+        runs_dir=run_dir.parent)
 
 
 def _load_index(runs_dir: Path) -> dict:
@@ -136,6 +148,19 @@ def _load_index(runs_dir: Path) -> dict:
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or not isinstance(doc.get("runs"), dict):
         return {}
     return doc["runs"]
+
+
+def _scan(runs_dir: Path) -> list[tuple[int, str, int]]:
+    """``(sequence, name, directory mtime_ns)`` of every run directory, oldest first."""
+    out = []
+    match = store.RUN_DIR_RE.match
+    with os.scandir(runs_dir) as it:
+        for e in it:
+            m = match(e.name)
+            if m and e.is_dir():
+                out.append((int(m["seq"]), e.name, e.stat().st_mtime_ns))
+    out.sort()
+    return out
 
 
 def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
@@ -149,27 +174,23 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     """
     runs_dir = _existing_dir(runs_dir)
     cached = _load_index(runs_dir)
-    fresh: dict[str, dict] = {}
+    fresh: dict[str, list] = {}
     rows: list[RunSummary] = []
     changed = False
     hot_after = (time.time() - HOT_S) * 1e9
-    with os.scandir(runs_dir) as it:
-        entries = [(int(m["seq"]), e) for e in it if (m := store.RUN_DIR_RE.match(e.name)) and e.is_dir()]
-    entries.sort(key=lambda t: t[0])
-    for _, entry in entries:
-        mtime = entry.stat().st_mtime_ns
-        hit = cached.get(entry.name)
-        if hit and hit.get("mtime_ns") == mtime:
-            row = RunSummary.model_construct(**{**hit["row"], "path": Path(entry.path)})
-            fresh[entry.name] = hit
+    for _, name, mtime in _scan(runs_dir):
+        hit = cached.get(name)
+        if hit and hit[0] == mtime and len(hit[1]) == len(_CACHED_FIELDS):
+            row = RunSummary(*hit[1], runs_dir)
+            fresh[name] = hit
         else:
-            row = summarize_run(Path(entry.path))
+            row = summarize_run(runs_dir / name)
             if mtime < hot_after:
-                fresh[entry.name] = {"mtime_ns": mtime, "row": row.model_dump(mode="json", exclude={"path"})}
+                fresh[name] = [mtime, row.cached()]
                 changed = True
         if profile is None or row.profile == profile:
             rows.append(row)
-    if changed or set(fresh) != set(cached):
+    if changed or len(fresh) != len(cached):
         try:
             atomic_write(runs_dir / store.INDEX,
                          json.dumps({"format": INDEX_FORMAT, "runs": fresh}, separators=(",", ":")))
@@ -180,10 +201,16 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
 
 def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, RunMeta | None]]:
     """Run directories, newest first, with their metadata; with ``profile`` only directories
-    whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so."""
-    for _, d in reversed(store.run_dirs(runs_dir)):
-        if profile is not None and not d.name.split("-", 1)[-1].startswith(profile + "-"):
+    whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so. Only the
+    names are listed up front; run.json is read one directory at a time."""
+    match = store.RUN_DIR_RE.match
+    with os.scandir(runs_dir) as it:
+        names = [(int(m["seq"]), e.name) for e in it if (m := match(e.name)) and e.is_dir()]
+    names.sort(reverse=True)
+    for _, name in names:
+        if profile is not None and not name.split("-", 1)[-1].startswith(profile + "-"):
             continue
+        d = runs_dir / name
         meta = _meta_or_none(d)
         if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
             continue

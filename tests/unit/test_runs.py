@@ -291,9 +291,10 @@ def test_the_listing_cache_follows_changes_and_can_be_lost(tmp_path, monkeypatch
     rows = history.list_runs(tmp_path)
     assert rows[0].benchmarked is False and (tmp_path / ".index.json").exists()
     index = json.loads((tmp_path / ".index.json").read_text())
-    assert index["runs"][run.run_id]["row"]["outcome"] == "ready"
+    row = index["runs"][run.run_id][1]
+    assert row[history._CACHED_FIELDS.index("outcome")] == "ready"
     # a cached row is used as long as the directory did not change ...
-    index["runs"][run.run_id]["row"]["profile"] = "from-the-cache"
+    row[history._CACHED_FIELDS.index("profile")] = "from-the-cache"
     (tmp_path / ".index.json").write_text(json.dumps(index))
     assert history.list_runs(tmp_path)[0].profile == "from-the-cache"
     # ... and recomputed once a write into the run directory moved its time
