@@ -226,4 +226,6 @@ def test_the_warm_redeploy_states_whether_the_compile_cache_was_reused(demo):
     elif warm["compile_cache_hit"]:
         assert "reused by the warm redeploy" in line
     else:
-        assert "NOT reused" in line or "does not say" in line
+        # the CPU profiles turn vLLM's broken AOT cache off; inductor's cache on the volume serves
+        assert "VLLM_USE_AOT_COMPILE=0" in line and "engine init" in line
+        assert "load failure" not in (result.runs[2] / "startup.log").read_text()
