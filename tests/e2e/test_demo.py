@@ -229,3 +229,23 @@ def test_the_warm_redeploy_states_whether_the_compile_cache_was_reused(demo):
         # the CPU profiles turn vLLM's broken AOT cache off; inductor's cache on the volume serves
         assert "VLLM_USE_AOT_COMPILE=0" in line and "engine init" in line
         assert "load failure" not in (result.runs[2] / "startup.log").read_text()
+
+
+def test_aa_of_two_deployments_of_one_profile_reports_the_noise_floor(demo):
+    """Issue 13: the demo deployed cpu-8192 twice (B and the warm redeploy, which still serves);
+    benchmark the second one with B's workload and compare the two as an A/A."""
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.report import findings
+    result, project, host, entry, _ = demo
+    b, b_again = result.runs[1], result.runs[2]
+    bench_deployed(b_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
+    out = compare_runs(project.runs_dir, [b], [b_again], aa=True, out=project.runs_dir / "reports" / "aa" / "report.md")
+    assert out.diff.is_identical and out.noise_path.exists()
+    judged = {k: m for k, m in out.noise.metrics.items()}
+    assert {"cold ttft_s", "warm ttft_s", "warm decode_tok_s"} <= set(judged)
+    assert all(m.noise is not None and m.noise >= 0 for m in judged.values())
+    assert "**A/A comparison**" in out.report.read_text()
+    # the A/B of the same host and image now cites it
+    ab = compare_runs(project.runs_dir, [result.runs[0]], [b])
+    assert ab.noise is not None
+    assert any(f.startswith("noise floor of host local") for f in findings(ab.comparison, ab.noise))
