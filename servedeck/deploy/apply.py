@@ -608,7 +608,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                          served_model_name=profile.model.served_model_name[0],
                          port=_published_port(profile),
                          profiles_git_commit=git_commit(project.profiles_dir),
-                         image_override=options.image)
+                         image_override=options.image,
+                         image_source="local-images" if project.local_images.owns(profile.image_ref.digest) else None)
         reporter.info(f"run record {run.path}")
 
     if options.force_unlock:

@@ -195,6 +195,7 @@ def test_the_demo_leaves_tracked_files_alone_and_records_clean_provenance(demo):
         meta = _json(run, "run.json")
         assert meta["profiles_git_commit"] and not meta["profiles_git_commit"].endswith("+dirty")
         assert not meta["image"]["digest"].endswith("0" * 64)
+        assert meta["image_source"] == "local-images"  # provenance: the image came from local state
 
 
 def test_ab_latest_compares_the_two_benchmarked_runs(demo):
