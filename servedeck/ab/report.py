@@ -1,28 +1,30 @@
-"""The A/B run report (markdown from ``templates/report.md.j2``) and its chart (PNG).
+"""A/B stage 3, report: markdown from ``templates/report.md.j2`` (chart: :mod:`servedeck.ab.chart`).
 
-Structure follows the user's own A/B report (``shared/seeds/``): title with both runs and the
-changed variable, config diff, hypothesis, startup and benchmark stats, generated findings
-with numbers and noise verdicts, a verdict left for the user, and both deployed compose files
-verbatim as appendices.
+Structure follows the user's own A/B report: title with both runs and the changed variable,
+config diff, hypothesis, startup and benchmark stats (each verdict with its test, p, interval,
+margin and the samples a verdict would need), the host's A/A noise floor when one was measured,
+the order of an interleaved experiment, generated findings, a verdict left for the user, and
+both deployed compose files verbatim as appendices.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
-from servedeck.ab.compare import ArmDiff, Comparison, MetricComparison, Variable, WarningChange, fmt_value
+from servedeck.ab.chart import render_chart
+from servedeck.ab.compare import ArmDiff, Variable, fmt_value
+from servedeck.ab.noise import NoiseFloor
+from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
 
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
+from servedeck.runs import store
 
 TEMPLATES_DIR = shipped_root() / "templates"
 REPORT_TEMPLATE = "report.md.j2"
@@ -81,19 +83,44 @@ def fmt_ratio(x: float | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 def bench_sentence(m: MetricComparison) -> str:
-    """``warm decode_tok_s 56.6 vs 57.0 (ratio 0.993, 95% CI 0.981–1.005): within noise``
-    (B first, then A; single-sample metrics say so and are not judged)."""
+    """``cold decode_tok_s 58.1 vs 51.0 (ratio 1.139, 95% CI 0.99–2.2; Mann-Whitney U, exact,
+    p=0.1, Holm p=0.8): no verdict: 3 vs 3 samples cannot reach …; about 140 samples per arm
+    would decide at this noise`` (B first, then A)."""
     if m.verdict == "missing":
         have = "A" if m.a is not None else "B"
         return f"{m.key}: measured in {have} only ({fmt_num(m.a if m.a is not None else m.b)})"
     base = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}"
     if not m.judged:
         return (f"{base} (ratio {fmt_ratio(m.ratio)}; n={len(m.samples_b)} vs {len(m.samples_a)}): "
-                f"single sample, not judged")
-    n = min(len(m.samples_a), len(m.samples_b))
-    coarse = f"; only {n} samples per arm: a coarse interval" if n < COARSE_BELOW_N else ""
-    return (f"{base} (ratio {fmt_ratio(m.ratio)}, 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}{coarse}): "
-            f"{m.verdict}")
+                f"not judged ({m.reason})")
+    ci = f", 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}" if m.ci_low is not None else ""
+    test = f"{m.method}, p={m.p:.2g}, Holm p={m.p_adjusted:.2g}"
+    text = f"{base} (ratio {fmt_ratio(m.ratio)}{ci}; {test}): {m.verdict}: {m.reason}"
+    if m.verdict == "no verdict" and m.samples_needed:
+        n = (f"more than {m.samples_needed - 1}" if m.samples_needed >= 10000
+             else f"about {m.samples_needed}")
+        text += f"; {n} samples per arm would decide at this noise ({fmt_pct(m.noise)} per request)"
+    return text
+
+
+def fmt_pct(x: float | None) -> str:
+    """A relative spread as a percentage (``0.0213`` → ``2.1 %``)."""
+    return "–" if x is None else f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
+
+
+def noise_sentence(floor: NoiseFloor, comparison: Comparison) -> str:
+    """``noise floor of host local on image sha256:55df90dd26e1 (A/A 0005 vs 0006, 2026-…):
+    cold ttft_s ±2.1 % per request (detectable 5.0 % at n=5), …`` for the metrics of this report."""
+    parts = []
+    for m in comparison.bench:
+        nf = floor.metrics.get(m.key)
+        if nf is None:
+            continue
+        det = f", detectable {fmt_pct(nf.detectable)} at n={min(nf.n_a, nf.n_b)}" if nf.detectable else ""
+        parts.append(f"{m.key} ±{fmt_pct(nf.noise)} per request{det}")
+    digest = floor.image_digest.split(":", 1)[-1][:12]
+    return (f"noise floor of host {floor.host} on image {digest} (A/A {' vs '.join(floor.runs)}, "
+            f"{floor.measured_at}): " + ("; ".join(parts) or "no metric in common"))
 
 
 def kv_sentence(c: Comparison) -> str | None:
@@ -127,10 +154,13 @@ def startup_sentence(m: MetricComparison) -> str:
             f"{m.verdict}; single sample)")
 
 
-def findings(comparison: Comparison) -> list[str]:
-    """Generated findings, in the order of the seed report: bench verdicts, the KV cost,
-    warnings that appeared or disappeared, then other changed startup facts."""
+def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:
+    """Generated findings, in the order of the seed report: bench verdicts, the A/A noise floor
+    of this host and image (when measured), the KV cost, warnings that appeared or disappeared,
+    then other changed startup facts."""
     out = [bench_sentence(m) for m in comparison.bench]
+    if noise is not None:
+        out.append(noise_sentence(noise, comparison))
     kv = kv_sentence(comparison)
     if kv:
         out.append(kv)
@@ -160,17 +190,10 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _read_text(path: Path) -> str:
+def _json_or_empty(run_dir: Path, name: str):
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ServedeckError("run record file is missing", file=str(path)) from exc
-
-
-def _read_json_or_empty(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        return store.read_json(run_dir, name) or {}
+    except ServedeckError:
         return {}
 
 
@@ -179,7 +202,7 @@ def _evidence(v: Variable) -> str:
 
 
 def _verification(run_dir: Path, names: set[str]) -> list[dict]:
-    rows = _read_json_or_empty(run_dir / "args_verification.json")
+    rows = _json_or_empty(run_dir, store.ARGS_VERIFICATION)
     return [r for r in rows or [] if isinstance(r, dict) and r.get("setting") in names]
 
 
@@ -197,7 +220,8 @@ def title_change(diff: ArmDiff) -> str:
 
 def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                   hypothesis: str | None, verdict: str | None, chart_path: Path | None,
-                  *, templates_dir: Path | None = None) -> str:
+                  *, templates_dir: Path | None = None, noise: NoiseFloor | None = None,
+                  interleaving=None) -> str:
     """Render the A/B report as markdown.
 
     Args:
@@ -208,6 +232,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         hypothesis, verdict: user text; None leaves a placeholder (``_Verdict: to be written_``).
         chart_path: the chart image, linked relative to the report's directory by file name.
         templates_dir: where ``report.md.j2`` lives (default: the project's ``templates/``).
+        noise: the A/A noise floor of the runs' host and image, cited when given.
+        interleaving: a :class:`servedeck.ab.interleave.Interleaving` (order and trends of an
+            interleaved experiment), shown when given; ``run_a``/``run_b`` are then each arm's first run.
 
     Raises:
         ServedeckError: a compose file is missing or the template is not found.
@@ -216,16 +243,16 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir or TEMPLATES_DIR)),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value)
+    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value, pct=fmt_pct)
     try:
         template = env.get_template(REPORT_TEMPLATE)
     except jinja2.TemplateNotFound as exc:
         raise ServedeckError("report template not found",
                              file=str((templates_dir or TEMPLATES_DIR) / REPORT_TEMPLATE)) from exc
-    compose_a = _read_text(run_a / "docker-compose.yml")
-    compose_b = _read_text(run_b / "docker-compose.yml")
-    meta_a = _read_json_or_empty(run_a / "run.json")
-    meta_b = _read_json_or_empty(run_b / "run.json")
+    compose_a = store.read_text(run_a, store.COMPOSE)
+    compose_b = store.read_text(run_b, store.COMPOSE)
+    meta_a = _json_or_empty(run_a, store.RUN_META)
+    meta_b = _json_or_empty(run_b, store.RUN_META)
     names = {v.name for v in diff.differences}
     single = diff.single_variable
     text = template.render(
@@ -239,7 +266,8 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
                     "evidence": _evidence(v)} for v in diff.differences],
         verification_b=_verification(run_b, names),
         hypothesis=hypothesis, verdict=verdict,
-        findings=findings(comparison),
+        findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
+        pct=fmt_pct(comparison.margin), alpha=comparison.alpha,
         chart=Path(chart_path).name if chart_path else None,
         compose_a=compose_a.rstrip("\n"), compose_b=compose_b.rstrip("\n"),
         fence_a=_fence(compose_a), fence_b=_fence(compose_b),
@@ -247,71 +275,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     return text
 
 
-# --------------------------------------------------------------------------------------------
-# Chart
-# --------------------------------------------------------------------------------------------
-
-def chart_png(comparison: Comparison) -> bytes:
-    """Render the chart to PNG bytes: one panel per bench metric and phase (every sample of
-    both arms as points, min–max as a vertical bar, median as a line) plus the KV pool (one value per arm).
-
-    Raises:
-        ServedeckError: there is nothing to plot (no bench metrics and no KV pool in either arm).
-    """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels: list[MetricComparison] = [m for m in comparison.bench if m.samples_a or m.samples_b]
-    kv = comparison.metric("kv_cache_tokens")
-    if kv and (kv.samples_a or kv.samples_b):
-        panels.append(kv)
-    if not panels:
-        raise ServedeckError("nothing to chart: neither run has benchmark samples or a KV pool size")
-    ncols = min(4, len(panels))
-    nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.8 * nrows), squeeze=False)
-    colors = ("#4c72b0", "#dd8452")
-    for ax, m in zip(axes.flat, panels):
-        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
-                                                      (comparison.arm_b, m.samples_b, m.b))):
-            if median is not None:
-                ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)
-            if samples:
-                jitter = [i + (k - (len(samples) - 1) / 2) * 0.06 for k in range(len(samples))]
-                ax.scatter(jitter, samples, color=colors[i], s=14, zorder=3)
-                ax.vlines(i, min(samples), max(samples), color=colors[i], linewidth=1.2, zorder=2)
-        ax.set_xticks([0, 1], ["A", "B"])
-        title = m.key if m.phase != "startup" else f"{m.name} (single)"
-        ax.set_title(f"{title}\n{m.verdict}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        values = [*m.samples_a, *m.samples_b]
-        if values:
-            lo, hi = min(values), max(values)
-            pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
-            ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.suptitle(f"A = {comparison.arm_a}   B = {comparison.arm_b}   (points: samples, line: median, bar: min–max)",
-                 fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def render_chart(comparison: Comparison, path: Path) -> Path:
-    """Write the comparison chart (PNG, see :func:`chart_png`) atomically to ``path``.
-
-    Raises:
-        ServedeckError: nothing to plot.
-    """
-    return atomic_write(path, chart_png(comparison))
-
-
 def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
-                 hypothesis: str | None = None, verdict: str | None = None) -> tuple[Path, Path | None]:
+                 hypothesis: str | None = None, verdict: str | None = None, *,
+                 noise: NoiseFloor | None = None, interleaving=None) -> tuple[Path, Path | None]:
     """Write the report to ``out_path`` and its chart beside it (``<stem>.png``), both atomically.
 
     The chart is written first so the report never links a missing image; when there is
@@ -326,6 +292,7 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
         render_chart(comparison, chart_path)
     except ServedeckError:
         chart_path = None
-    text = render_report(diff, comparison, run_a, run_b, hypothesis, verdict, chart_path)
+    text = render_report(diff, comparison, run_a, run_b, hypothesis, verdict, chart_path,
+                         noise=noise, interleaving=interleaving)
     atomic_write(out_path, text)
     return out_path, chart_path

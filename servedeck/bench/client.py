@@ -64,8 +64,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from servedeck.bench.sizing import FIT_HINT
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
@@ -218,20 +218,14 @@ class BenchResult:
         }
 
     def write(self, run_dir: str | Path) -> dict[str, Path]:
-        """Write ``workload.json``, ``bench.jsonl`` and ``bench.json`` atomically into ``run_dir``.
+        """Write ``workload.json``, ``bench.jsonl`` and ``bench.json`` atomically into ``run_dir``
+        (:func:`servedeck.runs.store.write_bench_files`).
 
         Returns the paths by file name. Raises OSError when the directory is not writable.
         """
-        run_dir = Path(run_dir)
-        out = {
-            "workload.json": atomic_write(
-                run_dir / "workload.json", json.dumps(self.workload.model_dump(mode="json"), indent=2) + "\n"),
-            "bench.jsonl": atomic_write(
-                run_dir / "bench.jsonl",
-                "".join(json.dumps(s.model_dump(mode="json")) + "\n" for s in self.samples)),
-            "bench.json": atomic_write(run_dir / "bench.json", json.dumps(self.summary(), indent=2) + "\n"),
-        }
-        return out
+        from servedeck.runs.store import write_bench_files
+        return write_bench_files(run_dir, self.workload.model_dump(mode="json"),
+                                 [s.model_dump(mode="json") for s in self.samples], self.summary())
 
 
 def _metric(s: Sample, name: str) -> float | None:
@@ -625,7 +619,7 @@ def run_bench(base_url: str, workload: Workload, *, served_model: str,
             raise ServedeckError(
                 f"prompt_tokens + max_tokens = {workload.prompt_tokens + workload.max_tokens} exceeds the "
                 f"server's max_model_len {max_len}", field="workload.prompt_tokens",
-                hint="lower prompt_tokens/max_tokens or raise --max-model-len")
+                hint=FIT_HINT)
         tok = _Tokenizer(c, base_url, served_model, workload)
         w = workload
         plan: list[tuple[str, int, int | None]] = []  # (phase, rep, index of cold prompt for warm)

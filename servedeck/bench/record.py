@@ -15,24 +15,9 @@ from typing import Any
 from servedeck.errors import ServedeckError
 from servedeck.model.inventory import HostEntry
 from servedeck.host.remote import RemoteHost
-from servedeck.runs.store import RunRecord, open_run, run_dirs
-
-
-def latest_ready_run(runs_dir: Path, host: str) -> Path:
-    """The newest run directory of ``host`` whose outcome is ``ready``.
-
-    Raises:
-        ServedeckError: when there is none.
-    """
-    for _, path in reversed(run_dirs(runs_dir)):
-        try:
-            meta = json.loads((path / "run.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if meta.get("host") == host and meta.get("outcome") == "ready":
-            return path
-    raise ServedeckError(f"no ready run of host {host!r} under {runs_dir}",
-                         hint=f"deploy first: invoke deploy --host {host} --profile NAME")
+from servedeck.runs import store
+from servedeck.runs.history import newest_served as latest_ready_run  # noqa: F401 (stable name)
+from servedeck.runs.store import RunRecord, open_run
 
 
 def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -> str:
@@ -44,7 +29,7 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
     """
     from servedeck.deploy.apply import api_base_url, status
     st = status(host, entry)
-    want_sha = run.meta.get("compose_sha256")
+    want_sha = run.meta.compose_sha256
     if st["compose_sha256"] != want_sha:
         raise ServedeckError(
             f"run {run.run_id} recorded compose sha256 {str(want_sha)[:12]}…, but host {host.name} has "
@@ -53,11 +38,11 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
     container = st.get("container")
     if not container or not container.get("running"):
         raise ServedeckError(f"nothing is running on host {host.name}", hint=f"invoke status --host {host.name}")
-    digest = (run.meta.get("image") or {}).get("digest")
+    digest = run.meta.image.digest if run.meta.image else None
     if digest and not any(d.endswith("@" + digest) for d in container.get("image_digests") or []):
         raise ServedeckError(f"the running container's image {container.get('image_digests')} is not "
                              f"{digest} recorded in run {run.run_id}")
-    return api_base_url(host, entry, run.meta.get("port") or entry.port)
+    return api_base_url(host, entry, run.meta.port or entry.port)
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
@@ -72,11 +57,11 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     from servedeck.bench.client import run_bench
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
-    if (run.path / "bench.jsonl").exists():
+    if store.is_benchmarked(run.path):
         raise ServedeckError(f"run {run.run_id} already holds benchmark results",
-                             file=str(run.path / "bench.jsonl"),
+                             file=str(run.path / store.BENCH_SAMPLES),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
-    result = run_bench(base_url, workload, served_model=run.meta["served_model_name"], progress=progress)
+    result = run_bench(base_url, workload, served_model=run.meta.served_model_name, progress=progress)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
     return result
@@ -103,8 +88,8 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     ext = import_file(path)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(f"external/{name}", raw)
+    run.write_bytes(store.external_raw(name), raw)
     mapped = ext.model_dump(mode="json")
     mapped["sha256"] = hashlib.sha256(raw).hexdigest()
-    run.write_json(f"external-{Path(name).stem}.json", mapped)
+    run.write_json(store.external_summary(name), mapped)
     return mapped

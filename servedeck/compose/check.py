@@ -36,7 +36,8 @@ import json
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import container, document, environment, features, flags, resources, runtime, server
+from servedeck.compose.rules import (container, document, environment, features, flags, local_image,
+                                       resources, runtime, server)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
@@ -44,7 +45,7 @@ __all__ = ["CheckExpectations", "check_compose_text", "format_findings", "findin
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
-_SERVICE_RULES = (container.check_image, server.check_argv, server.check_launcher, server.check_vllm,
+_SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, server.check_argv, server.check_launcher, server.check_vllm,
                   container.check_ports, container.check_gpu, container.check_restart,
                   container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
                   environment.check_environment, flags.check_flags, features.check_features,

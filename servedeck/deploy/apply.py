@@ -49,6 +49,7 @@ from servedeck.model.profile import LoadedProfile, Profile, diff_profiles
 from servedeck.model.project import Project
 from servedeck.host.remote import LockInfo, RemoteHost
 from servedeck.compose.render import Rendered, render_profile
+from servedeck.runs import store
 from servedeck.runs.store import RunRecord, create_run, git_commit, utcnow
 
 COMPOSE = "docker-compose.yml"
@@ -585,7 +586,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     options = options or DeployOptions()
     reporter = reporter or Reporter()
     t0 = time.time()
-    catalog = Catalog(project.catalog_path)
+    catalog = Catalog(project.catalog_path, local=project.local_images)
     profile = loaded.profile
     if options.image:
         profile = Profile.model_validate({**profile.model_dump(exclude_unset=True),
@@ -611,7 +612,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                          served_model_name=profile.model.served_model_name[0],
                          port=_published_port(profile),
                          profiles_git_commit=git_commit(project.profiles_dir),
-                         image_override=options.image)
+                         image_override=options.image,
+                         image_source="local-images" if project.local_images.owns(profile.image_ref.digest) else None)
         reporter.info(f"run record {run.path}")
 
     if options.force_unlock:
@@ -696,14 +698,14 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     command = build_command(profile, facts)
     if run:
         run.save_compose(rendered.compose_text)
-        run.write_json("profile.resolved.json", profile.model_dump(mode="json"))
-        run.write_json("effective.json", effective_settings(profile, facts))
-        run.write_json("argv.json", {"command": command, "entrypoint": img_raw["entrypoint"]})
+        run.write_json(store.PROFILE_RESOLVED, profile.model_dump(mode="json"))
+        run.write_json(store.EFFECTIVE, effective_settings(profile, facts))
+        run.write_json(store.ARGV, {"command": command, "entrypoint": img_raw["entrypoint"]})
         parent = loaded.parent.profile if loaded.parent else None
-        run.write_json("profile.diff.json",
+        run.write_json(store.PROFILE_DIFF,
                        [{"path": c.path, "parent": c.old, "value": c.new}
                         for c in (diff_profiles(parent, profile) if parent else [])])
-        run.write_json("facts.json", {"host": _host_facts(pre), "image": {
+        run.write_json(store.FACTS, {"host": _host_facts(pre), "image": {
             "reference": img_raw["reference"], "digest": img_raw["digest"], "created": img_raw["created"],
             "entrypoint": img_raw["entrypoint"], "vllm_version": img_raw["vllm_version"],
             "labels": img_raw["labels"]}})
@@ -893,9 +895,9 @@ def _record_startup(run: RunRecord | None, profile: Profile, facts: ImageFacts |
         run.save_meta(args_verification={
             "confirmed": [c.setting for c in checks if c.status == "confirmed"],
             "differs": [c.render() for c in checks if c.status == "differs"]})
-        run.write_text("startup.log", readiness.log_text)
-        run.write_json("startup.json", parsed)
-        run.write_json("args_verification.json", [c.model_dump(mode="json") for c in checks])
+        run.write_text(store.STARTUP_LOG, readiness.log_text)
+        run.write_json(store.STARTUP, parsed)
+        run.write_json(store.ARGS_VERIFICATION, [c.model_dump(mode="json") for c in checks])
 
 
 # --------------------------------------------------------------------------- status and friends

@@ -103,38 +103,46 @@ def _yaml() -> YAML:
     return y
 
 
+def _load_catalog(path: Path) -> CatalogFile:
+    if not path.exists():
+        return CatalogFile()
+    try:
+        raw = _yaml().load(path.read_text()) or {}
+        return CatalogFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ServedeckError(err["msg"], file=str(path), field=loc,
+                             hint="fix the image catalog entry") from None
+    except Exception as exc:  # ruamel parse errors
+        if isinstance(exc, ServedeckError):
+            raise
+        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+
+
 class Catalog:
     """The image catalog loaded from a YAML file.
 
     Args:
         path: ``deploy/images.yaml``; a missing file is an empty catalog.
+        local: locally built images (:mod:`servedeck.model.local_images`): their facts are read
+            from and written to ``.servedeck/images.yaml`` (untracked) instead of ``path``.
 
     Raises:
         ServedeckError: when the file is not valid YAML or does not match :class:`CatalogFile`.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, local=None) -> None:
         self.path = Path(path)
-        self.data = CatalogFile()
-        if self.path.exists():
-            try:
-                raw = _yaml().load(self.path.read_text()) or {}
-                self.data = CatalogFile.model_validate(raw)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(p) for p in err["loc"])
-                raise ServedeckError(err["msg"], file=str(self.path), field=loc,
-                                     hint="fix the image catalog entry") from None
-            except Exception as exc:  # ruamel parse errors
-                if isinstance(exc, ServedeckError):
-                    raise
-                raise ServedeckError(f"not valid YAML: {exc}", file=str(self.path)) from None
+        self.local = local
+        self.data = _load_catalog(self.path)
+        self.local_data = _load_catalog(local.catalog_path) if local is not None else CatalogFile()
 
     def lookup(self, digest: str | None) -> ImageFacts | None:
         """Facts for ``sha256:<hex>``, or None when the digest is unknown."""
         if not digest:
             return None
-        return self.data.images.get(digest)
+        return self.data.images.get(digest) or self.local_data.images.get(digest)
 
     def vllm_facts(self, digest: str | None) -> Any:
         """The extracted :class:`~servedeck.vllm.facts.VllmFacts` of ``digest``, or None.
@@ -162,7 +170,8 @@ class Catalog:
         self.add(digest, facts.model_copy(update={"vllm_facts": rel}))
 
     def add(self, digest: str, facts: ImageFacts) -> None:
-        """Add or replace one entry and write the file atomically.
+        """Add or replace one entry and write the file atomically (a locally built digest goes
+        to ``.servedeck/images.yaml``, every other one to the catalog file).
 
         The file is edited round-trip (ruamel.yaml), so the other entries, their order and the
         comments stay as they were.
@@ -170,12 +179,17 @@ class Catalog:
         Raises:
             OSError: when the file cannot be written.
         """
-        self.data.images[digest] = facts
+        target = self.path
+        if self.local is not None and self.local.owns(digest):
+            target = self.local.catalog_path
+            self.local_data.images[digest] = facts
+        else:
+            self.data.images[digest] = facts
         y = YAML(typ="rt")
         y.width = 4096
         y.preserve_quotes = True
         y.indent(mapping=2, sequence=2, offset=0)
-        doc = y.load(self.path.read_text(encoding="utf-8")) if self.path.exists() else None
+        doc = y.load(target.read_text(encoding="utf-8")) if target.exists() else None
         if not doc:
             doc = y.load("# servedeck image catalog: facts per image digest (see servedeck/catalog.py).\n"
                          "images: {}\n")
@@ -184,7 +198,7 @@ class Catalog:
         doc["images"][digest] = facts.model_dump(mode="json", exclude_defaults=True)
         buf = io.StringIO()
         y.dump(doc, buf)
-        atomic_write(self.path, buf.getvalue())
+        atomic_write(target, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- first contact

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 from servedeck.errors import ServedeckError
+from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -490,11 +491,14 @@ class ProfileStore:
 
     Args:
         directory: the profiles directory.
+        local: locally built images that resolve placeholder digests (default: the
+            ``.servedeck/`` of the project holding ``directory``; :mod:`servedeck.model.local_images`).
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, local: LocalImages | None = None) -> None:
         self.directory = Path(directory)
         self._loaded: dict[str, LoadedProfile] = {}
+        self.local = local if local is not None else LocalImages(self.directory.parent)
 
     def names(self) -> list[str]:
         """All profile names (file stems), sorted."""
@@ -564,6 +568,8 @@ class ProfileStore:
         merged["name"] = name
         merged.setdefault("extends", None)
         merged["extends"] = raw.get("extends")
+        if isinstance(merged.get("image"), str) and (built := self.local.resolve(merged["image"])):
+            merged["image"] = built
         try:
             profile = Profile.model_validate(merged)
         except ValidationError as exc:

@@ -93,6 +93,12 @@ class Project:
         return self.root / "profiles"
 
     @property
+    def local_images(self):
+        """Locally built images of this project (``.servedeck/``, untracked)."""
+        from servedeck.model.local_images import LocalImages
+        return LocalImages(self.root)
+
+    @property
     def inventory_path(self) -> Path:
         env = os.environ.get("SERVEDECK_INVENTORY")
         return Path(env) if env else self.root / "deploy" / "hosts.yaml"

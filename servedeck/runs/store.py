@@ -1,8 +1,24 @@
-"""Run records: one directory per deploy under ``runs/`` (layout: ``docs/run-record.md``).
+"""The run store: the only code that knows how a run record is laid out on disk.
+
+A run is one deploy (or rollback) recorded under ``runs/<sequence>-<profile>-<host>/``; the
+layout is documented in ``docs/run-record.md``, which :mod:`servedeck.runs.doc` generates from
+the names and the :class:`RunMeta` model below (a unit test keeps the two equal).
 
 A run directory is created with the next sequence number (``0001-base-b70``) by an atomic
 ``mkdir``, so two deploys never share one. Every file is written atomically. Secrets (API
 keys, Hugging Face tokens, bearer tokens) are redacted before anything is written.
+``run.json`` is typed (:class:`RunMeta`, pydantic, ``extra="forbid"``): a writer that passes an
+unknown field or a wrong type gets an error at once instead of a record that drifts from the
+documentation.
+
+API used by the deploy, rollback and bench stages (names are stable):
+
+* :func:`create_run` (``runs_dir, profile, host, **meta``) -> :class:`RunRecord`;
+* :meth:`RunRecord.save_meta` (``**updates``: :class:`RunMeta` fields), :meth:`RunRecord.finish`
+  (a final state and its reason), :meth:`RunRecord.save_compose`, :meth:`RunRecord.write_json`,
+  :meth:`RunRecord.write_text`, :meth:`RunRecord.write_bytes` (file names: the constants below);
+* :func:`write_bench_files`, :func:`open_run`, :func:`read_meta`, :func:`read_json`,
+  :func:`read_samples`, :func:`run_dirs`; listing and references: :mod:`servedeck.runs.history`.
 """
 
 from __future__ import annotations
@@ -10,17 +26,184 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
+import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servedeck import __version__
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
+# --------------------------------------------------------------------------------------------
+# File names (the only place they are spelled)
+# --------------------------------------------------------------------------------------------
+
+RUN_META = "run.json"
+COMPOSE = "docker-compose.yml"
+PROFILE_RESOLVED = "profile.resolved.json"
+EFFECTIVE = "effective.json"
+ARGV = "argv.json"
+PROFILE_DIFF = "profile.diff.json"
+FACTS = "facts.json"
+STARTUP_LOG = "startup.log"
+STARTUP = "startup.json"
+ARGS_VERIFICATION = "args_verification.json"
+WORKLOAD = "workload.json"
+BENCH_SAMPLES = "bench.jsonl"
+BENCH_SUMMARY = "bench.json"
+EXTERNAL_DIR = "external"
+INDEX = ".index.json"
+"""The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
+REPORTS_DIR = "reports"
+"""A/B reports live under ``runs/reports/<A>_vs_<B>/``."""
+NOISE_DIR = "noise"
+"""A/A noise floors live under ``runs/noise/<host>-<image digest>.json``."""
+
+
+def external_raw(name: str) -> str:
+    """Path (relative to the run directory) of an imported external result file ``name``."""
+    return f"{EXTERNAL_DIR}/{Path(name).name}"
+
+
+def external_summary(name: str) -> str:
+    """File name of the mapped metrics of an imported external result ``name``."""
+    return f"external-{Path(name).stem}.json"
+
+
+#: Every file of a run directory with what it holds, in the order a deploy writes them
+#: (rendered into ``docs/run-record.md``).
+RUN_FILES: dict[str, str] = {
+    COMPOSE: "byte-for-byte the compose file that was deployed (redacted only if it held a secret; "
+             "`compose_sha256` in run.json is the sha256 of what was deployed)",
+    RUN_META: "metadata (`servedeck.runs.store.RunMeta`), see below",
+    PROFILE_RESOLVED: "the resolved profile (`Profile.model_dump(mode=\"json\")`)",
+    EFFECTIVE: "effective engine settings: image defaults + profile overrides, flat dict keyed by "
+               "vLLM dest names (`max_num_batched_tokens`, `speculative_config`, ...)",
+    ARGV: "`{\"command\": [...container command tokens...], \"entrypoint\": [...image entrypoint...]}`",
+    PROFILE_DIFF: "list of `{\"path\": \"engine.max_num_batched_tokens\", \"parent\": 4096, \"value\": 8192}` "
+                  "against the profile's parent (empty list when no parent)",
+    FACTS: "`{\"host\": {...}, \"image\": {...}}` gathered during preflight (host: name, kernel, "
+           "docker_version, compose_version, gpu_devices, gpu_power_cap_w, disk_free_gib; image: "
+           "reference, digest, created, entrypoint, vllm_version, labels)",
+    STARTUP_LOG: "container log from start until ready (or failure), secrets redacted",
+    STARTUP: "parsed startup facts (`servedeck.vllm.startup_log.StartupFacts.to_dict()`)",
+    ARGS_VERIFICATION: "list of `{\"setting\", \"expected\", \"reported\", \"status\", \"source\"}`; "
+                       "status `confirmed` | `differs` | `not reported`",
+    WORKLOAD: "the benchmark workload definition",
+    BENCH_SAMPLES: "one JSON object per request sample",
+    BENCH_SUMMARY: "summary per phase and metric",
+    f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
+                            "(`vllm bench serve --save-result`, guidellm)",
+    "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
+}
+
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
+
+# --------------------------------------------------------------------------------------------
+# Typed run metadata
+# --------------------------------------------------------------------------------------------
+
+Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted"]
+"""``started`` while the deploy runs; every ending writes one of the others (never left at
+``started`` unless the deploying process itself was killed)."""
+
+FailurePhase = Literal["render", "check", "preflight", "lock", "pull", "upload", "start",
+                       "readiness", "timeout", "crash", "interrupt", "rollback", "internal"]
+
+
+class ImageRef(BaseModel):
+    """The image a run deployed."""
+
+    model_config = ConfigDict(extra="forbid")
+    reference: str = Field(description="the digest-pinned reference as deployed")
+    digest: str | None = Field(None, description="`sha256:…` of the reference")
+
+
+class RollbackResult(BaseModel):
+    """What the automatic rollback after a failed deploy achieved."""
+
+    model_config = ConfigDict(extra="forbid")
+    ready: bool = Field(description="the previous deployment serves again")
+    reason: str | None = Field(None, description="why it did not, when it did not")
+
+
+class ArgsVerificationSummary(BaseModel):
+    """Summary of ``args_verification.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+    confirmed: list[str] = Field(default_factory=list, description="settings the server confirmed")
+    differs: list[str] = Field(default_factory=list, description="`setting: differs (expected X, got Y)`")
+
+
+class RunMeta(BaseModel):
+    """``run.json``: what one run is. Written by :meth:`RunRecord.save_meta` only.
+
+    Every field is optional except the identity fields set by :func:`create_run`; fields are
+    filled in as the deploy proceeds (``compose_sha256`` after the pull, ``ready_at`` when it
+    serves, ``benched_at`` after a benchmark).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="the directory name, `<sequence>-<profile>-<host>`")
+    sequence: int = Field(description="counter over the runs directory, from 1")
+    kind: Literal["deploy", "rollback"] = Field(
+        "deploy", description="`rollback`: the run restores an earlier deployment (`restores`)")
+    profile: str = Field(description="profile name")
+    parent_profile: str | None = Field(None, description="the profile's `extends`")
+    host: str = Field(description="inventory host name")
+    started_at: str = Field(description="UTC, ISO 8601 with `Z`")
+    ready_at: str | None = Field(None, description="when the server answered /health and /v1/models")
+    ended_at: str | None = Field(None, description="when a run that did not become ready ended")
+    outcome: Outcome = Field("started", description="how the run ended; `started` while the deploy runs")
+    failure: str | None = Field(None, description="why the run did not become ready (one sentence)")
+    failure_phase: FailurePhase | None = Field(
+        None, description="the deploy phase that failed")
+    rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
+    restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
+                                                   "(None when the restored compose file matches no recorded run)")
+    servedeck_version: str = Field(__version__, description="servedeck that wrote the record")
+    profiles_git_commit: str | None = Field(
+        None, description="git commit of profiles/ (`+dirty` when it had uncommitted changes)")
+    compose_sha256: str | None = Field(None, description="sha256 of the compose bytes deployed")
+    compose_redacted: bool | None = Field(None, description="the stored compose file had a secret removed")
+    image: ImageRef | None = Field(None, description="`{\"reference\", \"digest\"}`")
+    image_override: str | None = Field(None, description="`--image` given at deploy (replaces the profile's)")
+    image_source: str | None = Field(
+        None, description="where the image reference came from when not the profile file "
+                          "(`local-images` for a locally built image alias)")
+    served_model_name: str | None = Field(None, description="the name requests use")
+    port: int | None = Field(None, description="published API port on the host")
+    timings_s: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="seconds: `pull_s`, `container_start_to_ready_s`, `up_to_ready_s`, "
+                    "`deploy_total_s`, `overhead_s`")
+    args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
+    benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
+    experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
+
+    @property
+    def served(self) -> bool:
+        """True when the run's server became ready."""
+        return self.outcome == "ready"
+
+
+def _meta_error(exc: ValidationError, file: str) -> ServedeckError:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    return ServedeckError(f"invalid run metadata: {first['msg']}", file=file, field=loc or None,
+                          hint="fields are documented in docs/run-record.md (servedeck.runs.store.RunMeta)")
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
 
 _SECRET_PATTERNS = [
     # --api-key VALUE / --api-key=VALUE / api_key: VALUE / 'api_key': 'VALUE'
@@ -72,14 +255,15 @@ class RunRecord:
 
     path: Path
     sequence: int
-    meta: dict[str, Any]
+    meta: RunMeta
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
     def write_text(self, name: str, text: str, *, secret_safe: bool = False) -> Path:
-        """Write ``name`` (redacted unless ``secret_safe``) atomically."""
+        """Write ``name`` (one of this module's file names; redacted unless ``secret_safe``)
+        atomically."""
         return atomic_write(self.path / name, text if secret_safe else redact(text))
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -91,9 +275,32 @@ class RunRecord:
         return self.write_text(name, json.dumps(obj, indent=2, default=str) + "\n")
 
     def save_meta(self, **updates: Any) -> None:
-        """Merge ``updates`` into ``run.json`` and write it."""
-        self.meta.update(updates)
-        self.write_json("run.json", self.meta)
+        """Merge ``updates`` (:class:`RunMeta` fields) into ``run.json`` and write it.
+
+        Raises:
+            ServedeckError: an unknown field or a value of the wrong type (nothing is written).
+        """
+        try:
+            self.meta = RunMeta.model_validate({**self.meta.model_dump(exclude_unset=True), **updates})
+        except ValidationError as exc:
+            raise _meta_error(exc, str(self.path / RUN_META)) from None
+        self.write_text(RUN_META, self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n")
+
+    def finish(self, outcome: Outcome, reason: str | None = None, *,
+               phase: FailurePhase | None = None, **updates: Any) -> None:
+        """Record how the run ended: ``outcome`` with ``reason`` and the failed ``phase``
+        (``ready_at`` for ``ready``, ``ended_at`` otherwise, now).
+
+        Raises:
+            ServedeckError: ``outcome`` is ``started`` (not an ending) or a field is invalid.
+        """
+        if outcome == "started":
+            raise ServedeckError("a run cannot finish as 'started'")
+        stamp = {"ready_at": utcnow()} if outcome == "ready" else {"ended_at": utcnow()}
+        extra = {"failure": reason} if reason is not None else {}
+        if phase is not None:
+            extra["failure_phase"] = phase
+        self.save_meta(outcome=outcome, **stamp, **extra, **updates)
 
     def save_compose(self, compose_text: str) -> str:
         """Store the deployed compose file verbatim (redacted only if it holds a secret).
@@ -104,9 +311,31 @@ class RunRecord:
         data = compose_text.encode()
         digest = hashlib.sha256(data).hexdigest()
         clean = redact(compose_text)
-        self.write_bytes("docker-compose.yml", clean.encode())
+        self.write_bytes(COMPOSE, clean.encode())
         self.save_meta(compose_sha256=digest, compose_redacted=clean != compose_text)
         return digest
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+def write_bench_files(run_dir: str | Path, workload: dict, samples: list[dict], summary: dict) -> dict[str, Path]:
+    """Write a benchmark's ``workload.json``, ``bench.jsonl`` (one sample per line) and
+    ``bench.json`` atomically into ``run_dir``; the caller then sets ``benched_at`` in run.json.
+
+    Returns:
+        ``{file name: path}``.
+
+    Raises:
+        OSError: the directory is not writable.
+    """
+    run_dir = Path(run_dir)
+    return {
+        WORKLOAD: atomic_write(run_dir / WORKLOAD, json.dumps(workload, indent=2) + "\n"),
+        BENCH_SAMPLES: atomic_write(run_dir / BENCH_SAMPLES, "".join(json.dumps(s) + "\n" for s in samples)),
+        BENCH_SUMMARY: atomic_write(run_dir / BENCH_SUMMARY, json.dumps(summary, indent=2) + "\n"),
+    }
 
 
 def sequence_of(run_dir: Path) -> int | None:
@@ -119,20 +348,30 @@ def run_dirs(runs_dir: Path) -> list[tuple[int, Path]]:
     """``(sequence, directory)`` of every run directory under ``runs_dir``, oldest first
     (``[]`` when the directory does not exist; other entries such as ``reports/`` are skipped)."""
     out = []
-    if Path(runs_dir).is_dir():
-        for child in Path(runs_dir).iterdir():
-            seq = sequence_of(child)
-            if seq is not None and child.is_dir():
-                out.append((seq, child))
+    try:
+        entries = list(os.scandir(runs_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        m = RUN_DIR_RE.match(entry.name)
+        if m and entry.is_dir():
+            out.append((int(m["seq"]), Path(entry.path)))
     return sorted(out)
 
 
 def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecord:
     """Create the next run directory and its initial ``run.json``.
 
+    Args:
+        runs_dir: the project's ``runs/``.
+        profile, host: profile and inventory host names (part of the directory name).
+        **meta: further :class:`RunMeta` fields (``kind="rollback"``, ``restores``, ``image``, ...).
+
     Raises:
-        ServedeckError: when the runs directory cannot be created.
+        ServedeckError: when the runs directory cannot be created, or a field is invalid
+            (then the directory is removed again).
     """
+    runs_dir = Path(runs_dir)
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -145,22 +384,121 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
             break
         except FileExistsError:
             seq += 1
-    record = RunRecord(path=path, sequence=seq, meta={
-        "run_id": path.name, "sequence": seq, "profile": profile, "host": host,
-        "started_at": utcnow(), "ready_at": None, "outcome": "started",
-        "servedeck_version": __version__, **meta})
+    try:
+        initial = RunMeta.model_validate({"run_id": path.name, "sequence": seq, "profile": profile,
+                                          "host": host, "started_at": utcnow(), "outcome": "started",
+                                          "servedeck_version": __version__, **meta})
+    except ValidationError as exc:
+        path.rmdir()
+        raise _meta_error(exc, str(path / RUN_META)) from None
+    record = RunRecord(path=path, sequence=seq, meta=initial)
     record.save_meta()
     return record
+
+
+def read_json(run_dir: Path, name: str, *, required: bool = False) -> Any:
+    """The JSON file ``name`` of a run directory, or None when it is missing and not ``required``.
+
+    Raises:
+        ServedeckError: the file is required and missing, or it is not valid JSON (file and line).
+    """
+    path = Path(run_dir) / name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ServedeckError("run record file is missing", file=str(path),
+                                 hint="is this a servedeck run directory (docs/run-record.md)?") from None
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ServedeckError(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path)) from None
+
+
+def read_text(run_dir: Path, name: str) -> str:
+    """A text file of a run directory (the compose file, the startup log).
+
+    Raises:
+        ServedeckError: the file is missing.
+    """
+    path = Path(run_dir) / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ServedeckError("run record file is missing", file=str(path),
+                             hint="every run records the deployed compose file verbatim") from None
+
+
+def read_meta(run_dir: Path) -> RunMeta:
+    """``run.json`` of a run directory, typed.
+
+    Raises:
+        ServedeckError: no run.json (not a run directory), invalid JSON, or invalid fields.
+    """
+    path = Path(run_dir) / RUN_META
+    if not path.exists():
+        raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
+    try:
+        return RunMeta.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise _meta_error(exc, str(path)) from None
 
 
 def open_run(path: Path) -> RunRecord:
     """Open an existing run directory (``run.json`` must exist).
 
     Raises:
-        ServedeckError: when ``path`` is not a run directory.
+        ServedeckError: when ``path`` is not a run directory or its run.json is invalid.
     """
-    meta_path = path / "run.json"
-    if not meta_path.exists():
-        raise ServedeckError("not a run directory (no run.json)", file=str(path))
-    meta = json.loads(meta_path.read_text())
-    return RunRecord(path=path, sequence=int(meta.get("sequence", 0)), meta=meta)
+    meta = read_meta(path)
+    return RunRecord(path=Path(path), sequence=meta.sequence, meta=meta)
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` holds a recorded deployment (a ``docker-compose.yml``)."""
+    return (Path(path) / COMPOSE).is_file()
+
+
+def is_benchmarked(run_dir: Path) -> bool:
+    """True when the run holds benchmark samples."""
+    return (Path(run_dir) / BENCH_SAMPLES).is_file()
+
+
+def read_samples(run_dir: Path) -> list[dict]:
+    """Read ``bench.jsonl`` (one JSON sample per line); [] when the run was not benchmarked.
+
+    Raises:
+        ServedeckError: a line is not valid JSON (file and line number given).
+    """
+    path = Path(run_dir) / BENCH_SAMPLES
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ServedeckError(f"not valid JSON: {exc.msg}", file=str(path),
+                                 field=f"line {lineno}") from None
+    return out
+
+
+def phase_samples(samples: list[dict], phase: str, metric: str) -> list[float]:
+    """Values of ``metric`` for ``phase`` (``cold``, ``warm``, ``warmup``) in file order;
+    ``spec_accept_len`` (and any metric missing at the top level) come from each sample's
+    ``server`` block. Missing, None and non-finite values are skipped."""
+    out = []
+    for s in samples:
+        if s.get("phase") != phase:
+            continue
+        value = s.get(metric)
+        if metric == "spec_accept_len" or value is None:
+            value = (s.get("server") or {}).get(metric, value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out.append(float(value))
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -37,10 +38,14 @@ def demo(tmp_path_factory):
         shutil.copytree(ROOT / name, root / name)
     (root / "deploy").mkdir()
     shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
+    shutil.copy(ROOT / ".gitignore", root / ".gitignore")
     workdir = f"/srv/servedeck-test/e2e-{uuid.uuid4().hex[:8]}"
     (root / "deploy" / "hosts.yaml").write_text(
         f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
         f"    workdir: {workdir}\n    port: 9932\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "a user's project as cloned")
     project = Project(root)
     reporter = QuietReporter()
     try:
@@ -55,6 +60,11 @@ def demo(tmp_path_factory):
         RemoteHost("local", load_inventory(project.inventory_path).hosts["local"].ssh, workdir).run(
             f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 2; rm -rf {workdir}",
             check=False)
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=demo", "-c", "user.email=demo@localhost",
+                           *args], check=True, capture_output=True, text=True).stdout
 
 
 def _json(run: Path, name: str):
@@ -173,3 +183,70 @@ def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
     result, _, host, entry, _ = demo
     with pytest.raises(ServedeckError, match="already holds benchmark results"):
         bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+
+
+def test_the_demo_leaves_tracked_files_alone_and_records_clean_provenance(demo):
+    """Issue 13: the built digest lives in untracked local state, so git status stays clean and
+    every run records a clean profiles commit."""
+    result, project, *_ = demo
+    assert _git(project.root, "status", "--porcelain") == ""
+    assert (project.root / ".servedeck" / "local-images.yaml").exists()
+    for run in result.runs:
+        meta = _json(run, "run.json")
+        assert meta["profiles_git_commit"] and not meta["profiles_git_commit"].endswith("+dirty")
+        assert not meta["image"]["digest"].endswith("0" * 64)
+        assert meta["image_source"] == "local-images"  # provenance: the image came from local state
+
+
+def test_ab_latest_compares_the_two_benchmarked_runs(demo):
+    """``invoke ab latest:cpu-4096 latest:cpu-8192`` right after the demo: latest means served and
+    benchmarked, so the unbenchmarked warm redeploy of cpu-8192 is skipped (newest: names it)."""
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.runs.history import resolve_run
+    result, project, *_ = demo
+    a = resolve_run(project.runs_dir, "latest:cpu-4096")
+    b = resolve_run(project.runs_dir, "latest:cpu-8192")
+    assert (a, b) == (result.runs[0], result.runs[1])
+    assert resolve_run(project.runs_dir, "newest:cpu-8192") == result.runs[2]
+    out = compare_runs(project.runs_dir, [a], [b])
+    judged = [m for m in out.comparison.bench if m.judged]
+    assert judged and not [m for m in out.comparison.bench if m.verdict == "missing"]
+    # 3 requests per arm cannot carry a faster/slower verdict; each metric says what would
+    assert all(m.verdict in ("no verdict", "equivalent", "not judged") for m in out.comparison.bench)
+    assert all(m.samples_needed for m in judged if m.verdict == "no verdict")
+
+
+def test_the_warm_redeploy_states_whether_the_compile_cache_was_reused(demo):
+    from devtools.demo import format_timings
+    result, *_ = demo
+    text = format_timings(result)
+    line = next(ln for ln in text.splitlines() if ln.startswith("compile cache:"))
+    warm = _json(result.runs[2], "startup.json")
+    if any(w["id"] == "compile_cache_load_failed" for w in warm["warnings"]):
+        assert "this build cannot reuse its cache" in line and "finalize_loading" in line
+    elif warm["compile_cache_hit"]:
+        assert "reused by the warm redeploy" in line
+    else:
+        # the CPU profiles turn vLLM's broken AOT cache off; inductor's cache on the volume serves
+        assert "VLLM_USE_AOT_COMPILE=0" in line and "engine init" in line
+        assert "load failure" not in (result.runs[2] / "startup.log").read_text()
+
+
+def test_aa_of_two_deployments_of_one_profile_reports_the_noise_floor(demo):
+    """Issue 13: the demo deployed cpu-8192 twice (B and the warm redeploy, which still serves);
+    benchmark the second one with B's workload and compare the two as an A/A."""
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.report import findings
+    result, project, host, entry, _ = demo
+    b, b_again = result.runs[1], result.runs[2]
+    bench_deployed(b_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
+    out = compare_runs(project.runs_dir, [b], [b_again], aa=True, out=project.runs_dir / "reports" / "aa" / "report.md")
+    assert out.diff.is_identical and out.noise_path.exists()
+    judged = {k: m for k, m in out.noise.metrics.items()}
+    assert {"cold ttft_s", "warm ttft_s", "warm decode_tok_s"} <= set(judged)
+    assert all(m.noise is not None and m.noise >= 0 for m in judged.values())
+    assert "**A/A comparison**" in out.report.read_text()
+    # the A/B of the same host and image now cites it
+    ab = compare_runs(project.runs_dir, [result.runs[0]], [b])
+    assert ab.noise is not None
+    assert any(f.startswith("noise floor of host local") for f in findings(ab.comparison, ab.noise))

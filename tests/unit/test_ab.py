@@ -1,4 +1,5 @@
-"""A/B comparison, the single-variable guard, the run report and run history.
+"""A/B comparison: the single-variable guard, statistics and verdicts, A/A noise floors,
+interleaved arms, the run report.
 
 Fixtures: tests/fixtures/runs/ (hand-made from the seed report's numbers, see its README).
 """
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
 from servedeck.ab.compare import (
-    ArmDiff, compare_arms, compare_bench_metric, compare_metrics, flatten_argv, guard,
-    list_runs, load_arm, parse_compose, plan_against, ratio_interval, resolve_run,
+    ArmDiff, compare_arms, flatten_argv, guard, load_arm, parse_compose, plan_against,
 )
+from servedeck.ab.stats import compare_metrics, holm, judge_bench, rank_test, ratio_interval, smallest_p
 from servedeck.errors import ServedeckError
-from servedeck.ab.report import fmt_num, render_report, write_report
+from servedeck.ab.report import findings, fmt_num, render_report, write_report
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
 A = RUNS / "0002-base-b70"
@@ -77,8 +80,15 @@ def test_two_changes_are_refused_without_allow_multi():
 def test_identical_runs_are_not_an_experiment():
     diff = compare_arms(A, A)
     assert diff.is_identical
-    with pytest.raises(ServedeckError, match="do not differ"):
+    with pytest.raises(ServedeckError, match="do not differ") as exc:
         guard(diff, allow_multi=True)
+    assert "--aa" in str(exc.value)  # the hint names the option that does compare them
+    assert guard(diff, aa=True) is diff
+
+
+def test_aa_refuses_runs_that_differ(diff_ab):
+    with pytest.raises(ServedeckError, match="A/A comparison needs two runs of the same configuration"):
+        guard(diff_ab, aa=True)
 
 
 def test_host_fact_and_compose_changes_are_variables(tmp_path):
@@ -147,27 +157,90 @@ def test_startup_facts_are_single_samples(comparison_ab):
     assert comparison_ab.metric("init_engine_s").verdict == "higher"
 
 
-def test_every_bench_metric_is_judged_with_an_interval(comparison_ab):
+def test_every_bench_metric_is_judged_with_its_method_and_interval(comparison_ab):
     keys = {(m.phase, m.name) for m in comparison_ab.bench}
     assert keys == {(p, n) for p in ("cold", "warm")
                     for n in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len")}
     for m in comparison_ab.bench:
         assert m.judged and m.ci_low is not None and m.ci_low <= m.ratio <= m.ci_high, m
+        assert m.method.startswith("Mann-Whitney U") and 0 < m.p <= m.p_adjusted <= 1
+        assert m.margin == 0.03 and m.alpha == 0.05 and m.samples_needed >= 2
     warm_decode = comparison_ab.metric("decode_tok_s", "warm")
     assert (warm_decode.a, warm_decode.b) == (57.0, 56.6)
-    assert warm_decode.verdict == "within noise"
-    # run #2's cold decode was JIT-contaminated (26–51 tok/s); B is clearly faster
-    assert comparison_ab.metric("decode_tok_s", "cold").verdict == "faster"
 
 
-def test_verdict_is_direction_aware():
-    quick = [0.50, 0.51, 0.52, 0.50]
-    slow = [1.00, 1.02, 0.99, 1.01]
-    assert compare_bench_metric("ttft_s", "warm", slow, quick).verdict == "faster"
-    assert compare_bench_metric("ttft_s", "warm", quick, slow).verdict == "slower"
-    assert compare_bench_metric("decode_tok_s", "warm", slow, quick).verdict == "slower"
-    two = compare_bench_metric("decode_tok_s", "warm", [50.0, 51.0], [60.0, 61.0, 62.0])
-    assert two.verdict == "single sample" and not two.judged and two.ci_low is None
+def test_fixture_cold_decode_gets_no_verdict_and_the_samples_needed(comparison_ab):
+    """Issue 13: 58.1 vs 51.0 tok/s from 3 samples per arm (one A sample at 26.3) is not "faster"."""
+    cold = comparison_ab.metric("decode_tok_s", "cold")
+    assert (cold.a, cold.b) == (51.0, 58.1) and cold.samples_a == [26.3, 51.0, 57.4]
+    assert cold.verdict == "no verdict"
+    assert "3 vs 3 samples cannot reach" in cold.reason and "smallest exact p is 0.1" in cold.reason
+    assert cold.samples_needed > 3
+    sentence = next(f for f in findings(comparison_ab) if f.startswith("cold decode_tok_s"))
+    assert f"about {cold.samples_needed} samples per arm would decide" in sentence
+    # nothing at 3 samples per arm is called faster or slower
+    assert not [m for m in comparison_ab.bench if m.verdict in ("faster", "slower")]
+
+
+def test_verdict_is_direction_aware_and_needs_enough_samples():
+    rng = np.random.default_rng(1)
+    quick = list(0.50 * np.exp(rng.normal(0, 0.01, 10)))
+    slow = list(1.00 * np.exp(rng.normal(0, 0.01, 10)))
+    assert judge_bench([("ttft_s", "warm", slow, quick)])[0].verdict == "faster"
+    assert judge_bench([("ttft_s", "warm", quick, slow)])[0].verdict == "slower"
+    m = judge_bench([("decode_tok_s", "warm", slow, quick)])[0]
+    assert m.verdict == "slower" and m.method == "Mann-Whitney U, exact" and m.p < 1e-4
+    # the same separation at 3 samples per arm cannot carry a verdict
+    few = judge_bench([("ttft_s", "warm", slow[:3], quick[:3])])[0]
+    assert few.verdict == "no verdict" and few.p == pytest.approx(0.1)
+    one = judge_bench([("decode_tok_s", "warm", [50.0], [60.0, 61.0, 62.0])])[0]
+    assert one.verdict == "not judged" and not one.judged and one.ci_low is None
+
+
+def test_a_difference_inside_the_margin_is_not_called_faster():
+    rng = np.random.default_rng(2)
+    a = list(100 * np.exp(rng.normal(0, 0.002, 12)))
+    b = list(101 * np.exp(rng.normal(0, 0.002, 12)))  # +1 %: detectable, below a 3 % margin
+    m = judge_bench([("decode_tok_s", "warm", a, b)], margin=0.03)[0]
+    assert m.p_adjusted < 0.05 and m.verdict == "within margin"
+    fine = judge_bench([("decode_tok_s", "warm", a, b)], margin=0.005)[0]
+    assert fine.verdict == "faster"  # the user asked for that resolution
+    same = judge_bench([("decode_tok_s", "warm", a, list(100 * np.exp(rng.normal(0, 0.002, 12))))])[0]
+    assert same.verdict == "equivalent"
+
+
+def test_holm_and_exact_test_floor():
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert smallest_p(3, 3) == pytest.approx(0.1) and smallest_p(5, 5) == pytest.approx(2 / 252)
+    p, method = rank_test([1.0, 2.0, 2.0, 3.0], [2.0, 5.0, 6.0])
+    assert method == "Mann-Whitney U, permutation (ties)" and 0 < p < 1
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_false_positive_rate_over_identical_arms_holds_across_the_report(n):
+    """Identical arms through the verdict code: the share of reports with ANY faster/slower
+    verdict (8 metrics per report, 1-8 % per-request noise plus an occasional outlier) stays at
+    or below the nominal 5 %, with the default margin and with no margin at all."""
+    rng = np.random.default_rng(20261130 + n)
+    reports = 200
+    metric_names = [("ttft_s", "cold"), ("prefill_tok_s", "cold"), ("decode_tok_s", "cold"),
+                    ("spec_accept_len", "cold"), ("ttft_s", "warm"), ("prefill_tok_s", "warm"),
+                    ("decode_tok_s", "warm"), ("spec_accept_len", "warm")]
+    flagged = {0.03: 0, 0.0: 0}
+    for _ in range(reports):
+        metrics = []
+        for name, phase in metric_names:
+            cv = rng.uniform(0.01, 0.08)
+            arms = 50.0 * np.exp(rng.normal(0, cv, (2, n)))
+            arms[rng.random((2, n)) < 0.05] *= 0.5  # a JIT-contaminated sample now and then
+            metrics.append((name, phase, list(arms[0]), list(arms[1])))
+        for margin in flagged:
+            out = judge_bench(metrics, margin=margin, intervals=False)
+            flagged[margin] += any(m.verdict in ("faster", "slower") for m in out)
+    assert flagged[0.03] / reports <= 0.05, flagged
+    assert flagged[0.0] / reports <= 0.05, flagged
+    if n == 3:
+        assert flagged == {0.03: 0, 0.0: 0}  # the smallest exact p at 3 vs 3 is 0.1
 
 
 def test_bootstrap_interval_is_reproducible_and_degenerate_safe():
@@ -198,12 +271,12 @@ def test_report_findings(report_ab):
             in findings)
     assert "KV pool −28,376 tokens (264,846 → 236,470)" in findings
     assert "2.02× → 1.80×" in findings
-    assert re.search(r"warm decode_tok_s 56\.6 vs 57\.0 \(ratio 0\.993, 95% CI \d\.\d{3}–\d\.\d{3}\): "
-                     r"within noise", findings)
+    assert re.search(r"warm decode_tok_s 56\.6 vs 57\.0 \(ratio 0\.993, 95% CI \d\.\d{3}–\d\.\d{3}; "
+                     r"Mann-Whitney U, exact, p=0\.22, Holm p=1\): equivalent: within ±3 %", findings)
     for phase in ("cold", "warm"):
         for metric in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len"):
-            assert re.search(rf"^- {phase} {metric} .*95% CI \d+\.\d+–\d+\.\d+(; only 3 samples per arm: a coarse interval)?\): "
-                             r"(faster|slower|within noise)$", findings, re.M), (phase, metric)
+            assert re.search(rf"^- {phase} {metric} .*95% CI \d+\.\d+–\d+\.\d+; Mann-Whitney U, [a-z ()]+, "
+                             r"p=[\d.e-]+, Holm p=[\d.e-]+\): (no verdict|equivalent): ", findings, re.M), (phase, metric)
     assert "_Verdict: to be written_" in report_ab
     assert "_Hypothesis: to be written_" in report_ab
     # startup table gives both arms
@@ -247,45 +320,6 @@ def test_fmt_num():
     assert fmt_num(2.548) == "2.548"
 
 
-# ---------------------------------------------------------------- history
-
-@pytest.mark.parametrize("ref,expected", [
-    ("0003-batch-8192-b70", "0003-batch-8192-b70"), ("3", "0003-batch-8192-b70"),
-    ("0002", "0002-base-b70"), ("latest", "0004-multi-b70"), ("latest:base", "0002-base-b70"),
-    ("latest:batch-8192", "0003-batch-8192-b70"),
-])
-def test_resolve_run_forms(ref, expected):
-    assert resolve_run(RUNS, ref).name == expected
-
-
-@pytest.mark.parametrize("ref,needle", [("7", "no run with sequence 7"),
-                                         ("latest:speed", "no run of profile 'speed'"),
-                                         ("0009-x-b70", "unknown run")])
-def test_resolve_run_unknown_lists_what_exists(ref, needle):
-    with pytest.raises(ServedeckError) as exc:
-        resolve_run(RUNS, ref)
-    assert needle in str(exc.value)
-    assert "0002-base-b70" in str(exc.value) or "base, batch-8192, multi" in str(exc.value)
-
-
-def test_resolve_run_missing_dir_and_empty(tmp_path):
-    with pytest.raises(ServedeckError, match="does not exist"):
-        resolve_run(tmp_path / "nope", "latest")
-    with pytest.raises(ServedeckError, match="no runs recorded yet"):
-        resolve_run(tmp_path, "latest")
-
-
-def test_list_runs_headlines():
-    runs = list_runs(RUNS)
-    assert [r.sequence for r in runs] == [2, 3, 4]
-    first = runs[0]
-    assert (first.profile, first.host, first.outcome) == ("base", "b70", "ready")
-    assert first.kv_cache_tokens == 264846
-    assert first.warm_decode_tok_s == 57.0
-    assert first.cold_ttft_s == 2.548
-    assert [r.run_id for r in list_runs(RUNS, profile="batch-8192")] == ["0003-batch-8192-b70"]
-
-
 def test_nested_setting_collapses_across_profile_effective_and_argv(tmp_path):
     """MTP depth 3 → 2 written three ways is still one variable, named by vLLM's dest path."""
     a = _copy_run(A, tmp_path, "0010-mtp3-b70")
@@ -326,3 +360,99 @@ def test_switching_a_profile_section_on_is_one_variable_per_setting(tmp_path):
     assert {(d.view, d.path) for d in diff.differences[0].evidence} == {
         ("effective", "speculative_config.num_speculative_tokens"),
         ("profile", "engine.speculative.num_speculative_tokens")}
+
+
+# ---------------------------------------------------------------- A/A and interleaved arms
+
+def _same_config_runs(tmp_path, names=("0010-base-b70", "0011-base-b70")):
+    """Two recorded runs of one configuration: copies of fixture run 0002 whose bench samples
+    are replaced by draws from one distribution (what two deploys of one profile give)."""
+    rng = np.random.default_rng(5)
+    out = []
+    for name in names:
+        run = _copy_run(A, tmp_path, name)
+        lines = [json.loads(x) for x in (run / "bench.jsonl").read_text().splitlines() if x.strip()]
+        for s in lines:
+            if s["phase"] in ("cold", "warm"):
+                s["decode_tok_s"] = float(57.0 * np.exp(rng.normal(0, 0.02)))
+                s["ttft_s"] = float(1.4 * np.exp(rng.normal(0, 0.03)))
+        (run / "bench.jsonl").write_text("".join(json.dumps(s) + "\n" for s in lines))
+        out.append(run)
+    return out
+
+
+def test_aa_reports_the_noise_floor_and_later_ab_reports_cite_it(tmp_path):
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.noise import load_noise_floor
+    a1, a2 = _same_config_runs(tmp_path)
+    with pytest.raises(ServedeckError, match="do not differ"):
+        compare_runs(tmp_path, [a1], [a2])  # not an A/B ...
+    aa = compare_runs(tmp_path, [a1], [a2], aa=True, out=tmp_path / "aa" / "report.md")  # ... but an A/A
+    assert aa.noise_path == tmp_path / "noise" / "b70-21412bdd7535.json"
+    floor = load_noise_floor(tmp_path, "b70", "sha256:21412bdd7535e9c653eeb3d099dce3bc79a83d440def2cd9556111c79c870fa8")
+    warm = floor.metrics["warm decode_tok_s"]
+    assert 0.005 < warm.noise < 0.05 and warm.n_a == 5 and warm.detectable > warm.noise
+    assert floor.runs == ["0010-base-b70", "0011-base-b70"]
+    text = aa.report.read_text()
+    assert "**A/A comparison**" in text and "noise floor of host b70" in text
+    with pytest.raises(ServedeckError, match="A/A comparison needs two runs of the same configuration"):
+        compare_runs(tmp_path, [A], [B], aa=True)
+    # an A/B on the same host and image now cites the floor
+    ab = compare_runs(tmp_path, [A], [B])
+    assert ab.noise is not None and ab.noise.runs == floor.runs
+    cite = [f for f in findings(ab.comparison, ab.noise) if f.startswith("noise floor of host b70")]
+    assert cite and "warm decode_tok_s ±" in cite[0] and "A/A 0010-base-b70 vs 0011-base-b70" in cite[0]
+
+
+def test_interleaved_schedule_orders():
+    from servedeck.ab.interleave import schedule
+    assert schedule("abba", 3) == ["A", "B", "B", "A", "A", "B"]
+    rnd = schedule("random", 4, seed=3)
+    assert rnd == schedule("random", 4, seed=3) and sorted(rnd) == ["A"] * 4 + ["B"] * 4
+    assert all(sorted(rnd[i:i + 2]) == ["A", "B"] for i in range(0, 8, 2))
+    with pytest.raises(ServedeckError, match="unknown order"):
+        schedule("aabb", 2)
+
+
+def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path):
+    """deploy_fn/bench_fn are stand-ins for servedeck.deploy.apply.deploy and
+    servedeck.bench.record.bench_deployed (no server here): each "deploy" records a copy of a
+    fixture run, each "bench" writes samples that drift downwards over time, as a warming host does."""
+    from servedeck.ab.experiment import compare_runs
+    from servedeck.ab.interleave import run_interleaved
+    from servedeck.runs.store import open_run, write_bench_files
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    counter = iter(range(20, 40))
+    clock = iter(range(100))
+
+    def deploy_fn(profile):
+        src = A if profile == "base" else B
+        dst = runs_dir / f"00{next(counter)}-{profile}-b70"
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("bench.jsonl", "bench.json", "workload.json"))
+        return dst
+
+    def bench_fn(run_dir):
+        samples = []
+        for phase in ("cold", "warm"):
+            for rep in range(3):
+                t = next(clock)
+                samples.append({"phase": phase, "rep": rep, "ttft_s": 1.0 + 0.01 * t + 0.001 * rep,
+                                "prefill_tok_s": 6000.0 - 10 * t - rep, "decode_tok_s": 57.0 - 0.1 * t - 0.01 * rep})
+        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {})
+
+    steps = []
+    runs_a, runs_b, ilv = run_interleaved({"A": "base", "B": "batch-8192"}, "abba", 2, deploy_fn=deploy_fn,
+                                          bench_fn=bench_fn, host="b70", on_step=lambda *s: steps.append(s))
+    assert [s[1] for s in steps] == ["A", "B", "B", "A"]
+    assert [p.arm for p in ilv.positions] == ["A", "B", "B", "A"] and len(runs_a) == len(runs_b) == 2
+    assert {open_run(r).meta.experiment for r in runs_a + runs_b} == {ilv.experiment}
+    drift = {t.metric: t for t in ilv.trends}
+    assert drift["warm decode_tok_s"].rho < 0 and "falls" in drift["warm decode_tok_s"].reading
+    out = compare_runs(runs_dir, runs_a, runs_b, out=runs_dir / "reports" / "x" / "report.md", interleaving=ilv)
+    m = out.comparison.metric("decode_tok_s", "warm")
+    assert len(m.samples_a) == len(m.samples_b) == 6  # pooled over both deployments of each arm
+    text = out.report.read_text()
+    assert "### Interleaved order (ABBA, 4 deployments on host b70)" in text
+    assert re.search(r"^\| 3 \| B \| 0022-batch-8192-b70 \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \|$", text, re.M)
+    assert "warm decode_tok_s: rho" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def test_compose_is_kept_verbatim_with_its_sha(tmp_path):
     digest = run.save_compose(text)
     assert (run.path / "docker-compose.yml").read_bytes() == text.encode()
     assert digest == hashlib.sha256(text.encode()).hexdigest()
-    assert open_run(run.path).meta["compose_sha256"] == digest
-    assert open_run(run.path).meta["compose_redacted"] is False
+    assert open_run(run.path).meta.compose_sha256 == digest
+    assert open_run(run.path).meta.compose_redacted is False
 
 
 def test_compose_with_a_secret_is_redacted_and_says_so(tmp_path):
@@ -69,7 +70,7 @@ def test_compose_with_a_secret_is_redacted_and_says_so(tmp_path):
     digest = run.save_compose(text)
     stored = (run.path / "docker-compose.yml").read_text()
     assert "hf_ABCDEFGHIJKLMNOPQRSTUVWXYZ" not in stored
-    assert open_run(run.path).meta["compose_redacted"] is True
+    assert open_run(run.path).meta.compose_redacted is True
     assert digest == hashlib.sha256(text.encode()).hexdigest()  # the sha of what was deployed
 
 
@@ -156,3 +157,232 @@ def test_inventory_errors_name_the_field(tmp_path):
     with pytest.raises(ServedeckError, match="must be an absolute path") as exc:
         load_inventory(path)
     assert exc.value.field == "hosts.b70.workdir" and exc.value.file == str(path)
+
+
+# ---------------------------------------------------------------- the run store
+
+FIXTURE_RUNS = [d for root in ("runs", "runs-cpu") for d in sorted((ROOT / "tests" / "fixtures" / root).iterdir())
+                if d.is_dir()]
+
+
+@pytest.mark.parametrize("run_dir", FIXTURE_RUNS, ids=lambda d: d.name)
+def test_recorded_run_json_files_are_valid_run_meta(run_dir):
+    from servedeck.runs.store import read_meta
+    meta = read_meta(run_dir)
+    assert meta.run_id == run_dir.name and meta.outcome == "ready"
+
+
+def test_run_meta_is_typed_and_refuses_unknown_fields(tmp_path):
+    with pytest.raises(ServedeckError, match="invalid run metadata") as exc:
+        create_run(tmp_path, "base", "b70", colour="blue")
+    assert exc.value.field == "colour"
+    assert list(tmp_path.iterdir()) == []  # the half-made directory is removed again
+    run = create_run(tmp_path, "base", "b70", image={"reference": "r@sha256:" + "a" * 64, "digest": "sha256:" + "a" * 64})
+    before = (run.path / "run.json").read_bytes()
+    with pytest.raises(ServedeckError) as exc:
+        run.save_meta(outcome="finished")
+    assert exc.value.field == "outcome"
+    assert (run.path / "run.json").read_bytes() == before  # nothing written
+    assert open_run(run.path).meta.image.digest == "sha256:" + "a" * 64
+
+
+def test_finish_records_the_final_state_and_reason(tmp_path):
+    run = create_run(tmp_path, "cpu-4096", "local")
+    run.finish("failed", "pulling 127.0.0.1:5000/x@sha256:00… failed: manifest unknown", phase="pull")
+    meta = json.loads((run.path / "run.json").read_text())
+    assert meta["outcome"] == "failed" and meta["failure_phase"] == "pull"
+    assert "manifest unknown" in meta["failure"] and meta["ended_at"]
+    with pytest.raises(ServedeckError):
+        run.finish("started")
+
+
+def test_docs_run_record_is_generated_from_the_code():
+    from servedeck.runs.doc import render
+    assert (ROOT / "docs" / "run-record.md").read_text() == render(), \
+        "regenerate: python -m servedeck.runs.doc docs/run-record.md"
+
+
+def test_run_file_names_are_spelled_only_in_the_store():
+    import re as _re
+    names = ["run.json", "bench.json", "bench.jsonl", "startup.json", "startup.log", "effective.json",
+             "argv.json", "facts.json", "workload.json", "profile.resolved.json", "profile.diff.json",
+             "args_verification.json", ".index.json"]
+    pattern = _re.compile("[\"'](" + "|".join(_re.escape(n) for n in names) + ")[\"']")
+    offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in sorted((ROOT / "servedeck").rglob("*.py"))
+                 if p != ROOT / "servedeck" / "runs" / "store.py"
+                 for m in pattern.finditer(p.read_text())]
+    assert offenders == []
+
+
+# ---------------------------------------------------------------- history
+
+def _benched(run, ttft=(0.5, 0.6, 0.55)):
+    from servedeck.runs.store import write_bench_files
+    samples = [{"phase": "cold", "rep": i, "ttft_s": t, "decode_tok_s": 50.0} for i, t in enumerate(ttft)]
+    write_bench_files(run.path, {"prompt_tokens": 64}, samples, {"phases": {}})
+    run.save_meta(benched_at="2026-11-30T00:00:00Z")
+
+
+def test_latest_means_served_and_benchmarked_and_newest_means_newest(tmp_path):
+    from servedeck.runs.history import resolve_run
+    a = create_run(tmp_path, "cpu-4096", "local")
+    a.finish("ready")
+    _benched(a)
+    b = create_run(tmp_path, "cpu-4096", "local")
+    b.finish("ready")  # served, never benchmarked
+    c = create_run(tmp_path, "cpu-4096", "local")
+    c.finish("failed", "manifest unknown", phase="pull")
+    d = create_run(tmp_path, "cpu-8192", "local")  # another profile, still starting
+    assert resolve_run(tmp_path, "latest:cpu-4096") == a.path
+    assert resolve_run(tmp_path, "latest") == a.path
+    assert resolve_run(tmp_path, "newest:cpu-4096") == c.path
+    assert resolve_run(tmp_path, "newest") == d.path
+    with pytest.raises(ServedeckError) as exc:
+        resolve_run(tmp_path, "latest:cpu-8192")
+    msg = str(exc.value)
+    assert "served and was benchmarked" in msg and "0004-cpu-8192-local (outcome started)" in msg
+    assert "newest:cpu-8192" in msg
+    with pytest.raises(ServedeckError, match="no run of profile 'speed' recorded; profiles with runs: cpu-4096, cpu-8192"):
+        resolve_run(tmp_path, "latest:speed")
+
+
+def test_resolve_run_forms_on_the_fixtures():
+    from servedeck.runs.history import resolve_run
+    runs = ROOT / "tests" / "fixtures" / "runs"
+    for ref, expected in [("0003-batch-8192-b70", "0003-batch-8192-b70"), ("3", "0003-batch-8192-b70"),
+                          ("0002", "0002-base-b70"), ("latest", "0004-multi-b70"),
+                          ("latest:base", "0002-base-b70"), ("latest:batch-8192", "0003-batch-8192-b70"),
+                          (str(runs / "0002-base-b70"), "0002-base-b70")]:
+        assert resolve_run(runs, ref).name == expected
+    for ref, needle in [("7", "no run with sequence 7"), ("0009-x-b70", "unknown run '0009-x-b70'")]:
+        with pytest.raises(ServedeckError) as exc:
+            resolve_run(runs, ref)
+        assert needle in str(exc.value) and "0002-base-b70" in str(exc.value)
+
+
+def test_resolve_run_missing_dir_and_empty(tmp_path):
+    from servedeck.runs.history import resolve_run
+    with pytest.raises(ServedeckError, match="does not exist"):
+        resolve_run(tmp_path / "nope", "latest")
+    with pytest.raises(ServedeckError, match="no run recorded"):
+        resolve_run(tmp_path, "latest")
+
+
+def test_list_runs_headlines_on_the_fixtures(tmp_path):
+    from servedeck.runs.history import list_runs
+    runs_dir = tmp_path / "runs"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs", runs_dir)
+    rows = list_runs(runs_dir)
+    assert [r.sequence for r in rows] == [2, 3, 4]
+    first = rows[0]
+    assert (first.profile, first.host, first.outcome, first.benchmarked) == ("base", "b70", "ready", True)
+    assert (first.kv_cache_tokens, first.warm_decode_tok_s, first.cold_ttft_s) == (264846, 57.0, 2.548)
+    assert [r.run_id for r in list_runs(runs_dir, profile="batch-8192")] == ["0003-batch-8192-b70"]
+
+
+def test_the_listing_cache_follows_changes_and_can_be_lost(tmp_path, monkeypatch):
+    import os
+    from servedeck.runs import history
+    monkeypatch.setattr(history, "HOT_S", 0.0)  # cache every row at once
+    run = create_run(tmp_path, "cpu-4096", "local")
+    run.finish("ready")
+    old = 1_700_000_000
+    os.utime(run.path, (old, old))
+    rows = history.list_runs(tmp_path)
+    assert rows[0].benchmarked is False and (tmp_path / ".index.json").exists()
+    index = json.loads((tmp_path / ".index.json").read_text())
+    row = index["runs"][run.run_id][1]
+    assert row[history._CACHED_FIELDS.index("outcome")] == "ready"
+    # a cached row is used as long as the directory did not change ...
+    row[history._CACHED_FIELDS.index("profile")] = "from-the-cache"
+    (tmp_path / ".index.json").write_text(json.dumps(index))
+    assert history.list_runs(tmp_path)[0].profile == "from-the-cache"
+    # ... and recomputed once a write into the run directory moved its time
+    _benched(run)
+    row = history.list_runs(tmp_path)[0]
+    assert row.profile == "cpu-4096" and row.benchmarked and row.cold_ttft_s == 0.55
+    (tmp_path / ".index.json").write_text("{not json")
+    assert history.list_runs(tmp_path)[0].benchmarked
+    import shutil as _sh
+    _sh.rmtree(run.path)
+    assert history.list_runs(tmp_path) == []
+    assert json.loads((tmp_path / ".index.json").read_text())["runs"] == {}
+
+
+def test_newest_served_includes_rollback_runs(tmp_path):
+    from servedeck.runs.history import newest_served
+    a = create_run(tmp_path, "cpu-4096", "local")
+    a.finish("ready")
+    b = create_run(tmp_path, "cpu-8192", "local")
+    b.finish("rolled-back", "readiness timed out", phase="timeout")
+    r = create_run(tmp_path, "cpu-4096", "local", kind="rollback", restores=a.run_id)
+    r.finish("ready")
+    assert newest_served(tmp_path, "local") == r.path
+    with pytest.raises(ServedeckError, match="no ready run of host 'b70'"):
+        newest_served(tmp_path, "b70")
+
+
+# ---------------------------------------------------------------- bench sizing
+
+def test_bench_workload_fits_the_deployed_max_model_len():
+    from servedeck.bench.sizing import max_model_len_of, size_workload
+    cpu = ROOT / "tests" / "fixtures" / "runs-cpu" / "0001-cpu-4096-local"
+    assert max_model_len_of(cpu) == 2048
+    assert size_workload(2048) == (1792, 256)
+    assert size_workload(1024) == (896, 128)
+    assert size_workload(131072) == (32768, 256)
+    assert size_workload(None) == (32768, 256)
+    assert size_workload(2048, prompt_tokens=1000) == (1000, 256)
+    with pytest.raises(ServedeckError) as exc:
+        size_workload(2048, prompt_tokens=32768)
+    assert "33024 does not fit the deployed max_model_len 2048" in str(exc.value)
+    assert "--prompt-tokens" in exc.value.hint and "engine.max_model_len" in exc.value.hint
+
+
+# ---------------------------------------------------------------- locally built images
+
+def _project_copy(tmp_path):
+    root = tmp_path / "proj"
+    for name in ("profiles", "deploy"):
+        shutil.copytree(ROOT / name, root / name)
+    return root
+
+
+def test_a_placeholder_digest_is_a_check_finding_with_the_command_that_fixes_it(tmp_path):
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.render import render_profile
+    root = _project_copy(tmp_path)
+    store = ProfileStore(root / "profiles")
+    catalog = Catalog(root / "deploy" / "images.yaml")
+    rendered = render_profile(store.load("cpu-4096").profile, catalog, ROOT / "templates")
+    findings = check_compose_text(rendered.compose_text, file="profile:cpu-4096", catalog=catalog,
+                                  expect=CheckExpectations(rendered=True))
+    hit = [f for f in findings if f.rule == "image/placeholder-digest"]
+    assert hit and hit[0].severity.value == "warning"
+    assert "`invoke image-build`" in hit[0].hint and ".servedeck/local-images.yaml" in hit[0].hint
+
+
+def test_a_locally_built_image_resolves_the_placeholder_without_editing_tracked_files(tmp_path):
+    from servedeck.model.catalog import ImageFacts
+    from servedeck.model.project import Project
+    root = _project_copy(tmp_path)
+    before = {p: p.read_bytes() for p in (root / "profiles").iterdir()} | \
+        {root / "deploy" / "images.yaml": (root / "deploy" / "images.yaml").read_bytes()}
+    project = Project(root)
+    built = "127.0.0.1:5000/servedeck/vllm-cpu@sha256:" + "d" * 64
+    project.local_images.record(built)
+    assert (root / ".servedeck" / ".gitignore").read_text() == "*\n"
+    store = ProfileStore(project.profiles_dir)
+    assert store.load("cpu-4096").profile.image == built
+    assert store.load("cpu-8192").profile.image == built  # inherited through extends
+    assert store.load("speed").profile.image != built     # a real digest is never replaced
+    catalog = Catalog(project.catalog_path, local=project.local_images)
+    facts = ImageFacts(repository="127.0.0.1:5000/servedeck/vllm-cpu", launcher="exl3xpu",
+                       vllm_version="0.32.0", device="cpu", entrypoint=["python3", "serve.py"])
+    catalog.add("sha256:" + "d" * 64, facts)
+    assert Catalog(project.catalog_path, local=project.local_images).lookup("sha256:" + "d" * 64) == facts
+    assert (root / ".servedeck" / "images.yaml").exists()
+    after = {p: p.read_bytes() for p in before}
+    assert after == before
+    with pytest.raises(ServedeckError, match="not a built image reference"):
+        project.local_images.record("127.0.0.1:5000/servedeck/vllm-cpu@sha256:" + "0" * 64)

@@ -1,0 +1,69 @@
+"""A/B stage 4, chart: every sample of both arms per bench metric, as a PNG (matplotlib)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from servedeck.ab.stats import Comparison, MetricComparison
+from servedeck.errors import ServedeckError
+from servedeck.fsutil import atomic_write
+
+
+def chart_png(comparison: Comparison) -> bytes:
+    """Render the chart to PNG bytes: one panel per bench metric and phase (every sample of
+    both arms as points, min–max as a vertical bar, median as a line) plus the KV pool (one value per arm).
+
+    Raises:
+        ServedeckError: there is nothing to plot (no bench metrics and no KV pool in either arm).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[MetricComparison] = [m for m in comparison.bench if m.samples_a or m.samples_b]
+    kv = comparison.metric("kv_cache_tokens")
+    if kv and (kv.samples_a or kv.samples_b):
+        panels.append(kv)
+    if not panels:
+        raise ServedeckError("nothing to chart: neither run has benchmark samples or a KV pool size")
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.8 * nrows), squeeze=False)
+    colors = ("#4c72b0", "#dd8452")
+    for ax, m in zip(axes.flat, panels):
+        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
+                                                      (comparison.arm_b, m.samples_b, m.b))):
+            if median is not None:
+                ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)
+            if samples:
+                jitter = [i + (k - (len(samples) - 1) / 2) * 0.06 for k in range(len(samples))]
+                ax.scatter(jitter, samples, color=colors[i], s=14, zorder=3)
+                ax.vlines(i, min(samples), max(samples), color=colors[i], linewidth=1.2, zorder=2)
+        ax.set_xticks([0, 1], ["A", "B"])
+        title = m.key if m.phase != "startup" else f"{m.name} (single)"
+        ax.set_title(f"{title}\n{m.verdict}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        values = [*m.samples_a, *m.samples_b]
+        if values:
+            lo, hi = min(values), max(values)
+            pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
+            ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"A = {comparison.arm_a}   B = {comparison.arm_b}   (points: samples, line: median, bar: min–max)",
+                 fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_chart(comparison: Comparison, path: Path) -> Path:
+    """Write the comparison chart (PNG, see :func:`chart_png`) atomically to ``path``.
+
+    Raises:
+        ServedeckError: nothing to plot.
+    """
+    return atomic_write(path, chart_png(comparison))

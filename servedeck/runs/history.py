@@ -1,0 +1,297 @@
+"""Run history: list runs, resolve run references (``latest:PROFILE``, ``newest``, ``3``, ...).
+
+Listing 10,000 runs must not read 30,000 files: :func:`list_runs` keeps a cache of one summary
+row per run in ``runs/.index.json`` keyed by the run directory's modification time (every
+atomic write into a run directory renames a file into it, which moves that time). A row is
+recomputed whenever its directory changed; rows of directories changed in the last
+:data:`HOT_S` seconds are never cached (file-system timestamps are coarser than a burst of
+writes). The index is a cache, not a source of truth: deleting it loses nothing, and a listing
+rewrites it atomically when a row changed. Resolving a reference reads only ``run.json`` files,
+newest first, and stops at the first match.
+
+Reference forms (:func:`resolve_run`):
+
+* ``latest`` / ``latest:PROFILE``: the newest run (of PROFILE) that **served and was
+  benchmarked**: what an A/B compares;
+* ``newest`` / ``newest:PROFILE``: the newest run (of PROFILE) whatever its state;
+* a run id (``0003-batch-8192-b70``), a sequence number (``3`` or ``0003``), or a path to a run
+  directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+
+from servedeck.errors import ServedeckError
+from servedeck.fsutil import atomic_write
+from servedeck.runs import store
+from servedeck.runs.store import RunMeta
+
+INDEX_FORMAT = 2
+HOT_S = 2.0
+"""Rows of run directories modified this recently are recomputed on every listing."""
+
+REF_FORMS = "a run id, a sequence number, latest[:PROFILE] (served and benchmarked) or newest[:PROFILE] (any state)"
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """One line of run history (a plain dataclass: listings build ten thousand of them).
+
+    Attributes:
+        run_id: directory name (``0003-batch-8192-b70``); sequence: its counter.
+        kind: ``deploy`` or ``rollback``; started_at, host, profile, outcome: from run.json
+            (None when run.json is unreadable); image_digest: ``sha256:…``.
+        benchmarked: the run holds bench samples.
+        kv_cache_tokens: from startup.json; warm_decode_tok_s: median of warm ``decode_tok_s``
+            samples; cold_ttft_s: median of cold ``ttft_s`` samples (None when not benchmarked).
+        runs_dir: the runs directory (``path`` is ``runs_dir / run_id``).
+    """
+
+    run_id: str
+    sequence: int
+    kind: str | None
+    started_at: str | None
+    host: str | None
+    profile: str | None
+    outcome: str | None
+    image_digest: str | None
+    benchmarked: bool
+    kv_cache_tokens: int | None
+    warm_decode_tok_s: float | None
+    cold_ttft_s: float | None
+    runs_dir: Path
+
+    @property
+    def path(self) -> Path:
+        """The run directory."""
+        return self.runs_dir / self.run_id
+
+    @property
+    def comparable(self) -> bool:
+        """Served and benchmarked: what ``latest`` selects."""
+        return self.outcome == "ready" and self.benchmarked
+
+    def cached(self) -> list:
+        """The row as stored in the index (every field but ``runs_dir``, in field order)."""
+        return [getattr(self, f) for f in _CACHED_FIELDS]
+
+
+_CACHED_FIELDS = [f for f in RunSummary.__slots__ if f != "runs_dir"]
+
+
+def _existing_dir(runs_dir: Path) -> Path:
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise ServedeckError("runs directory does not exist", file=str(runs_dir),
+                             hint="deploy once (invoke deploy) to create the first run record")
+    return runs_dir
+
+
+def _median(values: list[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _meta_or_none(run_dir: Path) -> RunMeta | None:
+    try:
+        return store.read_meta(run_dir)
+    except ServedeckError:
+        return None
+
+
+def _profile_from_name(run_dir: Path) -> str | None:
+    parts = Path(run_dir).name.split("-", 1)
+    if len(parts) == 2 and "-" in parts[1]:
+        return parts[1].rsplit("-", 1)[0]
+    return None
+
+
+def summarize_run(run_dir: Path) -> RunSummary:
+    """Build the history line of one run directory (unreadable files give None fields)."""
+    run_dir = Path(run_dir)
+    meta = _meta_or_none(run_dir)
+    try:
+        startup = store.read_json(run_dir, store.STARTUP) or {}
+    except ServedeckError:
+        startup = {}
+    try:
+        samples = store.read_samples(run_dir)
+    except ServedeckError:
+        samples = []
+    kv = startup.get("kv_cache_tokens") if isinstance(startup, dict) else None
+    return RunSummary(
+        run_id=run_dir.name, sequence=meta.sequence if meta else store.sequence_of(run_dir) or 0,
+        kind=meta.kind if meta else None,
+        started_at=meta.started_at if meta else None, host=meta.host if meta else None,
+        profile=meta.profile if meta else _profile_from_name(run_dir),
+        outcome=meta.outcome if meta else None,
+        image_digest=meta.image.digest if meta and meta.image else None,
+        benchmarked=bool(samples),
+        kv_cache_tokens=int(kv) if isinstance(kv, (int, float)) and not isinstance(kv, bool) else None,
+        warm_decode_tok_s=_median(store.phase_samples(samples, "warm", "decode_tok_s")),
+        cold_ttft_s=_median(store.phase_samples(samples, "cold", "ttft_s")),
+        runs_dir=run_dir.parent)
+
+
+def _load_index(runs_dir: Path) -> dict:
+    try:
+        doc = json.loads((runs_dir / store.INDEX).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or not isinstance(doc.get("runs"), dict):
+        return {}
+    return doc["runs"]
+
+
+def _scan(runs_dir: Path) -> list[tuple[int, str, int]]:
+    """``(sequence, name, directory mtime_ns)`` of every run directory, oldest first."""
+    out = []
+    match = store.RUN_DIR_RE.match
+    with os.scandir(runs_dir) as it:
+        for e in it:
+            m = match(e.name)
+            if m and e.is_dir():
+                out.append((int(m["seq"]), e.name, e.stat().st_mtime_ns))
+    out.sort()
+    return out
+
+
+def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
+    """Run history, oldest first, optionally only runs of ``profile``.
+
+    Uses and refreshes the ``runs/.index.json`` cache (module docstring); a runs directory that
+    cannot be written is listed all the same.
+
+    Raises:
+        ServedeckError: ``runs_dir`` does not exist.
+    """
+    runs_dir = _existing_dir(runs_dir)
+    cached = _load_index(runs_dir)
+    fresh: dict[str, list] = {}
+    rows: list[RunSummary] = []
+    changed = False
+    hot_after = (time.time() - HOT_S) * 1e9
+    for _, name, mtime in _scan(runs_dir):
+        hit = cached.get(name)
+        if hit and hit[0] == mtime and len(hit[1]) == len(_CACHED_FIELDS):
+            row = RunSummary(*hit[1], runs_dir)
+            fresh[name] = hit
+        else:
+            row = summarize_run(runs_dir / name)
+            if mtime < hot_after:
+                fresh[name] = [mtime, row.cached()]
+                changed = True
+        if profile is None or row.profile == profile:
+            rows.append(row)
+    if changed or len(fresh) != len(cached):
+        try:
+            atomic_write(runs_dir / store.INDEX,
+                         json.dumps({"format": INDEX_FORMAT, "runs": fresh}, separators=(",", ":")))
+        except OSError:
+            pass  # a read-only runs directory lists fine, only slower
+    return rows
+
+
+def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, RunMeta | None]]:
+    """Run directories, newest first, with their metadata; with ``profile`` only directories
+    whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so. Only the
+    names are listed up front; run.json is read one directory at a time."""
+    match = store.RUN_DIR_RE.match
+    with os.scandir(runs_dir) as it:
+        names = [(int(m["seq"]), e.name) for e in it if (m := match(e.name)) and e.is_dir()]
+    names.sort(reverse=True)
+    for _, name in names:
+        if profile is not None and not name.split("-", 1)[-1].startswith(profile + "-"):
+            continue
+        d = runs_dir / name
+        meta = _meta_or_none(d)
+        if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
+            continue
+        yield d, meta
+
+
+def _comparable(d: Path, meta: RunMeta | None) -> bool:
+    return meta is not None and meta.served and (meta.benched_at is not None or store.is_benchmarked(d))
+
+
+def newest_served(runs_dir: Path, host: str) -> Path:
+    """The newest run of ``host`` that became ready (a deploy or a rollback): what is
+    serving there now if nothing else deployed since.
+
+    Raises:
+        ServedeckError: when there is none.
+    """
+    for d, meta in _newest_first(Path(runs_dir), None):
+        if meta is not None and meta.host == host and meta.served:
+            return d
+    raise ServedeckError(f"no ready run of host {host!r} under {runs_dir}",
+                         hint=f"deploy first: invoke deploy --host {host} --profile NAME")
+
+
+def resolve_run(runs_dir: Path, ref: str) -> Path:
+    """Resolve a run reference (forms: module docstring) to its run directory.
+
+    Raises:
+        ServedeckError: the reference matches no run; the message lists what exists, and for
+            ``latest`` names the newest runs that were skipped and why.
+    """
+    ref = str(ref).strip()
+    runs_dir = _existing_dir(runs_dir)
+    kind, _, profile = ref.partition(":")
+    if kind in ("latest", "newest"):
+        profile_or_none = profile or None
+        skipped: list[str] = []
+        for d, meta in _newest_first(runs_dir, profile_or_none):
+            if kind == "newest" or _comparable(d, meta):
+                return d
+            if len(skipped) < 3:
+                why = ("unreadable run.json" if meta is None else
+                       f"outcome {meta.outcome}" if not meta.served else "not benchmarked")
+                skipped.append(f"{d.name} ({why})")
+        of = f" of profile {profile!r}" if profile else ""
+        if skipped:
+            raise ServedeckError(
+                f"no run{of} that served and was benchmarked ({kind} means that); newest: "
+                f"{', '.join(skipped)}",
+                hint=f"benchmark one (invoke bench --host HOST --run {skipped[0].split(' ')[0]}) "
+                     f"or use newest{':' + profile if profile else ''} for the newest in any state")
+        known = sorted({r.profile for r in list_runs(runs_dir) if r.profile})
+        raise ServedeckError(f"no run{of} recorded; profiles with runs: {', '.join(known) or '(none)'}",
+                             file=str(runs_dir), hint=f"use {REF_FORMS}")
+    dirs = store.run_dirs(runs_dir)
+    if ref.isdigit():
+        for s, d in dirs:
+            if s == int(ref):
+                return d
+    for _, d in dirs:
+        if d.name == ref:
+            return d
+    as_path = Path(ref)
+    if as_path.is_dir() and store.is_run_dir(as_path):
+        return as_path
+    existing = ", ".join(d.name for _, d in dirs[-8:]) or "(none)"
+    more = f" (last {min(8, len(dirs))} of {len(dirs)})" if len(dirs) > 8 else ""
+    what = f"no run with sequence {int(ref)}" if ref.isdigit() else f"unknown run {ref!r}"
+    raise ServedeckError(f"{what}; runs in {runs_dir}{more}: {existing}", hint=f"use {REF_FORMS}")
+
+
+def run_document(run_dir: Path) -> dict:
+    """What ``invoke show`` prints: ``{"run", "startup", "args_verification", "bench", "diff",
+    "path"}`` (None for a missing file).
+
+    Raises:
+        ServedeckError: a file is not valid JSON.
+    """
+    run_dir = Path(run_dir)
+    return {"run": store.read_json(run_dir, store.RUN_META),
+            "startup": store.read_json(run_dir, store.STARTUP),
+            "args_verification": store.read_json(run_dir, store.ARGS_VERIFICATION),
+            "bench": store.read_json(run_dir, store.BENCH_SUMMARY),
+            "diff": store.read_json(run_dir, store.PROFILE_DIFF), "path": str(run_dir)}
