@@ -586,6 +586,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     if options.image:
         profile = Profile.model_validate({**profile.model_dump(exclude_unset=True),
                                           "image": options.image})
+    profile = entry.place(profile)  # the host's container_name / host_port, if it sets them
     reporter.phase("render", f"profile {profile.name} -> {COMPOSE}")
     rendered = render_profile(profile, catalog, project.templates_dir)
     local_check(rendered, catalog, entry, reporter)
@@ -695,7 +696,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         run.write_json("profile.resolved.json", profile.model_dump(mode="json"))
         run.write_json("effective.json", effective_settings(profile, facts))
         run.write_json("argv.json", {"command": command, "entrypoint": img_raw["entrypoint"]})
-        parent = loaded.parent.profile if loaded.parent else None
+        parent = entry.place(loaded.parent.profile) if loaded.parent else None
         run.write_json("profile.diff.json",
                        [{"path": c.path, "parent": c.old, "value": c.new}
                         for c in (diff_profiles(parent, profile) if parent else [])])
