@@ -360,6 +360,9 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     if result.chart:
         print(f"chart: {result.chart}")
     print(f"summary: {result.summary}")
+    if result.interrupted:
+        raise Exit(f"interrupted: {len(result.pending)} experiment(s) not finished; run the same "
+                   "command again to resume (finished experiments are not run again)", code=130)
     if not result.ok:
         raise Exit(f"error: {len(result.pending)} experiment(s) not finished: "
                    f"{', '.join(result.pending)}; run the same command again to resume", code=1)

@@ -215,7 +215,7 @@ def load_fleet(path: str | Path) -> Fleet:
     Raises:
         ServedeckError: missing file, YAML error, invalid host (file, host and variable).
     """
-    path = Path(path)
+    path = Path(path).absolute()
     if not path.exists():
         raise ServedeckError("inventory not found", file=str(path),
                              hint="pass --inventory FILE (servedeck hosts.yaml or an Ansible inventory)")

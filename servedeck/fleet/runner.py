@@ -11,13 +11,19 @@ Events").
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from servedeck.errors import ServedeckError
 
+#: bookkeeping task actions left out of progress and results
+_QUIET_ACTIONS = {"include_tasks", "include_role", "import_tasks", "set_fact"}
 ANSIBLE_DIR = Path(__file__).resolve().parent / "ansible"
 PLAYBOOKS = {"rollout": "rollout.yml", "rollback": "rollback.yml", "sweep": "sweep.yml"}
 _DONE = {"runner_on_ok": "ok", "runner_on_failed": "failed", "runner_on_skipped": "skipped",
@@ -57,10 +63,65 @@ class PlaybookResult:
     status: str
     tasks: list[TaskResult] = field(default_factory=list)
     artifacts: Path | None = None
+    interrupted: bool = False
 
     def for_host(self, host: str, task_prefix: str = "") -> list[TaskResult]:
         """The results of ``host`` whose task name starts with ``task_prefix``."""
         return [t for t in self.tasks if t.host == host and t.task.startswith(task_prefix)]
+
+
+#: seconds the commands of an interrupted playbook get to stop cleanly (servedeck's deploy
+#: releases the host lock and records "interrupted" on SIGTERM) before everything is killed
+STOP_GRACE_S = 30.0
+
+
+class _Stop:
+    """SIGINT/SIGTERM during a playbook: SIGTERM to ansible-playbook's process group (its
+    workers and the servedeck commands they run), then ansible-runner's cancel (SIGKILL to
+    that group) after :data:`STOP_GRACE_S` or once the group is gone."""
+
+    def __init__(self) -> None:
+        self.requested_at: float | None = None
+        self.pgid: int | None = None
+        self.old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Stop":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.old[sig] = signal.signal(sig, self._request)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        return False
+
+    def _request(self, signum: int, frame: Any) -> None:
+        if self.requested_at is None:
+            self.requested_at = time.monotonic()
+            if self.pgid is not None:
+                try:
+                    os.killpg(self.pgid, signal.SIGTERM)
+                except OSError:
+                    pass
+
+    def saw_pid(self, pid: Any) -> None:
+        if self.pgid is None and isinstance(pid, int):
+            try:
+                self.pgid = os.getpgid(pid)
+            except OSError:
+                pass
+
+    def cancel(self) -> bool:
+        if self.requested_at is None:
+            return False
+        if self.pgid is None:
+            return True
+        try:
+            os.killpg(self.pgid, 0)
+        except OSError:
+            return True
+        return time.monotonic() - self.requested_at > STOP_GRACE_S
 
 
 ProgressFn = Callable[[str, str, str, TaskResult | None], None]
@@ -89,12 +150,16 @@ def run_playbook(name: str, *, inventory: Path, extravars: dict[str, Any], priva
     import ansible_runner
 
     tasks: list[TaskResult] = []
+    stop = _Stop()
 
     def on_event(event: dict[str, Any]) -> bool:
+        stop.saw_pid(event.get("pid"))
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         host = str(data.get("host") or "")
         task = str(data.get("task") or "")
+        if str(data.get("task_action") or "").rsplit(".", 1)[-1] in _QUIET_ACTIONS:
+            return True
         if kind == "runner_on_start" and progress:
             progress(host, task, "start", None)
         elif kind in _DONE:
@@ -113,15 +178,17 @@ def run_playbook(name: str, *, inventory: Path, extravars: dict[str, Any], priva
                "ANSIBLE_RETRY_FILES_SAVE_PATH": str(private_dir), "ANSIBLE_LOCALHOST_WARNING": "0",
                "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles")}
     try:
-        runner = ansible_runner.run(private_data_dir=str(private_dir),
-                                    playbook=str(ANSIBLE_DIR / PLAYBOOKS[name]),
-                                    inventory=str(inventory), extravars=vars_, forks=forks,
-                                    limit=limit, envvars=envvars, quiet=True,
-                                    event_handler=on_event)
+        with stop:
+            runner = ansible_runner.run(private_data_dir=str(private_dir),
+                                        playbook=str(ANSIBLE_DIR / PLAYBOOKS[name]),
+                                        inventory=str(inventory), extravars=vars_, forks=forks,
+                                        limit=limit, envvars=envvars, quiet=True,
+                                        event_handler=on_event, cancel_callback=stop.cancel)
     except Exception as exc:  # ansible-runner raises plain exceptions for a missing binary etc.
         raise ServedeckError(f"ansible-runner could not run the {name} playbook: {exc}",
                              hint="is ansible-core installed (pip install -e '.[fleet]')?") from exc
-    if runner.rc != 0 and not tasks:
+    interrupted = stop.requested_at is not None
+    if runner.rc != 0 and not tasks and not interrupted:
         out = ""
         try:
             out = runner.stdout.read()[-1500:]
@@ -130,4 +197,5 @@ def run_playbook(name: str, *, inventory: Path, extravars: dict[str, Any], priva
         raise ServedeckError(f"ansible-playbook ({name}) failed before running any task "
                              f"(exit {runner.rc}):\n{out}")
     artifacts = Path(runner.config.artifact_dir) if getattr(runner, "config", None) else None
-    return PlaybookResult(rc=runner.rc, status=runner.status, tasks=tasks, artifacts=artifacts)
+    return PlaybookResult(rc=runner.rc, status=runner.status, tasks=tasks, artifacts=artifacts,
+                          interrupted=interrupted)
