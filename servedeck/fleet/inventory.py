@@ -75,7 +75,9 @@ class Fleet:
         Raises:
             ServedeckError: nothing matches (naming the groups there are).
         """
-        hosts = [str(h.name) for h in self._manager().list_hosts(pattern)]
+        manager = self._manager()
+        matched = {str(h.name) for h in manager.list_hosts(pattern)}
+        hosts = [n for n in (str(n) for n in manager.hosts) if n in matched]
         if not hosts:
             raise ServedeckError(f"no host matches {pattern!r}", file=str(self.source),
                                  hint=f"groups: {', '.join(self.groups)}; hosts: {', '.join(self.hosts)}")
@@ -230,7 +232,7 @@ def load_fleet(path: str | Path) -> Fleet:
         loader = DataLoader()
         manager = _manager([path])
         variables = VariableManager(loader=loader, inventory=manager)
-        names = [str(h.name) for h in manager.list_hosts("all")]
+        names = [str(n) for n in manager.hosts]  # the order the source lists them
         if not names:
             raise ServedeckError("the Ansible inventory has no hosts (or could not be parsed)",
                                  file=str(path), hint="check it with `ansible-inventory -i FILE --graph`")
