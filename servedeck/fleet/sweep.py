@@ -470,9 +470,11 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
                 row["note"] = dec.verdict
         elif failed_file.exists():
             res = json.loads(failed_file.read_text(encoding="utf-8"))
-            last = [ln for ln in str(res.get("stderr", "")).splitlines() if ln.strip()]
+            lines = [ln for ln in str(res.get("stderr", "")).splitlines() if ln.strip()]
+            errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
+            step = str(res.get("task", "")).split(": ", 1)[-1]
             row.update(status="failed", host=res.get("host"),
-                       note=f"{res.get('task')}: {last[-1] if last else ''}"[:120])
+                       note=f"{step}: {(errors or lines or [''])[-1]}"[:160])
         rows.append(row)
     return rows
 
