@@ -431,8 +431,8 @@ def run_sweep(project: Project, plan: SweepPlan, *, progress: ProgressFn | None 
                      "servedeck_bench": plan.bench, "servedeck_bench_args": plan.bench_args}
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         played = run_playbook("sweep", inventory=ansible_inv, extravars=extravars,
-                     private_dir=plan.directory / "ansible" / stamp, forks=len(todo),
-                     progress=progress)
+                              private_dir=plan.directory / "ansible" / stamp, forks=len(todo),
+                              progress=progress)
         interrupted = played.interrupted
     duration = round(time.monotonic() - t0, 3)
     rows = summary_rows(project, plan)
