@@ -31,7 +31,7 @@ def rollout_table(result: "RolloutResult") -> Table:
     for h in result.hosts:
         table.add_row(h.host, f"[{_STYLE[h.outcome]}]{h.outcome}[/]" if h.outcome in _STYLE else h.outcome,
                       h.run_id or "-", "-" if h.duration_s is None else f"{h.duration_s:.1f}",
-                      h.message[:90])
+                      h.message[:400])
     return table
 
 
@@ -62,7 +62,8 @@ def sweep_plan_table(plan: Any) -> Table:
         table.add_row(host, ", ".join(ids) or "-", f"{est.experiment_s(plan.bench):.0f}",
                       f"{plan.host_estimate_s(host):.0f}",
                       f"{est.source}: ready {est.ready_s:.1f} s"
-                      + (f", bench {est.bench_s:.1f} s" if plan.bench else ""))
+                      + (f", bench {est.bench_s:.1f} s" if plan.bench else "")
+                      + f", per command {est.command_s:.1f} s")
     return table
 
 

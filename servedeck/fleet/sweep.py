@@ -12,8 +12,9 @@ can be deployed as is.
 **Schedule.** Both arms of an experiment run on the same host (two boxes are never one
 experiment). Experiments are assigned to hosts longest-first onto the host that would finish
 earliest (LPT list scheduling), from each host's estimated experiment time: 2 x (time to ready +
-bench time) from that host's run records (medians of its last ready runs), plus servedeck's
-per-command start-up cost. Hosts then work through their queues in parallel (Ansible
+bench time) from that host's run records (medians of its last ready runs), plus the cost of
+each servedeck command around its own work, measured by the host's rollouts (Ansible's task
+time minus the run's ``deploy_total_s``). Hosts then work through their queues in parallel (Ansible
 ``strategy: free``; ``sweep.yml``).
 
 **Run and resume.** Each experiment is deploy A, bench A, deploy B, bench B, ``ab`` report,
@@ -46,9 +47,10 @@ from servedeck.fleet.runner import ProgressFn, run_playbook
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
-#: seconds servedeck's CLI needs per command before and after its own work (interpreter and
-#: imports, SSH connection): measured on the loopback fleet (benchmarks/fleet_bench.py)
-CLI_OVERHEAD_S = 2.5
+#: seconds servedeck's CLI needs per command around its own work (interpreter and imports,
+#: Ansible's task dispatch) when no rollout of the host has measured it (the loopback fleet's
+#: figure, benchmarks/fleet_bench.py)
+CLI_OVERHEAD_S = 6.0
 #: seconds ansible-playbook needs to start and to finish a sweep (loopback fleet, idem)
 ANSIBLE_OVERHEAD_S = 6.0
 #: time to ready / bench time assumed for a host without any recorded run
@@ -81,16 +83,19 @@ class Experiment:
 @dataclass
 class HostEstimate:
     """Estimate inputs of one host: ``ready_s`` (deploy start to ready), ``bench_s`` (one
-    bench), ``source`` (``runs`` = its own records, ``fleet`` = other hosts', ``default``)."""
+    bench), ``source`` (``runs`` = its own records, ``fleet`` = other hosts', ``default``),
+    ``command_s`` (a servedeck command's cost around its own work, from the host's rollouts:
+    Ansible's task time minus the run's ``deploy_total_s``)."""
 
     ready_s: float
     bench_s: float
     source: str
+    command_s: float = CLI_OVERHEAD_S
 
     def experiment_s(self, bench: bool) -> float:
-        """Estimated seconds of one experiment: 2 arms x (deploy + bench) + CLI start-ups."""
+        """Estimated seconds of one experiment: 2 arms x (deploy + bench) + command costs."""
         commands = 5 if bench else 3
-        return 2 * (self.ready_s + (self.bench_s if bench else 0.0)) + commands * CLI_OVERHEAD_S
+        return 2 * (self.ready_s + (self.bench_s if bench else 0.0)) + commands * self.command_s
 
 
 @dataclass
@@ -284,9 +289,10 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
     ``timings_s.deploy_total_s``) and bench durations (bench.json ``finished_at - started_at``),
     read from the run records (layout ``docs/run-record.md``)."""
     from servedeck.runs.store import run_dirs
-    out = {h: {"ready_s": [], "bench_s": []} for h in hosts}
+    out = {h: {"ready_s": [], "bench_s": [], "command_s": []} for h in hosts}
     if not runs_dir.exists():
         return out
+    ready_by_run: dict[str, float] = {}
     for _, path in sorted(run_dirs(runs_dir), reverse=True):
         try:
             meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
@@ -296,6 +302,8 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
         if host not in out or meta.get("outcome") != "ready":
             continue
         ready = (meta.get("timings_s") or {}).get("deploy_total_s")
+        if ready is not None:
+            ready_by_run[path.name] = float(ready)
         if ready is not None and len(out[host]["ready_s"]) < HISTORY_RUNS:
             out[host]["ready_s"].append(float(ready))
         bench_path = path / "bench.json"
@@ -307,6 +315,17 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
             start, end = _iso_s(bench.get("started_at")), _iso_s(bench.get("finished_at"))
             if start is not None and end is not None and end >= start:
                 out[host]["bench_s"].append(end - start)
+    # rollouts (servedeck/fleet/rollout.py summary.json): the command's wall time per host
+    for summary in sorted((runs_dir / "rollouts").glob("*/summary.json"), reverse=True):
+        try:
+            doc = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for row in doc.get("hosts") or []:
+            host, run_id, took = row.get("host"), row.get("run_id"), row.get("duration_s")
+            if (host in out and row.get("outcome") == "ready" and run_id in ready_by_run
+                    and took is not None and len(out[host]["command_s"]) < HISTORY_RUNS):
+                out[host]["command_s"].append(max(0.0, float(took) - ready_by_run[run_id]))
     return out
 
 
@@ -315,6 +334,7 @@ def estimate_hosts(runs_dir: Path, hosts: list[str]) -> dict[str, HostEstimate]:
     hist = host_history(runs_dir, hosts)
     fleet_ready = [v for h in hist.values() for v in h["ready_s"]]
     fleet_bench = [v for h in hist.values() for v in h["bench_s"]]
+    fleet_cmd = [v for h in hist.values() for v in h["command_s"]]
     out = {}
     for host in hosts:
         ready, bench = hist[host]["ready_s"], hist[host]["bench_s"]
@@ -325,7 +345,9 @@ def estimate_hosts(runs_dir: Path, hosts: list[str]) -> dict[str, HostEstimate]:
         else:
             source, ready = "default", [DEFAULT_READY_S]
         bench = bench or fleet_bench or [DEFAULT_BENCH_S]
-        out[host] = HostEstimate(round(statistics.median(ready), 3), round(statistics.median(bench), 3), source)
+        command = hist[host]["command_s"] or fleet_cmd or [CLI_OVERHEAD_S]
+        out[host] = HostEstimate(round(statistics.median(ready), 3), round(statistics.median(bench), 3),
+                                 source, round(statistics.median(command), 3))
     return out
 
 

@@ -242,3 +242,16 @@ def test_cli_boundary_command_runs_servedeck():
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     for task in ("deploy", "hosts", "sweep", "bench", "ab", "rollback"):
         assert f"  {task}" in out
+
+
+def test_estimate_takes_command_cost_from_the_hosts_rollouts(project):
+    _run(project, 1, "fleet-1", 10.0, None)
+    summary = project.runs_dir / "rollouts" / "20261130T100000Z-base" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"hosts": [
+        {"host": "fleet-1", "outcome": "ready", "run_id": "0001-base-fleet-1", "duration_s": 14.5},
+        {"host": "fleet-2", "outcome": "untouched", "run_id": None, "duration_s": None}]}))
+    est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2"])
+    assert est["fleet-1"].command_s == 4.5
+    assert est["fleet-2"].command_s == 4.5  # the fleet's measurement
+    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5
