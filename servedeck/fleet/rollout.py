@@ -34,7 +34,8 @@ from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
 POLICIES = ("keep", "rollback")
-DEPLOY_TASK = "servedeck deploy"
+DEPLOY_TASK = "servedeck deploy"      # task names in ansible/roles/servedeck/tasks/
+ROLLBACK_TASK = "servedeck rollback"
 SERIAL_RE = re.compile(r"^(?:[1-9]\d*|(?:100|[1-9]?\d)%)$")
 
 
@@ -215,7 +216,7 @@ def rollout(project: Project, fleet: Fleet, pattern: str, profile: str, *,
                                 private_dir=state / "ansible-rollback", forks=len(deployed),
                                 progress=progress)
             for h in deployed:
-                done = back.for_host(h.host, "rollback")
+                done = back.for_host(h.host, ROLLBACK_TASK)
                 ok = bool(done) and all(t.status == "ok" for t in done)
                 h.outcome = "rolled-back (policy)" if ok else "rollback failed"
                 if not ok and done:
