@@ -48,8 +48,9 @@ from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
 #: seconds servedeck's CLI needs per command around its own work (interpreter and imports,
-#: Ansible's task dispatch) when no rollout of the host has measured it (the loopback fleet's
-#: figure, benchmarks/fleet_bench.py)
+#: Ansible's task dispatch) when no rollout of the host has measured it. Loopback fleet
+#: (benchmarks/fleet_bench.py, 2 cores): 1.5 s for one command alone, about 6 s each with
+#: three hosts' commands at once; the busier figure is the default
 CLI_OVERHEAD_S = 6.0
 #: seconds ansible-playbook needs to start and to finish a sweep (loopback fleet, idem)
 ANSIBLE_OVERHEAD_S = 6.0
