@@ -236,16 +236,14 @@ def write_arm_profile(project: Project, base: str, overrides: dict[str, Any], sw
         ServedeckError: the overrides do not make a valid profile (the file is removed again
             when this call created it), naming the variable.
     """
-    import io
+    from servedeck.compose.importer import dump_profile_yaml
     from servedeck.model.profile import ProfileStore
     name = arm_name(base, overrides)
     path = project.profiles_dir / f"{name}.yaml"
     desc = ", ".join(f"{k}={json.dumps(v)}" for k, v in overrides.items())
-    yaml = YAML()
-    yaml.default_flow_style = False
-    buf = io.StringIO()
-    yaml.dump({"extends": base, "description": f"sweep arm of {base}: {desc}", **_nested(overrides)}, buf)
-    text = f"# written by `invoke sweep` ({sweep}): {base} with {desc}\n" + buf.getvalue()
+    text = dump_profile_yaml({"extends": base, "description": f"sweep arm of {base}: {desc}",
+                              **_nested(overrides)},
+                             header=f"written by `invoke sweep` ({sweep}): {base} with {desc}")
     created = not path.exists()
     if created or path.read_text(encoding="utf-8") != text:
         atomic_write(path, text)
