@@ -327,11 +327,19 @@ _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
 @task(help={"host": "inventory host name", "profile": "profile name", "inventory": _INV,
             "no_rollback": "leave a failed deploy as it is", "force_unlock": "remove a stale lock first",
             "timeout": "readiness timeout in seconds (default: the host's)",
-            "image": "override the profile's image (digest-pinned reference)"})
+            "image": "override the profile's image (digest-pinned reference)",
+            "hosts": "rolling deploy to a group / Ansible host pattern instead of one --host",
+            "serial": "--hosts: hosts per batch, a count or a percentage (default: all at once)",
+            "max_fail": "--hosts: percent of a batch that may fail before the rollout stops (default 0)",
+            "on_failure": "--hosts: keep (default) or rollback the hosts already deployed when one fails"})
 @_cli
-def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
-           image=None):
+def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
+           image=None, hosts=None, serial=None, max_fail=None, on_failure="keep"):
     """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
+    if hosts:  # fleet: see the "fleet" block below
+        return _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout)
+    if not host or not profile:
+        raise ServedeckError("give --host NAME (or --hosts GROUP) and --profile NAME")
     from servedeck.deploy.apply import ConsoleReporter, DeployOptions
     from servedeck.deploy.apply import deploy as run_deploy
     remote, entry = _host(host, inventory)
@@ -389,6 +397,89 @@ def down(c, host, inventory=None):
 
 
 # ----------------------------------------------------------------------------- runs
+
+
+# ----------------------------------------------------------------------------- fleet
+# (Ansible drives the per-host commands: servedeck/fleet/)
+
+
+def _fleet(inventory: str | None):
+    from servedeck.fleet.inventory import load_fleet
+    return load_fleet(Path(inventory) if inventory else _project().inventory_path)
+
+
+def _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout):
+    from servedeck.fleet.rollout import console_progress, rollout
+    from servedeck.fleet.summary import render_table, rollout_table
+    if not profile:
+        raise ServedeckError("give --profile NAME")
+    result = rollout(_project(), _fleet(inventory), hosts, profile, serial=serial, max_fail=max_fail,
+                     policy=on_failure, image=image, timeout_s=float(timeout) if timeout else None,
+                     progress=console_progress(lambda line: print(line, file=sys.stderr)))
+    print(render_table(rollout_table(result)), end="")
+    print(f"state: {result.state_dir} ({result.duration_s:.1f} s)")
+    if not result.ok:
+        bad = [h.host for h in result.hosts if h.outcome != "ready"]
+        raise Exit(f"error: rollout of {profile} incomplete: {', '.join(bad)} not serving it "
+                   "(see the table above)", code=1)
+
+
+@task(help={"inventory": "servedeck hosts.yaml or an Ansible inventory (default: deploy/hosts.yaml)",
+            "json": "print JSON"})
+@_cli
+def hosts(c, inventory=None, json_=False):
+    """List the inventory's hosts and groups (servedeck hosts.yaml or an Ansible inventory)."""
+    from servedeck.fleet.summary import hosts_table, render_table
+    fleet = _fleet(inventory)
+    if json_:
+        print(json.dumps({"source": str(fleet.source), "kind": fleet.kind, "groups": fleet.groups,
+                          "hosts": {h: e.model_dump(mode="json") for h, e in fleet.hosts.items()}},
+                         indent=2))
+        return
+    print(render_table(hosts_table(fleet)), end="")
+    for group, members in fleet.groups.items():
+        print(f"{group}: {', '.join(members) or '-'}")
+
+
+@task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "
+            "engine.max_num_batched_tokens=4096,8192); repeat for more variables",
+            "hosts": "group / Ansible host pattern to run on", "inventory": _INV,
+            "reps": "repetitions of each experiment (default 1)",
+            "plan": "print the schedule and its estimated duration, run nothing",
+            "name": "sweep name (default: derived from base and --vary; the same command resumes)",
+            "image": "override the profiles' image (digest-pinned reference)",
+            "no_bench": "deploy and compare startup facts only (no benchmark)",
+            "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
+            "repetitions": "bench requests per phase"}, iterable=["vary"])
+@_cli
+def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=None, image=None,
+          no_bench=False, prompt_tokens=None, max_tokens=None, repetitions=None):
+    """Plan single-variable A/B experiments from --vary lists and run them over a fleet (resumable)."""
+    from servedeck.fleet.summary import render_table, sweep_plan_table, sweep_table
+    from servedeck.fleet.sweep import plan_sweep, run_sweep
+    from servedeck.fleet.rollout import console_progress
+    bench_args = []
+    for flag, value in (("--prompt-tokens", prompt_tokens), ("--max-tokens", max_tokens),
+                        ("--repetitions", repetitions)):
+        if value is not None:
+            bench_args += [flag, str(value)]
+    sweep_plan = plan_sweep(_project(), _fleet(inventory), hosts, base, vary or [], reps=int(reps),
+                            name=name, image=image, bench=not no_bench, bench_args=bench_args)
+    print(render_table(sweep_plan_table(sweep_plan)), end="")
+    if plan:
+        return
+    result = run_sweep(_project(), sweep_plan,
+                       progress=console_progress(lambda line: print(line, file=sys.stderr)))
+    print(render_table(sweep_table(result)), end="")
+    if result.chart:
+        print(f"chart: {result.chart}")
+    print(f"summary: {result.summary}")
+    if result.interrupted:
+        raise Exit(f"interrupted: {len(result.pending)} experiment(s) not finished; run the same "
+                   "command again to resume (finished experiments are not run again)", code=130)
+    if not result.ok:
+        raise Exit(f"error: {len(result.pending)} experiment(s) not finished: "
+                   f"{', '.join(result.pending)}; run the same command again to resume", code=1)
 
 
 @task(name="image-facts", help={"image": "image reference (repository[:tag][@digest]) or id",
@@ -622,7 +713,7 @@ def plan(c, profile, against):
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, startup_facts, image_facts, bench, runs, show, ab, plan)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan)
 
 
 def namespace() -> Collection:

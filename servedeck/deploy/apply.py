@@ -591,6 +591,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     if options.image:
         profile = Profile.model_validate({**profile.model_dump(exclude_unset=True),
                                           "image": options.image})
+    profile = entry.place(profile)  # the host's container_name / host_port, if it sets them
     reporter.phase("render", f"profile {profile.name} -> {COMPOSE}")
     rendered = render_profile(profile, catalog, project.templates_dir)
     local_check(rendered, catalog, entry, reporter)
@@ -701,7 +702,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         run.write_json(store.PROFILE_RESOLVED, profile.model_dump(mode="json"))
         run.write_json(store.EFFECTIVE, effective_settings(profile, facts))
         run.write_json(store.ARGV, {"command": command, "entrypoint": img_raw["entrypoint"]})
-        parent = loaded.parent.profile if loaded.parent else None
+        parent = entry.place(loaded.parent.profile) if loaded.parent else None
         run.write_json(store.PROFILE_DIFF,
                        [{"path": c.path, "parent": c.old, "value": c.new}
                         for c in (diff_profiles(parent, profile) if parent else [])])

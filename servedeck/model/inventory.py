@@ -9,7 +9,15 @@ File format (YAML 1.2; JSON Schema ``schema/hosts.schema.json``)::
         render_gid: "992"                 # gid of /dev/dri/renderD* on that host
         port: 9932                        # the served API port
         ready_timeout_s: 1800             # optional, default 30 min
+        container_name: b70               # optional: overrides the profile's container_name
+        host_port: 9932                   # optional: overrides the profile's published port
+    groups:                               # optional: named sets of hosts (fleet commands)
+      lab: [b70]
 
+``container_name`` and ``host_port`` let several deployments share one Docker engine (the
+loopback test fleet) or give each host of a fleet its own name and port without a profile per
+host. ``groups`` name hosts for ``invoke deploy --hosts GROUP`` and ``invoke sweep``; a group
+``all`` is implicit.
 ``--inventory FILE`` or ``$SERVEDECK_INVENTORY`` selects another file (tests use their own).
 """
 
@@ -18,12 +26,17 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.host.remote import SshTarget
+
+if TYPE_CHECKING:
+    from servedeck.model.profile import Profile
 
 DEFAULT_READY_TIMEOUT_S = 1800.0
 
@@ -39,6 +52,9 @@ class HostEntry(BaseModel):
         port: the served API's port on the host.
         ready_timeout_s: readiness timeout in seconds (the real image compiles for minutes).
         api_host: address the API is reached at from here (default: the SSH hostname).
+        container_name: overrides the profile's ``container.container_name`` on this host.
+        host_port: overrides the profile's ``container.host_port`` (the port published on the
+            host); ``port`` defaults to it and must equal it when both are given.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -49,6 +65,30 @@ class HostEntry(BaseModel):
     port: int = Field(default=8000, ge=1, le=65535)
     ready_timeout_s: float = Field(default=DEFAULT_READY_TIMEOUT_S, gt=0)
     api_host: str | None = None
+    container_name: str | None = None
+    host_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _port_follows_host_port(self) -> "HostEntry":
+        if self.host_port is not None:
+            if "port" not in self.model_fields_set:
+                self.port = self.host_port
+            elif self.port != self.host_port:
+                raise ValueError(f"port {self.port} and host_port {self.host_port} differ: the API "
+                                 "is served on the published port (drop port or make them equal)")
+        return self
+
+    def place(self, profile: "Profile") -> "Profile":
+        """``profile`` with this host's ``container_name`` / ``host_port`` overrides applied
+        (the same object when the entry overrides nothing)."""
+        container: dict = {}
+        if self.container_name is not None:
+            container["container_name"] = self.container_name
+        if self.host_port is not None:
+            container["host_port"] = self.host_port
+        if not container:
+            return profile
+        return profile.model_copy(update={"container": profile.container.model_copy(update=container)})
 
     @field_validator("workdir")
     @classmethod
@@ -64,6 +104,15 @@ class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hosts: dict[str, HostEntry] = Field(default_factory=dict)
+    groups: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _group_members_exist(self) -> "Inventory":
+        for group, members in self.groups.items():
+            unknown = [m for m in members if m not in self.hosts]
+            if unknown:
+                raise ValueError(f"group {group!r} names unknown host(s) {', '.join(unknown)}")
+        return self
 
 
 def load_inventory(path: str | Path) -> Inventory:

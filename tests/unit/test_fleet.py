@@ -1,0 +1,257 @@
+"""Fleet layer without hosts: inventories (ansible-core's parser), options, sweep planning and
+scheduling, the shipped playbooks (ansible-playbook --syntax-check) and the CLI boundary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servedeck.errors import ServedeckError
+from servedeck.fleet.command import servedeck_command
+from servedeck.fleet.inventory import load_fleet
+from servedeck.fleet.rollout import parse_max_fail, parse_serial
+from servedeck.fleet.runner import ANSIBLE_DIR, PLAYBOOKS
+from servedeck.fleet.sweep import (HostEstimate, estimate_hosts, parse_vary, plan_sweep, schedule)
+from servedeck.model.inventory import HostEntry, load_inventory
+from servedeck.model.profile import ProfileStore
+from servedeck.model.project import Project
+
+ROOT = Path(__file__).resolve().parents[2]
+
+INI = """\
+[cards]
+b70-1 ansible_host=10.0.0.11 servedeck_workdir=/srv/llm/b70 servedeck_render_gid=992
+b70-2 ansible_host=10.0.0.12 ansible_port=2202 servedeck_workdir=/srv/llm/b70 servedeck_port=9940
+b70-3 ansible_host=10.0.0.13 servedeck_workdir=/srv/llm/other servedeck_container_name=b70c
+
+[spare]
+b70-3
+
+[lab:children]
+cards
+
+[cards:vars]
+ansible_user=llm
+ansible_ssh_private_key_file=/home/llm/.ssh/id_ed25519
+servedeck_render_gid=991
+servedeck_port=9932
+servedeck_ready_timeout_s=1200
+"""
+
+
+@pytest.fixture
+def ini(tmp_path) -> Path:
+    path = tmp_path / "inventory.ini"
+    path.write_text(INI)
+    return path
+
+
+def test_ansible_ini_inventory_gives_groups_and_host_entries(ini):
+    fleet = load_fleet(ini)
+    assert fleet.kind == "ansible"
+    assert fleet.groups["cards"] == ["b70-1", "b70-2", "b70-3"]
+    assert fleet.groups["spare"] == ["b70-3"]
+    assert fleet.groups["lab"] == ["b70-1", "b70-2", "b70-3"]  # through children
+    one, two, three = (fleet.hosts[h] for h in ("b70-1", "b70-2", "b70-3"))
+    # host variables beat group variables; group variables fill the rest
+    assert one.render_gid == "992" and two.render_gid == "991"
+    assert one.port == 9932 and two.port == 9940
+    assert one.ready_timeout_s == 1200
+    assert two.ssh.hostname == "10.0.0.12" and two.ssh.port == 2202 and two.ssh.user == "llm"
+    assert one.ssh.port is None and one.ssh.identity_file == "/home/llm/.ssh/id_ed25519"
+    assert three.container_name == "b70c" and three.workdir == "/srv/llm/other"
+
+
+def test_ansible_patterns_select_hosts(ini):
+    fleet = load_fleet(ini)
+    assert fleet.select("lab") == ["b70-1", "b70-2", "b70-3"]
+    assert fleet.select("cards:!spare") == ["b70-1", "b70-2"]
+    assert fleet.select("b70-2") == ["b70-2"]
+    with pytest.raises(ServedeckError, match="no host matches 'nope'"):
+        fleet.select("nope")
+
+
+def test_converted_inventory_is_servedeck_format(ini, tmp_path):
+    fleet = load_fleet(ini)
+    path = fleet.write_servedeck_inventory(tmp_path / "out")
+    inv = load_inventory(path)
+    assert inv.hosts == fleet.hosts
+    assert inv.groups["spare"] == ["b70-3"]
+
+
+def test_missing_or_bad_host_variable_names_host_and_variable(tmp_path):
+    path = tmp_path / "bad.ini"
+    path.write_text("[cards]\nb70-1 ansible_host=10.0.0.11\n")
+    with pytest.raises(ServedeckError) as exc:
+        load_fleet(path)
+    assert exc.value.field == "b70-1.servedeck_workdir" and str(path) in exc.value.render()
+    path.write_text("[cards]\nb70-1 servedeck_workdir=relative/dir\n")
+    with pytest.raises(ServedeckError) as exc:
+        load_fleet(path)
+    assert exc.value.field == "b70-1.servedeck_workdir" and "absolute" in exc.value.render()
+
+
+def test_loopback_fleet_inventories_agree():
+    yaml_fleet = load_fleet(ROOT / "deploy" / "test-fleet" / "hosts.yaml")
+    ini_fleet = load_fleet(ROOT / "deploy" / "test-fleet" / "hosts.ini")
+    assert yaml_fleet.kind == "servedeck" and ini_fleet.kind == "ansible"
+    assert yaml_fleet.select("lab") == ini_fleet.select("lab") == ["fleet-1", "fleet-2", "fleet-3"]
+    assert yaml_fleet.select("pair") == ini_fleet.select("pair") == ["fleet-1", "fleet-2"]
+    for name in yaml_fleet.hosts:
+        a, b = yaml_fleet.hosts[name], ini_fleet.hosts[name]
+        assert (a.workdir, a.port, a.host_port, a.container_name, a.render_gid) == \
+               (b.workdir, b.port, b.host_port, b.container_name, b.render_gid)
+    assert len({e.host_port for e in yaml_fleet.hosts.values()}) == 3
+    assert len({e.container_name for e in yaml_fleet.hosts.values()}) == 3
+
+
+def test_servedeck_groups_must_name_known_hosts(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  a: {ssh: {alias: a}, workdir: /w}\ngroups:\n  lab: [a, b]\n")
+    with pytest.raises(ServedeckError, match="unknown host"):
+        load_fleet(path)
+
+
+def test_host_overrides_container_name_and_published_port():
+    entry = HostEntry.model_validate({"ssh": {"alias": "x"}, "workdir": "/w", "host_port": 9941,
+                                      "container_name": "sd-fleet-1"})
+    assert entry.port == 9941
+    profile = ProfileStore(ROOT / "profiles").load("batch-8192").profile
+    placed = entry.place(profile)
+    assert placed.container.container_name == "sd-fleet-1" and placed.container.host_port == 9941
+    assert profile.container.container_name == "b70"  # the loaded profile is not changed
+    with pytest.raises(ValueError, match="differ"):
+        HostEntry.model_validate({"ssh": {"alias": "x"}, "workdir": "/w", "host_port": 9941, "port": 9932})
+
+
+@pytest.mark.parametrize("value,expected", [(None, "100%"), ("1", "1"), (2, "2"), ("50%", "50%")])
+def test_serial(value, expected):
+    assert parse_serial(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "0%", "-1", "abc", "150%"])
+def test_bad_serial(value):
+    with pytest.raises(ServedeckError, match="serial"):
+        parse_serial(value)
+
+
+def test_max_fail():
+    assert parse_max_fail(None) == 0 and parse_max_fail("34%") == 34
+    with pytest.raises(ServedeckError):
+        parse_max_fail("101")
+
+
+def test_parse_vary_types_and_errors():
+    v = parse_vary(["engine.max_num_batched_tokens=4096,8192", "engine.gpu_memory_utilization=0.90,0.94"])
+    assert v == {"engine.max_num_batched_tokens": [4096, 8192], "engine.gpu_memory_utilization": [0.9, 0.94]}
+    for bad in (["engine.x=1"], ["engine.x"], ["engine.x=1,1"], ["a=1,2", "a=3,4"], []):
+        with pytest.raises(ServedeckError):
+            parse_vary(bad)
+
+
+def test_schedule_is_longest_processing_time_list_scheduling():
+    # a host twice as fast takes twice as many experiments
+    out = schedule([f"e{i}" for i in range(6)], {"fast": 10.0, "slow": 20.0})
+    assert len(out["fast"]) == 4 and len(out["slow"]) == 2
+    out = schedule(["e1", "e2", "e3"], {"a": 5.0, "b": 5.0, "c": 5.0})
+    assert sorted(len(v) for v in out.values()) == [1, 1, 1]
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    for name in ("profiles", "templates", "schema"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "images.yaml", tmp_path / "deploy" / "images.yaml")
+    return Project(tmp_path)
+
+
+def _run(project: Project, seq: int, host: str, ready_s: float, bench_s: float | None) -> None:
+    path = project.runs_dir / f"{seq:04d}-base-{host}"
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"run_id": path.name, "sequence": seq, "host": host,
+                                               "outcome": "ready", "timings_s": {"deploy_total_s": ready_s}}))
+    if bench_s is not None:
+        (path / "bench.json").write_text(json.dumps({"started_at": "2026-11-30T10:00:00Z",
+                                                     "finished_at": f"2026-11-30T10:00:{bench_s:02.0f}Z"}))
+
+
+def test_sweep_plan_two_variables_two_values(project):
+    fleet = load_fleet(ROOT / "deploy" / "test-fleet" / "hosts.yaml")
+    plan = plan_sweep(project, fleet, "pair", "batch-8192",
+                      ["engine.max_num_batched_tokens=4096,8192", "engine.gpu_memory_utilization=0.90,0.94"])
+    assert [e.variable for e in plan.experiments] == ["engine.max_num_batched_tokens",
+                                                      "engine.gpu_memory_utilization"]
+    a = {e.profile_a for e in plan.experiments}
+    assert len(a) == 1  # one baseline arm
+    store = ProfileStore(project.profiles_dir)
+    base_arm = store.load(a.pop()).profile
+    assert base_arm.engine.max_num_batched_tokens == 4096 and base_arm.engine.gpu_memory_utilization == 0.9
+    for e in plan.experiments:
+        b = store.load(e.profile_b).profile
+        assert getattr(b.engine, e.variable.split(".")[1]) == e.value_b
+    # one experiment per host, in parallel
+    assert sorted(len(v) for v in plan.assignments.values()) == [1, 1]
+    assert (plan.directory / "plan.json").exists()
+
+
+def test_sweep_resume_skips_finished_experiments(project):
+    fleet = load_fleet(ROOT / "deploy" / "test-fleet" / "hosts.yaml")
+    args = (project, fleet, "pair", "batch-8192", ["engine.max_num_batched_tokens=4096,8192"])
+    plan = plan_sweep(*args, reps=3)
+    assert len(plan.experiments) == 3 and not plan.done
+    first = plan.experiments[0].id
+    plan.result_path(first).parent.mkdir(parents=True, exist_ok=True)
+    plan.result_path(first).write_text("{}")
+    again = plan_sweep(*args, reps=3)
+    assert again.name == plan.name and again.done == [first]
+    assert first not in sum(again.assignments.values(), [])
+    with pytest.raises(ServedeckError, match="exists with another"):
+        plan_sweep(*args, reps=2, name=plan.name)
+
+
+def test_estimate_uses_each_hosts_run_records(project):
+    _run(project, 1, "fleet-1", 10.0, 20.0)
+    _run(project, 2, "fleet-1", 12.0, 22.0)
+    _run(project, 3, "fleet-2", 30.0, None)
+    est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2", "fleet-3"])
+    assert est["fleet-1"] == HostEstimate(11.0, 21.0, "runs")
+    assert est["fleet-2"].ready_s == 30.0 and est["fleet-2"].bench_s == 21.0  # bench: fleet median
+    assert est["fleet-3"].source == "fleet"
+    assert est["fleet-1"].experiment_s(bench=True) > est["fleet-1"].experiment_s(bench=False)
+
+
+@pytest.mark.parametrize("name", sorted(PLAYBOOKS))
+def test_shipped_playbooks_pass_ansible_syntax_check(name, tmp_path):
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[lab]\nh1\n")
+    proc = subprocess.run(["ansible-playbook", "--syntax-check", "-i", str(inv),
+                           str(ANSIBLE_DIR / PLAYBOOKS[name])], capture_output=True, text=True,
+                          env={**__import__("os").environ, "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cli_boundary_command_runs_servedeck():
+    argv = servedeck_command("--list")
+    assert argv[0] == sys.executable
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    for task in ("deploy", "hosts", "sweep", "bench", "ab", "rollback"):
+        assert f"  {task}" in out
+
+
+def test_estimate_takes_command_cost_from_the_hosts_rollouts(project):
+    _run(project, 1, "fleet-1", 10.0, None)
+    summary = project.runs_dir / "rollouts" / "20261130T100000Z-base" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"hosts": [
+        {"host": "fleet-1", "outcome": "ready", "run_id": "0001-base-fleet-1", "duration_s": 14.5},
+        {"host": "fleet-2", "outcome": "untouched", "run_id": None, "duration_s": None}]}))
+    est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2"])
+    assert est["fleet-1"].command_s == 4.5
+    assert est["fleet-2"].command_s == 4.5  # the fleet's measurement
+    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5
