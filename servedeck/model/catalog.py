@@ -203,18 +203,28 @@ class Catalog:
 
 # ----------------------------------------------------------------------------- first contact
 
-#: Repository hints for images whose digest is unknown: (substring of the repository's last
-#: path part or the whole repository, launcher, device, entrypoint, default port). First match
-#: wins. Official images: ``vllm/vllm-openai`` (CUDA), ``vllm/vllm-openai-cpu`` /
-#: ``vllm-cpu*`` (CPU builds), ``intel/vllm`` and ``*-xpu`` (Intel XPU builds, entrypoint is a
-#: wrapper that sources oneAPI), ``exl3xpu`` (``python3 scripts/serve.py`` on port 8100).
-_HINTS: tuple[tuple[str, str, str, tuple[str, ...], int], ...] = (
-    ("exl3xpu", "exl3xpu", "xpu", ("python3", "scripts/serve.py"), 8100),
-    ("xpu", "vllm", "xpu", ("vllm", "serve"), 8000),
-    ("intel/vllm", "vllm", "xpu", ("vllm", "serve"), 8000),
-    ("cpu", "vllm", "cpu", ("vllm", "serve"), 8000),
-    ("vllm", "vllm", "cuda", ("vllm", "serve"), 8000),
+#: Repository hints for images whose digest is unknown: (what the repository must contain,
+#: launcher, device, entrypoint, default port). First match wins. A hint is either every one of
+#: a tuple of substrings or, spelled ``=owner/name``, that exact repository on any registry.
+#: Official images: ``vllm/vllm-openai`` (CUDA), ``vllm/vllm-openai-cpu`` / ``vllm-cpu*`` (CPU
+#: builds), ``intel/vllm`` and ``*-xpu`` (Intel XPU builds, entrypoint is a wrapper that sources
+#: oneAPI), ``exl3xpu`` (``python3 scripts/serve.py`` on port 8100). Any other repository that
+#: merely mentions vLLM (a local build, a stand-in) is not guessed at: no facts, and the
+#: unknown-digest finding says so.
+_HINTS: tuple[tuple[tuple[str, ...] | str, str, str, tuple[str, ...], int], ...] = (
+    (("exl3xpu",), "exl3xpu", "xpu", ("python3", "scripts/serve.py"), 8100),
+    (("vllm", "xpu"), "vllm", "xpu", ("vllm", "serve"), 8000),
+    ("=intel/vllm", "vllm", "xpu", ("vllm", "serve"), 8000),
+    (("vllm", "cpu"), "vllm", "cpu", ("vllm", "serve"), 8000),
+    ("=vllm/vllm-openai", "vllm", "cuda", ("vllm", "serve"), 8000),
 )
+
+
+def _hint_matches(hint: tuple[str, ...] | str, repo: str) -> bool:
+    if isinstance(hint, str):
+        exact = hint.removeprefix("=")
+        return repo == exact or repo.endswith("/" + exact)
+    return all(part in repo for part in hint)
 
 
 def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
@@ -227,8 +237,8 @@ def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     """
     import re
     repo = repository.lower()
-    for needle, launcher, device, entry, port in _HINTS:
-        if needle in repo:
+    for hint, launcher, device, entry, port in _HINTS:
+        if _hint_matches(hint, repo):
             # the tag carries the vLLM version for vLLM's own builds; exl3xpu tags its own releases
             m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "") if launcher == "vllm" else None
             version = m[1] if m else "unknown"

@@ -393,3 +393,27 @@ def test_in_image_without_docker_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     with pytest.raises(ServedeckError, match="no Docker engine reachable"):
         check_in_image(svc(), file="t.yml")
+
+
+@pytest.mark.parametrize("repository, tag, launcher, device, version", [
+    ("vllm/vllm-openai", "v0.11.0", "vllm", "cuda", "0.11.0"),
+    ("docker.io/vllm/vllm-openai", "v0.10.2", "vllm", "cuda", "0.10.2"),
+    ("vllm/vllm-openai", "v0.11.0-xpu", "vllm", "xpu", "0.11.0"),
+    ("intel/vllm", "0.10.2-xpu", "vllm", "xpu", "0.10.2"),
+    ("public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo", "v0.11.0", "vllm", "cpu", "0.11.0"),
+    ("ghcr.io/example/exl3xpu", "0.2.0", "exl3xpu", "xpu", "unknown"),
+])
+def test_first_contact_official_repositories(repository, tag, launcher, device, version):
+    from servedeck.model.catalog import infer_facts
+    f = infer_facts(repository, tag)
+    assert (f.launcher, f.device, f.vllm_version, f.inferred) == (launcher, device, version, True)
+
+
+@pytest.mark.parametrize("repository", [
+    "127.0.0.1:5000/servedeck/vllm-standin",   # a local build that only mentions vLLM
+    "example/my-vllm-fork",
+    "example/cpu-tools",                        # "cpu" alone says nothing about vLLM
+])
+def test_first_contact_guesses_nothing_for_other_repositories(repository):
+    from servedeck.model.catalog import infer_facts
+    assert infer_facts(repository, "latest") is None
