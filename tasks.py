@@ -221,8 +221,9 @@ _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
 def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
            image=None):
     """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
-    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
     from servedeck.deploy.apply import deploy as run_deploy
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.plan import DeployOptions
     remote, entry = _host(host, inventory)
     result = run_deploy(_project(), remote, entry, _load(profile),
                         DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
@@ -241,8 +242,8 @@ def deploy(c, host, profile, inventory=None, no_rollback=False, force_unlock=Fal
 @_cli
 def status(c, host, inventory=None, json_=False):
     """Show what runs on a host (state, uptime, digest, restarts) and drift from the compose file."""
-    from servedeck.deploy.apply import format_status
-    from servedeck.deploy.apply import status as host_status
+    from servedeck.deploy.ops import format_status
+    from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
     print(json.dumps(st, indent=2) if json_ else format_status(st))
@@ -253,28 +254,33 @@ def status(c, host, inventory=None, json_=False):
 @_cli
 def logs(c, host, inventory=None, follow=False, tail=200):
     """Print the deployed server's log."""
-    from servedeck.deploy.apply import stream_logs
+    from servedeck.deploy.ops import stream_logs
     remote, _ = _host(host, inventory)
     stream_logs(remote, follow=follow, tail=int(tail))
 
 
-@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)"})
+@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)",
+            "to": "history revision to restore (a known-good one; see `invoke status`)",
+            "force_unlock": "take over a stale lock first"})
 @_cli
-def rollback(c, host, inventory=None, timeout=None):
-    """Go back to the previous compose file on a host and wait until it serves."""
-    from servedeck.deploy.apply import ConsoleReporter
-    from servedeck.deploy.apply import rollback as host_rollback
+def rollback(c, host, inventory=None, timeout=None, to=None, force_unlock=False):
+    """Restore the last (or --to N) known-good deployment on a host and wait until it serves."""
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.ops import rollback as host_rollback
     remote, entry = _host(host, inventory)
-    host_rollback(remote, entry, timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter())
+    host_rollback(remote, entry, to=int(to) if to else None,
+                  timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter(),
+                  project=_project(), force_unlock=force_unlock)
 
 
-@task(help={"host": "inventory host name", "inventory": _INV})
+@task(help={"host": "inventory host name", "inventory": _INV,
+            "force_unlock": "take over a stale lock first"})
 @_cli
-def down(c, host, inventory=None):
-    """Stop and remove the deployment on a host (volumes are kept)."""
-    from servedeck.deploy.apply import down as host_down
+def down(c, host, inventory=None, force_unlock=False):
+    """Stop and remove the deployment on a host (volumes are kept), under the deploy lock."""
+    from servedeck.deploy.ops import down as host_down
     remote, _ = _host(host, inventory)
-    print(host_down(remote) or "down")
+    print(host_down(remote, force_unlock=force_unlock) or "down")
 
 
 # ----------------------------------------------------------------------------- runs
