@@ -262,7 +262,7 @@ class _Deploy:
         self.result.outcome = "ready"
         self.lines.append({**self.base_line(), "outcome": "ready", "ended": utcnow()})
         self.store_good = p.compose_sha256
-        self.run.save_meta(outcome="ready", ready_at=utcnow(), timings_s=t)
+        self.run.save_meta(outcome="ready", ready_at=utcnow(), timings_s=t, wait_s=round(r.waited_s, 1))
         self.reporter.phase("ready", f"{p.served_name} serves on {p.base_url} after "
                                      f"{t['up_to_ready_s']:.1f} s (revision {self.revision})")
 
@@ -274,7 +274,8 @@ class _Deploy:
             self.reporter.info(f"| {line}")
         self.lines.append({**self.base_line(), "outcome": "failed", "reason": r.reason,
                            "diagnosis": r.diagnosis, "ended": utcnow()})
-        self.run.save_meta(outcome="failed", failure=r.reason, diagnosis=r.diagnosis, ended_at=utcnow())
+        self.run.save_meta(outcome="failed", failure=r.reason, diagnosis=r.diagnosis,
+                           wait_s=round(r.waited_s, 1), ended_at=utcnow())
         head = f"deploy of {p.profile.name} failed: {r.reason}"
         if self.options.no_rollback:
             raise DeployError(f"{head}; left as it is (--no-rollback)",
@@ -313,7 +314,8 @@ class _Deploy:
     def interrupted(self) -> None:
         self.result.outcome = "interrupted"
         msg = "deploy interrupted"
-        if self.switched and not self.options.no_rollback:
+        target = self.plan.rollback_target if self.plan else None
+        if self.switched and not self.options.no_rollback and target is not None:
             self.reporter.warn("interrupted after the old server was stopped: rolling back to the "
                                "last known-good deployment (interrupt again to stop)")
             self.lines.append({**self.base_line(), "outcome": "interrupted", "ended": utcnow()})
@@ -323,8 +325,10 @@ class _Deploy:
                 msg += "; the rollback was interrupted too"
         else:
             self.lines.append({**self.base_line(), "outcome": "interrupted", "ended": utcnow()})
-            msg += ("; left as it is (--no-rollback)" if self.switched
-                    else "; nothing serving was changed")
+            msg += ("; nothing serving was changed" if not self.switched
+                    else "; left as it is (--no-rollback)" if self.options.no_rollback
+                    else "; left as it is: no deployment on this host ever served, nothing to "
+                         "roll back to")
         self.run.save_meta(outcome="interrupted", failure=msg, ended_at=utcnow())
         self.reporter.warn(msg)
         self.error = DeployError(msg, hint=f"invoke status --host {self.host.name}")

@@ -28,6 +28,9 @@ from servedeck.host.remote import RemoteHost
 
 HEALTH_POLL_S = 0.1
 STATE_POLL_S = 1.0
+ENGINE_STALL_S = 3.0
+"""An Engine call (milliseconds normally) pending longer than this means the host is not
+reachable right now."""
 ERROR_LINE_RE = re.compile(r"\b(ERROR|CRITICAL|Traceback|Error|error:|Exception)\b")
 
 
@@ -72,6 +75,7 @@ class _Watcher(threading.Thread):
         self.state: dict[str, Any] | None = None   # last state seen
         self.gone = False                          # the Engine answered: no such container
         self.unreachable_since: float | None = None
+        self.call_started: float | None = None     # an Engine call in flight since
         self.last_error = ""
         self.last_line = ""
         self.log_chunks: list[str] = []
@@ -81,6 +85,7 @@ class _Watcher(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
+            self.call_started = time.time()
             try:
                 if self._container is None:
                     self._container = self.host.engine.find_container(self.host.workdir, self.service)
@@ -92,20 +97,31 @@ class _Watcher(threading.Thread):
                     self._container.reload()
                 if self._container is not None:
                     self.state = container_state(self._container)
-                self.unreachable_since = None
+                self.unreachable_since = self.call_started = None
             except Exception as exc:  # noqa: BLE001 - any Engine/transport failure
+                self.call_started = None
                 if _is_not_found(exc):
                     self.gone = True
                 else:
                     self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                     if self.unreachable_since is None:
-                        self.unreachable_since = time.time()
+                        self.unreachable_since = self.call_started or time.time()
                     self._container = None
                     try:
                         self.host.reconnect()
                     except Exception:  # noqa: BLE001
                         pass
             self.stop.wait(STATE_POLL_S)
+
+    def unreachable_for(self, now: float) -> float | None:
+        """Seconds the Engine has not answered (a failed call, or one hanging longer than
+        :data:`ENGINE_STALL_S`), or None while it answers."""
+        if self.unreachable_since is not None:
+            return now - self.unreachable_since
+        started = self.call_started
+        if started is not None and now - started > ENGINE_STALL_S:
+            return now - started
+        return None
 
     def _follow(self, container) -> None:
         def follow() -> None:
@@ -218,8 +234,9 @@ def _timeout_reason(watch: _Watcher, timeout_s: float, now: float) -> tuple[str,
     st = watch.state
     known = (f"last seen {st['status']}" + (f" (restarts {st['restart_count']})" if st else "")
              if st else "its state was never seen")
-    if watch.unreachable_since is not None:
-        return (f"cannot reach the host over SSH for the last {now - watch.unreachable_since:.0f} s "
-                f"({watch.last_error}); the server did not answer over HTTP within {timeout_s:g} s; "
-                f"the container was {known}", "unreachable")
+    lost = watch.unreachable_for(now)
+    if lost is not None:
+        return (f"cannot reach the host over SSH for the last {lost:.0f} s "
+                f"({watch.last_error or 'no answer'}); the server did not answer over HTTP within "
+                f"{timeout_s:g} s; the container was {known}", "unreachable")
     return (f"not ready after {timeout_s:g} s (timeout); the container is {known}", "not-ready")
