@@ -31,8 +31,8 @@ from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner,
                                    published_port, render_and_check, resolve_image, with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
-from servedeck.deploy.record import (RunWriter, mark_abandoned, record_plan, record_startup,
-                                     start_run)
+from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
+                                     record_startup, start_run)
 from servedeck.deploy.secrets import Secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
@@ -118,7 +118,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     options = options or DeployOptions()
     reporter = reporter or Reporter()
     t0 = time.time()
-    preload()
+    git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
     catalog = Catalog(project.catalog_path)
     profile = with_image(loaded.profile, options.image)
     checked = None
@@ -126,12 +126,14 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
         checked = render_and_check(profile, catalog, project, entry, reporter)
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")
+    preload()  # the docker SDK's import overlaps the preflight round trip
     facts, state = _preflight_and_lock(host, entry, profile, options, reporter)
     d = _Deploy(project, host, entry, options, reporter, t0)
     with _Interrupt():
         try:
-            d.run = (start_run(project.runs_dir, project.profiles_dir, profile=profile.name,
-                               host=host.name, kind="deploy", parent_profile=profile.extends,
+            d.run = (start_run(project.runs_dir, profile=profile.name, host=host.name,
+                               kind="deploy", profiles_git_commit=git_commit(),
+                               parent_profile=profile.extends,
                                image={"reference": profile.image, "digest": profile.image_ref.digest},
                                served_model_name=profile.model.served_model_name[0],
                                port=published_port(profile), image_override=options.image)
@@ -276,6 +278,8 @@ class _Deploy:
                            "diagnosis": r.diagnosis, "ended": utcnow()})
         self.run.save_meta(outcome="failed", failure=r.reason, diagnosis=r.diagnosis,
                            wait_s=round(r.waited_s, 1), ended_at=utcnow())
+        if r.diagnosis == "unreachable":
+            self.host.reconnect()  # the shared connection may be the frozen one
         head = f"deploy of {p.profile.name} failed: {r.reason}"
         if self.options.no_rollback:
             raise DeployError(f"{head}; left as it is (--no-rollback)",
@@ -335,8 +339,14 @@ class _Deploy:
 
     def transport_lost(self, exc: HostUnreachable) -> None:
         msg = f"lost the connection to host {self.host.name}: {exc.message}"
-        self.lines.append({**self.base_line(), "outcome": "failed", "reason": msg, "ended": utcnow()})
-        self.run.save_meta(outcome="failed", failure=msg, diagnosis="unreachable", ended_at=utcnow())
+        if any(ln["revision"] == self.revision for ln in self.lines):  # after the wait ended
+            self.run.save_meta(rollback={"ready": False, "reason": msg})
+            msg = f"{self.run.run.meta.get('failure') if self.run.run else 'deploy failed'}; then {msg}"
+        else:
+            self.lines.append({**self.base_line(), "outcome": "failed", "reason": msg,
+                               "ended": utcnow()})
+            self.run.save_meta(outcome="failed", failure=msg, diagnosis="unreachable",
+                               ended_at=utcnow())
         self.host.reconnect()
         self.error = DeployError(msg, hint=f"when the host answers again: invoke status --host "
                                            f"{self.host.name}")
@@ -420,8 +430,8 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
             "service": rec.get("service"), "port": rec.get("port"),
             "served_model_name": rec.get("served_model_name"),
             "max_num_batched_tokens": rec.get("max_num_batched_tokens"), "reason": reason}
-    up = host.switch(UP_ARGS, {**line, "outcome": "started", "time": utcnow()},
-                     good_sha=target.compose_sha256)
+    up = _switch_retrying(host, {**line, "outcome": "started", "time": utcnow()},
+                          target.compose_sha256, retry_s=timeout_s)
     if up.returncode != 0:
         rb = Readiness(False, f"docker compose up of revision {target.number} failed: "
                               + up.stderr.strip()[-300:], "", None, None, 0.0, diagnosis="compose-up")
@@ -434,3 +444,22 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
     if not rb.ready:
         final["reason"] = rb.reason
     return rb, [final]
+
+
+def _switch_retrying(host: RemoteHost, line: dict[str, Any], good_sha: str | None, *,
+                     retry_s: float):
+    """:meth:`RemoteHost.switch` to a known-good file, over a fresh SSH connection each time the
+    host cannot be reached, for up to ``retry_s`` seconds (the switch is idempotent).
+
+    Raises:
+        HostUnreachable: the host stayed unreachable for ``retry_s`` seconds.
+    """
+    deadline = time.time() + retry_s
+    while True:
+        try:
+            return host.switch(UP_ARGS, line, good_sha=good_sha, timeout=max(30.0, retry_s))
+        except HostUnreachable:
+            if time.time() >= deadline:
+                raise
+            host.reconnect()
+            time.sleep(1.0)

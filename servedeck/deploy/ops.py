@@ -16,7 +16,7 @@ from servedeck.deploy.apply import restore_revision
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.plan import api_base_url, owner
 from servedeck.deploy.readiness import Readiness
-from servedeck.deploy.record import RunWriter, mark_abandoned, record_startup, start_run
+from servedeck.deploy.record import RunWriter, mark_abandoned, start_run
 from servedeck.deploy.secrets import Secrets, find_secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
@@ -25,7 +25,7 @@ from servedeck.host.lock import held_error
 from servedeck.host.remote import COMPOSE, HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
-from servedeck.runs.store import utcnow
+from servedeck.runs.store import git_commit, utcnow
 
 
 def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]:
@@ -223,11 +223,16 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
     try:
         if record and project is None:
             project = Project.find()
-        _close_unfinished(host, state, project)
         target = _rollback_target(host, state, to)
+    except BaseException:
+        host.release_lock()  # a refusal: no revision, no run record
+        raise
+    try:
+        _close_unfinished(host, state, project)
         if record and project is not None:
-            run = start_run(project.runs_dir, project.profiles_dir, profile=target.profile or "rollback",
-                            host=host.name, kind="rollback", rollback_to=target.number,
+            run = start_run(project.runs_dir, profile=target.profile or "rollback", host=host.name,
+                            kind="rollback", profiles_git_commit=git_commit(project.profiles_dir),
+                            rollback_to=target.number,
                             image={"digest": target.record.get("image_digest")},
                             served_model_name=target.record.get("served_model_name"),
                             port=target.record.get("port"))

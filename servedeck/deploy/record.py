@@ -9,8 +9,9 @@ sha256 of the text actually deployed and names what was redacted (``redacted``),
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.secrets import Secrets
@@ -63,11 +64,25 @@ class RunWriter:
                            redacted=self.secrets.names)
 
 
-def start_run(runs_dir: Path, profiles_dir: Path, *, profile: str, host: str, kind: str,
-              **meta: Any) -> RunWriter:
+def start_run(runs_dir: Path, *, profile: str, host: str, kind: str,
+              profiles_git_commit: str | None, **meta: Any) -> RunWriter:
     """Create the run record of a deploy or rollback (``kind``), after the lock was taken."""
     return RunWriter(create_run(runs_dir, profile, host, kind=kind,
-                                profiles_git_commit=git_commit(profiles_dir), **meta))
+                                profiles_git_commit=profiles_git_commit, **meta))
+
+
+def git_commit_soon(profiles_dir: Path) -> Callable[[], str | None]:
+    """Start :func:`servedeck.runs.store.git_commit` of ``profiles_dir`` in a thread (two
+    ``git`` processes, overlapping the deploy's first SSH round trip); call the result to get
+    the commit."""
+    box: list[str | None] = []
+    t = threading.Thread(target=lambda: box.append(git_commit(profiles_dir)), daemon=True)
+    t.start()
+
+    def result() -> str | None:
+        t.join(15)
+        return box[0] if box else None
+    return result
 
 
 def record_plan(w: RunWriter, plan: "DeployPlan") -> None:

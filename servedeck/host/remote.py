@@ -438,9 +438,9 @@ class RemoteHost:
         return None if data is None else parse_lock(self.name, self.lock_path, data)
 
     def acquire_lock(self, owner: str, *, force: bool = False,
-                     stale_after_h: float | None = None) -> HostState:
-        """Take the host's deploy lock (atomic ``ln`` of a fully written temp file); return
-        the host state read in the same round trip.
+                     stale_after_h: float | None = None) -> LockInfo:
+        """Take the host's deploy lock (atomic ``ln`` of a fully written temp file); return it.
+        (:meth:`state` takes it too, together with the history, in the same round trip.)
 
         Raises:
             ServedeckError: the lock is held; the message names owner, pid, host and start
@@ -452,7 +452,8 @@ class RemoteHost:
             if state.holder is None and state.holder_raw:
                 parse_lock(self.name, self.lock_path, state.holder_raw)  # raises: not valid
             raise held_error(self.name, state.holder, **kw)
-        return state
+        assert self._held_lock is not None
+        return LockInfo.model_validate_json(self._held_lock)
 
     def release_lock(self) -> None:
         """Release the lock this object took.

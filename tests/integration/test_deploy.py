@@ -227,7 +227,7 @@ def test_two_interrupted_deploys_in_a_row_roll_back_to_the_last_known_good(proje
         started = lambda: any(h.get("profile") == "slow" and h["outcome"] == "started"  # noqa: E731
                               for h in _history(host)[-1:])
         _sigterm_after(started)
-        with pytest.raises(DeployError, match="interrupted.*rolled back: revision 1 \\(good\\)"):
+        with pytest.raises(DeployError, match=r"interrupted.*rolled back: revision \d+ \(good\)"):
             _deploy(project, card, slow, standin)
     assert _serving_profile(project, card) == "good"
     outcomes = [(e, p, o) for _, e, p, o in _revisions(host)]
@@ -444,7 +444,7 @@ def test_rollback_to_a_revision_then_logs_then_down(project, card, standin):
     assert _models() == ["Qwen3.8-27B"]
     assert status(host, entry)["drift"] == []
     kinds = [json.loads((p / "run.json").read_text())["kind"] for p in sorted(project.runs_dir.iterdir())]
-    assert kinds == ["deploy", "deploy", "rollback", "rollback", "rollback"]
+    assert kinds == ["deploy", "deploy", "rollback", "rollback"]  # a refusal records nothing
 
     lines: list[str] = []
     stream_logs(host, tail=50, write=lines.append)
@@ -454,7 +454,7 @@ def test_rollback_to_a_revision_then_logs_then_down(project, card, standin):
     st = status(host, entry)
     assert st["container"] is None and "down" in " ".join(st["drift"])
     assert [(e, o) for _, e, _, o in _revisions(host)][-3:] == [
-        ("rollback", "ready"), ("rollback", "failed"), ("down", "down")]
+        ("rollback", "ready"), ("rollback", "ready"), ("down", "down")]
     assert host.read_lock() is None
 
 
