@@ -80,6 +80,29 @@ class DeployResult:
     revision: int | None = None
 
 
+class _Background(threading.Thread):
+    """Run ``fn(*args)`` in a thread; :meth:`result` joins and returns or re-raises."""
+
+    def __init__(self, fn, *args) -> None:
+        super().__init__(daemon=True, name="servedeck-preflight")
+        self.fn, self.args = fn, args
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            self.error = exc
+
+    def result(self) -> Any:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class _Interrupt:
     """Turn SIGTERM into KeyboardInterrupt while a deploy runs (main thread only)."""
 
@@ -121,13 +144,20 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
     catalog = Catalog(project.catalog_path)
     profile = with_image(loaded.profile, options.image)
-    checked = None
-    if catalog.lookup(profile.image_ref.digest) is not None:
-        reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
-        checked = render_and_check(profile, catalog, project, entry, reporter)
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")
     preload()  # the docker SDK's import overlaps the preflight round trip
-    facts, state = _preflight_and_lock(host, entry, profile, options, reporter)
+    pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
+    checked = None
+    try:  # render + check locally while the preflight round trip runs
+        if catalog.lookup(profile.image_ref.digest) is not None:
+            reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
+            checked = render_and_check(profile, catalog, project, entry, reporter)
+    except BaseException:
+        pre.join()
+        if host.holds_lock:
+            host.release_lock()  # the lock was taken and is given back: nothing changed
+        raise
+    facts, state = pre.result()
     d = _Deploy(project, host, entry, options, reporter, t0)
     with _Interrupt():
         try:

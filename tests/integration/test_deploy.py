@@ -543,13 +543,15 @@ def test_secrets_never_reach_a_record_or_the_host_history(project, card, standin
 # ------------------------------------------------------------------------------ soak
 
 
-def test_soak_of_20_alternating_deploys_leaves_only_bounded_history(project, card, standin):
+def test_soak_of_20_alternating_deploys_leaves_only_bounded_history(project, card, standin,
+                                                                   monkeypatch):
+    """20 deploys alternating over 7 distinct compose files: nothing is left on the engine or in
+    the workdir beyond the history, pruned to its stated size (here 12 lines, and the
+    KEEP_GOOD newest known-good files)."""
     host, entry = card
-    from servedeck.host.history import KEEP_GOOD
-    _fast(project, "a", startup_s=0.5)
-    _fast(project, "b", parent="a", startup_s=0.6)
-    _variant(project, "c", "extends: a\nengine:\n  max_num_batched_tokens: 4096\n")
-    names = ["a", "b", "c"]
+    from servedeck.host import history
+    monkeypatch.setattr(history, "KEEP_LINES", 12)
+    names = [_fast(project, f"v{i}", startup_s=0.5 + 0.1 * i) for i in range(7)]
 
     def engine_objects():
         out = subprocess.run(["sh", "-c", "docker ps -aq | wc -l; docker volume ls -q | wc -l; "
@@ -557,16 +559,18 @@ def test_soak_of_20_alternating_deploys_leaves_only_bounded_history(project, car
         return out.stdout.split()
 
     for i in range(20):
-        assert _deploy(project, card, names[i % 3], standin).outcome == "ready"
+        assert _deploy(project, card, names[i % 7], standin).outcome == "ready"
         if i == 0:
             after_first = engine_objects()
     assert engine_objects() == after_first
     listing = host.run(["find", host.workdir, "-not", "-path", "*/models/*"]).stdout.split()
     rel = sorted(p[len(host.workdir):] for p in listing)
     goods = [p for p in rel if p.startswith("/.servedeck/good/")]
-    assert len(goods) <= KEEP_GOOD
+    assert len(goods) == history.KEEP_GOOD
     assert sorted(set(rel) - set(goods)) == ["", "/.servedeck", "/.servedeck/good",
                                               "/.servedeck/history.jsonl", "/cache",
                                               "/docker-compose.yml", "/models"]
-    assert len(_history(host)) == 40
+    assert len(_history(host)) == 12
     assert host.read_lock() is None
+    st = status(host, entry)
+    assert st["serving"] and len(st["known_good"]) == history.KEEP_GOOD
