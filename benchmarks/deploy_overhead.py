@@ -159,7 +159,7 @@ def main() -> int:
                 wall, proc = invoke(project, *deploy_args)
                 if args.verbose:
                     print(proc.stdout + proc.stderr)
-                if proc.returncode != 0:
+                if proc.returncode not in (0, 4):  # 4: ready, but a setting differs (printed)
                     print(proc.stdout + proc.stderr, file=sys.stderr)
                     return 1
                 if i == 0:

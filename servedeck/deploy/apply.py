@@ -461,7 +461,7 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
             "served_model_name": rec.get("served_model_name"),
             "max_num_batched_tokens": rec.get("max_num_batched_tokens"), "reason": reason}
     up = _switch_retrying(host, {**line, "outcome": "started", "time": utcnow()},
-                          target.compose_sha256, retry_s=timeout_s)
+                          target.compose_sha256, retry_s=max(60.0, timeout_s))
     if up.returncode != 0:
         rb = Readiness(False, f"docker compose up of revision {target.number} failed: "
                               + up.stderr.strip()[-300:], "", None, None, 0.0, diagnosis="compose-up")

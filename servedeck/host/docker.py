@@ -87,8 +87,7 @@ class Engine:
     def reset(self) -> None:
         """Forget the client and its forwarding (after a transport fault); the next use
         forwards again (over a fresh connection if the transport reconnected)."""
-        with self._lock:
-            client, self._client = self._client, None
+        client, self._client = self._client, None  # no lock: a hung creation must not block
         if client is not None:
             try:
                 client.close()
@@ -104,9 +103,8 @@ class Engine:
 
     def close(self) -> None:
         """Close the client and cancel the socket forwarding."""
-        with self._lock:
-            client, self._client = self._client, None
-            local, self._local = self._local, None
+        client, self._client = self._client, None
+        local, self._local = self._local, None
         if client is not None:
             client.close()
         if local:

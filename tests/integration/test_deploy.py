@@ -476,12 +476,18 @@ def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, ca
     _fast(project, "never", parent="good", mode="never")
     frozen: list[int] = []
     margin_s = 20.0
+    waiting = threading.Event()
+
+    class WaitSignal(QuietReporter):
+        def phase(self, name: str, text: str) -> None:
+            super().phase(name, text)
+            if name == "wait":
+                waiting.set()
 
     def freeze():
-        deadline = time.time() + 90
-        while time.time() < deadline and not any(
-                h.get("profile") == "never" and h["outcome"] == "started" for h in _history(host)[-1:]):
-            time.sleep(0.2)
+        if not waiting.wait(120):
+            return
+        time.sleep(1.0)  # the container watcher has found the container
         master = host.transport.master_pid()
         frozen.extend(_sshd_pids() + ([master] if master else []))
         for pid in frozen:
@@ -494,7 +500,8 @@ def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, ca
     t.start()
     try:
         with pytest.raises(DeployError) as exc:
-            _deploy(project, card, "never", standin, timeout_s=10)
+            deploy(project, host, entry, ProfileStore(project.profiles_dir).load("never"),
+                   DeployOptions(image=standin, timeout_s=10), WaitSignal())
     finally:
         t.join(60)
         for pid in frozen:
