@@ -152,12 +152,14 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         if catalog.lookup(profile.image_ref.digest) is not None:
             reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
             checked = render_and_check(profile, catalog, project, entry, reporter)
-    except BaseException:
+        facts, state = pre.result()
+    except BaseException as exc:
         pre.join()
         if host.holds_lock:
             host.release_lock()  # the lock was taken and is given back: nothing changed
+        if isinstance(exc, KeyboardInterrupt):
+            raise DeployError("deploy interrupted before it changed anything") from None
         raise
-    facts, state = pre.result()
     d = _Deploy(project, host, entry, options, reporter, t0)
     with _Interrupt():
         try:

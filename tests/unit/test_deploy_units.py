@@ -147,3 +147,32 @@ def test_a_frozen_engine_is_cannot_reach_the_host_at_the_deadline() -> None:
         hang.set()
     assert not r.ready and r.diagnosis == "unreachable"
     assert "cannot reach the host" in r.reason and "never seen" in r.reason
+
+
+# ------------------------------------------------------------------ rollback target
+
+
+def test_rollback_target_is_known_good_and_never_a_file_that_did_not_serve() -> None:
+    import pytest
+
+    from servedeck.deploy.ops import _rollback_target
+    from servedeck.errors import DeployError
+    from servedeck.host.remote import HostState
+
+    class H:
+        name = "b70"
+
+    records = _rev(1, "ready", "a") + _rev(2, "ready", "b") + _rev(3, "failed", "c")
+    # the deployed file "c" never served: the newest known-good one is the target
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="c", good={"a", "b"},
+                                           history=records), None).number == 2
+    # the deployed file "b" serves: go back to the one before it
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b"},
+                                           history=records), None).number == 1
+    # a pruned file is not a target; --to must name a known-good revision
+    with pytest.raises(DeployError, match="no known-good deployment"):
+        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"b"},
+                                        history=records), None)
+    with pytest.raises(DeployError, match="revision 3 .* is not a known-good"):
+        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b", "c"},
+                                        history=records), 3)
