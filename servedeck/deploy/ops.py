@@ -89,7 +89,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         {name, state, running, restarting, exit_code, started_at, uptime_s, restart_count,
         image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
         "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
-        "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers]}``.
+        "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
+        "lock_stale": why the lock looks stale | None}``.
     """
     state = host.state()
     revs = hist.revisions(state.history)
@@ -100,7 +101,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         "last_deploy": revs[-1].record if revs else None,
         "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
                         "ended": r.record.get("ended")} for r in state.known_good()],
-        "unfinished": [r.number for r in hist.unfinished(state.history)]}
+        "unfinished": [r.number for r in hist.unfinished(state.history)],
+        "lock_stale": state.holder.stale_reason() if state.holder else None}
     if state.compose_sha256 is None:
         return out
     norm = _normalised_service(host)
@@ -163,7 +165,9 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("  known-good revisions (rollback --to N): " + ", ".join(
             f"{g['revision']} {g['profile']}" for g in st["known_good"]))
     if st.get("lock"):
-        lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}")
+        lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}"
+                     + (f"; looks stale: {st['lock_stale']} (--force-unlock takes it over)"
+                        if st.get("lock_stale") else ""))
     if st["drift"]:
         lines.append("  drift:")
         lines += [f"    - {d}" for d in st["drift"]]
