@@ -33,7 +33,6 @@ from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
                                      record_startup, start_run)
-from servedeck.deploy.secrets import Secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import preload
