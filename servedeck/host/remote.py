@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from servedeck.errors import ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import Engine
+from servedeck.host.facts import PREFLIGHT_SCRIPT, parse_facts
 from servedeck.host.http import ServerApi
 from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, parse_lock
 from servedeck.host.ssh import (DEFAULT_TIMEOUT_S, HostUnreachable, ResolvedTarget, Result,
@@ -36,50 +36,6 @@ __all__ = ["RemoteHost", "HostState", "SshTarget", "LockInfo", "Result", "Resolv
 
 COMPOSE = "docker-compose.yml"
 """The deployed compose file, ``<workdir>/docker-compose.yml``."""
-
-PREFLIGHT_SCRIPT = r"""
-wd=$1; port=$2; shift 2
-js() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ' | tr -d '\000-\037')"; }
-jv() { if [ -n "$1" ]; then js "$1"; else printf null; fi; }
-printf '{"hostname":%s' "$(js "$(uname -n)")"
-printf ',"kernel":%s' "$(js "$(uname -r)")"
-dv=$(docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' 2>/dev/null || true)
-printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
-printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
-printf ',"compose_version":%s' "$(jv "$(docker compose version --short 2>/dev/null)")"
-printf ',"dri":['; sep=
-for f in /dev/dri/*; do
-  [ -e "$f" ] || continue
-  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(stat -c %g "$f")")" "$(js "$(stat -c %G "$f")")" "$(js "$(stat -c %a "$f")")"; sep=,
-done
-printf '],"power":['; sep=
-for f in /sys/class/drm/card*/device/hwmon/hwmon*/power1_cap; do
-  [ -r "$f" ] || continue
-  m=$(cat "${f}_max" 2>/dev/null || true)
-  printf '%s[%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(cat "$f" 2>/dev/null)")" "$(jv "$m")"; sep=,
-done
-printf '],"workdir_exists":%s' "$( [ -d "$wd" ] && echo true || echo false)"
-d=$wd; while [ ! -d "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
-printf ',"workdir_avail_kib":%s' "$(jv "$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')")"
-printf ',"paths":['; sep=
-for p in "$@"; do
-  case $p in /*) a=$p ;; *) a=$wd/$p ;; esac
-  if [ -d "$a" ]; then k=dir; if [ -n "$(ls -A "$a" 2>/dev/null)" ]; then n=true; else n=false; fi
-  elif [ -f "$a" ]; then k=file; if [ -s "$a" ]; then n=true; else n=false; fi
-  elif [ -e "$a" ]; then k=other; n=true
-  else k=; n=false; fi
-  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$p")" "$(js "$a")" "$(jv "$k")" "$n"; sep=,
-done
-printf ']'
-if [ -n "$port" ]; then
-  hex=$(printf '%04X' "$port")
-  l=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" { n = split($2, a, ":"); if (a[n] == h) { print "yes"; exit } }')
-  printf ',"port_listening":%s' "$( [ "$l" = yes ] && echo true || echo false)"
-  printf ',"port_containers":%s' "$(jv "$(docker ps --filter "publish=$port" --format '{{.Names}}' 2>/dev/null | tr '\n' ' ')")"
-fi
-printf '}\n'
-"""
-
 
 # $1 destination, $2 sha256 expected; stdin: the bytes. Written 0600 (compose files can hold
 # secrets), checked, then renamed over the destination.
@@ -559,42 +515,10 @@ class RemoteHost:
                               args, timeout=60)
         facts_text, _, state_text = res.stdout.partition("\n")
         state = self._parse_state(state_text, lock_owner)
-        try:
-            raw = json.loads(facts_text)
-        except json.JSONDecodeError as exc:
-            raise ServedeckError(f"host {self.name}: preflight output is not JSON: {exc}: "
-                                 f"{facts_text.strip()[:300]}") from exc
-        facts: dict[str, Any] = {
-            "host": self.name,
-            "hostname": raw["hostname"],
-            "kernel": raw["kernel"],
-            "docker_server_version": raw["docker_server_version"],
-            "docker_api_version": raw["docker_api_version"],
-            "compose_version": raw["compose_version"],
-            "dri_devices": [{"path": p, "gid": int(g), "group": grp, "mode": m}
-                            for p, g, grp, m in raw["dri"]],
-            "gpu_power_caps": [{"path": p, "cap_w": _uw_to_w(c), "cap_max_w": _uw_to_w(m)}
-                               for p, c, m in raw["power"]],
-            "workdir": {"path": self.workdir, "exists": raw["workdir_exists"],
-                        "free_gib": (round(int(raw["workdir_avail_kib"]) / 1024**2, 2)
-                                     if raw["workdir_avail_kib"] else None)},
-            "paths": {given: {"path": a, "exists": kind is not None, "nonempty": nonempty,
-                              "kind": kind}
-                      for given, a, kind, nonempty in raw["paths"]},
-            "port": None,
-            "lock": None,
-        }
-        if port is not None:
-            facts["port"] = {"port": int(port), "listening": raw["port_listening"],
-                             "containers": (raw["port_containers"] or "").split()}
+        facts = parse_facts(self.name, self.workdir, facts_text, port)
         if state.holder is not None:
             facts["lock"] = state.holder.model_dump(mode="json")
         elif state.holder_raw:
             facts["lock"] = {"raw": state.holder_raw}
         return facts, state
 
-
-def _uw_to_w(value: str | None) -> float | None:
-    if value is None or not str(value).strip().lstrip("-").isdigit():
-        return None
-    return int(value) / 1e6
