@@ -340,8 +340,9 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
         return _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout)
     if not host or not profile:
         raise ServedeckError("give --host NAME (or --hosts GROUP) and --profile NAME")
-    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
     from servedeck.deploy.apply import deploy as run_deploy
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.plan import DeployOptions
     remote, entry = _host(host, inventory)
     result = run_deploy(_project(), remote, entry, _load(profile),
                         DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
@@ -360,8 +361,8 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
 @_cli
 def status(c, host, inventory=None, json_=False):
     """Show what runs on a host (state, uptime, digest, restarts) and drift from the compose file."""
-    from servedeck.deploy.apply import format_status
-    from servedeck.deploy.apply import status as host_status
+    from servedeck.deploy.ops import format_status
+    from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
     print(json.dumps(st, indent=2) if json_ else format_status(st))
@@ -372,28 +373,33 @@ def status(c, host, inventory=None, json_=False):
 @_cli
 def logs(c, host, inventory=None, follow=False, tail=200):
     """Print the deployed server's log."""
-    from servedeck.deploy.apply import stream_logs
+    from servedeck.deploy.ops import stream_logs
     remote, _ = _host(host, inventory)
     stream_logs(remote, follow=follow, tail=int(tail))
 
 
-@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)"})
+@task(help={"host": "inventory host name", "inventory": _INV, "timeout": "readiness timeout (s)",
+            "to": "history revision to restore (a known-good one; see `invoke status`)",
+            "force_unlock": "take over a stale lock first"})
 @_cli
-def rollback(c, host, inventory=None, timeout=None):
-    """Go back to the previous compose file on a host and wait until it serves."""
-    from servedeck.deploy.apply import ConsoleReporter
-    from servedeck.deploy.apply import rollback as host_rollback
+def rollback(c, host, inventory=None, timeout=None, to=None, force_unlock=False):
+    """Restore the last (or --to N) known-good deployment on a host and wait until it serves."""
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.ops import rollback as host_rollback
     remote, entry = _host(host, inventory)
-    host_rollback(remote, entry, timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter())
+    host_rollback(remote, entry, to=int(to) if to else None,
+                  timeout_s=float(timeout) if timeout else None, reporter=ConsoleReporter(),
+                  project=_project(), force_unlock=force_unlock)
 
 
-@task(help={"host": "inventory host name", "inventory": _INV})
+@task(help={"host": "inventory host name", "inventory": _INV,
+            "force_unlock": "take over a stale lock first"})
 @_cli
-def down(c, host, inventory=None):
-    """Stop and remove the deployment on a host (volumes are kept)."""
-    from servedeck.deploy.apply import down as host_down
+def down(c, host, inventory=None, force_unlock=False):
+    """Stop and remove the deployment on a host (volumes are kept), under the deploy lock."""
+    from servedeck.deploy.ops import down as host_down
     remote, _ = _host(host, inventory)
-    print(host_down(remote) or "down")
+    print(host_down(remote, force_unlock=force_unlock) or "down")
 
 
 # ----------------------------------------------------------------------------- runs
@@ -674,8 +680,9 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
     from servedeck.ab.interleave import run_interleaved
     from servedeck.bench.client import Workload
     from servedeck.bench.record import bench_deployed
-    from servedeck.deploy.apply import ConsoleReporter, DeployOptions
     from servedeck.deploy.apply import deploy as run_deploy
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.plan import DeployOptions
     if not host:
         raise ServedeckError("--interleave needs --host NAME")
     remote, entry = _host(host, inventory)

@@ -8,7 +8,6 @@ digest and compose file (on the host) must match the run record.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
         ServedeckError: the compose file on the host or the running image digest differs
             from the run record, or nothing runs.
     """
-    from servedeck.deploy.apply import api_base_url, status
+    from servedeck.deploy.ops import status
+    from servedeck.deploy.plan import api_base_url
     st = status(host, entry)
     want_sha = run.meta.compose_sha256
     if st["compose_sha256"] != want_sha:
@@ -61,7 +61,14 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         raise ServedeckError(f"run {run.run_id} already holds benchmark results",
                              file=str(run.path / store.BENCH_SAMPLES),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
-    result = run_bench(base_url, workload, served_model=run.meta.served_model_name, progress=progress)
+    import httpx
+
+    from servedeck.deploy.ops import deployed_secrets
+    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0),
+                          headers={"Authorization": f"Bearer {key}"}) if key else None
+    result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+                       progress=progress, client=client)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
     return result

@@ -109,9 +109,9 @@ RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
 # Typed run metadata
 # --------------------------------------------------------------------------------------------
 
-Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted"]
-"""``started`` while the deploy runs; every ending writes one of the others (never left at
-``started`` unless the deploying process itself was killed)."""
+Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted", "abandoned"]
+"""``started`` while the deploy runs; every ending writes one of the others. ``abandoned``: the
+deploying client died (found by a later deploy, rollback or status of the same host)."""
 
 FailurePhase = Literal["render", "check", "preflight", "lock", "pull", "upload", "start",
                        "readiness", "timeout", "crash", "interrupt", "rollback", "internal"]
@@ -129,6 +129,7 @@ class RollbackResult(BaseModel):
     """What the automatic rollback after a failed deploy achieved."""
 
     model_config = ConfigDict(extra="forbid")
+    revision: int | None = Field(None, description="the host history revision restored (a known-good one)")
     ready: bool = Field(description="the previous deployment serves again")
     reason: str | None = Field(None, description="why it did not, when it did not")
 
@@ -168,6 +169,17 @@ class RunMeta(BaseModel):
     rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
     restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
                                                    "(None when the restored compose file matches no recorded run)")
+    rollback_to: int | None = Field(None, description="rollback runs: the host history revision restored")
+    revision: int | None = Field(None, description="this deployment's revision in the host's history")
+    diagnosis: str | None = Field(
+        None, description="readiness diagnosis of a failure: `unreachable` (host), `gone`, `exited`, "
+                          "`restarting`, `not-ready`, `api-key` (the server wants a key)")
+    wait_s: float | None = Field(None, description="seconds the readiness wait took")
+    host_state_written: bool | None = Field(
+        None, description="False when the final history line could not be written on the host "
+                          "(the next command of that host completes it)")
+    redacted: list[str] = Field(default_factory=list,
+                                description="names of the secrets replaced by `***` in this record's files")
     servedeck_version: str = Field(__version__, description="servedeck that wrote the record")
     profiles_git_commit: str | None = Field(
         None, description="git commit of profiles/ (`+dirty` when it had uncommitted changes)")

@@ -20,7 +20,8 @@ import pytest
 from servedeck.ab.compare import compare_arms
 from servedeck.bench.client import Workload
 from devtools.demo import run_demo
-from servedeck.deploy.apply import QuietReporter, status
+from servedeck.deploy.console import QuietReporter
+from servedeck.deploy.ops import status
 from servedeck.errors import ServedeckError
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.bench.record import bench_deployed

@@ -22,11 +22,15 @@ import httpx
 import pytest
 
 from devtools import imagebuild
-from servedeck.deploy.apply import DeployOptions, QuietReporter, deploy, find_container, status
+from servedeck.deploy.apply import deploy
+from servedeck.deploy.console import QuietReporter
+from servedeck.deploy.ops import down, rollback, status, stream_logs
+from servedeck.deploy.plan import DeployOptions
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
+from servedeck.host.history import revisions
 from servedeck.host.remote import RemoteHost, SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,9 +68,10 @@ def card(test_services):
     entry = HostEntry(ssh=host.ssh_target, workdir=workdir, render_gid="992", port=PORT,
                       ready_timeout_s=120, api_host="127.0.0.1")
     yield host, entry
-    host.run(f"cd {workdir} && for f in docker-compose.yml docker-compose.yml.prev; do "
-             f"[ -e $f ] && docker compose -f $f down --remove-orphans -t 1; done; true", check=False)
+    host.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans "
+             f"-t 1; true", check=False)
     host.run(["rm", "-rf", workdir], check=False)
+    host.close()
 
 
 def _fast(project: Project, name: str = "fast", parent: str = "batch-8192", mode: str | None = None,
@@ -98,6 +103,41 @@ def _history(host: RemoteHost) -> list[dict]:
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
+def _revisions(host: RemoteHost) -> list[tuple[int, str, str | None, str]]:
+    """(revision, event, profile, outcome) of the host history, oldest first."""
+    return [(r.number, r.event, r.profile, r.outcome) for r in revisions(_history(host))]
+
+
+def _container(host: RemoteHost, service: str = "exl3xpu"):
+    try:
+        return host.engine.find_container(host.workdir, service)
+    finally:
+        host.close()
+
+
+def _serving_profile(project: Project, card) -> str | None:
+    """The profile whose compose file is deployed and serving now (via the host history)."""
+    host, entry = card
+    st = status(host, entry)
+    if not st["serving"]:
+        return None
+    revs = [r for r in revisions(_history(host)) if r.compose_sha256 == st["compose_sha256"]]
+    return revs[-1].profile if revs else None
+
+
+def _sigterm_after(predicate, timeout_s: float = 90.0) -> threading.Thread:
+    """SIGTERM this process (the deploy turns it into an interrupt) once ``predicate()``."""
+    def watch():
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and not predicate():
+            time.sleep(0.2)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
 def _models(port: int = PORT) -> list[str]:
     body = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
     return [m["id"] for m in body["data"]]
@@ -112,25 +152,32 @@ def test_batch_8192_deploys_over_ssh_and_serves_qwen(project, card, standin):
     result = _deploy(project, card, "batch-8192", standin)
     assert result.outcome == "ready"
     assert _models() == ["Qwen3.8-27B"]
+    assert _revisions(host) == [(1, "deploy", "batch-8192", "ready")]
     hist = _history(host)
-    assert hist[-1]["outcome"] == "ready" and hist[-1]["profile"] == "batch-8192"
-    assert hist[-1]["compose_sha256"] == result.run.meta["compose_sha256"]
-    # the run record keeps the compose byte-for-byte
+    assert [h["outcome"] for h in hist] == ["started", "ready"]
+    assert hist[-1]["compose_sha256"] == result.run.meta["compose_sha256"] == result.compose_sha256
+    # the run record keeps the compose byte-for-byte (no secrets in it)
     on_host = host.read_file("docker-compose.yml")
     assert (result.run.path / "docker-compose.yml").read_bytes() == on_host
+    # the served file is kept as known good; compose files are readable by their owner only
+    good = f"{host.good_dir}/{result.compose_sha256}.yml"
+    assert host.read_file(good) == on_host
+    modes = host.run(["stat", "-c", "%a", host.compose_path, good]).stdout.split()
+    assert modes == ["600", "600"]
     meta = json.loads((result.run.path / "run.json").read_text())
     assert meta["outcome"] == "ready" and meta["image"]["digest"] == standin.split("@")[1]
+    assert meta["kind"] == "deploy" and meta["revision"] == 1
     startup = json.loads((result.run.path / "startup.json").read_text())
     assert startup["kv_cache_tokens"] == 1_048_576  # the stand-in replays the real 8192 log
     assert startup["non_default_args"]["max_num_batched_tokens"] == 8192
     checks = {c["setting"]: c for c in json.loads((result.run.path / "args_verification.json").read_text())}
     assert checks["max_num_batched_tokens"]["status"] == "confirmed"
     # the stand-in's digest was unknown: deploy read its facts and added it to the catalog
-    catalog = (project.catalog_path).read_text()
-    assert standin.split("@")[1] in catalog
+    assert standin.split("@")[1] in project.catalog_path.read_text()
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None
     assert st["container"]["restart_count"] == 0
+    assert [g["revision"] for g in st["known_good"]] == [1]
 
 
 # ------------------------------------------------------------------------------ failure + rollback
@@ -141,45 +188,136 @@ def test_batch_8192_deploys_over_ssh_and_serves_qwen(project, card, standin):
     ("crashloop", "unless-stopped", "restart"),
     ("never", '"no"', "timeout"),
 ])
-def test_failed_deploy_rolls_back_to_the_previous_ready_one(project, card, standin, mode, restart, reason):
+def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin, mode, restart, reason):
     host, entry = card
     good = _fast(project, "good")
-    first = _deploy(project, card, good, standin)
-    assert first.outcome == "ready"
+    assert _deploy(project, card, good, standin).outcome == "ready"
     good_compose = host.read_file("docker-compose.yml")
     bad = _fast(project, "bad", parent="good", mode=mode, restart=restart)
     with pytest.raises(DeployError) as exc:
         _deploy(project, card, bad, standin, timeout_s=8 if mode == "never" else None)
     msg = exc.value.message
-    assert reason in msg and "rolled back" in msg and "ready again" in msg
-    # both compose files intact: the previous one is live again, the failed one kept aside
+    assert reason in msg and "rolled back: revision 1 (good) serves again" in msg
     assert host.read_file("docker-compose.yml") == good_compose
-    failed = host.read_file("docker-compose.yml.failed").decode()
-    assert f"STANDIN_MODE: \"{mode}\"" in failed or f"STANDIN_MODE: {mode}" in failed
     assert _models() == ["Qwen3.8-27B"]
-    outcomes = [h["outcome"] for h in _history(host)]
-    assert outcomes[-2:] == ["ready", "rolled-back"]
+    assert _revisions(host) == [(1, "deploy", "good", "ready"), (2, "deploy", "bad", "failed"),
+                                (3, "rollback", "good", "ready")]
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None
+    assert [g["revision"] for g in st["known_good"]] == [3]  # one entry per file, newest
 
 
 def test_failed_first_deploy_without_previous_is_stopped(project, card, standin):
     host, _ = card
     bad = _fast(project, "bad", mode="exit")
-    with pytest.raises(DeployError, match="no previous deployment"):
+    with pytest.raises(DeployError, match="nothing to roll back to"):
         _deploy(project, card, bad, standin)
-    client = host.docker_client()
-    try:
-        assert find_container(client, host.workdir, "exl3xpu") is None
-    finally:
-        client.close()
+    assert _container(host) is None
     assert host.read_lock() is None
+
+
+# ------------------------------------------------------------------------------ issue 15 sequences
+
+
+def test_two_interrupted_deploys_in_a_row_roll_back_to_the_last_known_good(project, card, standin):
+    host, entry = card
+    assert _deploy(project, card, _fast(project, "good"), standin).outcome == "ready"
+    slow = _fast(project, "slow", parent="good", startup_s=60)
+    for _ in range(2):
+        started = lambda: any(h.get("profile") == "slow" and h["outcome"] == "started"  # noqa: E731
+                              for h in _history(host)[-1:])
+        _sigterm_after(started)
+        with pytest.raises(DeployError, match=r"interrupted.*rolled back: revision \d+ \(good\)"):
+            _deploy(project, card, slow, standin)
+    assert _serving_profile(project, card) == "good"
+    outcomes = [(e, p, o) for _, e, p, o in _revisions(host)]
+    assert outcomes == [("deploy", "good", "ready"), ("deploy", "slow", "interrupted"),
+                        ("rollback", "good", "ready"), ("deploy", "slow", "interrupted"),
+                        ("rollback", "good", "ready")]
+    assert host.read_lock() is None
+
+
+def test_no_rollback_then_a_failing_deploy_restores_the_last_good_not_the_unserved(project, card, standin):
+    host, entry = card
+    assert _deploy(project, card, _fast(project, "good"), standin).outcome == "ready"
+    _fast(project, "bad1", parent="good", mode="exit")
+    with pytest.raises(DeployError, match="left as it is"):
+        _deploy(project, card, "bad1", standin, no_rollback=True)
+    _fast(project, "bad2", parent="good", mode="crashloop", restart="unless-stopped")
+    with pytest.raises(DeployError, match="rolled back: revision 1 \\(good\\) serves again"):
+        _deploy(project, card, "bad2", standin)
+    assert _serving_profile(project, card) == "good"
+
+
+def test_failed_first_then_good_then_failing_restores_the_good(project, card, standin):
+    host, entry = card
+    _fast(project, "bad", mode="exit")
+    with pytest.raises(DeployError, match="nothing to roll back to"):
+        _deploy(project, card, "bad", standin)
+    assert _deploy(project, card, _fast(project, "good"), standin).outcome == "ready"
+    with pytest.raises(DeployError, match="rolled back: revision 2 \\(good\\)"):
+        _deploy(project, card, "bad", standin)
+    assert _serving_profile(project, card) == "good"
+    # `invoke rollback` has no other known-good file: it refuses instead of restoring "bad"
+    with pytest.raises(DeployError, match="no known-good deployment to roll back to"):
+        rollback(host, entry, reporter=QuietReporter(), project=project)
+    assert host.read_lock() is None
+
+
+def _inventory(tmp_path: Path, host: RemoteHost) -> Path:
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(
+        f"hosts:\n  b70:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
+        f"    workdir: {host.workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
+        f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
+    return inventory
+
+
+def _invoke(project: Project, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "SERVEDECK_PROJECT": str(project.root)}
+    return subprocess.Popen([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_killed_client_leaves_a_stale_lock_that_rollback_takes_over(project, card, standin, tmp_path):
+    host, entry = card
+    assert _deploy(project, card, _fast(project, "good"), standin).outcome == "ready"
+    slow = _fast(project, "slow", parent="good", startup_s=60)
+    inv = _inventory(tmp_path, host)
+    proc = _invoke(project, "deploy", "--host", "b70", "--profile", slow, "--inventory", str(inv),
+                   "--image", standin)
+    deadline = time.time() + 90
+    while not any(h.get("profile") == "slow" and h["outcome"] == "started" for h in _history(host)):
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+        time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=30)
+    killed_run = max(project.runs_dir.iterdir())
+    assert json.loads((killed_run / "run.json").read_text())["outcome"] == "started"
+    lock = host.read_lock()
+    assert lock is not None and lock.stale_reason() is not None
+    # every command that takes the lock recognises it as stale and names the option
+    for attempt in (lambda: rollback(host, entry, reporter=QuietReporter(), project=project),
+                    lambda: down(host)):
+        with pytest.raises(DeployError) as exc:
+            attempt()
+        assert "looks stale" in exc.value.message and "--force-unlock" in exc.value.hint
+    rb = rollback(host, entry, reporter=QuietReporter(), project=project, force_unlock=True)
+    assert rb.ready
+    assert _serving_profile(project, card) == "good"
+    assert host.read_lock() is None
+    killed = json.loads((killed_run / "run.json").read_text())
+    assert killed["outcome"] == "abandoned" and "client died" in killed["failure"]
+    runs = sorted(project.runs_dir.iterdir())
+    meta = json.loads((runs[-1] / "run.json").read_text())
+    assert meta["kind"] == "rollback" and meta["outcome"] == "ready" and meta["rollback_to"] == 1
+    assert [o for _, _, _, o in _revisions(host)] == ["ready", "abandoned", "ready"]
 
 
 # ------------------------------------------------------------------------------ lock
 
 
-def test_a_second_concurrent_deploy_is_refused_by_the_lock(project, card, standin):
+def test_a_second_concurrent_deploy_is_refused_by_the_lock_without_a_run_record(project, card, standin):
     host, entry = card
     slow = _fast(project, "slow", startup_s=6)
     outcome: dict = {}
@@ -193,13 +331,18 @@ def test_a_second_concurrent_deploy_is_refused_by_the_lock(project, card, standi
     while host.read_lock() is None and time.time() < deadline and t.is_alive():
         time.sleep(0.2)
     assert host.read_lock() is not None, "the first deploy never took the lock"
+    runs_before = sorted(project.runs_dir.iterdir())
     other = RemoteHost("b70", host.ssh_target, host.workdir)
     with pytest.raises(DeployError, match="another deploy holds the lock"):
         deploy(project, other, entry, ProfileStore(project.profiles_dir).load(slow),
                DeployOptions(image=standin), QuietReporter())
+    with pytest.raises(DeployError, match="cannot down"):
+        down(other)
+    assert sorted(project.runs_dir.iterdir()) == runs_before  # no orphan run record
     t.join(120)
     assert outcome["result"].outcome == "ready"
     assert host.read_lock() is None
+    assert _container(host) is not None  # the refused `down` did not touch it
 
 
 # ------------------------------------------------------------------------------ host keys + preflight
@@ -226,7 +369,8 @@ def test_missing_weights_stop_in_preflight(project, card, standin):
         _deploy(project, card, "batch-8192", standin)
     assert "preflight" in exc.value.message and "weights directory" in exc.value.message
     assert "does not exist" in exc.value.message
-    assert host.run(["ls", "-A", host.workdir]).stdout.split() == ["cache"]
+    assert host.run(["ls", "-A", host.workdir]).stdout.split() == [".servedeck", "cache"]
+    assert host.read_lock() is None and not project.runs_dir.exists()
 
 
 def test_wrong_render_gid_stops_in_preflight(project, card, standin):
@@ -239,47 +383,49 @@ def test_wrong_render_gid_stops_in_preflight(project, card, standin):
     assert host.read_lock() is None
 
 
+def test_unknown_digest_pull_failure_marks_the_run_failed(project, card, standin, registry):
+    host, entry = card
+    missing = f"{registry}/servedeck/nothing@sha256:{'0' * 64}"
+    with pytest.raises(DeployError, match="pulling .* failed") as exc:
+        deploy(project, host, entry, ProfileStore(project.profiles_dir).load("batch-8192"),
+               DeployOptions(image=missing), QuietReporter())
+    run = sorted(project.runs_dir.iterdir())[-1]
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["outcome"] == "failed" and "pulling" in meta["failure"]
+    assert _revisions(host) == [(1, "deploy", None, "failed")]
+    assert host.read_lock() is None and host.read_file("docker-compose.yml", missing_ok=True) is None
+    assert "the running deployment was not touched" in exc.value.message
+
+
 # ------------------------------------------------------------------------------ interruption
 
 
-def test_interrupted_deploy_leaves_a_state_status_describes(project, card, standin, tmp_path):
+def test_interrupted_first_deploy_is_left_as_it_is_and_recorded(project, card, standin, tmp_path):
     host, entry = card
     slow = _fast(project, "slow", startup_s=30)
-    inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(
-        f"hosts:\n  b70:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {host.workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
-        f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
-    env = {**os.environ, "SERVEDECK_PROJECT": str(project.root)}
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "-r", str(ROOT), "deploy", "--host", "b70",
-                             "--profile", slow, "--inventory", str(inventory), "--image", standin],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    client = host.docker_client()
-    try:
-        deadline = time.time() + 90
-        while find_container(client, host.workdir, "exl3xpu") is None and time.time() < deadline:
-            assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.3)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        client.close()
+    proc = _invoke(project, "deploy", "--host", "b70", "--profile", slow, "--inventory",
+                   str(_inventory(tmp_path, host)), "--image", standin)
+    deadline = time.time() + 90
+    while _container(host) is None and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.3)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert "interrupted" in out and "invoke status --host b70" in out
+    assert "interrupted" in out and "nothing to roll back to" in out
     st = status(host, entry)
-    assert st["lock"] is None
-    assert st["last_deploy"]["outcome"] == "interrupted"
+    assert st["lock"] is None and st["last_deploy"]["outcome"] == "interrupted"
     assert st["compose_present"] and st["drift"] == []
     assert st["container"]["state"] == "running"
-    assert st["serving"] is False  # still starting: the stand-in needs 30 s
+    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    assert run["outcome"] == "interrupted"
 
 
 # ------------------------------------------------------------------------------ rollback, logs, down
 
 
-def test_rollback_then_logs_then_down(project, card, standin):
-    from servedeck.deploy.apply import down, rollback, stream_logs
+def test_rollback_to_a_revision_then_logs_then_down(project, card, standin):
     host, entry = card
     first = _fast(project, "first")
     _variant(project, "second", "extends: first\nengine:\n  max_num_batched_tokens: 4096\n")
@@ -289,12 +435,16 @@ def test_rollback_then_logs_then_down(project, card, standin):
     second_compose = host.read_file("docker-compose.yml")
     assert b"max_num_batched_tokens=4096" in second_compose
 
-    rb = rollback(host, entry, reporter=QuietReporter())
-    assert rb.ready
-    assert host.read_file("docker-compose.yml") == first_compose
-    assert host.read_file("docker-compose.yml.prev") == second_compose  # a second rollback goes forward
+    rb = rollback(host, entry, reporter=QuietReporter(), project=project)
+    assert rb.ready and host.read_file("docker-compose.yml") == first_compose
+    rb = rollback(host, entry, to=2, reporter=QuietReporter(), project=project)
+    assert rb.ready and host.read_file("docker-compose.yml") == second_compose
+    with pytest.raises(DeployError, match="not a known-good"):
+        rollback(host, entry, to=99, reporter=QuietReporter(), project=project)
     assert _models() == ["Qwen3.8-27B"]
     assert status(host, entry)["drift"] == []
+    kinds = [json.loads((p / "run.json").read_text())["kind"] for p in sorted(project.runs_dir.iterdir())]
+    assert kinds == ["deploy", "deploy", "rollback", "rollback"]  # a refusal records nothing
 
     lines: list[str] = []
     stream_logs(host, tail=50, write=lines.append)
@@ -303,4 +453,134 @@ def test_rollback_then_logs_then_down(project, card, standin):
     down(host)
     st = status(host, entry)
     assert st["container"] is None and "down" in " ".join(st["drift"])
-    assert [h["profile"] for h in _history(host)][-2:] == ["(rollback)", "(down)"]
+    assert [(e, o) for _, e, _, o in _revisions(host)][-3:] == [
+        ("rollback", "ready"), ("rollback", "ready"), ("down", "down")]
+    assert host.read_lock() is None
+
+
+# ------------------------------------------------------------------------------ transport faults
+
+
+def _sshd_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "sshd.*servedeck-test|sshd: root"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, card, standin):
+    """The test sshd (listener and every session) and the client's shared connection are
+    frozen (SIGSTOP) for 25 s from the start of the wait; the server never becomes ready
+    (STANDIN_MODE=never) and the readiness timeout is 10 s."""
+    host, entry = card
+    assert _deploy(project, card, _fast(project, "good"), standin).outcome == "ready"
+    _fast(project, "never", parent="good", mode="never")
+    frozen: list[int] = []
+    margin_s = 20.0
+    waiting = threading.Event()
+
+    class WaitSignal(QuietReporter):
+        def phase(self, name: str, text: str) -> None:
+            super().phase(name, text)
+            if name == "wait":
+                waiting.set()
+
+    def freeze():
+        if not waiting.wait(120):
+            return
+        time.sleep(1.0)  # the container watcher has found the container
+        master = host.transport.master_pid()
+        frozen.extend(_sshd_pids() + ([master] if master else []))
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(25)
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+
+    t = threading.Thread(target=freeze, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(DeployError) as exc:
+            deploy(project, host, entry, ProfileStore(project.profiles_dir).load("never"),
+                   DeployOptions(image=standin, timeout_s=10), WaitSignal())
+    finally:
+        t.join(60)
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert frozen, "nothing was frozen"
+    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    assert run["diagnosis"] == "unreachable" and "cannot reach the host" in run["failure"]
+    assert "cannot reach the host" in exc.value.message
+    # the wait ended within the readiness timeout plus the stated margin (the bug: 166 s for 60)
+    assert run["wait_s"] <= 10 + margin_s
+    assert host.read_lock() is None
+    assert _serving_profile(project, card) == "good"
+
+
+# ------------------------------------------------------------------------------ secrets
+
+
+def test_secrets_never_reach_a_record_or_the_host_history(project, card, standin):
+    host, entry = card
+    key, token = "sk-servedeck-test-key-0123456789", "hf_servedecktesttoken0123456789"
+    _variant(project, "keyed", (
+        "extends: batch-8192\nengine:\n  extra_args: [\"--api-key\", \"" + key + "\"]\n"
+        "container:\n  environment:\n    ZE_FLAT_DEVICE_HIERARCHY: COMPOSITE\n"
+        "    HF_HOME: /root/.cache/huggingface\n    HUGGINGFACE_HUB_CACHE: /root/.cache/huggingface/hub\n"
+        f"    STANDIN_STARTUP_S: \"2\"\n    HF_TOKEN: \"{token}\"\n"))
+    result = _deploy(project, card, "keyed", standin)
+    assert result.outcome == "ready"
+    on_host = host.read_file("docker-compose.yml")
+    assert key.encode() in on_host  # deployed as written, readable by its owner only
+    assert host.run(["stat", "-c", "%a", host.compose_path]).stdout.strip() == "600"
+    for path in result.run.path.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert key not in text and token not in text, path
+    meta = result.run.meta
+    assert meta["compose_redacted"] is True
+    assert meta["redacted"] == ["--api-key", "environment.HF_TOKEN"]
+    assert meta["compose_sha256"] == result.compose_sha256  # the deployed text's hash
+    hist_text = host.read_file(host.history_path).decode()
+    assert key not in hist_text and token not in hist_text
+
+
+# ------------------------------------------------------------------------------ soak
+
+
+def test_soak_of_20_alternating_deploys_leaves_only_bounded_history(project, card, standin,
+                                                                   monkeypatch):
+    """20 deploys alternating over 7 distinct compose files: nothing is left on the engine or in
+    the workdir beyond the history, pruned to its stated size (here 12 lines, and the
+    KEEP_GOOD newest known-good files)."""
+    host, entry = card
+    from servedeck.host import history
+    monkeypatch.setattr(history, "KEEP_LINES", 12)
+    names = [_fast(project, f"v{i}", startup_s=0.5 + 0.1 * i) for i in range(7)]
+
+    def engine_objects():
+        out = subprocess.run(["sh", "-c", "docker ps -aq | wc -l; docker volume ls -q | wc -l; "
+                              "docker network ls -q | wc -l"], capture_output=True, text=True)
+        return out.stdout.split()
+
+    for i in range(20):
+        assert _deploy(project, card, names[i % 7], standin).outcome == "ready"
+        if i == 0:
+            after_first = engine_objects()
+    assert engine_objects() == after_first
+    listing = host.run(["find", host.workdir, "-not", "-path", "*/models/*"]).stdout.split()
+    rel = sorted(p[len(host.workdir):] for p in listing)
+    goods = [p for p in rel if p.startswith("/.servedeck/good/")]
+    assert len(goods) == history.KEEP_GOOD
+    assert sorted(set(rel) - set(goods)) == ["", "/.servedeck", "/.servedeck/good",
+                                              "/.servedeck/history.jsonl", "/cache",
+                                              "/docker-compose.yml", "/models"]
+    assert 0 < len(_history(host)) <= 12  # pruned to KEEP_LINES
+    assert host.read_lock() is None
+    st = status(host, entry)
+    # every known-good revision the (pruned) history still names is restorable from good/
+    assert st["serving"] and 1 <= len(st["known_good"]) <= history.KEEP_GOOD
+    stored = {p.rsplit("/", 1)[1][:-4] for p in goods}
+    assert {g["compose_sha256"] for g in st["known_good"]} <= stored

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from servedeck.errors import ServedeckError
+from servedeck.host.history import keep_hashes, known_good, revisions
 from servedeck.host.remote import LockInfo, RemoteHost, SshTarget
 
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
@@ -59,21 +60,16 @@ def test_resolve_alias_with_ssh_G(test_host: RemoteHost) -> None:
 # ------------------------------------------------------------------ files
 
 
-def test_upload_atomic_keeps_previous(scratch_host: RemoteHost) -> None:
+def test_upload_atomic_replaces_owner_only(scratch_host: RemoteHost) -> None:
     v1, v2 = b"services: {a: 1}\n", b"services: {a: 2}\n"
-    assert scratch_host.upload_atomic("docker-compose.yml", v1,
-                                      keep_previous="docker-compose.yml.prev") \
-        == hashlib.sha256(v1).hexdigest()
-    # no previous file yet: no backup made
-    assert scratch_host.read_file("docker-compose.yml.prev", missing_ok=True) is None
-    scratch_host.upload_atomic("docker-compose.yml", v2, keep_previous="docker-compose.yml.prev")
+    assert scratch_host.upload_atomic("docker-compose.yml", v1) == hashlib.sha256(v1).hexdigest()
+    scratch_host.upload_atomic("docker-compose.yml", v2)
     assert scratch_host.read_file("docker-compose.yml") == v2
-    assert scratch_host.read_file(f"{scratch_host.workdir}/docker-compose.yml.prev") == v1
     # no temp file left behind, nothing else written
     listing = scratch_host.run(["ls", "-A", scratch_host.workdir]).stdout.split()
-    assert sorted(listing) == ["docker-compose.yml", "docker-compose.yml.prev"]
+    assert sorted(listing) == ["docker-compose.yml"]
     mode = scratch_host.run(["stat", "-c", "%a", scratch_host.compose_path]).stdout.strip()
-    assert mode == "644"
+    assert mode == "600"  # compose files can hold secrets
     with pytest.raises(ServedeckError, match="does not exist"):
         scratch_host.read_file("missing.txt")
 
@@ -105,7 +101,7 @@ def test_unknown_host_key_refused_with_hint(tmp_path: Path, test_services: dict[
     assert f"ssh-keyscan -p 2222 127.0.0.1 >> {known}" in (err.value.hint or "")
     assert known.read_text() == ""  # nothing was added behind the user's back
     with pytest.raises(ServedeckError, match="not known"):
-        host.docker_client()
+        host.engine.client  # Docker goes through the same SSH connection and host-key policy
     assert "hint:" in text
 
 
@@ -232,7 +228,7 @@ def test_docker_client_over_ssh_lists_containers(test_host: RemoteHost, tiny_ima
     name = f"sd-list-{uuid.uuid4().hex[:8]}"
     cid = subprocess.run(["docker", "create", "--name", name, tag, "/nothing"],
                          capture_output=True, text=True, check=True).stdout.strip()
-    dc = test_host.docker_client()
+    dc = test_host.engine.client
     try:
         listed = {c.id: c.name for c in dc.containers.list(all=True)}
         local = subprocess.run(["docker", "ps", "-aq", "--no-trunc"], capture_output=True,
@@ -243,7 +239,7 @@ def test_docker_client_over_ssh_lists_containers(test_host: RemoteHost, tiny_ima
             ["docker", "version", "--format", "{{.Server.Version}}"],
             capture_output=True, text=True).stdout.strip()
     finally:
-        dc.close()
+        test_host.close()
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
 
 
@@ -261,7 +257,7 @@ def test_push_then_pull_by_digest_over_ssh(test_host: RemoteHost, registry: str,
     digest = pushed.split("@", 1)[1]
     # same dockerd behind the SSH host: remove the local copy so the pull really fetches it
     subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=True)
-    dc = test_host.docker_client()
+    dc = test_host.engine.client
     try:
         image = dc.images.pull(f"{repo}@{digest}")
         assert f"{repo}@{digest}" in image.attrs["RepoDigests"]
@@ -276,7 +272,7 @@ def test_push_then_pull_by_digest_over_ssh(test_host: RemoteHost, registry: str,
             container.remove(force=True)
     finally:
         dc.images.remove(f"{repo}@{digest}", force=True)
-        dc.close()
+        test_host.close()
 
 
 def test_compose_on_host(scratch_host: RemoteHost, tiny_image) -> None:
@@ -301,3 +297,54 @@ def test_compose_on_host(scratch_host: RemoteHost, tiny_image) -> None:
         scratch_host.compose(["down"])
     bad = scratch_host.compose(["config", "--services", "--no-such-flag"], check=False)
     assert bad.returncode != 0
+
+
+# ------------------------------------------------------------------ history, known-good files
+
+
+def test_state_switch_finish_keep_known_good_files_by_hash(scratch_host: RemoteHost) -> None:
+    files = [f"name: sdh\nservices:\n  app:\n    image: busybox\n    command: [echo, '{i}']\n".encode()
+             for i in range(4)]
+    shas = [hashlib.sha256(f).hexdigest() for f in files]
+    for i, data in enumerate(files):
+        state = scratch_host.state(lock_owner=f"t{i}")
+        assert state.lock == "acquired" and scratch_host.holds_lock
+        base = {"revision": i + 1, "event": "deploy", "compose_sha256": shas[i], "profile": f"p{i}"}
+        res = scratch_host.switch(["config", "-q"], {**base, "outcome": "started"}, data=data)
+        assert res.returncode == 0, res.stderr
+        outcome = "failed" if i == 2 else "ready"
+        lines = [{**base, "outcome": outcome}]
+        keep = keep_hashes(state.history + lines, keep=2)
+        assert scratch_host.finish(lines, store_good=shas[i] if outcome == "ready" else None,
+                                   keep_good=keep) == "released"
+    state = scratch_host.state()
+    assert state.lock == "free" and state.compose_sha256 == shas[3]
+    # revision 3 failed: never stored; pruned to the 2 newest known-good files
+    assert state.good == {shas[3], shas[1]}
+    assert [r.number for r in state.known_good()] == [4, 2]
+    assert [r.outcome for r in revisions(state.history)] == ["ready", "ready", "failed", "ready"]
+    assert [r.number for r in known_good(state.history)] == [4, 2, 1]
+    modes = scratch_host.run(["sh", "-c", 'stat -c %a "$1"/*.yml', "sh", scratch_host.good_dir]).stdout.split()
+    assert modes == ["600", "600"]
+    # restoring a stored file is checked by hash; an unknown hash is refused (exit 6)
+    scratch_host.state(lock_owner="t")
+    back = scratch_host.switch(["config", "-q"], {"revision": 5, "outcome": "started"}, good_sha=shas[1])
+    assert back.returncode == 0 and scratch_host.read_file("docker-compose.yml") == files[1]
+    gone = scratch_host.switch(["config", "-q"], {"revision": 6, "outcome": "started"}, good_sha=shas[0])
+    assert gone.returncode == 6 and scratch_host.read_file("docker-compose.yml") == files[1]
+    scratch_host.release_lock()
+
+
+def test_forced_takeover_of_a_stale_lock_reports_what_it_replaced(scratch_host: RemoteHost) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = LockInfo(owner="killed", pid=dead.pid, host=socket.gethostname(),
+                     started_at=dt.datetime.now(dt.timezone.utc))
+    scratch_host.upload_atomic(scratch_host.lock_path, stale.model_dump_json().encode())
+    state = scratch_host.state(lock_owner="rescuer")
+    assert state.lock == "held" and state.holder == stale and stale.stale_reason()
+    state = scratch_host.state(lock_owner="rescuer", force_unlock=True)
+    assert state.lock == "replaced" and state.replaced == stale
+    assert scratch_host.read_lock().owner == "rescuer"
+    scratch_host.release_lock()
+    assert scratch_host.read_lock() is None

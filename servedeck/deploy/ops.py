@@ -1,0 +1,342 @@
+"""Operations on a deployed host: status (with drift), rollback to a known-good revision, down,
+logs.
+
+``rollback`` and ``down`` take the deploy lock like a deploy does (same ``force_unlock``
+for a stale one), write a revision into the host history, and ``rollback`` records a run like
+a deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from servedeck.deploy.apply import restore_revision
+from servedeck.deploy.console import Reporter
+from servedeck.deploy.plan import api_base_url, owner
+from servedeck.deploy.readiness import Readiness
+from servedeck.deploy.record import RunWriter, mark_abandoned, start_run
+from servedeck.deploy.secrets import Secrets, find_secrets
+from servedeck.errors import DeployError, ServedeckError
+from servedeck.host import history as hist
+from servedeck.host.docker import container_state
+from servedeck.host.lock import held_error
+from servedeck.host.remote import COMPOSE, HostState, RemoteHost
+from servedeck.model.inventory import HostEntry
+from servedeck.model.project import Project
+from servedeck.runs import store
+from servedeck.runs.store import git_commit, utcnow
+
+
+def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]:
+    """Differences between a running container and its normalised compose service.
+
+    Compares image, command, environment (compose entries must be present with the same
+    value; the image's own env is ignored) and mounts (target → source).
+
+    Returns:
+        human-readable lines, empty when the container matches.
+    """
+    out: list[str] = []
+    cfg = container_attrs.get("Config") or {}
+    if cfg.get("Image") != service.get("image"):
+        out.append(f"image: running {cfg.get('Image')!r}, compose file {service.get('image')!r}")
+    want_cmd = [str(c) for c in service.get("command") or []]
+    if want_cmd and (cfg.get("Cmd") or []) != want_cmd:
+        out.append(f"command: running {cfg.get('Cmd')}, compose file {want_cmd}")
+    env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    for k, v in (service.get("environment") or {}).items():
+        if env.get(k) != (v if v is not None else ""):
+            out.append(f"environment {k}: running {env.get(k)!r}, compose file {v!r}")
+    mounts = {m.get("Destination"): m.get("Source") or m.get("Name") for m in container_attrs.get("Mounts") or []}
+    for vol in service.get("volumes") or []:
+        target, source = vol.get("target"), vol.get("source")
+        got = mounts.get(target)
+        if got is None:
+            out.append(f"mount {target}: missing in the running container")
+        elif vol.get("type") == "bind" and got != source:
+            out.append(f"mount {target}: running {got!r}, compose file {source!r}")
+    return out
+
+
+def _normalised_service(host: RemoteHost, file: str = COMPOSE) -> tuple[str, dict] | None:
+    """``docker compose config --format json`` of a compose file on the host: (service, dict)."""
+    res = host.compose(["config", "--format", "json"], file=file, check=False, timeout=120)
+    if res.returncode != 0:
+        return None
+    services = json.loads(res.stdout).get("services") or {}
+    if not services:
+        return None
+    name = next(iter(services))
+    return name, services[name]
+
+
+def deployed_secrets(host: RemoteHost, file: str = COMPOSE) -> Secrets:
+    """The secrets of a compose file on the host (its normalised service's command and
+    environment), e.g. the API key a benchmark must send. Values stay in memory."""
+    norm = _normalised_service(host, file)
+    if norm is None:
+        return Secrets()
+    svc = norm[1]
+    return find_secrets([str(c) for c in svc.get("command") or []], svc.get("environment") or {})
+
+
+def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
+    """What runs on the host and how it compares with the deployed compose file.
+
+    Returns:
+        ``{"host", "workdir", "compose_present", "compose_sha256", "service", "container":
+        {name, state, running, restarting, exit_code, started_at, uptime_s, restart_count,
+        image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
+        "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
+        "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
+        "lock_stale": why the lock looks stale | None}``.
+    """
+    state = host.state()
+    revs = hist.revisions(state.history)
+    out: dict[str, Any] = {
+        "host": host.name, "workdir": host.workdir, "compose_present": state.compose_sha256 is not None,
+        "compose_sha256": state.compose_sha256, "service": None, "container": None, "serving": None,
+        "drift": [], "lock": state.holder.model_dump(mode="json") if state.holder else None,
+        "last_deploy": revs[-1].record if revs else None,
+        "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
+                        "ended": r.record.get("ended")} for r in state.known_good()],
+        "unfinished": [r.number for r in hist.unfinished(state.history)],
+        "lock_stale": state.holder.stale_reason() if state.holder else None}
+    if state.compose_sha256 is None:
+        return out
+    norm = _normalised_service(host)
+    if norm is None:
+        out["drift"].append("the compose file on the host does not pass `docker compose config`")
+        return out
+    service, svc = norm
+    out["service"] = service
+    try:
+        client = host.engine.client
+        container = host.engine.find_container(host.workdir, service)
+        if container is None:
+            out["drift"].append("no container: the deployment is down")
+            return out
+        attrs = container.attrs
+        st = container_state(container)
+        try:
+            digests = client.images.get(attrs.get("Image")).attrs.get("RepoDigests") or []
+        except Exception:  # noqa: BLE001 - image removed under a running container
+            digests = []
+        out["container"] = {
+            "name": container.name, "state": st["status"], "running": st["running"],
+            "restarting": st["restarting"], "exit_code": st["exit_code"],
+            "started_at": (attrs.get("State") or {}).get("StartedAt"),
+            "uptime_s": round(time.time() - st["started_at"], 1) if st["started_at"] and st["running"] else None,
+            "restart_count": st["restart_count"], "image": (attrs.get("Config") or {}).get("Image"),
+            "image_digests": digests}
+        out["drift"] = drift(attrs, svc)
+        ports = list(svc.get("ports") or [])
+        port = int(ports[0]["published"]) if ports else entry.port
+        if st["running"]:
+            out["serving"] = host.server_api(api_base_url(host, entry, port)).get("/health").status == 200
+        else:
+            out["serving"] = False
+    finally:
+        host.close()
+    return out
+
+
+def format_status(st: dict[str, Any]) -> str:
+    """Human-readable :func:`status` output."""
+    lines = [f"host {st['host']} ({st['workdir']})"]
+    if not st["compose_present"]:
+        lines.append("  nothing deployed (no docker-compose.yml)")
+    c = st.get("container")
+    if c:
+        up = f", up {c['uptime_s']:.0f} s" if c.get("uptime_s") is not None else ""
+        lines.append(f"  container {c['name']}: {c['state']}{up}, restarts {c['restart_count']}, "
+                     f"exit code {c['exit_code']}")
+        lines.append(f"  image {c['image']}  digests {', '.join(c['image_digests']) or '-'}")
+        lines.append(f"  serving: {'yes' if st['serving'] else 'no'}")
+    if st.get("compose_sha256"):
+        lines.append(f"  compose sha256 {st['compose_sha256']}")
+    if st.get("last_deploy"):
+        d = st["last_deploy"]
+        lines.append(f"  last revision {d.get('revision')}: {d.get('event', 'deploy')} "
+                     f"{d.get('profile')} {d.get('outcome')} at {d.get('ended') or d.get('time')} "
+                     f"by {d.get('who')}")
+    if st.get("known_good"):
+        lines.append("  known-good revisions (rollback --to N): " + ", ".join(
+            f"{g['revision']} {g['profile']}" for g in st["known_good"]))
+    if st.get("lock"):
+        lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}"
+                     + (f"; looks stale: {st['lock_stale']} (--force-unlock takes it over)"
+                        if st.get("lock_stale") else ""))
+    if st["drift"]:
+        lines.append("  drift:")
+        lines += [f"    - {d}" for d in st["drift"]]
+    elif c:
+        lines.append("  no drift: the container matches the compose file")
+    return "\n".join(lines)
+
+
+def _lock(host: RemoteHost, what: str, force_unlock: bool, reporter: Reporter) -> HostState:
+    """Take the deploy lock for ``what`` (one round trip, with the host state).
+
+    Raises:
+        DeployError: held by another command (says whether stale; hint --force-unlock).
+    """
+    state = host.state(lock_owner=f"{owner()}: {what}", force_unlock=force_unlock)
+    if state.lock == "held":
+        err = held_error(host.name, state.holder)
+        raise DeployError(f"cannot {what}: {err.message}", hint=err.hint)
+    if state.replaced is not None:
+        reporter.warn(f"took over the lock of {state.replaced.owner} (pid {state.replaced.pid})")
+    return state
+
+
+def _close_unfinished(host: RemoteHost, state: HostState, project: Project | None) -> None:
+    """Give revisions whose client died their final state (we hold the lock)."""
+    for rev in hist.unfinished(state.history):
+        reason = "its client died before it finished"
+        host.append_history({"revision": rev.number, "outcome": "abandoned", "reason": reason,
+                             "ended": utcnow()})
+        state.history.append({"revision": rev.number, "outcome": "abandoned"})
+        if project is not None:
+            mark_abandoned(project.runs_dir, rev.record.get("run_id"), reason)
+
+
+def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
+             timeout_s: float | None = None, reporter: Reporter | None = None,
+             project: Project | None = None, force_unlock: bool = False,
+             record: bool = True) -> Readiness:
+    """Restore a known-good deployment and wait until it serves; record a run like a deploy.
+
+    Args:
+        to: the history revision to restore (must be known good: it served and its file is
+            kept); default the newest known-good revision other than what is deployed now
+            (or the newest one when the deployed file never served).
+        project: where the run record goes (default: the project of the current directory).
+
+    Raises:
+        DeployError: the lock is held, no known-good revision (or ``to`` is not one), or the
+            restored deployment did not become ready.
+    """
+    reporter = reporter or Reporter()
+    state = _lock(host, "rollback", force_unlock, reporter)
+    run = RunWriter(None)
+    lines: list[dict[str, Any]] = []
+    rb: Readiness | None = None
+    revision = hist.next_revision(state.history)
+    try:
+        if record and project is None:
+            project = Project.find()
+        target = _rollback_target(host, state, to)
+    except BaseException:
+        host.release_lock()  # a refusal: no revision, no run record
+        raise
+    try:
+        _close_unfinished(host, state, project)
+        if record and project is not None:
+            run = start_run(project.runs_dir, profile=target.profile or "rollback", host=host.name,
+                            kind="rollback", profiles_git_commit=git_commit(project.profiles_dir),
+                            rollback_to=target.number,
+                            image={"digest": target.record.get("image_digest")},
+                            served_model_name=target.record.get("served_model_name"),
+                            port=target.record.get("port"))
+            reporter.info(f"run record {run.path}")
+        secrets = deployed_secrets(host, f"{host.good_dir}/{target.compose_sha256}.yml")
+        run.secrets = secrets
+        reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
+        rb, lines = restore_revision(host, entry, target, revision, api_key=secrets.api_key,
+                                     timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
+                                     who=owner(), run_id=run.run_id, reason="invoke rollback")
+        run.save_meta(revision=revision, compose_sha256=target.compose_sha256,
+                      outcome="ready" if rb.ready else "failed",
+                      **({"ready_at": utcnow()} if rb.ready else {"failure": rb.reason, "ended_at": utcnow()}))
+        run.write_text(store.STARTUP_LOG, rb.log_text)
+    except KeyboardInterrupt:
+        lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
+        run.save_meta(outcome="interrupted", ended_at=utcnow())
+        raise DeployError("rollback interrupted", hint=f"invoke status --host {host.name}") from None
+    except ServedeckError as exc:
+        if run.outcome() == "started":
+            run.save_meta(outcome="failed", failure=exc.message, ended_at=utcnow())
+        raise
+    finally:
+        host.finish(run.secrets.scrub(lines) or [{"revision": revision, "event": "rollback",
+                                                 "outcome": "failed", "ended": utcnow()}],
+                    keep_good=hist.keep_hashes(state.history + lines))
+        host.close()
+    if not rb.ready:
+        raise DeployError(f"rollback on {host.name} did not become ready: {rb.reason}")
+    reporter.phase("ready", f"revision {target.number} serves again (revision {revision})")
+    return rb
+
+
+def _rollback_target(host: RemoteHost, state: HostState, to: int | None) -> hist.Revision:
+    good = state.known_good()
+    if to is not None:
+        for rev in good:
+            if rev.number == to:
+                return rev
+        raise DeployError(f"revision {to} of host {host.name} is not a known-good deployment",
+                          hint="known-good revisions: " + (", ".join(f"{r.number} ({r.profile})"
+                                                                     for r in good) or "none"))
+    others = [r for r in good if r.compose_sha256 != state.compose_sha256]
+    current_good = any(r.compose_sha256 == state.compose_sha256 for r in good)
+    candidates = others if current_good else good
+    if not candidates:
+        raise DeployError(f"host {host.name} has no known-good deployment to roll back to "
+                          "(none other than the current one served)")
+    return candidates[0]
+
+
+def down(host: RemoteHost, *, force_unlock: bool = False, reporter: Reporter | None = None) -> str:
+    """``docker compose down`` on the host (volumes kept), under the deploy lock; returns
+    compose's output.
+
+    Raises:
+        DeployError: nothing deployed, or the lock is held by another command.
+    """
+    reporter = reporter or Reporter()
+    state = _lock(host, "down", force_unlock, reporter)
+    revision = hist.next_revision(state.history)
+    line = {"revision": revision, "event": "down", "who": owner(), "time": utcnow()}
+    try:
+        if state.compose_sha256 is None:
+            raise DeployError(f"nothing deployed on {host.name} ({host.compose_path} missing)")
+        _close_unfinished(host, state, None)
+        res = host.compose(["down", "--remove-orphans"])
+        line["outcome"] = "down"
+    except BaseException:
+        line["outcome"] = "failed"
+        raise
+    finally:
+        if state.compose_sha256 is None:
+            host.release_lock()
+        else:
+            host.finish([line], keep_good=hist.keep_hashes(state.history))
+    return (res.stdout + res.stderr).strip()
+
+
+def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = False,
+                tail: int | str = 200, write: Callable[[str], None] = print) -> None:
+    """Print the deployed container's log (``follow`` streams until interrupted).
+
+    Raises:
+        DeployError: nothing deployed, or no container for the service.
+    """
+    if service is None:
+        norm = _normalised_service(host)
+        if norm is None:
+            raise DeployError(f"nothing deployed on {host.name}")
+        service = norm[0]
+    try:
+        container = host.engine.find_container(host.workdir, service)
+        if container is None:
+            raise DeployError(f"no container for service {service!r} on {host.name}")
+        if follow:
+            for chunk in container.logs(stream=True, follow=True, tail=tail):
+                write(chunk.decode("utf-8", "replace").rstrip("\n"))
+        else:
+            write(container.logs(tail=tail).decode("utf-8", "replace").rstrip("\n"))
+    finally:
+        host.close()

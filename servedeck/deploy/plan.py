@@ -1,0 +1,315 @@
+"""Plan a deploy: everything computed once, before anything that serves is changed.
+
+A :class:`DeployPlan` holds the rendered compose text (rendered and checked ONCE, with the
+image's facts), the check findings, the host's preflight facts and servedeck state (history,
+known-good files, lock), the image facts, the effective settings and the server argv, the
+secrets and API key, where the server will answer, the revision number and the rollback
+target. Building it takes the deploy lock and may pull the image (neither changes what
+serves); :mod:`servedeck.deploy.apply` then carries it out.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servedeck.compose.render import Rendered, render_profile
+from servedeck.deploy.console import Reporter
+from servedeck.deploy.secrets import Secrets, find_secrets
+from servedeck.errors import DeployError
+from servedeck.findings import Severity
+from servedeck.host.history import Revision, next_revision
+from servedeck.host.remote import HostState, RemoteHost
+from servedeck.model.catalog import Catalog, ImageFacts
+from servedeck.model.inventory import HostEntry
+from servedeck.model.profile import LoadedProfile, Profile
+from servedeck.model.project import Project
+from servedeck.vllm.launcher import effective_settings, launcher_env
+
+MIN_FREE_GIB = 2.0
+
+
+@dataclass
+class DeployOptions:
+    """Options of one deploy.
+
+    Attributes:
+        no_rollback: leave a failed (or interrupted) deploy as it is.
+        force_unlock: take over a lock whose deploy died (stale) before deploying.
+        timeout_s: readiness timeout override (seconds).
+        image: replace the profile's image reference (digest-pinned), e.g. a locally built
+            image for tests; recorded in the run.
+        record: write a run record under the project's runs directory.
+        min_free_gib: refuse when the host's workdir has less free disk.
+    """
+
+    no_rollback: bool = False
+    force_unlock: bool = False
+    timeout_s: float | None = None
+    image: str | None = None
+    record: bool = True
+    min_free_gib: float = MIN_FREE_GIB
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """The image as found on the host: ``facts`` (catalog or read now), ``raw`` (reference,
+    digest, id, created, entrypoint, workdir, labels, vllm_version, repo_digests), whether it
+    was ``pulled`` now, whether its facts were ``added`` to the catalog, ``pull_s``."""
+
+    facts: ImageFacts
+    raw: dict[str, Any]
+    pulled: bool
+    added: bool
+    pull_s: float
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """A deploy, fully computed (see the module docstring). ``argv`` is the server command,
+    ``effective`` the settings vLLM will run with (:func:`effective_settings`), ``secrets``
+    where the secrets are (their values only in memory), ``rollback_target`` the newest
+    known-good revision (None on a host where nothing ever served)."""
+
+    profile: Profile
+    loaded: LoadedProfile
+    entry: HostEntry
+    rendered: Rendered
+    findings: list[Any]
+    image: ImageInfo
+    effective: dict[str, Any]
+    argv: list[str]
+    environment: dict[str, str]
+    host_facts: dict[str, Any]
+    state: HostState
+    secrets: Secrets
+    port: int
+    base_url: str
+    service: str
+    served_name: str
+    timeout_s: float
+    revision: int
+    rollback_target: Revision | None
+
+    @property
+    def compose_bytes(self) -> bytes:
+        return self.rendered.compose_text.encode()
+
+    @property
+    def compose_sha256(self) -> str:
+        return self.rendered.compose_sha256
+
+    @property
+    def api_key(self) -> str | None:
+        return self.secrets.api_key
+
+
+def published_port(profile: Profile) -> int:
+    """The host port the profile publishes (``host_port``, else ``port``)."""
+    return profile.container.host_port or profile.container.port
+
+
+def api_base_url(host: RemoteHost, entry: HostEntry, port: int) -> str:
+    """``http://<api_host, else the SSH hostname>:<port>``: where the served API is reached."""
+    return f"http://{entry.api_host or host.resolve().hostname}:{port}"
+
+
+def owner() -> str:
+    """``user@machine`` of this process (lock owner, history ``who``)."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def with_image(profile: Profile, image: str | None) -> Profile:
+    """``profile`` with its image replaced by ``image`` (None: unchanged)."""
+    if not image:
+        return profile
+    return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+
+
+def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
+                     reporter: Reporter) -> tuple[Rendered, list[Any]]:
+    """Render ``profile`` and run the compose check on the text; warnings are reported.
+
+    Raises:
+        DeployError: the check finds errors (listed), or the published port is not the
+            inventory's.
+    """
+    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
+    rendered = render_profile(profile, catalog, project.templates_dirs)
+    findings = check_compose_text(
+        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
+        expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
+    errors = [f for f in findings if f.severity is Severity.error]
+    for f in findings:
+        if f.severity is Severity.warning:
+            reporter.warn(f"{f.rule}: {f.message}")
+    if errors:
+        raise DeployError("the rendered compose file has errors; nothing was changed on the host:\n"
+                          + format_findings(errors), hint="fix the profile, then `invoke check "
+                          f"--profile {profile.name}`")
+    if published_port(profile) != entry.port:
+        raise DeployError(f"the profile publishes port {published_port(profile)} but the host "
+                          f"serves on port {entry.port}",
+                          hint="align container.port/host_port with the inventory's port")
+    return rendered, findings
+
+
+def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_path: Path,
+                  reporter: Reporter) -> ImageInfo:
+    """Make sure the host has the profile's image by digest (pull if missing), verify its
+    repo digest, and read its facts (deeply when the catalog does not know the digest or it
+    was just pulled). An unknown digest is added to the catalog.
+
+    Raises:
+        DeployError: the pull failed (unknown digest, registry down), the image's repo digest
+            is not the profile's, or the catalog is wrong about the digest; nothing that
+            serves was touched.
+    """
+    import time
+
+    import docker
+
+    from servedeck.host.images import read_image_facts
+    t = time.time()
+    repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
+    client = host.engine.client
+    pulled = False
+    try:
+        image = client.images.get(repo_digest)
+        reporter.info("image present on the host")
+    except docker.errors.ImageNotFound:
+        pulled = True
+        try:
+            image = client.images.pull(repo_digest)
+        except docker.errors.APIError as exc:
+            raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
+                              f"{exc.explanation or exc}; the running deployment was not touched"
+                              ) from None
+    pull_s = round(time.time() - t, 3)
+    digests = image.attrs.get("RepoDigests") or []
+    if repo_digest not in digests:
+        raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
+                          "the running deployment was not touched")
+    known = catalog.lookup(profile.image_ref.digest)
+    facts, raw = read_image_facts(client, repo_digest, profile, deep=known is None or pulled)
+    if known is None:
+        catalog.add(profile.image_ref.digest, facts)
+        reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
+                      f"(launcher {facts.launcher}, vLLM {facts.vllm_version})")
+        return ImageInfo(facts, raw, pulled, True, pull_s)
+    compare_catalog(known, facts, profile, catalog_path)
+    return ImageInfo(known, raw, pulled, False, pull_s)
+
+
+def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],
+               image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
+               state: HostState, options: DeployOptions) -> DeployPlan:
+    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
+    environment = launcher_env(profile, image.facts)
+    argv = list(rendered.command)
+    good = state.known_good()
+    port = published_port(profile)
+    return DeployPlan(
+        profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
+        effective=effective_settings(profile, image.facts), argv=argv, environment=environment,
+        host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
+        base_url=api_base_url(host, entry, port), service=profile.container.service,
+        served_name=profile.model.served_model_name[0],
+        timeout_s=options.timeout_s or entry.ready_timeout_s,
+        revision=next_revision(state.history), rollback_target=good[0] if good else None)
+
+
+def preflight_paths(profile: Profile) -> list[str]:
+    """Host paths the preflight must find: the local weights directory, or for a Hugging Face
+    repo id served from a cache, the cache's host directory when it is a bind mount (a named
+    volume is Docker's to create). Empty when there is nothing to look for."""
+    cache = profile.model.hf_cache
+    path = profile.model.weights_dir or (cache.source if cache and not cache.is_named else None)
+    return [path] if path else []
+
+
+def judge_preflight(host: RemoteHost, entry: HostEntry, profile: Profile, facts: dict[str, Any],
+                    options: DeployOptions) -> list[str]:
+    """The problems host ``facts`` (:meth:`RemoteHost.preflight_facts`) show for deploying
+    ``profile``: Docker and Compose v2, ``/dev/dri`` and its group vs ``group_add`` (GPU
+    profiles), weights directory present and non-empty, port free or held by this deployment,
+    free disk. Empty when the deploy may go on. (The lock is judged by the caller.)"""
+    weights = next(iter(preflight_paths(profile)), None)
+    port = published_port(profile)
+    problems: list[str] = []
+    if not facts.get("docker_server_version"):
+        problems.append("Docker does not answer on the host (is dockerd running, and may the "
+                        "SSH user use it?)")
+    if not facts.get("compose_version"):
+        problems.append("Docker Compose v2 (`docker compose`) is not installed on the host")
+    needs_gpu = any(d.startswith("/dev/dri") for d in profile.container.devices)
+    if needs_gpu:
+        dri = facts.get("dri_devices") or []
+        render_nodes = [d for d in dri if "renderD" in d["path"]]
+        if not dri:
+            problems.append("/dev/dri does not exist on the host: no GPU driver loaded?")
+        elif render_nodes:
+            gids = sorted({str(d["gid"]) for d in render_nodes})
+            if not set(gids) & set(profile.container.group_add):
+                problems.append(f"the render node group id is {', '.join(gids)} on the host but "
+                                f"the profile's group_add is {profile.container.group_add} "
+                                f"(set container.group_add to [\"{gids[0]}\"])")
+    if entry.render_gid and needs_gpu and entry.render_gid not in profile.container.group_add:
+        problems.append(f"the inventory says the render gid is {entry.render_gid!r} but the profile's "
+                        f"group_add is {profile.container.group_add}")
+    wfacts = facts["paths"].get(weights, {}) if weights else {"exists": True, "nonempty": True}
+    if not wfacts.get("exists"):
+        problems.append(f"the model weights directory {wfacts.get('path', weights)} does not exist "
+                        "on the host")
+    elif not wfacts.get("nonempty") and profile.model.weights_dir:
+        problems.append(f"the model weights directory {wfacts.get('path', weights)} is empty")
+    pinfo = facts.get("port") or {}
+    if pinfo.get("listening"):
+        ours = profile.container.container_name
+        holders = pinfo.get("containers") or []
+        mine = host.workdir
+        held_by_us = bool(holders) and all(
+            h == ours or h.startswith(Path(mine).name + "-") for h in holders)
+        if not held_by_us:
+            who = ", ".join(holders) if holders else "a process that is not a container of this deployment"
+            problems.append(f"port {port} is in use on the host by {who}")
+    free = (facts.get("workdir") or {}).get("free_gib")
+    if free is not None and free < options.min_free_gib:
+        problems.append(f"only {free:.1f} GiB free under {host.workdir} (need {options.min_free_gib:g})")
+    return problems
+
+
+def host_facts_summary(facts: dict[str, Any]) -> dict[str, Any]:
+    """The host facts a run record keeps (facts.json ``host``)."""
+    caps = [c["cap_w"] for c in facts.get("gpu_power_caps") or [] if c.get("cap_w") is not None]
+    return {"name": facts.get("host"), "hostname": facts.get("hostname"), "kernel": facts.get("kernel"),
+            "docker_version": facts.get("docker_server_version"),
+            "compose_version": facts.get("compose_version"),
+            "gpu_devices": [{"path": d["path"], "gid": d["gid"]} for d in facts.get("dri_devices") or []],
+            "gpu_power_cap_w": caps[0] if caps else None,
+            "disk_free_gib": (facts.get("workdir") or {}).get("free_gib")}
+
+
+def compare_catalog(known: ImageFacts, seen: ImageFacts, profile: Profile, catalog_path: Path) -> None:
+    """The catalog must tell the truth about a digest: compare it with the pulled image.
+
+    Raises:
+        DeployError: entrypoint, vLLM version or the launcher's model.yaml ``vllm:`` defaults
+            differ (nothing running was touched).
+    """
+    problems = []
+    if known.entrypoint and seen.entrypoint and known.entrypoint != seen.entrypoint:
+        problems.append(f"entrypoint: catalog {known.entrypoint}, image {seen.entrypoint}")
+    if seen.vllm_version != "unknown" and known.vllm_version != seen.vllm_version:
+        problems.append(f"vLLM version: catalog {known.vllm_version}, image {seen.vllm_version}")
+    mine, theirs = known.defaults_for(profile.launcher.config), seen.defaults_for(profile.launcher.config)
+    if mine and theirs and mine.vllm != theirs.vllm:
+        keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
+        problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
+    if problems:
+        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+                          + "; ".join(problems) + "; the running deployment was not touched",
+                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")

@@ -1,0 +1,148 @@
+"""What a deploy or rollback writes into its run record (through :mod:`servedeck.runs.store`).
+
+Every write goes through :class:`RunWriter`, which scrubs the deployment's secret values
+(:mod:`servedeck.deploy.secrets`) out of every file and every shape before the store writes
+it (the store's own pattern-based redaction stays as a second net). The run's
+``docker-compose.yml`` is the deployed text with the secrets replaced; ``run.json`` keeps the
+sha256 of the text actually deployed and names what was redacted (``redacted``), never a value.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from servedeck.deploy.console import Reporter
+from servedeck.deploy.secrets import Secrets
+from servedeck.runs import store
+from servedeck.runs.store import RunRecord, create_run, git_commit, open_run, utcnow
+
+if TYPE_CHECKING:
+    from servedeck.deploy.plan import DeployPlan
+    from servedeck.deploy.readiness import Readiness
+
+
+class RunWriter:
+    """A run record plus the secrets to keep out of it. ``run`` may be None (no record):
+    every method is then a no-op."""
+
+    def __init__(self, run: RunRecord | None, secrets: Secrets | None = None) -> None:
+        self.run = run
+        self.secrets = secrets or Secrets()
+
+    @property
+    def path(self) -> Path | None:
+        return self.run.path if self.run else None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run.run_id if self.run else None
+
+    def outcome(self) -> str | None:
+        return self.run.meta.outcome if self.run else None
+
+    def save_meta(self, **updates: Any) -> None:
+        if self.run:
+            self.run.save_meta(**self.secrets.scrub(updates))
+
+    def write_json(self, name: str, obj: Any) -> None:
+        if self.run:
+            self.run.write_json(name, self.secrets.scrub(obj))
+
+    def write_text(self, name: str, text: str) -> None:
+        if self.run:
+            self.run.write_text(name, self.secrets.scrub_text(text))
+
+    def save_compose(self, compose_text: str, deployed_sha256: str) -> None:
+        """The deployed compose text with secrets replaced; ``run.json`` gets the deployed
+        text's sha256 and which secrets were replaced."""
+        if not self.run:
+            return
+        clean = self.secrets.scrub_text(compose_text)
+        self.run.save_compose(clean)
+        self.run.save_meta(compose_sha256=deployed_sha256, compose_redacted=clean != compose_text,
+                           redacted=self.secrets.names)
+
+
+def start_run(runs_dir: Path, *, profile: str, host: str, kind: str,
+              profiles_git_commit: str | None, **meta: Any) -> RunWriter:
+    """Create the run record of a deploy or rollback (``kind``), after the lock was taken."""
+    return RunWriter(create_run(runs_dir, profile, host, kind=kind,
+                                profiles_git_commit=profiles_git_commit, **meta))
+
+
+def git_commit_soon(profiles_dir: Path) -> Callable[[], str | None]:
+    """Start :func:`servedeck.runs.store.git_commit` of ``profiles_dir`` in a thread (two
+    ``git`` processes, overlapping the deploy's first SSH round trip); call the result to get
+    the commit."""
+    box: list[str | None] = []
+    t = threading.Thread(target=lambda: box.append(git_commit(profiles_dir)), daemon=True)
+    t.start()
+
+    def result() -> str | None:
+        t.join(15)
+        return box[0] if box else None
+    return result
+
+
+def record_plan(w: RunWriter, plan: "DeployPlan") -> None:
+    """Write what the plan computed: compose, resolved profile, effective settings, argv,
+    profile diff against its parent, host and image facts."""
+    from servedeck.deploy.plan import host_facts_summary
+    from servedeck.model.profile import diff_profiles
+    if not w.run:
+        return
+    raw = plan.image.raw
+    w.save_compose(plan.rendered.compose_text, plan.compose_sha256)
+    w.write_json(store.PROFILE_RESOLVED, plan.profile.model_dump(mode="json"))
+    w.write_json(store.EFFECTIVE, plan.effective)
+    w.write_json(store.ARGV, {"command": plan.argv, "entrypoint": raw["entrypoint"]})
+    parent = plan.entry.place(plan.loaded.parent.profile) if plan.loaded.parent else None
+    w.write_json(store.PROFILE_DIFF, [{"path": c.path, "parent": c.old, "value": c.new}
+                                       for c in (diff_profiles(parent, plan.profile) if parent else [])])
+    w.write_json(store.FACTS, {"host": host_facts_summary(plan.host_facts), "image": {
+        k: raw[k] for k in ("reference", "digest", "created", "entrypoint", "vllm_version", "labels")}})
+    w.save_meta(revision=plan.revision)
+
+
+def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
+                   reporter: Reporter) -> tuple[dict[str, Any], list[Any]]:
+    """Parse the startup log, verify the effective args against it, report differences and
+    write startup.log / startup.json / args_verification.json. Returns (parsed, checks)."""
+    from servedeck.vllm.startup_log import parse_startup_log
+    from servedeck.vllm.verify import verify_args
+    parsed = parse_startup_log(readiness.log_text).to_dict()
+    if readiness.ready and readiness.container_started_at and readiness.ready_at:
+        parsed["time_to_ready_s"] = round(readiness.ready_at - readiness.container_started_at, 3)
+    checks = verify_args(plan.profile, plan.image.facts, parsed.get("non_default_args"))
+    if readiness.ready:
+        differs = [c for c in checks if c.status == "differs"]
+        for c in checks:
+            if c.source == "profile" or c.status == "differs":
+                (reporter.warn if c.status == "differs" else reporter.info)(c.render())
+        if differs:
+            reporter.warn(f"{len(differs)} setting(s) differ from the profile: the server does not "
+                          "run what was rendered")
+    w.save_meta(args_verification={
+        "confirmed": [c.setting for c in checks if c.status == "confirmed"],
+        "differs": [c.render() for c in checks if c.status == "differs"]})
+    w.write_text(store.STARTUP_LOG, readiness.log_text)
+    w.write_json(store.STARTUP, parsed)
+    w.write_json(store.ARGS_VERIFICATION, [c.model_dump(mode="json") for c in checks])
+    return parsed, checks
+
+
+def mark_abandoned(runs_dir: Path, run_id: str | None, reason: str) -> bool:
+    """Give a run whose client died (still ``started``) its final state ``abandoned``.
+    Returns whether a local run record was updated."""
+    if not run_id:
+        return False
+    path = runs_dir / run_id
+    if not (path / store.RUN_META).exists():
+        return False
+    run = open_run(path)
+    if run.meta.outcome != "started":
+        return False
+    run.save_meta(outcome="abandoned", failure=reason, ended_at=utcnow())
+    return True

@@ -1,0 +1,143 @@
+"""The host's Docker Engine, through the docker SDK's public API, over servedeck's SSH connection.
+
+The SDK talks to a local Unix socket that OpenSSH forwards to the host's
+``/var/run/docker.sock`` over the shared connection of :class:`~servedeck.host.ssh.SshTransport`
+(``ssh -O forward -L``): one host-key policy, the user's ssh config as given, and no new
+key exchange per Docker call. ``docker.DockerClient(base_url="unix://...")`` is the SDK's
+documented way to reach an Engine socket (docker SDK 7.1, ``docker/client.py``).
+
+``import docker`` takes about half a second (it imports requests and paramiko), so
+:func:`preload` starts it in a background thread while the first SSH round trip runs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import threading
+import uuid
+from typing import Any
+
+from servedeck.host.ssh import HostUnreachable, SshTransport
+
+ENGINE_SOCKET = "/var/run/docker.sock"
+"""The Engine's socket on the host (dockerd's default ``-H unix:///var/run/docker.sock``)."""
+
+_preloaded = threading.Event()
+
+
+def preload() -> None:
+    """Import the docker SDK in a daemon thread (idempotent): its import cost overlaps with
+    the caller's SSH round trips."""
+    if _preloaded.is_set():
+        return
+    _preloaded.set()
+
+    def _import() -> None:
+        import docker  # noqa: F401
+
+    threading.Thread(target=_import, daemon=True, name="servedeck-import-docker").start()
+
+
+class Engine:
+    """A Docker Engine client for one host, created on first use.
+
+    Args:
+        transport: the host's SSH transport (the socket is forwarded over it).
+        api_version: the Engine API version if known (saves the ``/version`` negotiation).
+        timeout_s: socket timeout of each API call, seconds.
+    """
+
+    def __init__(self, transport: SshTransport, *, api_version: str | None = None,
+                 timeout_s: float = 15.0) -> None:
+        self.transport = transport
+        self.api_version = api_version
+        self.timeout_s = timeout_s
+        self._client = None
+        self._local: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        """The ``docker.DockerClient`` (forwarding the socket on first use).
+
+        Raises:
+            HostUnreachable: the socket cannot be forwarded or the Engine does not answer.
+        """
+        with self._lock:
+            if self._client is None:
+                import docker
+                base = os.path.dirname(self.transport.control_path())
+                local = f"{base}/docker-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+                self.transport.forward_unix_socket(local, ENGINE_SOCKET)
+                self._local = local
+                try:
+                    self._client = docker.DockerClient(base_url=f"unix://{local}",
+                                                       version=self.api_version or "auto",
+                                                       timeout=int(self.timeout_s))
+                except docker.errors.DockerException as exc:
+                    self._drop_forward()
+                    raise HostUnreachable(
+                        f"host {self.transport.name}: the Docker Engine does not answer over SSH: {exc}",
+                        hint="is dockerd running on the host, and may the SSH user use "
+                             f"{ENGINE_SOCKET}?") from exc
+            return self._client
+
+    def reset(self) -> None:
+        """Forget the client and its forwarding (after a transport fault); the next use
+        forwards again (over a fresh connection if the transport reconnected)."""
+        client, self._client = self._client, None  # no lock: a hung creation must not block
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing a broken client
+                pass
+        self._drop_forward()
+
+    def _drop_forward(self) -> None:
+        if self._local:
+            local, self._local = self._local, None
+            threading.Thread(target=self.transport.cancel_forward, args=(local, ENGINE_SOCKET),
+                             daemon=True).start()
+
+    def close(self) -> None:
+        """Close the client and cancel the socket forwarding."""
+        client, self._client = self._client, None
+        local, self._local = self._local, None
+        if client is not None:
+            client.close()
+        if local:
+            self.transport.cancel_forward(local, ENGINE_SOCKET)
+
+    # ------------------------------------------------------------------ containers
+
+    def find_container(self, workdir: str, service: str):
+        """The compose container of ``service`` whose project works in ``workdir``, or None."""
+        found = self.client.containers.list(all=True, filters={
+            "label": [f"com.docker.compose.project.working_dir={workdir}",
+                      f"com.docker.compose.service={service}"]})
+        return found[0] if found else None
+
+
+def parse_docker_time(value: str | None) -> float | None:
+    """Epoch seconds of a Docker RFC 3339 timestamp (nanoseconds allowed); None for the zero
+    time ``0001-01-01T00:00:00Z`` or an unparsable value."""
+    if not value or value.startswith("0001-"):
+        return None
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", value)
+    if not m:
+        return None
+    frac = float(m.group(2) or 0)
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return _dt.datetime.fromisoformat(m.group(1) + tz).timestamp() + frac
+
+
+def container_state(container) -> dict[str, Any]:
+    """The state of a (reloaded) container: ``{"id", "status", "running", "restarting",
+    "exit_code", "restart_count", "started_at" (epoch s or None)}``."""
+    st = container.attrs.get("State") or {}
+    return {"id": container.id, "status": st.get("Status"), "running": bool(st.get("Running")),
+            "restarting": bool(st.get("Restarting")), "exit_code": st.get("ExitCode"),
+            "restart_count": container.attrs.get("RestartCount", 0),
+            "started_at": parse_docker_time(st.get("StartedAt"))}

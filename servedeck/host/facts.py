@@ -1,0 +1,103 @@
+"""Host facts for a deploy's preflight, gathered by one POSIX ``sh`` script (see
+:meth:`servedeck.host.remote.RemoteHost.preflight_facts` for the returned shape).
+
+Sources: ``uname``, ``docker version`` / ``docker compose version``, ``/dev/dri/*`` (stat),
+sysfs hwmon ``power1_cap`` (microwatts, Linux ``Documentation/hwmon/sysfs-interface.rst``),
+``df -Pk`` of the workdir, ``/proc/net/tcp{,6}`` listeners (state ``0A``) and the containers
+publishing the port.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from servedeck.errors import ServedeckError
+
+# $1 workdir, $2 port ("" none), then the paths to check. Prints one JSON line.
+PREFLIGHT_SCRIPT = r"""
+wd=$1; port=$2; shift 2
+js() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ' | tr -d '\000-\037')"; }
+jv() { if [ -n "$1" ]; then js "$1"; else printf null; fi; }
+printf '{"hostname":%s' "$(js "$(uname -n)")"
+printf ',"kernel":%s' "$(js "$(uname -r)")"
+dv=$(docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' 2>/dev/null || true)
+printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
+printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
+printf ',"compose_version":%s' "$(jv "$(docker compose version --short 2>/dev/null)")"
+printf ',"dri":['; sep=
+for f in /dev/dri/*; do
+  [ -e "$f" ] || continue
+  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(stat -c %g "$f")")" "$(js "$(stat -c %G "$f")")" "$(js "$(stat -c %a "$f")")"; sep=,
+done
+printf '],"power":['; sep=
+for f in /sys/class/drm/card*/device/hwmon/hwmon*/power1_cap; do
+  [ -r "$f" ] || continue
+  m=$(cat "${f}_max" 2>/dev/null || true)
+  printf '%s[%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(cat "$f" 2>/dev/null)")" "$(jv "$m")"; sep=,
+done
+printf '],"workdir_exists":%s' "$( [ -d "$wd" ] && echo true || echo false)"
+d=$wd; while [ ! -d "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
+printf ',"workdir_avail_kib":%s' "$(jv "$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')")"
+printf ',"paths":['; sep=
+for p in "$@"; do
+  case $p in /*) a=$p ;; *) a=$wd/$p ;; esac
+  if [ -d "$a" ]; then k=dir; if [ -n "$(ls -A "$a" 2>/dev/null)" ]; then n=true; else n=false; fi
+  elif [ -f "$a" ]; then k=file; if [ -s "$a" ]; then n=true; else n=false; fi
+  elif [ -e "$a" ]; then k=other; n=true
+  else k=; n=false; fi
+  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$p")" "$(js "$a")" "$(jv "$k")" "$n"; sep=,
+done
+printf ']'
+if [ -n "$port" ]; then
+  hex=$(printf '%04X' "$port")
+  l=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" { n = split($2, a, ":"); if (a[n] == h) { print "yes"; exit } }')
+  printf ',"port_listening":%s' "$( [ "$l" = yes ] && echo true || echo false)"
+  printf ',"port_containers":%s' "$(jv "$(docker ps --filter "publish=$port" --format '{{.Names}}' 2>/dev/null | tr '\n' ' ')")"
+fi
+printf '}\n'
+"""
+
+
+def parse_facts(host: str, workdir: str, facts_text: str, port: int | None) -> dict[str, Any]:
+    """The JSON line :data:`PREFLIGHT_SCRIPT` printed → the facts dict (without ``lock``: the
+    caller adds it from the host state).
+
+    Raises:
+        ServedeckError: the output is not JSON.
+    """
+    try:
+        raw = json.loads(facts_text)
+    except json.JSONDecodeError as exc:
+        raise ServedeckError(f"host {host}: preflight output is not JSON: {exc}: "
+                             f"{facts_text.strip()[:300]}") from exc
+    facts: dict[str, Any] = {
+        "host": host,
+        "hostname": raw["hostname"],
+        "kernel": raw["kernel"],
+        "docker_server_version": raw["docker_server_version"],
+        "docker_api_version": raw["docker_api_version"],
+        "compose_version": raw["compose_version"],
+        "dri_devices": [{"path": p, "gid": int(g), "group": grp, "mode": m}
+                        for p, g, grp, m in raw["dri"]],
+        "gpu_power_caps": [{"path": p, "cap_w": _uw_to_w(c), "cap_max_w": _uw_to_w(m)}
+                           for p, c, m in raw["power"]],
+        "workdir": {"path": workdir, "exists": raw["workdir_exists"],
+                    "free_gib": (round(int(raw["workdir_avail_kib"]) / 1024**2, 2)
+                                 if raw["workdir_avail_kib"] else None)},
+        "paths": {given: {"path": a, "exists": kind is not None, "nonempty": nonempty,
+                          "kind": kind}
+                  for given, a, kind, nonempty in raw["paths"]},
+        "port": None,
+        "lock": None,
+    }
+    if port is not None:
+        facts["port"] = {"port": int(port), "listening": raw["port_listening"],
+                         "containers": (raw["port_containers"] or "").split()}
+    return facts
+
+
+def _uw_to_w(value: str | None) -> float | None:
+    if value is None or not str(value).strip().lstrip("-").isdigit():
+        return None
+    return int(value) / 1e6

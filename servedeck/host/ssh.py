@@ -1,0 +1,435 @@
+"""SSH transport to a card host: the system OpenSSH client, one host-key policy, one shared
+connection.
+
+Commands run through the **system OpenSSH client** (``ssh``), not paramiko: the user's
+``~/.ssh/config`` or a given ``ssh_config`` file then works exactly as it does by hand
+(aliases, ``ProxyJump``, agents, certificates, hashed ``known_hosts``), and host-key checking
+is OpenSSH's own. servedeck always adds ``-o StrictHostKeyChecking=yes -o BatchMode=yes``
+(command-line options win over config files), so an unknown or changed host key is never
+accepted silently; it becomes a :class:`~servedeck.errors.ServedeckError` that prints the
+fingerprint and the command to trust it.
+
+Every command of one servedeck process rides on one authenticated connection (OpenSSH
+connection sharing, ``ControlMaster``); the Docker Engine API is reached through the same
+connection by forwarding a local Unix socket to the host's ``/var/run/docker.sock``
+(:meth:`SshTransport.forward_unix_socket`, OpenSSH ``-O forward -L``), so Docker traffic has
+exactly the same trust settings as the commands. When a shared connection stops answering
+(frozen or dropped), :meth:`SshTransport.reconnect` moves to a fresh one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from servedeck.errors import ServedeckError
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Default timeout of one SSH command, seconds."""
+
+CONNECT_TIMEOUT_S = 10.0
+"""OpenSSH ``ConnectTimeout``: seconds to establish a new connection."""
+
+
+class HostUnreachable(ServedeckError):
+    """The host could not be reached over SSH (connection refused, timed out, dropped, or a
+    command did not answer within its timeout). Host-key refusals are plain
+    :class:`ServedeckError`: they are not transport faults and must not be retried."""
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class SshTarget(BaseModel):
+    """How to reach a host over SSH.
+
+    Either ``alias`` (a ``Host`` entry of ``ssh_config``, or of ``~/.ssh/config`` when
+    ``ssh_config`` is not given) or ``hostname`` with optional ``port``/``user``/
+    ``identity_file``. ``known_hosts`` overrides the known-hosts file(s) of the config.
+    Explicit ``port``/``user``/``identity_file`` also apply on top of an alias.
+
+    Raises:
+        pydantic.ValidationError: when neither or both of ``alias`` and ``hostname`` are set.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    alias: str | None = None
+    hostname: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "SshTarget":
+        if bool(self.alias) == bool(self.hostname):
+            raise ValueError("give exactly one of 'alias' (ssh config Host) or 'hostname'")
+        return self
+
+    @property
+    def destination(self) -> str:
+        """The destination argument given to ``ssh`` (alias or hostname)."""
+        return self.alias or self.hostname or ""
+
+    def ssh_options(self) -> list[str]:
+        """OpenSSH options (argv before the destination) for this target.
+
+        Always includes ``StrictHostKeyChecking=yes`` and ``BatchMode=yes`` (the one
+        host-key policy of every connection servedeck makes, commands and Docker alike),
+        a connect timeout and keep-alives (a dead connection is noticed within ~15 s).
+        """
+        opts: list[str] = []
+        if self.ssh_config:
+            opts += ["-F", os.path.expanduser(self.ssh_config)]
+        if self.port is not None:
+            opts += ["-p", str(self.port)]
+        if self.user:
+            opts += ["-l", self.user]
+        if self.identity_file:
+            opts += ["-i", os.path.expanduser(self.identity_file), "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts:
+            opts += ["-o", f"UserKnownHostsFile={os.path.expanduser(self.known_hosts)}"]
+        opts += ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                 "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}",
+                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+        return opts
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """The effective SSH settings of a target as printed by ``ssh -G`` (OpenSSH 9.x).
+
+    ``port`` is an int; ``identity_files`` and ``known_hosts_files`` are expanded paths
+    (``known_hosts_files`` holds the user files then the global ones).
+    """
+
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    known_hosts_files: tuple[str, ...]
+    host_key_alias: str | None = None
+    proxy_command: str | None = None
+    proxy_jump: str | None = None
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name a host key is recorded under in known_hosts (``[host]:port`` if port != 22)."""
+        name = self.host_key_alias or self.hostname
+        return name if self.port == 22 else f"[{name}]:{self.port}"
+
+
+def parse_ssh_G(text: str) -> ResolvedTarget:
+    """Parse ``ssh -G`` output (lower-case ``key value`` lines; repeated ``identityfile``)."""
+    single: dict[str, str] = {}
+    identities: list[str] = []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if not key:
+            continue
+        if key == "identityfile":
+            identities.append(os.path.expanduser(value))
+        else:
+            single.setdefault(key, value)
+    known = [os.path.expanduser(p) for p in single.get("userknownhostsfile", "").split()]
+    known += [os.path.expanduser(p) for p in single.get("globalknownhostsfile", "").split()]
+    none = {None, "", "none"}
+    return ResolvedTarget(
+        hostname=single.get("hostname", ""),
+        port=int(single.get("port", "22")),
+        user=single.get("user", ""),
+        identity_files=tuple(identities),
+        known_hosts_files=tuple(known),
+        host_key_alias=None if single.get("hostkeyalias") in none else single["hostkeyalias"],
+        proxy_command=None if single.get("proxycommand") in none else single["proxycommand"],
+        proxy_jump=None if single.get("proxyjump") in none else single["proxyjump"],
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Result:
+    """Outcome of one remote command.
+
+    ``argv`` is the local ssh argv, ``command`` the remote command string, ``returncode``
+    the remote exit status; ``stdout``/``stderr`` are UTF-8 text (bad bytes replaced),
+    ``stdout_bytes``/``stderr_bytes`` the raw output.
+    """
+
+    argv: list[str]
+    command: str
+    returncode: int
+    stdout_bytes: bytes = field(repr=False)
+    stderr_bytes: bytes = field(repr=False)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class SshTransport:
+    """Runs commands on one host through the system ``ssh`` over a shared connection.
+
+    Args:
+        name: the inventory name of the host (messages only).
+        target: how to reach it.
+
+    The shared connection's control socket lives in ``/tmp/servedeck-ssh-<uid>/``; its name
+    includes a hash of the target *and of the trust settings* (ssh config, known_hosts,
+    identity), so a command with other trust settings never rides on a connection whose host
+    key was checked against a different known_hosts. ``$SERVEDECK_SSH_MULTIPLEX=0`` turns
+    sharing off (Docker then gets its own forwarding connection).
+    """
+
+    def __init__(self, name: str, target: SshTarget) -> None:
+        self.name = name
+        self.target = target
+        self._resolved: ResolvedTarget | None = None
+        self._generation = ""  # changes on reconnect(): a new control socket, a new master
+
+    # ------------------------------------------------------------------ options
+
+    @property
+    def multiplexed(self) -> bool:
+        return os.environ.get("SERVEDECK_SSH_MULTIPLEX", "1") != "0"
+
+    def control_path(self) -> str:
+        """Path of the control socket of the shared connection (no ``%`` tokens)."""
+        base = f"/tmp/servedeck-ssh-{os.getuid()}"
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        key = hashlib.sha256("\0".join([self.target.destination, *self.target.ssh_options()])
+                             .encode()).hexdigest()[:20]
+        return f"{base}/{key}{self._generation}"
+
+    def options(self) -> list[str]:
+        """The ssh options of every call: trust settings, then connection sharing."""
+        opts = self.target.ssh_options()
+        if self.multiplexed:
+            opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path()}",
+                     "-o", "ControlPersist=60"]
+        return opts
+
+    def argv(self, command: str) -> list[str]:
+        """The local argv running ``command`` (a remote shell command string) on the host."""
+        return ["ssh", "-T", *self.options(), "--", self.target.destination, command]
+
+    def reconnect(self) -> None:
+        """Stop using the current shared connection (it may be frozen) and open a fresh one on
+        the next call. The old master is asked to exit in the background (it may not answer)."""
+        if self.multiplexed:
+            old = self.control_path()
+
+            def _exit() -> None:
+                try:
+                    subprocess.run(["ssh", "-o", f"ControlPath={old}", "-O", "exit",
+                                    self.target.destination], capture_output=True, timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+            threading.Thread(target=_exit, daemon=True).start()
+        self._generation = "-" + uuid.uuid4().hex[:6]
+
+    def master_pid(self) -> int | None:
+        """PID of the running shared connection's ``ssh`` master, or None (``ssh -O check``)."""
+        if not self.multiplexed:
+            return None
+        try:
+            proc = subprocess.run(["ssh", "-o", f"ControlPath={self.control_path()}", "-O", "check",
+                                   self.target.destination], capture_output=True, text=True,
+                                  timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+        text = proc.stderr + proc.stdout
+        if "pid=" not in text:
+            return None
+        return int(text.split("pid=", 1)[1].split(")", 1)[0])
+
+    # ------------------------------------------------------------------ resolve
+
+    def resolve(self) -> ResolvedTarget:
+        """Effective hostname/port/user/identities/known_hosts via ``ssh -G`` (cached).
+
+        Raises:
+            ServedeckError: when ``ssh -G`` fails (bad config file, unknown option).
+        """
+        if self._resolved is None:
+            argv = ["ssh", "-G", *self.target.ssh_options(), "--", self.target.destination]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            if proc.returncode != 0:
+                raise ServedeckError(
+                    f"host {self.name}: cannot resolve ssh target {self.target.destination!r}: "
+                    f"{proc.stderr.strip()}", file=self.target.ssh_config)
+            self._resolved = parse_ssh_G(proc.stdout)
+        return self._resolved
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, cmd: list[str] | str, *, check: bool = True, input: bytes | None = None,
+            timeout: float | None = DEFAULT_TIMEOUT_S) -> Result:
+        """Run a command on the host and wait for it.
+
+        Args:
+            cmd: an argv list (quoted with :func:`shlex.join`) or a shell command string
+                (run by the remote user's shell as is).
+            check: raise when the remote command exits non-zero.
+            input: bytes fed to the command's stdin (none: stdin is empty).
+            timeout: seconds before the local ssh is killed (None: wait forever).
+
+        Returns:
+            :class:`Result` with the remote exit status and output.
+
+        Raises:
+            HostUnreachable: connection failure, dropped connection or timeout.
+            ServedeckError: unknown/changed host key (with the fingerprint and how to trust
+                it), authentication failure, or a non-zero exit with ``check=True`` (message
+                carries the exit status and stderr tail).
+        """
+        command = shlex.join(cmd) if isinstance(cmd, list) else cmd
+        argv = self.argv(command)
+        try:
+            proc = subprocess.run(argv, input=input if input is not None else b"",
+                                  capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise HostUnreachable(
+                f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
+                hint="the host or the connection to it may be slow or hung") from exc
+        result = Result(argv, command, proc.returncode, proc.stdout, proc.stderr)
+        if proc.returncode == 255:
+            self._raise_for_ssh_failure(result)
+        if check and proc.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+            raise ServedeckError(
+                f"host {self.name}: command failed with exit status {proc.returncode}: "
+                f"{_short(command)}" + (f"\n{tail}" if tail else ""))
+        return result
+
+    def run_script(self, script: str, args: list[str] | tuple[str, ...] = (), *,
+                   check: bool = True, input: bytes | None = None,
+                   timeout: float | None = DEFAULT_TIMEOUT_S) -> Result:
+        """Run a POSIX ``sh`` script on the host with positional ``args`` ($1, $2, ...).
+
+        Same errors as :meth:`run`.
+        """
+        return self.run(["sh", "-c", script, "sh", *args], check=check, input=input,
+                        timeout=timeout)
+
+    def forward_unix_socket(self, local: str, remote: str, *, timeout: float = 15.0) -> None:
+        """Forward the local Unix socket ``local`` to ``remote`` on the host, over the shared
+        connection (``ssh -O forward -L local:remote``); the master is opened if needed.
+
+        Raises:
+            HostUnreachable / ServedeckError: as :meth:`run`.
+        """
+        if not self.multiplexed:
+            raise ServedeckError("socket forwarding needs SSH connection sharing "
+                                 "($SERVEDECK_SSH_MULTIPLEX=0 is set)")
+        if self.master_pid() is None:
+            self.run(["true"], timeout=timeout)
+        argv = ["ssh", *self.options(), "-O", "forward", "-L", f"{local}:{remote}",
+                "--", self.target.destination]
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise HostUnreachable(f"host {self.name}: forwarding the Docker socket timed out "
+                                  f"after {timeout:g} s") from exc
+        if proc.returncode != 0:
+            raise HostUnreachable(f"host {self.name}: cannot forward {remote} over SSH: "
+                                  f"{proc.stderr.decode('utf-8', 'replace').strip()}")
+
+    def cancel_forward(self, local: str, remote: str) -> None:
+        """Undo :meth:`forward_unix_socket` (best effort) and remove the local socket file."""
+        try:
+            subprocess.run(["ssh", *self.options(), "-O", "cancel", "-L", f"{local}:{remote}",
+                            "--", self.target.destination], capture_output=True, timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.unlink(local)
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ errors
+
+    def _raise_for_ssh_failure(self, result: Result) -> None:
+        err = result.stderr
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+            t = self.resolve()
+            files = " ".join(f for f in t.known_hosts_files if f != "/dev/null")
+            raise ServedeckError(
+                f"host {self.name}: the SSH host key of {t.known_hosts_name} has CHANGED since it "
+                f"was recorded in {files}; refusing to connect (possible man-in-the-middle, or the "
+                f"host was reinstalled). Offered key: {self._fingerprint_text(t)}",
+                hint=f"if the change is expected, verify the new fingerprint out of band, then: "
+                     f"ssh-keygen -R '{t.known_hosts_name}' -f {first_known_hosts(t)} && "
+                     f"ssh-keyscan -p {t.port} {t.hostname} >> {first_known_hosts(t)}")
+        if "Host key verification failed" in err:
+            t = self.resolve()
+            raise ServedeckError(
+                f"host {self.name}: the SSH host key of {t.known_hosts_name} is not known "
+                f"(not in {first_known_hosts(t)}); servedeck never trusts a host on first contact. "
+                f"The host offers: {self._fingerprint_text(t)}",
+                hint=f"check that fingerprint out of band (on the host: ssh-keygen -lf "
+                     f"/etc/ssh/ssh_host_ed25519_key.pub), then trust it: "
+                     f"ssh-keyscan -p {t.port} {t.hostname} >> {first_known_hosts(t)}")
+        if "Permission denied (" in err:
+            raise ServedeckError(f"host {self.name}: SSH authentication failed: {err.strip()}")
+        if _looks_like_ssh_error(err) or not err.strip():
+            raise HostUnreachable(
+                f"host {self.name}: cannot connect over SSH to {self.target.destination}: "
+                f"{err.strip() or 'the connection closed'}",
+                hint="check the host is up, the ssh target in the inventory, and that "
+                     f"`ssh {shlex.join(self.target.ssh_options())} "
+                     f"{self.target.destination} true` works")
+
+    def _fingerprint_text(self, t: ResolvedTarget) -> str:
+        """Fingerprints (SHA256) of the keys the host offers now, via ssh-keyscan + ssh-keygen."""
+        try:
+            scan = subprocess.run(["ssh-keyscan", "-T", "5", "-p", str(t.port), t.hostname],
+                                  capture_output=True, timeout=15)
+            fps = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout,
+                                 capture_output=True, timeout=15)
+            lines = [ln for ln in fps.stdout.decode().splitlines() if ln.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            lines = []
+        return "; ".join(lines) if lines else "(ssh-keyscan got no key)"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def first_known_hosts(t: ResolvedTarget) -> str:
+    """The first user known_hosts file of ``t`` (where a new key should be added)."""
+    files = [f for f in t.known_hosts_files if f != "/dev/null"]
+    return files[0] if files else "~/.ssh/known_hosts"
+
+
+def _looks_like_ssh_error(stderr: str) -> bool:
+    markers = ("ssh: ", "Connection refused", "Connection timed out", "Timeout, server",
+               "Could not resolve hostname", "Connection closed by", "kex_exchange_identification",
+               "No route to host", "Bad configuration option", "Connection reset",
+               "Broken pipe", "mux_client", "Control socket")
+    return any(m in stderr for m in markers)

@@ -1,0 +1,94 @@
+"""A profile with an API key on the real CPU vLLM server: it deploys (readiness sends the key),
+benches (the bench sends it), and no file of its run record or of the host history contains it.
+
+Real vLLM answers ``/health`` without a key and ``/v1/models`` with 401 to a request without
+it (issue 15); the key lives only in the deployed compose file on the host (mode 0600).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devtools.demo import BASELINE, export_model, pin_profile_image, upload_dir
+from devtools.imagebuild import build_cpu_vllm_image
+from servedeck.bench.client import Workload
+from servedeck.bench.record import bench_deployed
+from servedeck.deploy.apply import deploy
+from servedeck.deploy.console import QuietReporter
+from servedeck.deploy.plan import DeployOptions
+from servedeck.errors import DeployError
+from servedeck.host.remote import RemoteHost
+from servedeck.model.inventory import get_host, load_inventory
+from servedeck.model.profile import ProfileStore
+from servedeck.model.project import Project
+
+ROOT = Path(__file__).resolve().parents[2]
+SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
+KEY = "sk-servedeck-e2e-" + uuid.uuid4().hex
+PORT = 9932
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("apikey-project")
+    for name in ("profiles", "templates", "schema"):
+        shutil.copytree(ROOT / name, root / name)
+    (root / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
+    workdir = f"/srv/servedeck-test/apikey-{uuid.uuid4().hex[:8]}"
+    (root / "deploy" / "hosts.yaml").write_text(
+        f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
+        f"    workdir: {workdir}\n    port: {PORT}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+    project = Project(root)
+    ref = build_cpu_vllm_image(progress=False)
+    pin_profile_image(project.profiles_dir / f"{BASELINE}.yaml", ref)
+    (project.profiles_dir / "cpu-keyed.yaml").write_text(
+        f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
+        f"    VLLM_API_KEY: \"{KEY}\"\n")
+    entry = get_host(load_inventory(project.inventory_path), "local", project.inventory_path)
+    host = RemoteHost("local", entry.ssh, entry.workdir)
+    weights = ProfileStore(project.profiles_dir).load(BASELINE).profile.model.weights_dir
+    upload_dir(host, export_model(ref), weights)
+    try:
+        yield project, host, entry
+    finally:
+        host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 2; "
+                 f"rm -rf {workdir}", check=False)
+        host.close()
+
+
+def test_a_keyed_profile_deploys_benches_and_never_records_the_key(keyed):
+    project, host, entry = keyed
+    store = ProfileStore(project.profiles_dir)
+    result = deploy(project, host, entry, store.load("cpu-keyed"), DeployOptions(), QuietReporter())
+    assert result.outcome == "ready"
+    # the real server wants the key: without it /v1/models is refused
+    assert httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=10).status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code == 401
+    bench_deployed(result.run.path, host, entry, Workload(prompt_tokens=128, max_tokens=16,
+                                                          repetitions=1))
+    assert (result.run.path / "bench.jsonl").exists()
+    leaks = [p for p in result.run.path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaks == []
+    assert result.run.meta["redacted"] == ["environment.VLLM_API_KEY"]
+    state = host.run(["sh", "-c", 'cat "$1"/history.jsonl; ls "$1"/good', "sh",
+                      f"{host.workdir}/.servedeck"]).stdout
+    assert KEY not in state
+    assert host.run(["stat", "-c", "%a", host.compose_path]).stdout.strip() == "600"
+
+
+def test_without_the_key_readiness_says_the_server_wants_one(keyed, monkeypatch):
+    project, host, entry = keyed
+    (project.profiles_dir / "cpu-keyed-env.yaml").write_text(
+        f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
+        "    VLLM_API_KEY: \"${SD_E2E_KEY:-unset-key}\"\n")
+    monkeypatch.delenv("SD_E2E_KEY", raising=False)
+    # compose on the host substitutes the default; the client finds no SD_E2E_KEY: 401
+    with pytest.raises(DeployError, match="wants an API key"):
+        deploy(project, host, entry, ProfileStore(project.profiles_dir).load("cpu-keyed-env"),
+               DeployOptions(), QuietReporter())

@@ -1,0 +1,178 @@
+"""Deploy logic without a host: secrets and scrubbing, host history, and the readiness wait
+against a fake host at the one seam (``RemoteHost``: ``engine`` + ``server_api``)."""
+
+from __future__ import annotations
+
+import threading
+
+from servedeck.deploy.console import QuietReporter
+from servedeck.deploy.readiness import wait_ready
+from servedeck.deploy.secrets import find_secrets
+from servedeck.host import history as hist
+from servedeck.host.http import Answer
+
+KEY = "sk-unit-test-key-0123456789"
+
+
+# ------------------------------------------------------------------ secrets
+
+
+def test_secrets_in_every_argv_and_environment_shape_are_found_and_scrubbed() -> None:
+    s = find_secrets(["vllm", "serve", "--api-key", KEY, "--hf-token=hf_abcdefghij"],
+                     ["HF_TOKEN=hf_abcdefghij", "PATH=/bin", "MY_SECRET=s3cr3t-value"])
+    assert s.names == ["--api-key", "--hf-token", "environment.HF_TOKEN", "environment.MY_SECRET"]
+    assert s.api_key == KEY
+    record = {"command": ["--api-key", KEY], "flat": f"--api-key={KEY}",
+              "env": {"VLLM_API_KEY": KEY}, "list": [f"VLLM_API_KEY={KEY}"],
+              "diff": [{"path": "engine.extra_args[1]", "parent": None, "value": KEY}],
+              KEY: "as a key", "n": 3}
+    clean = s.scrub(record)
+    assert KEY not in repr(clean) and "s3cr3t-value" not in s.scrub_text("x s3cr3t-value y")
+    assert clean["command"] == ["--api-key", "***"] and clean["n"] == 3
+    assert clean["diff"][0]["value"] == "***" and "***" in clean
+
+
+def test_api_key_from_environment_mapping_and_interpolation(monkeypatch) -> None:
+    assert find_secrets([], {"VLLM_API_KEY": KEY}).api_key == KEY
+    monkeypatch.setenv("SD_TEST_KEY", KEY)
+    assert find_secrets(["--api-key", "${SD_TEST_KEY}"], {}).api_key == KEY
+    assert find_secrets(["--port", "8000"], {"HF_HOME": "/x"}).api_key is None
+    assert find_secrets([], {}).scrub({"a": KEY}) == {"a": KEY}  # nothing to scrub
+
+
+# ------------------------------------------------------------------ history
+
+
+def _rev(n, outcome, sha, event="deploy"):
+    return [{"revision": n, "event": event, "outcome": "started", "compose_sha256": sha, "profile": f"p{n}"},
+            {"revision": n, "outcome": outcome}] if outcome != "started" else [
+            {"revision": n, "event": event, "outcome": "started", "compose_sha256": sha}]
+
+
+def test_known_good_is_only_what_served_newest_first_one_per_file() -> None:
+    records = (_rev(1, "ready", "a") + _rev(2, "failed", "b") + _rev(3, "interrupted", "c")
+               + _rev(4, "ready", "a", "rollback") + _rev(5, "ready", "d") + _rev(6, "started", "e")
+               + [{"event": "deploy", "outcome": "ready"}])  # an old line without revision
+    assert [r.number for r in hist.known_good(records)] == [5, 4]
+    assert [r.number for r in hist.known_good(records, stored={"a"})] == [4]
+    assert [r.number for r in hist.unfinished(records)] == [6]
+    assert hist.next_revision(records) == 7 and hist.next_revision([]) == 1
+    assert hist.keep_hashes(records, keep=1) == ["d"]
+    assert hist.history_records(b'{"revision": 1}\nnot json\n[1]\n') == [{"revision": 1}]
+
+
+# ------------------------------------------------------------------ readiness at the seam
+
+
+class _Container:
+    def __init__(self, status="running", exit_code=0, restarts=0):
+        self.id = "c0ffee"
+        self.attrs = {"State": {"Status": status, "Running": status == "running",
+                                "ExitCode": exit_code, "StartedAt": "2026-01-01T00:00:00.5Z"},
+                      "RestartCount": restarts}
+
+    def reload(self):
+        pass
+
+    def logs(self, stream=False, follow=False):
+        return iter([b"INFO starting\n"]) if stream else b"INFO starting\n"
+
+
+class _Engine:
+    def __init__(self, container=None, hang: threading.Event | None = None):
+        self.container, self.hang = container, hang
+
+    def find_container(self, workdir, service):
+        if self.hang is not None:
+            self.hang.wait()  # a frozen SSH connection: the call never returns
+        return self.container
+
+
+class _Api:
+    def __init__(self, health=None, models=(None, [])):
+        self.health, self.models = health, models
+        self.keys = []
+
+    def get(self, path):
+        return Answer(self.health)
+
+    def served_models(self):
+        return self.models
+
+
+class _Host:
+    """The seam: what readiness uses of a RemoteHost."""
+
+    workdir = "/srv/x"
+
+    def __init__(self, engine, api):
+        self.engine, self.api, self.reconnects = engine, api, 0
+
+    def server_api(self, base_url, api_key=None, *, timeout_s=2.0):
+        self.api.keys.append(api_key)
+        return self.api
+
+    def reconnect(self):
+        self.reconnects += 1
+
+
+def _wait(host, timeout_s=1.5, key=None):
+    return wait_ready(host, service="vllm", base_url="http://h:1", served_name="m", api_key=key,
+                      timeout_s=timeout_s, reporter=QuietReporter())
+
+
+def test_ready_when_the_model_is_listed_with_the_key_sent() -> None:
+    host = _Host(_Engine(_Container()), _Api(200, (200, ["m"])))
+    r = _wait(host, key=KEY)
+    assert r.ready and r.diagnosis == "ready" and host.api.keys == [KEY]
+
+
+def test_401_is_the_server_wants_a_key_not_a_missing_model() -> None:
+    r = _wait(_Host(_Engine(_Container()), _Api(200, (401, []))))
+    assert not r.ready and r.diagnosis == "wants-key" and "wants an API key" in r.reason
+
+
+def test_exited_container_and_not_ready_yet_are_told_apart() -> None:
+    exited = _wait(_Host(_Engine(_Container("exited", 1)), _Api()))
+    assert exited.diagnosis == "exited" and "code 1" in exited.reason
+    slow = _wait(_Host(_Engine(_Container()), _Api()), timeout_s=1.2)
+    assert slow.diagnosis == "not-ready" and "last seen running" in slow.reason
+
+
+def test_a_frozen_engine_is_cannot_reach_the_host_at_the_deadline() -> None:
+    hang = threading.Event()
+    try:
+        r = _wait(_Host(_Engine(_Container(), hang), _Api()), timeout_s=4.0)
+    finally:
+        hang.set()
+    assert not r.ready and r.diagnosis == "unreachable"
+    assert "cannot reach the host" in r.reason and "never seen" in r.reason
+
+
+# ------------------------------------------------------------------ rollback target
+
+
+def test_rollback_target_is_known_good_and_never_a_file_that_did_not_serve() -> None:
+    import pytest
+
+    from servedeck.deploy.ops import _rollback_target
+    from servedeck.errors import DeployError
+    from servedeck.host.remote import HostState
+
+    class H:
+        name = "b70"
+
+    records = _rev(1, "ready", "a") + _rev(2, "ready", "b") + _rev(3, "failed", "c")
+    # the deployed file "c" never served: the newest known-good one is the target
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="c", good={"a", "b"},
+                                           history=records), None).number == 2
+    # the deployed file "b" serves: go back to the one before it
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b"},
+                                           history=records), None).number == 1
+    # a pruned file is not a target; --to must name a known-good revision
+    with pytest.raises(DeployError, match="no known-good deployment"):
+        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"b"},
+                                        history=records), None)
+    with pytest.raises(DeployError, match="revision 3 .* is not a known-good"):
+        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b", "c"},
+                                        history=records), 3)
