@@ -1,0 +1,80 @@
+"""KV calibration history from run records, and the run record's ``kv.json``.
+
+The layout of a run directory belongs to :mod:`servedeck.runs.store`; this module only reads
+``run.json``, ``startup.json`` and ``effective.json`` through it and writes one new file,
+``kv.json`` (prediction beside measurement, :func:`servedeck.vllm.kv.compare_with_measured`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from servedeck.runs.store import RunRecord, run_dirs
+from servedeck.vllm.kv import CalibrationPoint, calibration_from_startup, compare_with_measured
+
+KV_FILE = "kv.json"
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
+               up_to: Path | None = None) -> list[CalibrationPoint]:
+    """Calibration points of the recorded runs on ``host`` with ``image_digest``, oldest
+    first, that logged a KV pool (runs without ``startup.json`` or a KV size are skipped).
+
+    Args:
+        runs_dir: the project's runs directory.
+        host, image_digest: what a run must match (``run.json`` ``host`` and
+            ``image.digest``); None matches any.
+        up_to: only runs up to this run directory's sequence (inclusive): "from what was
+            known when that run was the newest".
+    """
+    limit = None
+    if up_to is not None:
+        limit = next((n for n, d in run_dirs(runs_dir) if d.resolve() == Path(up_to).resolve()), None)
+    out = []
+    for seq, d in run_dirs(runs_dir):
+        if limit is not None and seq > limit:
+            continue
+        meta = _json(d / "run.json") or {}
+        if host is not None and meta.get("host") != host:
+            continue
+        if image_digest is not None and (meta.get("image") or {}).get("digest") != image_digest:
+            continue
+        startup = _json(d / "startup.json")
+        if not isinstance(startup, dict) or not startup.get("kv_cache_tokens"):
+            continue
+        out.append(calibration_from_startup(d.name, startup, _json(d / "effective.json")))
+    return out
+
+
+def run_identity(run_dir: Path) -> tuple[str | None, str | None]:
+    """``(host, image digest)`` of a recorded run (from its ``run.json``)."""
+    meta = _json(Path(run_dir) / "run.json") or {}
+    return meta.get("host"), (meta.get("image") or {}).get("digest")
+
+
+def record_kv(run: RunRecord, prediction: dict[str, Any] | None,
+              startup: dict[str, Any] | None) -> dict[str, Any]:
+    """Write ``kv.json`` into the run: the prediction made before the deploy beside what the
+    server logged (``startup`` None: prediction only, e.g. before the server started).
+
+    Returns:
+        the written document (see :func:`servedeck.vllm.kv.compare_with_measured`).
+    """
+    doc = compare_with_measured(prediction, startup or {})
+    run.write_json(KV_FILE, doc)
+    return doc
+
+
+def read_kv(run_dir: Path) -> dict[str, Any] | None:
+    """A run's ``kv.json``, or None when it has none."""
+    doc = _json(Path(run_dir) / KV_FILE)
+    return doc if isinstance(doc, dict) else None
