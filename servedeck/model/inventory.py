@@ -9,6 +9,7 @@ File format (YAML 1.2; JSON Schema ``schema/hosts.schema.json``)::
         render_gid: "992"                 # gid of /dev/dri/renderD* on that host
         port: 9932                        # the served API port
         ready_timeout_s: 1800             # optional, default 30 min
+        sysfs_root: /sys                  # optional; where the card's hwmon power limit is
 
 ``--inventory FILE`` or ``$SERVEDECK_INVENTORY`` selects another file (tests use their own).
 """
@@ -39,6 +40,9 @@ class HostEntry(BaseModel):
         port: the served API's port on the host.
         ready_timeout_s: readiness timeout in seconds (the real image compiles for minutes).
         api_host: address the API is reached at from here (default: the SSH hostname).
+        sysfs_root: where sysfs is mounted on the host (``/sys``); the card's power limit is
+            read and set under it (:mod:`servedeck.host.power`). Tests point it at a stand-in
+            tree, since the test machine has no GPU.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -49,12 +53,13 @@ class HostEntry(BaseModel):
     port: int = Field(default=8000, ge=1, le=65535)
     ready_timeout_s: float = Field(default=DEFAULT_READY_TIMEOUT_S, gt=0)
     api_host: str | None = None
+    sysfs_root: str = "/sys"
 
-    @field_validator("workdir")
+    @field_validator("workdir", "sysfs_root")
     @classmethod
-    def _absolute(cls, v: str) -> str:
+    def _absolute(cls, v: str, info) -> str:
         if not v.startswith("/"):
-            raise ValueError(f"workdir {v!r} must be an absolute path on the host")
+            raise ValueError(f"{info.field_name} {v!r} must be an absolute path on the host")
         return v.rstrip("/") or "/"
 
 
