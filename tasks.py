@@ -406,18 +406,35 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"report: {report}" + (f" (chart {chart})" if chart else ""))
 
 
-@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)"})
+@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",
+            "kv_threshold": "warn when max concurrency changes by more than this many percent (default 10)"})
 @_cli
-def plan(c, profile, against):
-    """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
+def plan(c, profile, against, kv_threshold=10.0):
+    """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against, resolve_run
     from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
              "effective": effective_settings(rendered.profile, rendered.facts),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
-    diff = guard(plan_against(views, resolve_run(_project().runs_dir, against)))
+    against_dir = resolve_run(_project().runs_dir, against)
+    diff = guard(plan_against(views, against_dir))
     print(f"single variable: {diff.single_variable.describe()}")
+    _plan_kv(rendered, against_dir, float(kv_threshold))
+
+
+def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
+    """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
+    from servedeck.errors import ServedeckError
+    from servedeck.findings import has_errors
+    from servedeck.runs.kv_history import plan_kv
+    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+                          change_threshold_pct=threshold)
+    for f in findings:
+        print(f.render())
+    if has_errors(findings):
+        raise ServedeckError("the KV prediction says vLLM would refuse to start this profile",
+                             field="engine.max_model_len")
 
 
 # ----------------------------------------------------------------------------- images, demo, tests

@@ -78,3 +78,19 @@ def read_kv(run_dir: Path) -> dict[str, Any] | None:
     """A run's ``kv.json``, or None when it has none."""
     doc = _json(Path(run_dir) / KV_FILE)
     return doc if isinstance(doc, dict) else None
+
+
+def plan_kv(profile, facts, runs_dir: Path, against: Path, *, shape=None,
+            change_threshold_pct: float = 10.0):
+    """The KV part of ``invoke plan``: predict ``profile`` (on an image with ``facts``,
+    :class:`servedeck.model.catalog.ImageFacts` or None) from the recorded runs on the host of
+    run ``against`` with the profile's image, up to and including ``against``.
+
+    Returns:
+        ``(KvPrediction or None, findings)`` (see :func:`servedeck.vllm.kv.judge_kv`).
+    """
+    from servedeck.vllm.kv import judge_kv, settings_for_profile
+    host, _ = run_identity(against)
+    history = kv_history(runs_dir, host=host, image_digest=profile.image_ref.digest, up_to=against)
+    return judge_kv(settings_for_profile(profile, facts), shape, history,
+                    change_threshold_pct=change_threshold_pct)

@@ -637,9 +637,9 @@ def judge_kv(settings: KvSettings, shape: ModelShape | None,
         return None, [Finding(severity=Severity.info, rule="kv/no-prediction", path=path,
                               message="no KV prediction: no model shape for this pool and no "
                                       "earlier run on this host and image to calibrate from")]
+    model = f"\n        model: {pred.model}" if pred.model else ""
     out = [Finding(severity=Severity.info, rule="kv/prediction", path=path,
-                   message=f"predicted {pred.summary()} [{pred.method}]",
-                   hint=pred.model or None)]
+                   message=f"predicted {pred.summary()} [{pred.method}]{model}")]
     mml = settings.max_model_len
     if pred.fits is False:
         need = math.ceil(mml / pred.block_size) * pred.block_size * pred.bytes_per_token / GIB
