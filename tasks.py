@@ -400,10 +400,20 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     from servedeck.ab.report import findings
     for sentence in findings(comparison):
         print(f"  - {sentence}")
+    _ab_kv(a, b)
     if out:
         report, chart = write_report(Path(out), diff, comparison, a, b, hypothesis=text(hypothesis),
                                      verdict=text(verdict))
         print(f"report: {report}" + (f" (chart {chart})" if chart else ""))
+
+
+def _ab_kv(*run_dirs: Path) -> None:
+    """`invoke ab`: the KV prediction made before each deploy beside what the server logged."""
+    from servedeck.runs.kv_history import format_kv, read_kv
+    for d in run_dirs:
+        line = format_kv(read_kv(d))
+        if line:
+            print(f"  KV {d.name}: {line}")
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",

@@ -48,6 +48,8 @@ from servedeck.model.project import Project
 from servedeck.host.remote import LockInfo, RemoteHost
 from servedeck.compose.render import Rendered, render_profile
 from servedeck.runs.store import RunRecord, create_run, git_commit, utcnow
+from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, format_power_status, power_status,
+                                       preflight_kv_power, record_kv, restore_power)
 
 COMPOSE = "docker-compose.yml"
 PREVIOUS = "docker-compose.yml.prev"
@@ -598,6 +600,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     pre = preflight(host, entry, rendered, options)
     reporter.info(f"docker {pre['docker_server_version']}, compose {pre['compose_version']}, "
                   f"kernel {pre['kernel']}, {pre['workdir']['free_gib']} GiB free")
+    kvp = preflight_kv_power(project, host, entry, profile, catalog.lookup(profile.image_ref.digest),
+                             reporter=reporter)
 
     run: RunRecord | None = None
     if options.record:
@@ -626,7 +630,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         with _Interrupt():
             client = host.docker_client(verified=True)
             _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre,
-                   run, options, reporter, t0, result)
+                   run, options, reporter, t0, result, kvp)
     except KeyboardInterrupt:
         result.outcome = "interrupted"
         reporter.warn("interrupted: the host keeps what was started so far; "
@@ -650,7 +654,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
 
 
 def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre, run, options,
-           reporter, t0, result: DeployResult) -> None:
+           reporter, t0, result: DeployResult, kvp: KvPowerPlan | None = None) -> None:
     """The host-changing phases; fills ``result`` in place (so the outcome is known to the
     caller even when a DeployError is raised)."""
     timings: dict[str, float] = {}
@@ -713,6 +717,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     if previous:
         reporter.phase("stop", "old deployment")
         _compose_file(host, PREVIOUS, ["down", "--remove-orphans"])
+    power_change = apply_power(host, kvp, run, profile.name, reporter)
     reporter.phase("start", f"service {profile.container.service}")
     t_start = time.time()
     up = host.compose(["up", "-d", "--pull", "never", "--no-build"], check=False)
@@ -730,6 +735,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
     result.outcome = "ready" if readiness.ready else "failed"
     result.readiness = readiness
     _record_startup(run, profile, facts, readiness, result, reporter)
+    record_kv(run, kvp, result.startup)
     if readiness.ready:
         ready_at = readiness.ready_at or time.time()
         server_s = (ready_at - readiness.container_started_at) if readiness.container_started_at else None
@@ -756,6 +762,8 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
                           "(--no-rollback)", hint=f"invoke logs --host {host.name}")
     host.upload_atomic(FAILED, rendered.compose_text.encode())
     host.compose(["down", "--remove-orphans"], check=False)
+    if power_change:
+        restore_power(host, run, reporter)
     if not previous:
         raise DeployError(f"deploy of {profile.name} failed: {readiness.reason}; there was no "
                           f"previous deployment to roll back to, the failed one was stopped "
@@ -963,7 +971,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
                            "compose_sha256": hashlib.sha256(data).hexdigest() if data else None,
                            "service": None, "container": None, "serving": None, "drift": [],
                            "lock": host.parse_lock(lock).model_dump(mode="json") if lock else None,
-                           "last_deploy": history[-1] if history else None}
+                           "last_deploy": history[-1] if history else None,
+                           "power": power_status(host, entry.sysfs_root)}
     if data is None:
         return out
     norm = _normalised_service(host)
@@ -1027,6 +1036,8 @@ def format_status(st: dict[str, Any]) -> str:
         d = st["last_deploy"]
         lines.append(f"  last deploy: {d.get('profile')} {d.get('outcome')} at {d.get('ended') or d.get('time')} "
                      f"by {d.get('who')}")
+    if format_power_status(st.get("power")):
+        lines.append(f"  {format_power_status(st['power'])}")
     if st.get("lock"):
         lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}")
     if st["drift"]:
@@ -1053,6 +1064,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, timeout_s: float | None = No
     try:
         reporter.phase("stop", "current deployment")
         host.compose(["down", "--remove-orphans"], check=False)
+        restore_power(host, None, reporter)
         reporter.phase("upload", f"{PREVIOUS} -> {COMPOSE} (current kept as {PREVIOUS})")
         host.upload_atomic(COMPOSE, previous, keep_previous=PREVIOUS)
         reporter.phase("start", "previous deployment")
@@ -1079,6 +1091,7 @@ def down(host: RemoteHost) -> str:
     if host.read_file(COMPOSE, missing_ok=True) is None:
         raise DeployError(f"nothing deployed on {host.name} ({host.abspath(COMPOSE)} missing)")
     res = host.compose(["down", "--remove-orphans"])
+    restore_power(host)
     host.append_history({"time": utcnow(), "who": _owner(), "profile": "(down)", "outcome": "down"})
     return (res.stdout + res.stderr).strip()
 

@@ -40,7 +40,7 @@ from servedeck.errors import ServedeckError
 from servedeck.host.remote import RemoteHost
 
 __all__ = ["PowerLimit", "read_power_limit", "check_power_cap", "power_preflight",
-           "apply_power_cap", "read_power_state", "restore_previous_power_cap",
+           "apply_power_cap", "read_power_state", "restore_previous_power_cap", "keep_power_cap",
            "POWER_STATE", "DEFAULT_SYSFS_ROOT"]
 
 POWER_STATE = ".servedeck/power.json"
@@ -250,7 +250,7 @@ def _write(host: RemoteHost, limit: PowerLimit, watts: float) -> float:
 
 
 def apply_power_cap(host: RemoteHost, limit: PowerLimit, watts: float, *, profile: str,
-                    now: str) -> dict[str, Any]:
+                    now: str, sysfs_root: str = DEFAULT_SYSFS_ROOT) -> dict[str, Any]:
     """Set the cap and keep the replaced value in the host's ``.servedeck/power.json``.
 
     Returns:
@@ -272,6 +272,7 @@ def apply_power_cap(host: RemoteHost, limit: PowerLimit, watts: float, *, profil
                 pass
         raise
     state = {"interface": limit.interface, "device": limit.device, "gpu": limit.gpu,
+             "sysfs_root": sysfs_root,
              "applied_w": new, "previous_w": previous, "profile": profile, "time": now}
     host.upload_atomic(POWER_STATE, (json.dumps(state, indent=2) + "\n").encode())
     return {"interface": limit.interface, "device": limit.device, "writer": limit.writer,
@@ -291,9 +292,11 @@ def read_power_state(host: RemoteHost) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def restore_previous_power_cap(host: RemoteHost, *, sysfs_root: str = DEFAULT_SYSFS_ROOT, now: str
+def restore_previous_power_cap(host: RemoteHost, *, sysfs_root: str | None = None, now: str
                                ) -> dict[str, Any] | None:
     """Put back the limit the current deployment replaced (rollback, down).
+
+    ``sysfs_root`` defaults to the one recorded with the change.
 
     Nothing happens when no state was recorded or the previous value equals the applied one.
 
@@ -308,10 +311,27 @@ def restore_previous_power_cap(host: RemoteHost, *, sysfs_root: str = DEFAULT_SY
         return None
     if state.get("applied_w") == state["previous_w"]:
         return None
-    limit = read_power_limit(host, sysfs_root=sysfs_root, gpu=int(state.get("gpu") or 0))
+    root = sysfs_root or state.get("sysfs_root") or DEFAULT_SYSFS_ROOT
+    limit = read_power_limit(host, sysfs_root=root, gpu=int(state.get("gpu") or 0))
     if limit is None or limit.device != state.get("device"):
         raise ServedeckError(f"host {host.name}: the power-limit device recorded in "
                              f"{host.abspath(POWER_STATE)} ({state.get('device')}) is not found now")
-    back = apply_power_cap(host, limit, float(state["previous_w"]), profile=f"(restore of {state.get('profile')})",
-                           now=now)
+    back = apply_power_cap(host, limit, float(state["previous_w"]), now=now, sysfs_root=root,
+                           profile=f"(restore of {state.get('profile')})")
     return back
+
+
+def keep_power_cap(host: RemoteHost, *, profile: str, now: str) -> dict[str, Any] | None:
+    """A deployment that sets no cap keeps the one in force: record that in the host's state
+    (``previous_w = applied_w``), so a later rollback or down does not undo a cap that the
+    deployment it returns to also ran with. No state: nothing to do.
+
+    Returns:
+        the rewritten state, or None.
+    """
+    state = read_power_state(host)
+    if not state or state.get("previous_w") == state.get("applied_w"):
+        return None
+    state = {**state, "previous_w": state.get("applied_w"), "profile": profile, "time": now}
+    host.upload_atomic(POWER_STATE, (json.dumps(state, indent=2) + "\n").encode())
+    return state

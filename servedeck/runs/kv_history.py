@@ -80,6 +80,25 @@ def read_kv(run_dir: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def format_kv(doc: dict[str, Any] | None) -> str | None:
+    """One line for a run's ``kv.json``: ``predicted 238,931 tokens / 1.82x, logged 236,470 /
+    1.80x (+1.0 %, inside the interval)``; None without a prediction."""
+    if not doc or not doc.get("prediction"):
+        return None
+    p, m, e = doc["prediction"], doc.get("measured") or {}, doc.get("error_pct") or {}
+    text = f"predicted {p['pool_tokens']:,} tokens"
+    if p.get("max_concurrency") is not None:
+        text += f" / {p['max_concurrency']:.2f}x"
+    if m.get("kv_cache_tokens") is not None:
+        text += f", logged {m['kv_cache_tokens']:,}"
+        if m.get("max_concurrency") is not None:
+            text += f" / {m['max_concurrency']:.2f}x"
+        if e.get("kv_cache_tokens") is not None:
+            text += f" ({e['kv_cache_tokens']:+.1f} %"
+            text += ", inside the interval)" if doc.get("within_interval") else ", OUTSIDE the interval)"
+    return text
+
+
 def plan_kv(profile, facts, runs_dir: Path, against: Path, *, shape=None,
             change_threshold_pct: float = 10.0):
     """The KV part of ``invoke plan``: predict ``profile`` (on an image with ``facts``,

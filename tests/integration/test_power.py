@@ -97,3 +97,15 @@ def test_no_interface_is_a_clear_problem(scratch_host):
     scratch_host.run(["mkdir", "-p", f"{scratch_host.workdir}/{STANDIN}-empty"])
     limit, problems = power_preflight(scratch_host, 230, sysfs_root=f"{scratch_host.workdir}/{STANDIN}-empty")
     assert limit is None and "no power-limit interface" in problems[0]
+
+
+def test_a_deployment_without_a_cap_keeps_the_one_in_force(scratch_host):
+    """A (cap 230) then B (no cap): rolling B back to A must not undo A's own 230 W."""
+    from servedeck.host.power import keep_power_cap
+    root = make_standin(scratch_host)
+    limit, _ = power_preflight(scratch_host, 230, sysfs_root=root)
+    apply_power_cap(scratch_host, limit, 230, profile="A", now="t0", sysfs_root=root)
+    state = keep_power_cap(scratch_host, profile="B", now="t1")
+    assert (state["applied_w"], state["previous_w"], state["profile"]) == (230.0, 230.0, "B")
+    assert restore_previous_power_cap(scratch_host, now="t2") is None  # root read from the state
+    assert limit_file(scratch_host, root) == 230 * UW

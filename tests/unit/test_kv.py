@@ -168,3 +168,14 @@ def test_run_record_keeps_prediction_beside_measurement(tmp_path):
     assert doc["measured"]["kv_cache_tokens"] == 236470
     assert doc["prediction"]["pool_tokens"] == pred.pool_tokens
     assert doc["within_interval"] is True and abs(doc["error_pct"]["kv_cache_tokens"]) < 2
+
+
+def test_kv_line_for_ab(tmp_path):
+    from servedeck.runs.kv_history import format_kv
+    run = create_run(tmp_path, "batch-8192", "b70")
+    pred = predict_kv(KvSettings(device="xpu", max_model_len=131072, max_num_batched_tokens=8192,
+                                 gpu_memory_utilization=0.94), history=[_cal("0002-base-b70")])
+    record_kv(run, pred.to_dict(), json.loads((FIX / "runs/0003-batch-8192-b70/startup.json").read_text()))
+    line = format_kv(read_kv(run.path))
+    assert line == "predicted 238,931 tokens / 1.82x, logged 236,470 / 1.80x (+1.0 %, inside the interval)"
+    assert format_kv(None) is None
