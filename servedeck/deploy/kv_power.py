@@ -48,7 +48,10 @@ def read_model_shape(host: RemoteHost, weights_dir: str) -> tuple[ModelShape | N
     if data is None:
         return None, f"{host.abspath(path)} does not exist"
     try:
-        return model_shape_from_config(json.loads(data), source=f"{host.name}:{host.abspath(path)}"), None
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        return model_shape_from_config(doc, source=f"{host.name}:{host.abspath(path)}"), None
     except ValueError as exc:
         return None, f"{host.abspath(path)}: {exc}"
 

@@ -33,17 +33,24 @@ def _cal(run: str, root: Path = FIX / "runs") -> CalibrationPoint:
 
 
 def _image_kv_space() -> int:
-    """VLLM_CPU_KVCACHE_SPACE of the CPU image's model.yaml (what the fixture logs ran with)."""
+    """VLLM_CPU_KVCACHE_SPACE of the CPU image's model.yaml (what the demo logs ran with)."""
     doc = YAML(typ="safe").load((ROOT / "deploy/images/cpu-vllm/models/qwen3-tiny/model.yaml").read_text())
     return int(doc["env"]["VLLM_CPU_KVCACHE_SPACE"])
+
+
+#: fixture log -> the VLLM_CPU_KVCACHE_SPACE it ran with (tests/fixtures/vllm-0.32-cpu/README.md)
+CPU_LOGS = {"serve-4096.log": _image_kv_space(), "serve-8192.log": _image_kv_space(),
+            "serve-kv1.log": 1, "serve-kv2.log": 2}
 
 
 def test_shape_from_config_names_each_source():
     shape = model_shape_from_config(TINY, source="qwen3-tiny/config.json")
     assert (shape.attention_layers.value, shape.num_kv_heads.value, shape.head_size.value) == (2, 2, 64)
+    assert "layer_types (2 of 2 layers hold KV)" in shape.attention_layers.source
     assert shape.dtype.value == "bfloat16"
     text = "\n".join(shape.sources())
     assert "qwen3-tiny/config.json: num_key_value_heads" in text and "head_dim" in text
+    assert len(set(CPU_LOGS.values())) == 2  # two KV-space settings are covered by real logs
 
 
 def test_shape_counts_only_attention_layers_of_a_hybrid_model():
@@ -56,10 +63,9 @@ def test_shape_counts_only_attention_layers_of_a_hybrid_model():
         model_shape_from_config({"num_attention_heads": 4})
 
 
-@pytest.mark.parametrize("log", sorted((FIX / "vllm-0.32-cpu").glob("serve-*.log")), ids=lambda p: p.name)
-def test_cpu_prediction_matches_the_real_vllm_log(log):
-    facts = parse_startup_log_file(log)
-    space = _image_kv_space()
+@pytest.mark.parametrize("name,space", sorted(CPU_LOGS.items()))
+def test_cpu_prediction_matches_the_real_vllm_log(name, space):
+    facts = parse_startup_log_file(FIX / "vllm-0.32-cpu" / name)
     assert facts.cpu_kv_cache_gib == space  # the log states the KV space it ran with
     s = KvSettings(device="cpu", max_model_len=facts.max_model_len or facts.max_concurrency_tokens_per_request,
                    cpu_kv_cache_space_gib=space)
