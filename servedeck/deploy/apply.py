@@ -49,7 +49,7 @@ from servedeck.host.remote import LockInfo, RemoteHost
 from servedeck.compose.render import Rendered, render_profile
 from servedeck.runs.store import RunRecord, create_run, git_commit, utcnow
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, format_power_status, power_status,
-                                       preflight_kv_power, record_kv, restore_power)
+                                       preflight_kv_power, recheck_kv, record_kv, restore_power)
 
 COMPOSE = "docker-compose.yml"
 PREVIOUS = "docker-compose.yml.prev"
@@ -692,6 +692,7 @@ def _apply(project, host, entry, loaded, profile, rendered, catalog, client, pre
         facts = img_facts
     else:
         _compare_catalog(facts, img_facts, profile, project.catalog_path)
+    recheck_kv(kvp, profile, facts, reporter)
     result.compose_sha256 = rendered.compose_sha256
     command = build_command(profile, facts)
     if run:

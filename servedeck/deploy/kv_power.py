@@ -6,6 +6,7 @@ Small entry points the deploy phases call (``servedeck/deploy/apply.py``), each 
   KV pool (model ``config.json`` read on the host, calibration from this project's runs on the
   same host and image) and reads/judges the power limit. Any error stops the deploy with
   nothing changed.
+* :func:`recheck_kv` — after the pull, when the catalog did not know the image at preflight.
 * :func:`apply_power` — after the old container stopped, before the new one starts.
 * :func:`record_kv` — after the startup log was parsed: ``kv.json`` in the run record.
 * :func:`restore_power` — rollback (and a failed deploy's rollback), down.
@@ -38,6 +39,10 @@ class KvPowerPlan:
     power: PowerLimit | None = None
     power_cap_w: float | None = None
     sysfs_root: str = "/sys"
+    shape: ModelShape | None = None
+    history: list = field(default_factory=list)
+    change_threshold_pct: float = 10.0
+    facts_known: bool = False
 
 
 def read_model_shape(host: RemoteHost, weights_dir: str) -> tuple[ModelShape | None, str | None]:
@@ -70,22 +75,15 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, facts, *,
         DeployError: vLLM would refuse to start (the message carries the prediction), or the
             power cap cannot be applied (missing interface, permission or tool; out of range).
     """
-    plan = KvPowerPlan(sysfs_root=getattr(entry, "sysfs_root", "/sys"))
-    shape, why = read_model_shape(host, profile.model.weights_dir)
-    history = kv_history.kv_history(project.runs_dir, host=host.name, image_digest=profile.image_ref.digest)
-    pred, plan.findings = judge_kv(settings_for_profile(profile, facts), shape, history,
-                                   change_threshold_pct=change_threshold_pct)
-    if shape is None and why:
+    plan = KvPowerPlan(sysfs_root=getattr(entry, "sysfs_root", "/sys"),
+                       change_threshold_pct=change_threshold_pct, facts_known=facts is not None)
+    plan.shape, why = read_model_shape(host, profile.model.weights_dir)
+    plan.history = kv_history.kv_history(project.runs_dir, host=host.name,
+                                         image_digest=profile.image_ref.digest)
+    problems = _judge(plan, profile, facts, reporter)
+    if plan.shape is None and why:
         plan.findings.append(Finding(severity=Severity.info, rule="kv/no-model-config",
                                      path="model.weights_dir", message=f"no model shape: {why}"))
-    plan.prediction = pred.to_dict() if pred else None
-    problems = [f"{f.rule}: {f.message}" for f in plan.findings if f.severity is Severity.error]
-    if reporter is not None:
-        for f in plan.findings:
-            if f.severity is Severity.warning:
-                reporter.warn(f"{f.rule}: {f.message}")
-            elif f.rule == "kv/prediction":
-                reporter.info(f.message.splitlines()[0])
     plan.power_cap_w = profile.host.power_cap_w
     if plan.power_cap_w is not None:
         plan.power, power_problems = power_preflight(host, plan.power_cap_w, sysfs_root=plan.sysfs_root,
@@ -95,6 +93,36 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, facts, *,
         raise DeployError(f"preflight on host {host.name} failed; nothing was changed:\n  - "
                           + "\n  - ".join(problems))
     return plan
+
+
+def _judge(plan: KvPowerPlan, profile, facts, reporter) -> list[str]:
+    pred, plan.findings = judge_kv(settings_for_profile(profile, facts), plan.shape, plan.history,
+                                   change_threshold_pct=plan.change_threshold_pct)
+    plan.prediction = pred.to_dict() if pred else None
+    if reporter is not None:
+        for f in plan.findings:
+            if f.severity is Severity.warning:
+                reporter.warn(f"{f.rule}: {f.message}")
+            elif f.rule == "kv/prediction":
+                reporter.info(f.message.splitlines()[0])
+    return [f"{f.rule}: {f.message}" for f in plan.findings if f.severity is Severity.error]
+
+
+def recheck_kv(plan: KvPowerPlan | None, profile, facts, reporter=None) -> None:
+    """Judge the KV pool again once the pulled image's facts are known (its model.yaml
+    defaults and environment, e.g. ``VLLM_CPU_KVCACHE_SPACE``), when the preflight ran
+    without them (an image the catalog did not know yet). Call before the upload.
+
+    Raises:
+        DeployError: vLLM would refuse to start; the running deployment was not touched.
+    """
+    if plan is None or plan.facts_known or facts is None:
+        return
+    plan.facts_known = True
+    problems = _judge(plan, profile, facts, reporter)
+    if problems:
+        raise DeployError("with the pulled image's facts, the KV check fails; the running "
+                          "deployment was not touched:\n  - " + "\n  - ".join(problems))
 
 
 def apply_power(host: RemoteHost, plan: KvPowerPlan | None, run: RunRecord | None, profile_name: str,

