@@ -961,7 +961,7 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         ``{"host", "workdir", "compose_present", "compose_sha256", "service", "container":
         {name, state, running, restarting, exit_code, started_at, uptime_s, restart_count,
         image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
-        "last_deploy": {...}|None}``.
+        "last_deploy": {...}|None, "power": servedeck.deploy.kv_power.power_status(...)}``.
     """
     import hashlib
     files = host.read_files([COMPOSE, host.lock_path, host.history_path])
