@@ -341,8 +341,13 @@ def calibration_from_startup(run_id: str, startup: dict[str, Any],
             or eff.get("max_num_batched_tokens"))
     peak, nt = startup.get("peak_activation_gib"), startup.get("non_torch_gib")
     overhead = None
+    cg = startup.get("cudagraph_memory_gib") or 0.0
     if peak is not None and nt is not None:
-        overhead = peak + nt + (startup.get("cudagraph_memory_gib") or 0.0)
+        overhead = peak + nt + cg
+    elif peak is not None and startup.get("consumed_memory_gib") is not None:
+        # 0.33 logs "consumed memory (weights + non-torch)": the weights are the same for every
+        # run of one image and model, so differences of this overhead are still right
+        overhead = peak + startup["consumed_memory_gib"] + cg
     available = startup.get("available_kv_cache_gib")
     if available is None:
         available = startup.get("cpu_kv_cache_gib")
@@ -415,13 +420,13 @@ def overhead_model(points: list[CalibrationPoint], mnbt: int | None) -> Overhead
     p0 = next(p for p in reversed(pts) if p.max_num_batched_tokens == m0)
     ratio = mnbt / m0
     point = p0.peak_activation_gib * ratio + p0.overhead_gib - p0.peak_activation_gib
-    whole = p0.overhead_gib * ratio
+    whole = point + (p0.non_torch_gib or 0.0) * (ratio - 1)
     lo, hi = min(point, whole) - eps, max(point, whole) + eps
     return OverheadModel(point, lo, hi,
                          f"one calibration run ({p0.run_id}, max_num_batched_tokens={m0}): "
                          f"peak activation {p0.peak_activation_gib:.2f} GiB scaled by "
-                         f"{mnbt}/{m0}, non-torch {p0.non_torch_gib:.2f} GiB held; interval "
-                         f"reaches to the whole overhead scaling ({whole:.2f} GiB)")
+                         f"{mnbt}/{m0}, non-torch {p0.non_torch_gib or 0:.2f} GiB held; interval "
+                         f"reaches to non-torch memory scaling too ({whole:.2f} GiB overhead)")
 
 
 # --------------------------------------------------------------------------- prediction

@@ -185,3 +185,16 @@ def test_kv_line_for_ab(tmp_path):
     line = format_kv(read_kv(run.path))
     assert line == "predicted 238,931 tokens / 1.82x, logged 236,470 / 1.80x (+1.0 %, inside the interval)"
     assert format_kv(None) is None
+
+
+def test_033_log_with_consumed_memory_calibrates():
+    """vLLM 0.33 logs "consumed memory (weights + non-torch)" instead of non-torch alone."""
+    facts = parse_startup_log_file(FIX / "logs" / "vllm-0.33-xpu.log").to_dict()
+    point = calibration_from_startup("033", facts)
+    assert point.overhead_gib == pytest.approx(
+        facts["peak_activation_gib"] + facts["consumed_memory_gib"] + (facts["cudagraph_memory_gib"] or 0))
+    same = KvSettings(device="xpu", max_model_len=point.max_model_len,
+                      max_num_batched_tokens=point.max_num_batched_tokens,
+                      gpu_memory_utilization=point.gpu_memory_utilization)
+    pred = predict_kv(same, history=[point])
+    assert pred.pool_tokens_low <= facts["kv_cache_tokens"] <= pred.pool_tokens_high
