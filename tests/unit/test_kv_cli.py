@@ -42,3 +42,26 @@ def test_plan_stops_a_max_model_len_that_cannot_fit(tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert "kv/refuses-to-start" in res.stdout and "524,288" in res.stdout
     assert "vLLM would refuse to start" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_ab_shows_prediction_beside_measurement(tmp_path):
+    import json
+
+    from servedeck.runs.kv_history import record_kv
+    from servedeck.runs.store import open_run
+    from servedeck.vllm.kv import KvSettings, calibration_from_startup, predict_kv
+    runs = tmp_path / "runs"
+    for name in ("0002-base-b70", "0003-batch-8192-b70"):
+        shutil.copytree(FIX / "runs" / name, runs / name)
+    base = runs / "0002-base-b70"
+    point = calibration_from_startup(base.name, json.loads((base / "startup.json").read_text()))
+    pred = predict_kv(KvSettings(device="xpu", max_model_len=131072, max_num_batched_tokens=8192,
+                                 gpu_memory_utilization=0.94), history=[point])
+    b = runs / "0003-batch-8192-b70"
+    record_kv(open_run(b), pred.to_dict(), json.loads((b / "startup.json").read_text()))
+    env = dict(os.environ, SERVEDECK_RUNS_DIR=str(runs))
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "ab", "0002-base-b70",
+                          "0003-batch-8192-b70"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert ("KV 0003-batch-8192-b70: predicted 238,931 tokens / 1.82x, logged 236,470 / 1.80x "
+            "(+1.0 %, inside the interval)") in res.stdout
