@@ -213,8 +213,12 @@ def check_power_cap(limit: PowerLimit | None, watts: float, *, sysfs_root: str =
         out.append(f"host.power_cap_w {watts:g} W cannot be applied: {limit.problem}")
     low = limit.min_w if limit.min_w is not None else 0.0
     if watts <= 0 or watts < low or (limit.max_w is not None and watts > limit.max_w):
-        low_text = f"{limit.min_w:g}" if limit.min_w is not None else "> 0"
-        rng = f"{low_text}–{limit.max_w:g} W" if limit.max_w is not None else f"{low_text} W"
+        if limit.max_w is None:
+            rng = f"at least {limit.min_w:g} W" if limit.min_w is not None else "above 0 W"
+        elif limit.min_w is not None:
+            rng = f"{limit.min_w:g}–{limit.max_w:g} W"
+        else:
+            rng = f"up to {limit.max_w:g} W"
         out.append(f"host.power_cap_w {watts:g} W is outside the card's allowed range {rng} "
                    f"({limit.interface} {limit.device})")
     return out
