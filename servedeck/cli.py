@@ -665,6 +665,7 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"  changed: {var.describe()}")
     for sentence in findings(result.comparison, result.noise):
         print(f"  - {sentence}")
+    _ab_kv([*result.runs_a, *result.runs_b])
     if interleaving is not None:
         print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
         for t in interleaving.trends:
@@ -702,10 +703,11 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
                            on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
 
 
-@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)"})
+@task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",
+            "kv_threshold": "warn when max concurrency changes by more than this many percent (default 10)"})
 @_cli
-def plan(c, profile, against):
-    """Before deploying: would PROFILE against RUN be a single-variable experiment?"""
+def plan(c, profile, against, kv_threshold=10.0):
+    """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against
     from servedeck.runs.history import resolve_run
     from servedeck.vllm.launcher import effective_settings
@@ -713,8 +715,32 @@ def plan(c, profile, against):
     views = {"profile": rendered.profile.model_dump(mode="json"),
              "effective": effective_settings(rendered.profile, rendered.facts),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
-    diff = guard(plan_against(views, resolve_run(_project().runs_dir, against)))
+    against_dir = resolve_run(_project().runs_dir, against)
+    diff = guard(plan_against(views, against_dir))
     print(f"single variable: {diff.single_variable.describe()}")
+    _plan_kv(rendered, against_dir, float(kv_threshold))
+
+
+def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
+    """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
+    from servedeck.findings import has_errors
+    from servedeck.runs.kv_history import plan_kv
+    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+                          change_threshold_pct=threshold)
+    for f in findings:
+        print(f.render())
+    if has_errors(findings):
+        raise ServedeckError("the KV prediction says vLLM would refuse to start this profile",
+                             field="engine.max_model_len")
+
+
+def _ab_kv(run_dirs) -> None:
+    """`invoke ab`: the KV prediction made before each deploy beside what the server logged."""
+    from servedeck.runs.kv_history import format_kv, read_kv
+    for d in run_dirs:
+        line = format_kv(read_kv(d))
+        if line:
+            print(f"  KV {d.name}: {line}")
 
 
 # ----------------------------------------------------------------------------- program

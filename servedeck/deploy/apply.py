@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
+from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, recheck_kv,
+                                       record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    published_port, render_and_check, resolve_image, with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
@@ -152,6 +154,9 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
             checked = render_and_check(profile, catalog, project, entry, reporter)
         facts, state = pre.result()
+        # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
+        kvp = preflight_kv_power(project, host, entry, profile, catalog.lookup(profile.image_ref.digest),
+                                 reporter=reporter)
     except BaseException as exc:
         pre.join()
         if host.holds_lock:
@@ -160,6 +165,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             raise DeployError("deploy interrupted before it changed anything") from None
         raise
     d = _Deploy(project, host, entry, options, reporter, t0)
+    d.kvp = kvp
     with _Interrupt():
         try:
             d.run = (start_run(project.runs_dir, profile=profile.name, host=host.name,
@@ -179,6 +185,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             reporter.phase("pull", profile.image)
             image = resolve_image(host, profile, catalog, project.catalog_path, reporter)
             d.timings["pull_s"] = image.pull_s
+            recheck_kv(kvp, profile, image.facts, reporter)  # the image may have been unknown at preflight
             if checked is None:
                 reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
                 checked = render_and_check(profile, catalog, project, entry, reporter)
@@ -241,6 +248,8 @@ class _Deploy:
         self.timings: dict[str, float] = {}
         self.revision = 0
         self.switched = False       # the old server may be stopped from here on
+        self.kvp: KvPowerPlan | None = None       # KV prediction + power cap judged in preflight
+        self.power_change: dict[str, Any] | None = None  # the cap this deploy set (restored on rollback)
         self.lines: list[dict[str, Any]] = []   # final history lines to write
         self.store_good: str | None = None
         self.error: DeployError | None = None
@@ -266,6 +275,7 @@ class _Deploy:
                                       f"stop the old server, start service {p.service}")
         t_up = time.time()
         self.switched = True
+        self.power_change = apply_power(self.host, self.kvp, self.run.run, p.profile.name, self.reporter)
         up = self.host.switch(UP_ARGS, {**self.base_line(), "outcome": "started", "time": utcnow()},
                               data=p.compose_bytes)
         if up.returncode != 0:
@@ -278,6 +288,7 @@ class _Deploy:
                                    timeout_s=p.timeout_s, reporter=self.reporter)
         self.result.readiness = readiness
         self.result.startup, self.result.arg_checks = record_startup(self.run, p, readiness, self.reporter)
+        record_kv(self.run.run, self.kvp, self.result.startup)
         if readiness.ready:
             self.ready(readiness, t_up)
         else:
@@ -325,6 +336,8 @@ class _Deploy:
         return a sentence saying what now serves."""
         p = self.plan
         target = p.rollback_target if p else None
+        if self.power_change:
+            restore_power(self.host, self.run.run, self.reporter)
         if target is None:
             self.host.compose(["down", "--remove-orphans"], check=False)
             return ("no deployment on this host ever served, so there is nothing to roll back to; "

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from servedeck.deploy.apply import restore_revision
 from servedeck.deploy.console import Reporter
+from servedeck.deploy.kv_power import format_power_status, power_status, restore_power
 from servedeck.deploy.plan import api_base_url, owner
 from servedeck.deploy.readiness import Readiness
 from servedeck.deploy.record import RunWriter, mark_abandoned, start_run
@@ -103,7 +104,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
                         "ended": r.record.get("ended")} for r in state.known_good()],
         "unfinished": [r.number for r in hist.unfinished(state.history)],
-        "lock_stale": state.holder.stale_reason() if state.holder else None}
+        "lock_stale": state.holder.stale_reason() if state.holder else None,
+        "power": power_status(host, entry.sysfs_root)}
     if state.compose_sha256 is None:
         return out
     norm = _normalised_service(host)
@@ -165,6 +167,8 @@ def format_status(st: dict[str, Any]) -> str:
     if st.get("known_good"):
         lines.append("  known-good revisions (rollback --to N): " + ", ".join(
             f"{g['revision']} {g['profile']}" for g in st["known_good"]))
+    if format_power_status(st.get("power")):
+        lines.append(f"  {format_power_status(st['power'])}")
     if st.get("lock"):
         lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}"
                      + (f"; looks stale: {st['lock_stale']} (--force-unlock takes it over)"
@@ -245,6 +249,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
         secrets = deployed_secrets(host, f"{host.good_dir}/{target.compose_sha256}.yml")
         run.secrets = secrets
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
+        restore_power(host, run.run, reporter)  # the limit the current deployment replaced
         rb, lines = restore_revision(host, entry, target, revision, api_key=secrets.api_key,
                                      timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
                                      who=owner(), run_id=run.run_id, reason="invoke rollback")
@@ -305,6 +310,7 @@ def down(host: RemoteHost, *, force_unlock: bool = False, reporter: Reporter | N
             raise DeployError(f"nothing deployed on {host.name} ({host.compose_path} missing)")
         _close_unfinished(host, state, None)
         res = host.compose(["down", "--remove-orphans"])
+        restore_power(host)
         line["outcome"] = "down"
     except BaseException:
         line["outcome"] = "failed"

@@ -13,6 +13,7 @@ File format (YAML 1.2; JSON Schema ``schema/hosts.schema.json``)::
         host_port: 9932                   # optional: overrides the profile's published port
     groups:                               # optional: named sets of hosts (fleet commands)
       lab: [b70]
+        sysfs_root: /sys                  # optional; where the card's hwmon power limit is
 
 ``container_name`` and ``host_port`` let several deployments share one Docker engine (the
 loopback test fleet) or give each host of a fleet its own name and port without a profile per
@@ -55,6 +56,9 @@ class HostEntry(BaseModel):
         container_name: overrides the profile's ``container.container_name`` on this host.
         host_port: overrides the profile's ``container.host_port`` (the port published on the
             host); ``port`` defaults to it and must equal it when both are given.
+        sysfs_root: where sysfs is mounted on the host (``/sys``); the card's power limit is
+            read and set under it (:mod:`servedeck.host.power`). Tests point it at a stand-in
+            tree, since the test machine has no GPU.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -67,6 +71,7 @@ class HostEntry(BaseModel):
     api_host: str | None = None
     container_name: str | None = None
     host_port: int | None = Field(default=None, ge=1, le=65535)
+    sysfs_root: str = "/sys"
 
     @model_validator(mode="after")
     def _port_follows_host_port(self) -> "HostEntry":
@@ -90,11 +95,11 @@ class HostEntry(BaseModel):
             return profile
         return profile.model_copy(update={"container": profile.container.model_copy(update=container)})
 
-    @field_validator("workdir")
+    @field_validator("workdir", "sysfs_root")
     @classmethod
-    def _absolute(cls, v: str) -> str:
+    def _absolute(cls, v: str, info) -> str:
         if not v.startswith("/"):
-            raise ValueError(f"workdir {v!r} must be an absolute path on the host")
+            raise ValueError(f"{info.field_name} {v!r} must be an absolute path on the host")
         return v.rstrip("/") or "/"
 
 

@@ -57,6 +57,7 @@ ARGS_VERIFICATION = "args_verification.json"
 WORKLOAD = "workload.json"
 BENCH_SAMPLES = "bench.jsonl"
 BENCH_SUMMARY = "bench.json"
+KV = "kv.json"
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -96,6 +97,8 @@ RUN_FILES: dict[str, str] = {
     ARGS_VERIFICATION: "list of `{\"setting\", \"expected\", \"reported\", \"status\", \"source\"}`; "
                        "status `confirmed` | `differs` | `not reported`",
     WORKLOAD: "the benchmark workload definition",
+    KV: "the KV-capacity prediction made before the deploy beside what the server logged "
+        "(`servedeck.vllm.kv.compare_with_measured`)",
     BENCH_SAMPLES: "one JSON object per request sample",
     BENCH_SUMMARY: "summary per phase and metric",
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
@@ -178,6 +181,11 @@ class RunMeta(BaseModel):
     host_state_written: bool | None = Field(
         None, description="False when the final history line could not be written on the host "
                           "(the next command of that host completes it)")
+    power: dict[str, Any] | None = Field(
+        None, description="the card power limit this deploy set: `{\"interface\", \"device\", "
+                          "\"previous_w\", \"new_w\", ...}` (servedeck.host.power)")
+    power_restored: dict[str, Any] | None = Field(
+        None, description="the limit put back by a rollback of this run (same shape as `power`)")
     redacted: list[str] = Field(default_factory=list,
                                 description="names of the secrets replaced by `***` in this record's files")
     servedeck_version: str = Field(__version__, description="servedeck that wrote the record")

@@ -1,0 +1,106 @@
+"""Deploy-level KV prediction on the real vLLM CPU server (loopback SSH host, real image).
+
+1. cpu-4096 is deployed; its preflight predicted the pool from the model's config.json on the
+   host and VLLM_CPU_KVCACHE_SPACE; the run's kv.json holds the prediction beside what vLLM
+   logged, and they agree exactly.
+2. a variant with VLLM_CPU_KVCACHE_SPACE=0 (no KV memory: vLLM would refuse to start) is
+   stopped in preflight with the prediction in the message; cpu-4096 keeps serving.
+3. a variant with VLLM_CPU_KVCACHE_SPACE=2 deploys and again matches exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devtools.demo import export_model, pin_profile_image, upload_dir
+from servedeck.deploy.apply import DeployOptions, QuietReporter, deploy
+from servedeck.errors import DeployError
+from servedeck.host.remote import RemoteHost
+from servedeck.model.inventory import get_host, load_inventory
+from servedeck.model.profile import ProfileStore
+from servedeck.model.project import Project
+from servedeck.runs.kv_history import read_kv
+
+ROOT = Path(__file__).resolve().parents[2]
+SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
+
+
+def _built_image() -> str:
+    """The CPU image already built by `invoke image-build` (this test never builds one)."""
+    out = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}",
+                          "127.0.0.1:5000/servedeck/vllm-cpu"], capture_output=True, text=True).stdout.split()
+    if not out:
+        pytest.fail("the CPU vLLM image is not built (invoke image-build)", pytrace=False)
+    digests = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .RepoDigests}}", out[0]],
+                                        capture_output=True, text=True, check=True).stdout)
+    ref = next((d for d in digests if d.startswith("127.0.0.1:5000/servedeck/vllm-cpu@")), None)
+    if ref is None:
+        pytest.fail(f"{out[0]} was not pushed to the local registry", pytrace=False)
+    return ref
+
+
+@pytest.fixture(scope="module")
+def cpu_project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kv-project")
+    for name in ("profiles", "templates", "schema"):
+        shutil.copytree(ROOT / name, root / name)
+    (root / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
+    workdir = f"/srv/servedeck-test/e2e-kv-{uuid.uuid4().hex[:8]}"
+    (root / "deploy" / "hosts.yaml").write_text(
+        f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
+        f"    workdir: {workdir}\n    port: 9932\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+    project = Project(root)
+    ref = _built_image()
+    pin_profile_image(project.profiles_dir / "cpu-4096.yaml", ref)
+    for space in (0, 2):
+        (project.profiles_dir / f"cpu-kv{space}.yaml").write_text(
+            f"extends: cpu-4096\nlauncher_env:\n  VLLM_CPU_KVCACHE_SPACE: \"{space}\"\n")
+    entry = get_host(load_inventory(project.inventory_path), "local", project.inventory_path)
+    host = RemoteHost("local", entry.ssh, entry.workdir)
+    weights = ProfileStore(project.profiles_dir).load("cpu-4096").profile.model.weights_dir
+    upload_dir(host, export_model(ref), weights)
+    try:
+        yield project, host, entry
+    finally:
+        host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 2; rm -rf {workdir}",
+                 check=False)
+
+
+def _deploy(project, host, entry, name):
+    return deploy(project, host, entry, ProfileStore(project.profiles_dir).load(name), DeployOptions(),
+                  QuietReporter())
+
+
+def _exact(run_path: Path, tokens: int) -> None:
+    kv = read_kv(run_path)
+    assert kv["prediction"]["method"] == "cpu-kv-space"
+    assert any("config.json: num_key_value_heads" in s for s in kv["prediction"]["sources"])
+    assert kv["measured"]["kv_cache_tokens"] == tokens
+    assert kv["prediction"]["pool_tokens"] == tokens and kv["error_pct"]["kv_cache_tokens"] == 0.0
+
+
+def test_prediction_matches_refusal_stops_and_the_deployment_keeps_serving(cpu_project):
+    project, host, entry = cpu_project
+    first = _deploy(project, host, entry, "cpu-4096")
+    assert first.outcome == "ready"
+    _exact(first.run.path, 1024 ** 3 // 1024)  # 1 GiB / 1,024 bytes per token
+
+    compose = host.read_file("docker-compose.yml")
+    with pytest.raises(DeployError, match="kv/refuses-to-start") as exc:
+        _deploy(project, host, entry, "cpu-kv0")
+    assert "vLLM would refuse to start" in str(exc.value) and "KV pool 0 tokens" in str(exc.value)
+    assert "nothing was changed" in str(exc.value)
+    assert host.read_file("docker-compose.yml") == compose
+    assert httpx.get("http://127.0.0.1:9932/health", timeout=5).status_code == 200
+
+    second = _deploy(project, host, entry, "cpu-kv2")
+    assert second.outcome == "ready"
+    _exact(second.run.path, 2 * 1024 ** 3 // 1024)
