@@ -187,6 +187,8 @@ def _measured_startups() -> dict[str, float]:
     from servedeck.runs.history import list_runs
     from servedeck.runs.store import read_meta
     found: dict[str, float] = {}
+    if not _project().runs_dir.is_dir():  # a profiles repository that never deployed
+        return found
     for row in reversed(list_runs(_project().runs_dir)):
         if row.outcome != "ready" or row.profile is None or row.profile in found:
             continue
@@ -331,10 +333,12 @@ _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
             "hosts": "rolling deploy to a group / Ansible host pattern instead of one --host",
             "serial": "--hosts: hosts per batch, a count or a percentage (default: all at once)",
             "max_fail": "--hosts: percent of a batch that may fail before the rollout stops (default 0)",
-            "on_failure": "--hosts: keep (default) or rollback the hosts already deployed when one fails"})
+            "on_failure": "--hosts: keep (default) or rollback the hosts already deployed when one fails",
+            "in_image": "let vLLM in the pinned image judge the command before the switch "
+                        "(default on; --no-in-image skips it)"})
 @_cli
 def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
-           image=None, hosts=None, serial=None, max_fail=None, on_failure="keep"):
+           image=None, hosts=None, serial=None, max_fail=None, on_failure="keep", in_image=True):
     """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
     if hosts:  # fleet: see the "fleet" block below
         return _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout)
@@ -346,7 +350,8 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
     remote, entry = _host(host, inventory)
     result = run_deploy(_project(), remote, entry, _load(profile),
                         DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
-                                      timeout_s=float(timeout) if timeout else None, image=image),
+                                      timeout_s=float(timeout) if timeout else None, image=image,
+                                      in_image=in_image),
                         ConsoleReporter())
     t = result.timings_s
     print(f"deployed {profile} to {host}: ready; pull {t.get('pull_s')} s, server start to ready "

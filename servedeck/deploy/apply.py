@@ -31,7 +31,7 @@ from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
-                                   published_port, render_and_check, resolve_image, with_image)
+                                   judge_in_image, published_port, render_and_check, resolve_image, with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
                                      record_startup, start_run)
@@ -194,6 +194,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                                 host_facts=facts, state=state, options=options)
             d.run.secrets = d.plan.secrets
             record_plan(d.run, d.plan)
+            if options.in_image:
+                judge_in_image(host, d.plan, reporter)  # a rejection ends here: the old server serves on
             d.warn_compile_range()
             d.apply()
         except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from typing import Any
 from servedeck.compose.render import Rendered, render_profile
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.secrets import Secrets, find_secrets
-from servedeck.errors import DeployError
+from servedeck.errors import DeployError, ServedeckError
 from servedeck.findings import Severity
 from servedeck.host.history import Revision, next_revision
 from servedeck.host.remote import HostState, RemoteHost
@@ -43,6 +43,8 @@ class DeployOptions:
         image: replace the profile's image reference (digest-pinned), e.g. a locally built
             image for tests; recorded in the run.
         record: write a run record under the project's runs directory.
+        in_image: ask the pinned image's launcher and vLLM to judge the command before the
+            switch (:func:`judge_in_image`).
         min_free_gib: refuse when the host's workdir has less free disk.
     """
 
@@ -51,6 +53,7 @@ class DeployOptions:
     timeout_s: float | None = None
     image: str | None = None
     record: bool = True
+    in_image: bool = True
     min_free_gib: float = MIN_FREE_GIB
 
 
@@ -105,6 +108,30 @@ class DeployPlan:
     @property
     def api_key(self) -> str | None:
         return self.secrets.api_key
+
+
+def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:
+    """vLLM's own parser as the last judge: the pinned image's launcher gives its final command
+    and vLLM's argument parser and serve-argument validation judge it inside the image, on the
+    host's engine, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per image and
+    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in) is
+    reported and skipped.
+
+    Raises:
+        DeployError: vLLM rejects the command (its own message; nothing on the host changed).
+    """
+    from servedeck.host.inimage import dry_run
+    try:
+        res = dry_run(host, plan.profile.image, plan.argv)
+    except ServedeckError as exc:
+        reporter.info(f"in-image check skipped: {exc.message}")
+        return
+    if not res.ok:
+        raise DeployError(f"vLLM in the pinned image rejects the server command ({res.stage}): "
+                          f"{res.message}; nothing serving was changed",
+                          hint=f"fix the profile, then `servedeck check --profile {plan.profile.name} "
+                               "--in-image`")
+    reporter.info(f"in-image check: vLLM accepts the command ({'cached' if res.cached else f'{res.seconds:.1f} s'})")
 
 
 def published_port(profile: Profile) -> int:

@@ -63,8 +63,8 @@ def local_client() -> Any:
 def _client(client_or_host: Any) -> Any:
     if client_or_host is None:
         return local_client()
-    if hasattr(client_or_host, "docker_client"):  # servedeck.host.remote.RemoteHost
-        return client_or_host.docker_client()
+    if hasattr(client_or_host, "engine"):  # servedeck.host.remote.RemoteHost: its forwarded Engine
+        return client_or_host.engine.client
     return client_or_host
 
 
@@ -229,8 +229,17 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
             return res
         except (ValueError, TypeError):
             pass  # a damaged cache entry is recomputed
+    unable = cache_dir() / "dryrun" / f"unable-{image.id.replace(':', '-')}.txt"
+    if use_cache and unable.exists():  # this image cannot run the introspection at all
+        raise ServedeckError(unable.read_text(encoding="utf-8").strip(),
+                             hint="the image needs python3 with vLLM importable on its PATH")
     entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
-    verdict = _introspect(client, image, ["launch-dryrun", json.dumps(entry), json.dumps(list(command))])
+    try:
+        verdict = _introspect(client, image, ["launch-dryrun", json.dumps(entry), json.dumps(list(command))])
+    except ServedeckError as exc:
+        if use_cache:
+            atomic_write(unable, exc.message + "\n")
+        raise
     res = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")), str(verdict.get("message")),
                        list(verdict.get("argv") or []), image.id)
     res.seconds = time.perf_counter() - t0

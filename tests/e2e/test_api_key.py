@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devtools.demo import BASELINE, export_model, pin_profile_image, upload_dir
+from devtools.demo import BASELINE, export_model, upload_dir
 from devtools.imagebuild import build_cpu_vllm_image
 from servedeck.bench.client import Workload
 from servedeck.bench.record import bench_deployed
@@ -46,7 +46,7 @@ def keyed(tmp_path_factory):
         f"    workdir: {workdir}\n    port: {PORT}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
     project = Project(root)
     ref = build_cpu_vllm_image(progress=False)
-    pin_profile_image(project.profiles_dir / f"{BASELINE}.yaml", ref)
+    project.local_images.record(ref)  # the baseline pins the placeholder digest: it loads with this image
     (project.profiles_dir / "cpu-keyed.yaml").write_text(
         f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
         f"    VLLM_API_KEY: \"{KEY}\"\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devtools.demo import export_model, pin_profile_image, upload_dir
+from devtools.demo import export_model, upload_dir
 from servedeck.deploy.apply import DeployOptions, QuietReporter, deploy
 from servedeck.errors import DeployError
 from servedeck.host.remote import RemoteHost
@@ -59,7 +59,7 @@ def cpu_project(tmp_path_factory):
         f"    workdir: {workdir}\n    port: 9932\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
     project = Project(root)
     ref = _built_image()
-    pin_profile_image(project.profiles_dir / "cpu-4096.yaml", ref)
+    project.local_images.record(ref)  # cpu-4096 pins the placeholder digest: it loads with this image
     for space in (0, 2):
         (project.profiles_dir / f"cpu-kv{space}.yaml").write_text(
             f"extends: cpu-4096\nlauncher_env:\n  VLLM_CPU_KVCACHE_SPACE: \"{space}\"\n")

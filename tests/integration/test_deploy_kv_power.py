@@ -13,7 +13,8 @@ import pytest
 from test_deploy import _deploy, _fast, _models, _variant, card, project, standin  # noqa: F401
 from test_power import HWMON, UW, limit_file, make_standin
 
-from servedeck.deploy.apply import QuietReporter, format_status, rollback, status
+from servedeck.deploy.console import QuietReporter
+from servedeck.deploy.ops import format_status, rollback, status
 from servedeck.errors import DeployError
 from servedeck.runs.kv_history import read_kv
 
@@ -46,7 +47,7 @@ def test_power_cap_is_applied_recorded_shown_and_rolled_back(project, card_with_
     assert st["power"]["current_w"] == 230.0 and st["power"]["set_by"]["profile"] == "capped"
     assert "power limit 230 W (xe-hwmon, max 300 W)" in format_status(st)
 
-    assert rollback(host, entry, reporter=QuietReporter()).ready
+    assert rollback(host, entry, reporter=QuietReporter(), project=project).ready
     assert host.read_file("docker-compose.yml") == first_compose
     assert limit_file(host, root) == 275 * UW
 
