@@ -75,7 +75,7 @@ def test_a_keyed_profile_deploys_benches_and_never_records_the_key(keyed):
     assert (result.run.path / "bench.jsonl").exists()
     leaks = [p for p in result.run.path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaks == []
-    assert result.run.meta["redacted"] == ["environment.VLLM_API_KEY"]
+    assert result.run.meta.redacted == ["environment.VLLM_API_KEY"]
     state = host.run(["sh", "-c", 'cat "$1"/history.jsonl; ls "$1"/good', "sh",
                       f"{host.workdir}/.servedeck"]).stdout
     assert KEY not in state

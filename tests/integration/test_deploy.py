@@ -155,7 +155,7 @@ def test_batch_8192_deploys_over_ssh_and_serves_qwen(project, card, standin):
     assert _revisions(host) == [(1, "deploy", "batch-8192", "ready")]
     hist = _history(host)
     assert [h["outcome"] for h in hist] == ["started", "ready"]
-    assert hist[-1]["compose_sha256"] == result.run.meta["compose_sha256"] == result.compose_sha256
+    assert hist[-1]["compose_sha256"] == result.run.meta.compose_sha256 == result.compose_sha256
     # the run record keeps the compose byte-for-byte (no secrets in it)
     on_host = host.read_file("docker-compose.yml")
     assert (result.run.path / "docker-compose.yml").read_bytes() == on_host
@@ -540,9 +540,9 @@ def test_secrets_never_reach_a_record_or_the_host_history(project, card, standin
             text = path.read_text(errors="replace")
             assert key not in text and token not in text, path
     meta = result.run.meta
-    assert meta["compose_redacted"] is True
-    assert meta["redacted"] == ["--api-key", "environment.HF_TOKEN"]
-    assert meta["compose_sha256"] == result.compose_sha256  # the deployed text's hash
+    assert meta.compose_redacted is True
+    assert meta.redacted == ["--api-key", "environment.HF_TOKEN"]
+    assert meta.compose_sha256 == result.compose_sha256  # the deployed text's hash
     hist_text = host.read_file(host.history_path).decode()
     assert key not in hist_text and token not in hist_text
 
