@@ -124,7 +124,8 @@ class ImageRef(BaseModel):
     """The image a run deployed."""
 
     model_config = ConfigDict(extra="forbid")
-    reference: str = Field(description="the digest-pinned reference as deployed")
+    reference: str | None = Field(None, description="the digest-pinned reference as deployed (None for a "
+                                                    "rollback run: the host history keeps the digest only)")
     digest: str | None = Field(None, description="`sha256:…` of the reference")
 
 
