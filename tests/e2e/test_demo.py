@@ -26,6 +26,7 @@ from servedeck.errors import ServedeckError
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.bench.record import bench_deployed
 from servedeck.model.project import Project
+from servedeck.host.history import history_records
 from servedeck.host.remote import RemoteHost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,7 +156,7 @@ def test_the_ab_guard_names_the_single_variable_and_the_report_exists(demo):
 
 def test_compose_in_each_run_is_byte_identical_to_the_deployed_one(demo):
     result, project, host, _, _ = demo
-    history = [json.loads(line) for line in host.read_file(host.history_path).decode().splitlines()]
+    history = history_records(host.read_file(host.history_path))
     # each revision writes a "started" line and a final one: the final "ready" line of each run
     by_run = {h["run_id"]: h for h in history if h.get("run_id") and h.get("outcome") == "ready"}
     for run in result.runs:
