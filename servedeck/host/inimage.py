@@ -35,6 +35,10 @@ _SCRIPT = Path(__file__).resolve().parent.parent / "vllm" / "introspect.py"
 _MEMO: dict[str, "DryRunResult"] = {}
 
 
+THROWAWAY_LABEL = "io.servedeck.throwaway"
+"""Label of the throw-away containers of the facts extraction and the dry run."""
+
+
 def cache_dir() -> Path:
     """``$SERVEDECK_CACHE_HOME`` or ``$XDG_CACHE_HOME/servedeck`` (``~/.cache/servedeck``)."""
     base = os.environ.get("SERVEDECK_CACHE_HOME")
@@ -82,7 +86,7 @@ def _image(client: Any, ref: str) -> Any:
 
 def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[str]) -> tuple[int, str]:
     """Run a throw-away container; returns (exit code, stdout+stderr text)."""
-    kw: dict[str, Any] = {"network_mode": "none", "detach": True}
+    kw: dict[str, Any] = {"network_mode": "none", "detach": True, "labels": {THROWAWAY_LABEL: "1"}}
     if entrypoint is not None:
         kw["entrypoint"] = entrypoint
     container = client.containers.run(image.id, command=command, **kw)

@@ -116,7 +116,9 @@ def test_dry_run_through_the_card_host_leaves_the_running_server_alone(cpu_ref, 
         assert not res.ok and res.stage == "parse"
         assert "unrecognized arguments: --enable-reasoning" in res.message
         assert health() == 200  # the running server was not touched
-        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={res.image_id}"],
+        from servedeck.host.inimage import THROWAWAY_LABEL
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={res.image_id}",
+                               "--filter", f"label={THROWAWAY_LABEL}"],
                               capture_output=True, text=True).stdout.split()
         assert left == []  # the throw-away dry-run container is removed
     finally:
