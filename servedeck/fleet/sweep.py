@@ -467,7 +467,7 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     """One row per experiment: id, variable, value_a, value_b, host, status (``done``,
     ``failed``, ``pending``), run_a, run_b, report, seconds, and the headline metrics (B vs A):
     ``kv_cache_tokens`` a/b and the warm ``decode_tok_s`` median ratio when benchmarked."""
-    from servedeck.ab.compare import compare_metrics
+    from servedeck.ab.stats import compare_metrics
     rows = []
     for exp in plan.experiments:
         row: dict[str, Any] = {"id": exp.id, "variable": exp.variable, "value_a": exp.value_a,
