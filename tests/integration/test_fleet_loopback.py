@@ -105,8 +105,10 @@ def _ts(text: str) -> float:
 
 
 def _history(host: RemoteHost) -> list[dict]:
-    data = host.read_file(host.history_path, missing_ok=True) or b""
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    """The host's deploys that served, oldest first (each revision also writes a "started" line)."""
+    from servedeck.host.history import history_records
+    return [h for h in history_records(host.read_file(host.history_path, missing_ok=True))
+            if h.get("event") == "deploy" and h.get("outcome") == "ready"]
 
 
 PORTS = {"fleet-1": 9941, "fleet-2": 9942, "fleet-3": 9943}
