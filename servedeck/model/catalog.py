@@ -7,7 +7,8 @@ overrides) and to check names against the right vLLM version. ``invoke deploy`` 
 unknown digest after reading the facts from the pulled image.
 
 File format: ``deploy/images.yaml`` (YAML 1.2), ``images: {<sha256:...>: ImageFacts}``.
-Facts for the exl3xpu digests come from ``shared/reference/exl3xpu-image-facts.md`` §1, §6.
+Facts for the exl3xpu digests come from the image itself (``ghcr.io/0xsero/exl3xpu``: its
+config, labels and ``models/*/model.yaml``), read as :mod:`servedeck.host.images` reads any image.
 """
 
 from __future__ import annotations

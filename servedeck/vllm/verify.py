@@ -1,7 +1,7 @@
 """Effective-args verification: what the profile set vs what vLLM reported as non-default.
 
 vLLM logs ``non-default args: {...}`` (argparse dest → value, only values that differ from
-vLLM's defaults; ``shared/reference/vllm-serving-facts.md`` §2.1). From the profile and the
+vLLM's defaults; vLLM ``vllm/entrypoints/utils.py`` ``log_non_default_args``). From the profile and the
 image catalog servedeck predicts the value of every setting the profile (or the image's
 model.yaml) fixes, and compares:
 

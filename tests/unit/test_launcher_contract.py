@@ -1,5 +1,5 @@
 """The CPU image's launcher (deploy/images/cpu-vllm/serve.py) against the exl3xpu serve.py v3
-contract (/work/shared/reference/exl3xpu-image-facts.md §4), driven through ``--print``."""
+contract (the image's scripts/serve.py), driven through ``--print``."""
 
 from __future__ import annotations
 

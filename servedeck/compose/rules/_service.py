@@ -2,11 +2,11 @@
 the launcher, the server argv as parsed by the launcher and vLLM, and the effective engine
 settings (image model.yaml defaults + ``--set vllm.*`` + passthrough flags, last wins).
 
-Sources: exl3xpu ``scripts/serve.py`` contract (``shared/reference/exl3xpu-image-facts.md``
-§4: argparse ``parse_known_args``, ``--set`` split at the first ``=`` with the value read by
+Sources: exl3xpu ``scripts/serve.py`` contract (implemented in this repository by
+``deploy/images/cpu-vllm/serve.py``: argparse ``parse_known_args``, ``--set`` split at the first ``=`` with the value read by
 PyYAML ``safe_load``, passthrough appended after the model.yaml flags); vLLM's argparse
 conventions (``vllm/engine/arg_utils.py``: ``--x`` / ``--no-x`` booleans, ``--flag=value``,
-last occurrence wins; ``shared/reference/vllm-serving-facts.md`` §6).
+last occurrence wins).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Sources: Compose Specification (``services.ports`` short/long syntax, ``volumes`` short/long
 syntax, ``restart``, ``deploy.resources``); Docker size units for ``shm_size`` (b, k, m, g,
-binary multiples); XPU container conventions (``shared/reference/vllm-serving-facts.md`` §9,
-``exl3xpu-image-facts.md`` §2, §5); vLLM CPU's /dev/shm need (vLLM CPU installation docs).
+binary multiples); XPU container conventions (vLLM's Intel XPU installation docs: ``--device
+/dev/dri`` and the render group; the exl3xpu image's compose example); vLLM CPU's /dev/shm
+need (vLLM CPU installation docs).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Server-command rule families: ``argv/*``, ``launcher/*`` and ``vllm/*``.
 
-Sources: exl3xpu launcher contract (``shared/reference/exl3xpu-image-facts.md`` §4); vLLM
-flag constraints and names (``shared/reference/vllm-serving-facts.md`` §6–§7, read from
+Sources: exl3xpu launcher contract (the image's ``scripts/serve.py``; in this repository
+``deploy/images/cpu-vllm/serve.py`` implements it); vLLM flag constraints and names (vLLM's
 ``vllm/engine/arg_utils.py``, ``vllm/config/scheduler.py``, ``vllm/config/speculative.py``);
 names per version from :mod:`servedeck.vllm.names`.
 """
