@@ -30,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SPEC_TOKENS = 3
+SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -119,3 +120,28 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
     finally:
         subprocess.run(["docker", "logs", name], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def loopback_project(tmp_path_factory: pytest.TempPathFactory):
+    """Factory ``make(name, port) -> (Project, workdir)``: a copy of the repository's profiles,
+    templates, schema and image catalog with one host ``local`` (the loopback card host of
+    ``scripts/test-services``) whose working directory ``/srv/servedeck-test/<name>-<random>``
+    is its own; the caller removes that directory on the host."""
+    import shutil
+    import uuid
+
+    from servedeck.model.project import Project
+
+    def make(name: str, port: int):
+        root = tmp_path_factory.mktemp(f"{name}-project")
+        for part in ("profiles", "templates", "schema"):
+            shutil.copytree(ROOT / part, root / part)
+        (root / "deploy").mkdir()
+        shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
+        workdir = f"/srv/servedeck-test/{name}-{uuid.uuid4().hex[:8]}"
+        (root / "deploy" / "hosts.yaml").write_text(
+            f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
+            f"    workdir: {workdir}\n    port: {port}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+        return Project(root), workdir
+    return make

@@ -7,9 +7,7 @@ it (issue 15); the key lives only in the deployed compose file on the host (mode
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,26 +23,14 @@ from servedeck.errors import DeployError
 from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
-from servedeck.model.project import Project
 
-ROOT = Path(__file__).resolve().parents[2]
-SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 KEY = "sk-servedeck-e2e-" + uuid.uuid4().hex
 PORT = 9932
 
 
 @pytest.fixture(scope="module")
-def keyed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("apikey-project")
-    for name in ("profiles", "templates", "schema"):
-        shutil.copytree(ROOT / name, root / name)
-    (root / "deploy").mkdir()
-    shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
-    workdir = f"/srv/servedeck-test/apikey-{uuid.uuid4().hex[:8]}"
-    (root / "deploy" / "hosts.yaml").write_text(
-        f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {workdir}\n    port: {PORT}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
-    project = Project(root)
+def keyed(loopback_project):
+    project, workdir = loopback_project("apikey", PORT)
     ref = build_cpu_vllm_image(progress=False)
     project.local_images.record(ref)  # the baseline pins the placeholder digest: it loads with this image
     (project.profiles_dir / "cpu-keyed.yaml").write_text(

@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import httpx
@@ -25,11 +23,8 @@ from servedeck.errors import DeployError
 from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
-from servedeck.model.project import Project
 from servedeck.runs.kv_history import read_kv
 
-ROOT = Path(__file__).resolve().parents[2]
-SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
 
 def _built_image() -> str:
@@ -47,17 +42,8 @@ def _built_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def cpu_project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kv-project")
-    for name in ("profiles", "templates", "schema"):
-        shutil.copytree(ROOT / name, root / name)
-    (root / "deploy").mkdir()
-    shutil.copy(ROOT / "deploy" / "images.yaml", root / "deploy" / "images.yaml")
-    workdir = f"/srv/servedeck-test/e2e-kv-{uuid.uuid4().hex[:8]}"
-    (root / "deploy" / "hosts.yaml").write_text(
-        f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {workdir}\n    port: 9932\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
-    project = Project(root)
+def cpu_project(loopback_project):
+    project, workdir = loopback_project("e2e-kv", 9932)
     ref = _built_image()
     project.local_images.record(ref)  # cpu-4096 pins the placeholder digest: it loads with this image
     for space in (0, 2):
