@@ -61,8 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from servedeck.fsutil import atomic_write  # noqa: E402
-from servedeck.bench.client import (Workload, format_table, import_vllm_bench, metrics_delta,  # noqa: E402
-                             parse_metrics, run_bench)
+from servedeck.bench.client import (Workload, import_vllm_bench, metrics_delta,  # noqa: E402
+                                    parse_metrics, run_bench)
+from servedeck.bench.table import format_table  # noqa: E402
 
 _RUNNER = (
     "import sys\n"

@@ -545,7 +545,8 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
           import_file=None):
     """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
     from servedeck.runs.history import resolve_run
-    from servedeck.bench.client import RichProgress, Workload, format_table
+    from servedeck.bench.client import RichProgress, Workload
+    from servedeck.bench.table import format_table
     from servedeck.bench.record import bench_deployed, import_external, latest_ready_run
     runs_dir = _project().runs_dir
     if import_file:
@@ -570,15 +571,25 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     print(f"results in {run_dir}")
 
 
-@task(help={"profile": "only runs of this profile"})
+@task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
 @_cli
-def runs(c, profile=None):
-    """List runs: sequence, time, host, profile, outcome, headline numbers."""
+def runs(c, profile=None, limit=50):
+    """List the newest runs (oldest first): sequence, time, host, profile, outcome, headline numbers.
+
+    ``--limit N`` (default 50; 0 = all) keeps the listing readable and fast on a long history; a
+    note on stderr says how many older runs were left out.
+    """
     from servedeck.runs.history import list_runs
     rows = list_runs(_project().runs_dir, profile=profile)
     if not rows:
         print("no runs")
         return
+    limit = int(limit)
+    if limit < 0:
+        raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
+    if limit and len(rows) > limit:
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
         return "-" if v is None else fmt.format(v) if isinstance(v, (int, float)) else str(v)
@@ -601,7 +612,7 @@ def show(c, run, json_=False):
     if json_:
         print(json.dumps(doc, indent=2))
         return
-    from servedeck.bench.client import format_table
+    from servedeck.bench.table import format_table
     from servedeck.vllm.startup_log import format_summary
     meta = doc["run"] or {}
     print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "

@@ -65,16 +65,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servedeck.bench.sizing import FIT_HINT
+from servedeck.bench.table import SUMMARY_METRICS
 from servedeck.errors import ServedeckError
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
-
-#: Per-sample metrics summarised per phase in ``bench.json`` (client side, then server side).
-SUMMARY_METRICS = (
-    "ttft_s", "prefill_tok_s", "decode_tok_s", "decode_s", "e2e_s", "prompt_tokens",
-    "output_tokens", "server_ttft_s", "ttft_client_minus_server_s", "server_decode_tok_s",
-)
 
 _FILLER_WORDS = (
     "the river runs past an old stone bridge where people stop to watch boats carry grain "
@@ -712,44 +707,6 @@ class RichProgress:
 
 # --------------------------------------------------------------------------- output
 
-
-def format_table(result: BenchResult | dict[str, Any]) -> str:
-    """Render the end-of-run table (plain text, fixed-width) from a result or a ``bench.json`` dict.
-
-    Rows: metrics; columns: median [min-max] per phase; then server-side spec decode and
-    prefix cache figures per phase, and the warm-up sample on its own line.
-    """
-    summ = result.summary() if isinstance(result, BenchResult) else result
-    phases = [p for p in ("cold", "warm") if p in summ.get("phases", {})]
-    rows = [("metric", *phases)]
-
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
-        return str(v)
-
-    for m in SUMMARY_METRICS:
-        cells = []
-        for p in phases:
-            st = summ["phases"][p][m]
-            cells.append("-" if not st["n"] else f"{fmt(st['median'])} [{fmt(st['min'])}-{fmt(st['max'])}] n={st['n']}")
-        rows.append((m, *cells))
-    for key in ("spec_accept_len", "spec_per_position", "spec_drafts", "prefix_cache_hits", "ttft_s_server_mean"):
-        cells = []
-        for p in phases:
-            v = summ["server"][p].get(key)
-            cells.append(", ".join(f"{x:.3f}" for x in v) if isinstance(v, list) and v else fmt(v if v != [] else None))
-        rows.append((f"server.{key}", *cells))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * wd for wd in widths))
-    wu = summ.get("warmup")
-    if wu:
-        lines.append(f"warmup (excluded): ttft_s={fmt(wu['ttft_s'])} prefill_tok_s={fmt(wu['prefill_tok_s'])} "
-                     f"decode_tok_s={fmt(wu['decode_tok_s'])} e2e_s={fmt(wu['e2e_s'])}")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- imports

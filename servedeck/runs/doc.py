@@ -1,6 +1,6 @@
 """``docs/run-record.md``, generated from the code that writes run records so it cannot drift:
 the file table from :data:`servedeck.runs.store.RUN_FILES`, the ``run.json`` fields from
-:class:`servedeck.runs.store.RunMeta`, the ``startup.json`` keys from
+:class:`servedeck.runs.meta.RunMeta`, the ``startup.json`` keys from
 :class:`servedeck.vllm.startup_log.StartupFacts`, the ``bench.jsonl`` keys from
 :class:`servedeck.bench.client.Sample`. A unit test compares the file with :func:`render`.
 
@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 
 from servedeck.runs import store
+from servedeck.runs.meta import RunMeta
 
 HEADER = """\
 # Run record format (runs/<sequence>-<profile>-<host>/)
@@ -55,7 +56,7 @@ def _md_escape(text: str) -> str:
 def run_json_table() -> str:
     """Markdown table of :class:`RunMeta`'s fields: name, type, required, meaning."""
     rows = ["| field | type | meaning |", "|---|---|---|"]
-    for name, field in store.RunMeta.model_fields.items():
+    for name, field in RunMeta.model_fields.items():
         typ = _type_name(field.annotation)
         need = " (required)" if field.is_required() else ""
         rows.append(f"| `{name}` | {_md_escape(typ)} | {_md_escape(field.description or '')}{need} |")
@@ -75,7 +76,7 @@ def render() -> str:
     return (HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR) + files + "\n\n"
             "## run.json\n\n"
             "Written only through `RunRecord.save_meta` / `RunRecord.finish`, validated by "
-            "`servedeck.runs.store.RunMeta` (unknown fields are refused). Fields that were never set are "
+            "`servedeck.runs.meta.RunMeta` (unknown fields are refused). Fields that were never set are "
             "left out of the file.\n\n" + run_json_table() + "\n\n"
             "## startup.json keys (null when the log does not say)\n\n"
             "`servedeck.vllm.startup_log.StartupFacts.to_dict()`: " + startup_keys + ". "

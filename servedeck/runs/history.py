@@ -26,13 +26,15 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.runs import store
-from servedeck.runs.store import RunMeta
+
+if TYPE_CHECKING:
+    from servedeck.runs.meta import RunMeta
 
 INDEX_FORMAT = 2
 HOT_S = 2.0
@@ -199,8 +201,9 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     return rows
 
 
-def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, RunMeta | None]]:
-    """Run directories, newest first, with their metadata; with ``profile`` only directories
+def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, dict[str, Any] | None]]:
+    """Run directories, newest first, with their run.json as plain JSON (``store.peek_meta``:
+    resolving a reference must not pay for the typed model); with ``profile`` only directories
     whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so. Only the
     names are listed up front; run.json is read one directory at a time."""
     match = store.RUN_DIR_RE.match
@@ -211,14 +214,18 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, R
         if profile is not None and not name.split("-", 1)[-1].startswith(profile + "-"):
             continue
         d = runs_dir / name
-        meta = _meta_or_none(d)
-        if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
+        meta = store.peek_meta(d)
+        if profile is not None and (meta.get("profile") if meta else _profile_from_name(d)) != profile:
             continue
         yield d, meta
 
 
-def _comparable(d: Path, meta: RunMeta | None) -> bool:
-    return meta is not None and meta.served and (meta.benched_at is not None or store.is_benchmarked(d))
+def _served(meta: dict[str, Any] | None) -> bool:
+    return meta is not None and meta.get("outcome") == store.SERVED
+
+
+def _comparable(d: Path, meta: dict[str, Any] | None) -> bool:
+    return _served(meta) and (meta.get("benched_at") is not None or store.is_benchmarked(d))
 
 
 def newest_served(runs_dir: Path, host: str) -> Path:
@@ -229,7 +236,7 @@ def newest_served(runs_dir: Path, host: str) -> Path:
         ServedeckError: when there is none.
     """
     for d, meta in _newest_first(Path(runs_dir), None):
-        if meta is not None and meta.host == host and meta.served:
+        if _served(meta) and meta.get("host") == host:
             return d
     raise ServedeckError(f"no ready run of host {host!r} under {runs_dir}",
                          hint=f"deploy first: invoke deploy --host {host} --profile NAME")
@@ -253,7 +260,7 @@ def resolve_run(runs_dir: Path, ref: str) -> Path:
                 return d
             if len(skipped) < 3:
                 why = ("unreadable run.json" if meta is None else
-                       f"outcome {meta.outcome}" if not meta.served else "not benchmarked")
+                       f"outcome {meta.get('outcome')}" if not _served(meta) else "not benchmarked")
                 skipped.append(f"{d.name} ({why})")
         of = f" of profile {profile!r}" if profile else ""
         if skipped:

@@ -2,12 +2,12 @@
 
 A run is one deploy (or rollback) recorded under ``runs/<sequence>-<profile>-<host>/``; the
 layout is documented in ``docs/run-record.md``, which :mod:`servedeck.runs.doc` generates from
-the names and the :class:`RunMeta` model below (a unit test keeps the two equal).
+the names below and the :class:`~servedeck.runs.meta.RunMeta` model (a unit test keeps the two equal).
 
 A run directory is created with the next sequence number (``0001-base-b70``) by an atomic
 ``mkdir``, so two deploys never share one. Every file is written atomically. Secrets (API
 keys, Hugging Face tokens, bearer tokens) are redacted before anything is written.
-``run.json`` is typed (:class:`RunMeta`, pydantic, ``extra="forbid"``): a writer that passes an
+``run.json`` is typed (:class:`servedeck.runs.meta.RunMeta`, pydantic, ``extra="forbid"``): a writer that passes an
 unknown field or a wrong type gets an error at once instead of a record that drifts from the
 documentation.
 
@@ -32,13 +32,14 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from servedeck import __version__
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+
+if TYPE_CHECKING:  # the typed model lives in servedeck.runs.meta (pydantic), imported when used
+    from servedeck.runs.meta import FailurePhase, Outcome, RunMeta
 
 # --------------------------------------------------------------------------------------------
 # File names (the only place they are spelled)
@@ -82,7 +83,7 @@ def external_summary(name: str) -> str:
 RUN_FILES: dict[str, str] = {
     COMPOSE: "byte-for-byte the compose file that was deployed (redacted only if it held a secret; "
              "`compose_sha256` in run.json is the sha256 of what was deployed)",
-    RUN_META: "metadata (`servedeck.runs.store.RunMeta`), see below",
+    RUN_META: "metadata (`servedeck.runs.meta.RunMeta`), see below",
     PROFILE_RESOLVED: "the resolved profile (`Profile.model_dump(mode=\"json\")`)",
     EFFECTIVE: "effective engine settings: image defaults + profile overrides, flat dict keyed by "
                "vLLM dest names (`max_num_batched_tokens`, `speculative_config`, ...)",
@@ -108,119 +109,8 @@ RUN_FILES: dict[str, str] = {
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
 
-# --------------------------------------------------------------------------------------------
-# Typed run metadata
-# --------------------------------------------------------------------------------------------
-
-Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted", "abandoned"]
-"""``started`` while the deploy runs; every ending writes one of the others. ``abandoned``: the
-deploying client died (found by a later deploy, rollback or status of the same host)."""
-
-FailurePhase = Literal["render", "check", "preflight", "lock", "pull", "upload", "start",
-                       "readiness", "timeout", "crash", "interrupt", "rollback", "internal"]
-
-
-class ImageRef(BaseModel):
-    """The image a run deployed."""
-
-    model_config = ConfigDict(extra="forbid")
-    reference: str | None = Field(None, description="the digest-pinned reference as deployed (None for a "
-                                                    "rollback run: the host history keeps the digest only)")
-    digest: str | None = Field(None, description="`sha256:…` of the reference")
-
-
-class RollbackResult(BaseModel):
-    """What the automatic rollback after a failed deploy achieved."""
-
-    model_config = ConfigDict(extra="forbid")
-    revision: int | None = Field(None, description="the host history revision restored (a known-good one)")
-    ready: bool = Field(description="the previous deployment serves again")
-    reason: str | None = Field(None, description="why it did not, when it did not")
-
-
-class ArgsVerificationSummary(BaseModel):
-    """Summary of ``args_verification.json``."""
-
-    model_config = ConfigDict(extra="forbid")
-    confirmed: list[str] = Field(default_factory=list, description="settings the server confirmed")
-    differs: list[str] = Field(default_factory=list, description="`setting: differs (expected X, got Y)`")
-
-
-class RunMeta(BaseModel):
-    """``run.json``: what one run is. Written by :meth:`RunRecord.save_meta` only.
-
-    Every field is optional except the identity fields set by :func:`create_run`; fields are
-    filled in as the deploy proceeds (``compose_sha256`` after the pull, ``ready_at`` when it
-    serves, ``benched_at`` after a benchmark).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    run_id: str = Field(description="the directory name, `<sequence>-<profile>-<host>`")
-    sequence: int = Field(description="counter over the runs directory, from 1")
-    kind: Literal["deploy", "rollback"] = Field(
-        "deploy", description="`rollback`: the run restores an earlier deployment (`restores`)")
-    profile: str = Field(description="profile name")
-    parent_profile: str | None = Field(None, description="the profile's `extends`")
-    host: str = Field(description="inventory host name")
-    started_at: str = Field(description="UTC, ISO 8601 with `Z`")
-    ready_at: str | None = Field(None, description="when the server answered /health and /v1/models")
-    ended_at: str | None = Field(None, description="when a run that did not become ready ended")
-    outcome: Outcome = Field("started", description="how the run ended; `started` while the deploy runs")
-    failure: str | None = Field(None, description="why the run did not become ready (one sentence)")
-    failure_phase: FailurePhase | None = Field(
-        None, description="the deploy phase that failed")
-    rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
-    restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
-                                                   "(None when the restored compose file matches no recorded run)")
-    rollback_to: int | None = Field(None, description="rollback runs: the host history revision restored")
-    revision: int | None = Field(None, description="this deployment's revision in the host's history")
-    diagnosis: str | None = Field(
-        None, description="readiness diagnosis of a failure: `unreachable` (host), `gone`, `exited`, "
-                          "`restarting`, `not-ready`, `api-key` (the server wants a key)")
-    wait_s: float | None = Field(None, description="seconds the readiness wait took")
-    host_state_written: bool | None = Field(
-        None, description="False when the final history line could not be written on the host "
-                          "(the next command of that host completes it)")
-    power: dict[str, Any] | None = Field(
-        None, description="the card power limit this deploy set: `{\"interface\", \"device\", "
-                          "\"previous_w\", \"new_w\", ...}` (servedeck.host.power)")
-    power_restored: dict[str, Any] | None = Field(
-        None, description="the limit put back by a rollback of this run (same shape as `power`)")
-    redacted: list[str] = Field(default_factory=list,
-                                description="names of the secrets replaced by `***` in this record's files")
-    servedeck_version: str = Field(__version__, description="servedeck that wrote the record")
-    profiles_git_commit: str | None = Field(
-        None, description="git commit of profiles/ (`+dirty` when it had uncommitted changes)")
-    compose_sha256: str | None = Field(None, description="sha256 of the compose bytes deployed")
-    compose_redacted: bool | None = Field(None, description="the stored compose file had a secret removed")
-    image: ImageRef | None = Field(None, description="`{\"reference\", \"digest\"}`")
-    image_override: str | None = Field(None, description="`--image` given at deploy (replaces the profile's)")
-    image_source: str | None = Field(
-        None, description="where the image reference came from when not the profile file "
-                          "(`local-images` for a locally built image alias)")
-    served_model_name: str | None = Field(None, description="the name requests use")
-    port: int | None = Field(None, description="published API port on the host")
-    timings_s: dict[str, float | None] = Field(
-        default_factory=dict,
-        description="seconds: `pull_s`, `container_start_to_ready_s`, `up_to_ready_s`, "
-                    "`deploy_total_s`, `overhead_s`")
-    args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
-    benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
-    experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
-
-    @property
-    def served(self) -> bool:
-        """True when the run's server became ready."""
-        return self.outcome == "ready"
-
-
-def _meta_error(exc: ValidationError, file: str) -> ServedeckError:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    return ServedeckError(f"invalid run metadata: {first['msg']}", file=file, field=loc or None,
-                          hint="fields are documented in docs/run-record.md (servedeck.runs.store.RunMeta)")
-
+SERVED = "ready"
+"""The outcome of a run whose server became ready (``RunMeta.served``)."""
 
 # --------------------------------------------------------------------------------------------
 # Writing
@@ -301,10 +191,8 @@ class RunRecord:
         Raises:
             ServedeckError: an unknown field or a value of the wrong type (nothing is written).
         """
-        try:
-            self.meta = RunMeta.model_validate({**self.meta.model_dump(exclude_unset=True), **updates})
-        except ValidationError as exc:
-            raise _meta_error(exc, str(self.path / RUN_META)) from None
+        from servedeck.runs.meta import validate_meta
+        self.meta = validate_meta({**self.meta.model_dump(exclude_unset=True), **updates}, self.path / RUN_META)
         self.write_text(RUN_META, self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n")
 
     def finish(self, outcome: Outcome, reason: str | None = None, *,
@@ -405,13 +293,14 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
             break
         except FileExistsError:
             seq += 1
+    from servedeck.runs.meta import validate_meta
     try:
-        initial = RunMeta.model_validate({"run_id": path.name, "sequence": seq, "profile": profile,
-                                          "host": host, "started_at": utcnow(), "outcome": "started",
-                                          "servedeck_version": __version__, **meta})
-    except ValidationError as exc:
+        initial = validate_meta({"run_id": path.name, "sequence": seq, "profile": profile, "host": host,
+                                 "started_at": utcnow(), "outcome": "started",
+                                 "servedeck_version": __version__, **meta}, path / RUN_META)
+    except ServedeckError:
         path.rmdir()
-        raise _meta_error(exc, str(path / RUN_META)) from None
+        raise
     record = RunRecord(path=path, sequence=seq, meta=initial)
     record.save_meta()
     return record
@@ -457,13 +346,22 @@ def read_meta(run_dir: Path) -> RunMeta:
     Raises:
         ServedeckError: no run.json (not a run directory), invalid JSON, or invalid fields.
     """
+    from servedeck.runs.meta import validate_meta
     path = Path(run_dir) / RUN_META
     if not path.exists():
         raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
+    return validate_meta(path.read_bytes(), path)
+
+
+def peek_meta(run_dir: Path) -> dict[str, Any] | None:
+    """``run.json`` as plain JSON, not validated (None when missing or unreadable): for
+    listings that need a few fields of many runs fast (no pydantic import). Fields as in
+    :class:`servedeck.runs.meta.RunMeta`; a run *served* when ``outcome == SERVED``."""
     try:
-        return RunMeta.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise _meta_error(exc, str(path)) from None
+        doc = json.loads((Path(run_dir) / RUN_META).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def open_run(path: Path) -> RunRecord:

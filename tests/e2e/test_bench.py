@@ -13,9 +13,9 @@ from servedeck.bench.client import (
     BenchResult,
     Workload,
     check_server_identity,
-    format_table,
     run_bench,
 )
+from servedeck.bench.table import format_table
 from servedeck.errors import ServedeckError
 
 REPS = 2

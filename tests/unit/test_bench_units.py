@@ -16,11 +16,11 @@ from servedeck.bench.client import (
     ServerDelta,
     Workload,
     build_prompt,
-    format_table,
     metrics_delta,
     parse_metrics,
 )
 from servedeck.bench.external import import_guidellm, import_vllm_bench
+from servedeck.bench.table import format_table
 from servedeck.errors import ServedeckError
 
 ROOT = Path(__file__).resolve().parents[2]

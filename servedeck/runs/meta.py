@@ -1,0 +1,136 @@
+"""Typed run metadata: ``run.json`` (:class:`RunMeta`, pydantic, ``extra="forbid"``).
+
+Written and read only through :mod:`servedeck.runs.store` (``RunRecord.save_meta``,
+``read_meta``), which imports this module when it needs it: listings that read a few fields of
+many runs use ``store.peek_meta`` and never pay pydantic's import. ``docs/run-record.md`` is
+generated from these models (:mod:`servedeck.runs.doc`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servedeck import __version__
+from servedeck.errors import ServedeckError
+from servedeck.runs.store import SERVED
+
+Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted", "abandoned"]
+"""``started`` while the deploy runs; every ending writes one of the others. ``abandoned``: the
+deploying client died (found by a later deploy, rollback or status of the same host)."""
+
+FailurePhase = Literal["render", "check", "preflight", "lock", "pull", "upload", "start",
+                       "readiness", "timeout", "crash", "interrupt", "rollback", "internal"]
+
+
+class ImageRef(BaseModel):
+    """The image a run deployed."""
+
+    model_config = ConfigDict(extra="forbid")
+    reference: str | None = Field(None, description="the digest-pinned reference as deployed (None for a "
+                                                    "rollback run: the host history keeps the digest only)")
+    digest: str | None = Field(None, description="`sha256:…` of the reference")
+
+
+class RollbackResult(BaseModel):
+    """What the automatic rollback after a failed deploy achieved."""
+
+    model_config = ConfigDict(extra="forbid")
+    revision: int | None = Field(None, description="the host history revision restored (a known-good one)")
+    ready: bool = Field(description="the previous deployment serves again")
+    reason: str | None = Field(None, description="why it did not, when it did not")
+
+
+class ArgsVerificationSummary(BaseModel):
+    """Summary of ``args_verification.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+    confirmed: list[str] = Field(default_factory=list, description="settings the server confirmed")
+    differs: list[str] = Field(default_factory=list, description="`setting: differs (expected X, got Y)`")
+
+
+class RunMeta(BaseModel):
+    """``run.json``: what one run is. Written by :meth:`RunRecord.save_meta` only.
+
+    Every field is optional except the identity fields set by :func:`create_run`; fields are
+    filled in as the deploy proceeds (``compose_sha256`` after the pull, ``ready_at`` when it
+    serves, ``benched_at`` after a benchmark).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="the directory name, `<sequence>-<profile>-<host>`")
+    sequence: int = Field(description="counter over the runs directory, from 1")
+    kind: Literal["deploy", "rollback"] = Field(
+        "deploy", description="`rollback`: the run restores an earlier deployment (`restores`)")
+    profile: str = Field(description="profile name")
+    parent_profile: str | None = Field(None, description="the profile's `extends`")
+    host: str = Field(description="inventory host name")
+    started_at: str = Field(description="UTC, ISO 8601 with `Z`")
+    ready_at: str | None = Field(None, description="when the server answered /health and /v1/models")
+    ended_at: str | None = Field(None, description="when a run that did not become ready ended")
+    outcome: Outcome = Field("started", description="how the run ended; `started` while the deploy runs")
+    failure: str | None = Field(None, description="why the run did not become ready (one sentence)")
+    failure_phase: FailurePhase | None = Field(
+        None, description="the deploy phase that failed")
+    rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
+    restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
+                                                   "(None when the restored compose file matches no recorded run)")
+    rollback_to: int | None = Field(None, description="rollback runs: the host history revision restored")
+    revision: int | None = Field(None, description="this deployment's revision in the host's history")
+    diagnosis: str | None = Field(
+        None, description="readiness diagnosis of a failure: `unreachable` (host), `gone`, `exited`, "
+                          "`restarting`, `not-ready`, `api-key` (the server wants a key)")
+    wait_s: float | None = Field(None, description="seconds the readiness wait took")
+    host_state_written: bool | None = Field(
+        None, description="False when the final history line could not be written on the host "
+                          "(the next command of that host completes it)")
+    power: dict[str, Any] | None = Field(
+        None, description="the card power limit this deploy set: `{\"interface\", \"device\", "
+                          "\"previous_w\", \"new_w\", ...}` (servedeck.host.power)")
+    power_restored: dict[str, Any] | None = Field(
+        None, description="the limit put back by a rollback of this run (same shape as `power`)")
+    redacted: list[str] = Field(default_factory=list,
+                                description="names of the secrets replaced by `***` in this record's files")
+    servedeck_version: str = Field(__version__, description="servedeck that wrote the record")
+    profiles_git_commit: str | None = Field(
+        None, description="git commit of profiles/ (`+dirty` when it had uncommitted changes)")
+    compose_sha256: str | None = Field(None, description="sha256 of the compose bytes deployed")
+    compose_redacted: bool | None = Field(None, description="the stored compose file had a secret removed")
+    image: ImageRef | None = Field(None, description="`{\"reference\", \"digest\"}`")
+    image_override: str | None = Field(None, description="`--image` given at deploy (replaces the profile's)")
+    image_source: str | None = Field(
+        None, description="where the image reference came from when not the profile file "
+                          "(`local-images` for a locally built image alias)")
+    served_model_name: str | None = Field(None, description="the name requests use")
+    port: int | None = Field(None, description="published API port on the host")
+    timings_s: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="seconds: `pull_s`, `container_start_to_ready_s`, `up_to_ready_s`, "
+                    "`deploy_total_s`, `overhead_s`")
+    args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
+    benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
+    experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
+
+    @property
+    def served(self) -> bool:
+        """True when the run's server became ready."""
+        return self.outcome == SERVED
+
+
+def validate_meta(data: dict[str, Any] | bytes, file: Path) -> RunMeta:
+    """``data`` (a dict, or run.json's bytes) as :class:`RunMeta`.
+
+    Raises:
+        ServedeckError: an unknown field, a value of the wrong type, or invalid JSON (the first
+            error, with ``file`` and the field's dotted path).
+    """
+    try:
+        return RunMeta.model_validate_json(data) if isinstance(data, bytes) else RunMeta.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ServedeckError(f"invalid run metadata: {first['msg']}", file=str(file), field=loc or None,
+                             hint="fields are documented in docs/run-record.md (servedeck.runs.meta.RunMeta)") from None
