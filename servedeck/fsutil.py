@@ -1,4 +1,5 @@
-"""Atomic file writes: a temp file in the same directory, fsync, then rename."""
+"""Atomic file writes (a temp file in the same directory, fsync, then rename) and the user cache
+directory."""
 
 from __future__ import annotations
 
@@ -35,3 +36,12 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int =
             pass
         raise
     return target
+
+
+def cache_dir() -> Path:
+    """servedeck's cache directory: ``$SERVEDECK_CACHE_HOME``, else ``$XDG_CACHE_HOME/servedeck``
+    (``~/.cache/servedeck``). Everything in it can be deleted at any time."""
+    base = os.environ.get("SERVEDECK_CACHE_HOME")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servedeck"

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One servedeck cache (``SERVEDECK_CACHE_HOME``: schema verdicts, in-image dry runs) per
+    test session, so tests neither read nor fill the user's own cache."""
+    if "SERVEDECK_CACHE_HOME" not in os.environ:
+        os.environ["SERVEDECK_CACHE_HOME"] = tempfile.mkdtemp(prefix="servedeck-test-cache-")
 
 
 @pytest.fixture

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
+from servedeck.fsutil import atomic_write, cache_dir
 
 _MARK = "@@SERVEDECK@@"
 _SCRIPT = Path(__file__).resolve().parent.parent / "vllm" / "introspect.py"
@@ -37,14 +36,6 @@ _MEMO: dict[str, "DryRunResult"] = {}
 
 THROWAWAY_LABEL = "io.servedeck.throwaway"
 """Label of the throw-away containers of the facts extraction and the dry run."""
-
-
-def cache_dir() -> Path:
-    """``$SERVEDECK_CACHE_HOME`` or ``$XDG_CACHE_HOME/servedeck`` (``~/.cache/servedeck``)."""
-    base = os.environ.get("SERVEDECK_CACHE_HOME")
-    if base:
-        return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servedeck"
 
 
 def local_client() -> Any:

@@ -11,16 +11,19 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import hashlib
 import importlib.resources
 import json
-import difflib
 import re
+from pathlib import Path as Path_
 from typing import Any
 
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
 from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
+from servedeck.fsutil import atomic_write, cache_dir
 
 # ----------------------------------------------------------------------------- schema
 
@@ -74,12 +77,40 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _typed(value: Any) -> Any:
+    """JSON for a non-JSON scalar that keeps its type apart from a string of the same text."""
+    return {"__type__": type(value).__name__, "text": str(value)}
+
+
+def _valid_marker(data: Any) -> Path_:
+    """The cache file that says "``data`` is valid against :data:`COMPOSE_SPEC_SOURCE`".
+
+    Keyed by the schema's sha256, the jsonschema release and the document as type-preserving
+    canonical JSON, so any change to one of them misses the cache.
+    """
+    from importlib.metadata import version
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=_typed)
+    key = hashlib.sha256(f"{COMPOSE_SPEC_SOURCE['sha256']}\0{version('jsonschema')}\0{canonical}".encode()).hexdigest()
+    return cache_dir() / "compose-valid" / key
+
+
 def check_schema(ctx: Ctx) -> None:
     """``schema/<keyword>``: one error per Compose Specification violation (``schema/unknown-key``
     for keys the schema does not allow, else the kebab-cased JSON Schema keyword: ``schema/type``,
-    ``schema/one-of``, ``schema/required``, ...)."""
+    ``schema/one-of``, ``schema/required``, ...).
+
+    A document found valid once is remembered in the user cache (``fsutil.cache_dir()``, one empty
+    file per document): checking it again, as a pre-commit hook does for unchanged profiles, then
+    needs neither jsonschema (about a sixth of a check process's start-up) nor the validation.
+    Only valid verdicts are cached; a document with errors is validated every time.
+    """
+    marker = _valid_marker(ctx.doc.data)
+    if marker.exists():
+        return
     validator = compose_validator()
+    valid = True
     for err in validator.iter_errors(ctx.doc.data):
+        valid = False
         path: Path = tuple(err.absolute_path)
         keyword = str(err.validator)
         message = err.message
@@ -104,6 +135,11 @@ def check_schema(ctx: Ctx) -> None:
             message = message[:237] + "..."
         ctx.error(f"schema/{_kebab(keyword)}", path, message,
                   "see the Compose Specification (compose-spec.io) for this field", key=key)
+    if valid:
+        try:
+            atomic_write(marker, b"")
+        except OSError:
+            pass  # a read-only cache only costs the next check its validation
 
 
 # ----------------------------------------------------------------------------- yaml11
