@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import resource
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_CHECK_S = 0.5
 TARGET_RATIO = 4.0
+CPU: defaultdict[str, list[float]] = defaultdict(list)
+"""CPU seconds (user + system) of each run, by command line: less sensitive to other load than wall time."""
 SUMMARY = " errors, "  # the check's last line: "N errors, N warnings, N infos"
 
 
@@ -55,8 +58,11 @@ def wall(cmd: list[str], *, ok_codes: tuple[int, ...] = (0,), must_print: str | 
     tells the two apart).
     """
     t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     dt = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[" ".join(cmd)].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if proc.returncode not in ok_codes or (must_print and must_print not in proc.stdout.decode()):
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.decode()[-2000:]}")
     return dt
@@ -213,6 +219,12 @@ def main() -> int:
           f"{(check_med - in_proc) * 1000:.1f} ms of the {check_med * 1000:.1f} ms check process "
           f"({100 * (check_med - in_proc) / check_med:.0f} %)")
     print()
+    cpu = {name: statistics.median(CPU[" ".join(cmd)][1:]) for name, cmd in
+           (("servedeck check", sd_cmd), ("invoke check", check_cmd), ("compose config", config_cmd))}
+    print(f"CPU time (user + system, median): servedeck check {cpu['servedeck check'] * 1000:.0f} ms, "
+          f"invoke check {cpu['invoke check'] * 1000:.0f} ms, docker compose config -q "
+          f"{cpu['compose config'] * 1000:.0f} ms: ratios {cpu['servedeck check'] / cpu['compose config']:.2f}x and "
+          f"{cpu['invoke check'] / cpu['compose config']:.2f}x (less sensitive to other load than wall time)")
     print(f"ratio servedeck check / docker compose config -q: {sd_ratio:.2f}x")
     print(f"ratio invoke check    / docker compose config -q: {ratio:.2f}x")
     ok1 = max(check_med, sd_med) < TARGET_CHECK_S

@@ -102,12 +102,14 @@ def make_project(tmp: Path, port: int, startup_s: float) -> None:
         f"    STANDIN_STARTUP_S: \"{startup_s:g}\"\n")
 
 
-def invoke(project: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    """Run ``python -m invoke -r ROOT <args>`` in ``project``; return (wall seconds, process)."""
+def invoke(project: Path, *args: str, cprofile: Path | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``python -m invoke -r ROOT <args>`` in ``project`` (under cProfile, writing
+    ``cprofile``, when given); return (wall seconds, process)."""
     import os
     env = {**os.environ, "SERVEDECK_PROJECT": str(project)}
+    prof = ["-m", "cProfile", "-o", str(cprofile)] if cprofile else []
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
+    proc = subprocess.run([sys.executable, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
                           env=env, capture_output=True, text=True)
     return time.perf_counter() - t, proc
 
@@ -133,6 +135,8 @@ def main() -> int:
     ap.add_argument("--startup-s", type=float, default=3.0, help="STANDIN_STARTUP_S")
     ap.add_argument("--port", type=int, default=9950)
     ap.add_argument("--verbose", action="store_true", help="print each deploy's output")
+    ap.add_argument("--cprofile", type=Path, help="write each counted deploy's cProfile stats into this "
+                                                  "directory (deploy-N.prof; the profiler inflates the figures)")
     args = ap.parse_args()
 
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
@@ -156,7 +160,10 @@ def main() -> int:
         try:
             peer_s = [invoke(project, "--list")[0] for _ in range(3)]
             for i in range(args.n + 1):
-                wall, proc = invoke(project, *deploy_args)
+                prof = args.cprofile / f"deploy-{i}.prof" if args.cprofile and i else None
+                if prof:
+                    prof.parent.mkdir(parents=True, exist_ok=True)
+                wall, proc = invoke(project, *deploy_args, cprofile=prof)
                 if args.verbose:
                     print(proc.stdout + proc.stderr)
                 if proc.returncode not in (0, 4):  # 4: ready, but a setting differs (printed)

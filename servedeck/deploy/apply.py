@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
-from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, recheck_kv,
+from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    judge_in_image, published_port, render_and_check, resolve_image, with_image)
@@ -218,7 +218,7 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     """
     facts, state = host.preflight(preflight_paths(profile), port=published_port(profile),
                                   lock_owner=f"{owner()}: deploy {profile.name}",
-                                  force_unlock=options.force_unlock)
+                                  force_unlock=options.force_unlock, read=preflight_reads(profile))
     host.api_version = facts.get("docker_api_version")
     if state.lock == "held":
         err = held_error(host.name, state.holder)

@@ -21,7 +21,7 @@ from typing import Any
 
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.findings import Finding, Severity
-from servedeck.host.power import (PowerLimit, apply_power_cap, keep_power_cap, power_preflight,
+from servedeck.host.power import (POWER_STATE, PowerLimit, apply_power_cap, keep_power_cap, power_preflight,
                                   read_power_limit, read_power_state, restore_previous_power_cap)
 from servedeck.host.remote import RemoteHost
 from servedeck.runs import kv_history
@@ -45,10 +45,24 @@ class KvPowerPlan:
     facts_known: bool = False
 
 
+def preflight_reads(profile) -> list[str]:
+    """Host files this stage reads (relative to the workdir), to be fetched in the preflight
+    round trip (``RemoteHost.preflight(read=...)``): the model's ``config.json`` and the power
+    state."""
+    reads = [POWER_STATE]
+    if profile.model.weights_dir:
+        reads.append(_config_path(profile.model.weights_dir))
+    return reads
+
+
+def _config_path(weights_dir: str) -> str:
+    return f"{weights_dir.rstrip('/')}/config.json"
+
+
 def read_model_shape(host: RemoteHost, weights_dir: str) -> tuple[ModelShape | None, str | None]:
     """The model's shape from ``<weights_dir>/config.json`` on the host (relative to the
     workdir); ``(None, reason)`` when it is missing or unreadable."""
-    path = f"{weights_dir.rstrip('/')}/config.json"
+    path = _config_path(weights_dir)
     data = host.read_file(path, missing_ok=True)
     if data is None:
         return None, f"{host.abspath(path)} does not exist"

@@ -174,6 +174,7 @@ class RemoteHost:
         self._held_lock: str | None = None
         self._pending_lock: str | None = None
         self.api_version: str | None = None
+        self._snapshot: dict[str, bytes | None] = {}
 
     def __repr__(self) -> str:
         return f"RemoteHost({self.name!r}, {self.ssh_target.destination!r}, {self.workdir!r})"
@@ -261,6 +262,7 @@ class RemoteHost:
                 previous file is then left untouched).
         """
         digest = hashlib.sha256(data).hexdigest()
+        self._snapshot.pop(self.abspath(remote_path), None)
         self.run_script(_UPLOAD_SCRIPT, [self.abspath(remote_path), digest, mode], input=data,
                         timeout=timeout)
         return digest
@@ -268,12 +270,19 @@ class RemoteHost:
     def read_file(self, remote_path: str, *, missing_ok: bool = False) -> bytes | None:
         """Bytes of a file on the host (relative paths are under the workdir).
 
-        Returns None when it does not exist and ``missing_ok``.
+        Returns None when it does not exist and ``missing_ok``. A file read by
+        :meth:`preflight` (``read=``) and not written through this object since is served from
+        that read.
 
         Raises:
             ServedeckError: it does not exist (unless ``missing_ok``) or cannot be read.
         """
         path = self.abspath(remote_path)
+        if path in self._snapshot:  # read in the preflight round trip, not written since
+            data = self._snapshot[path]
+            if data is None and not missing_ok:
+                raise ServedeckError(f"host {self.name}: {path} does not exist")
+            return data
         res = self.run_script('if [ -e "$1" ]; then exec cat -- "$1"; else exit 44; fi', [path],
                               check=False)
         if res.returncode == 44:
@@ -503,17 +512,31 @@ class RemoteHost:
         return self.preflight(paths, port)[0]
 
     def preflight(self, paths: list[str] | tuple[str, ...] = (), port: int | None = None, *,
-                  lock_owner: str | None = None, force_unlock: bool = False
-                  ) -> tuple[dict[str, Any], HostState]:
+                  lock_owner: str | None = None, force_unlock: bool = False,
+                  read: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], HostState]:
         """Host facts (:meth:`preflight_facts`) and :meth:`state` in ONE round trip.
+
+        ``read``: files (relative ones under the workdir) read in the same round trip; a later
+        :meth:`read_file` of one of them returns these bytes (or None: missing) until this
+        object writes it.
 
         Raises:
             ServedeckError: as :meth:`preflight_facts` and :meth:`state`.
         """
         args = [self.workdir, "" if port is None else str(int(port)), *paths]
-        res = self.run_script(PREFLIGHT_SCRIPT + self._state_script(lock_owner, force_unlock),
-                              args, timeout=60)
+        script = PREFLIGHT_SCRIPT + self._state_script(lock_owner, force_unlock)
+        wanted = [self.abspath(p) for p in read]
+        if wanted:
+            script += "\nprintf '\\n==snapshot\\n'\n" + "".join(
+                f'if [ -r {shlex.quote(p)} ]; then printf "1 "; base64 -w0 -- {shlex.quote(p)}; '
+                f'elif [ -e {shlex.quote(p)} ]; then printf "2 "; else printf "0 "; fi; echo\n' for p in wanted)
+        res = self.run_script(script, args, timeout=60)
         facts_text, _, state_text = res.stdout.partition("\n")
+        state_text, _, snapshot = state_text.partition("\n==snapshot\n")
+        for path, line in zip(wanted, snapshot.splitlines()):
+            flag, _, data = line.partition(" ")
+            if flag in ("0", "1"):  # "2": exists but unreadable: read_file reports the error later
+                self._snapshot[path] = base64.b64decode(data) if flag == "1" else None
         state = self._parse_state(state_text, lock_owner)
         facts = parse_facts(self.name, self.workdir, facts_text, port)
         if state.holder is not None:

@@ -74,6 +74,27 @@ def test_upload_atomic_replaces_owner_only(scratch_host: RemoteHost) -> None:
         scratch_host.read_file("missing.txt")
 
 
+def test_preflight_reads_files_in_its_round_trip(scratch_host: RemoteHost) -> None:
+    blob = bytes(range(256)) + b"\n{}"
+    scratch_host.upload_atomic("models/m/config.json", blob)
+    calls = []
+    real = scratch_host.transport.run
+    scratch_host.transport.run = lambda *a, **k: calls.append(a) or real(*a, **k)
+    facts, state = scratch_host.preflight(read=["models/m/config.json", ".servedeck/absent.json"])
+    assert state.lock == "free" and facts["host"] == scratch_host.name
+    assert len(calls) == 1
+    # served from the preflight's read: no further round trip
+    assert scratch_host.read_file("models/m/config.json") == blob
+    assert scratch_host.read_file(".servedeck/absent.json", missing_ok=True) is None
+    with pytest.raises(ServedeckError, match="does not exist"):
+        scratch_host.read_file(".servedeck/absent.json")
+    assert len(calls) == 1
+    # a write through the same object replaces what was read
+    scratch_host.upload_atomic(".servedeck/absent.json", b"{}")
+    assert scratch_host.read_file(".servedeck/absent.json") == b"{}"
+    assert len(calls) == 3
+
+
 def test_append_history_appends_json_lines(scratch_host: RemoteHost) -> None:
     scratch_host.append_history({"event": "deploy", "revision": 1})
     scratch_host.append_history({"event": "rollback", "note": "ünïcode \"quoted\"\nline"})

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.resources
 import json
+import os
 import re
 from pathlib import Path as Path_
 from typing import Any
@@ -85,12 +86,15 @@ def _typed(value: Any) -> Any:
 def _valid_marker(data: Any) -> Path_:
     """The cache file that says "``data`` is valid against :data:`COMPOSE_SPEC_SOURCE`".
 
-    Keyed by the schema's sha256, the jsonschema release and the document as type-preserving
-    canonical JSON, so any change to one of them misses the cache.
+    Keyed by the schema's sha256, the installed jsonschema (its module file and modification
+    time: an upgrade or reinstall changes it; found without importing it) and the document as
+    type-preserving canonical JSON, so any change to one of them misses the cache.
     """
-    from importlib.metadata import version
+    import importlib.util
+    origin = importlib.util.find_spec("jsonschema").origin
+    validator = f"{origin}:{os.stat(origin).st_mtime_ns}"
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=_typed)
-    key = hashlib.sha256(f"{COMPOSE_SPEC_SOURCE['sha256']}\0{version('jsonschema')}\0{canonical}".encode()).hexdigest()
+    key = hashlib.sha256(f"{COMPOSE_SPEC_SOURCE['sha256']}\0{validator}\0{canonical}".encode()).hexdigest()
     return cache_dir() / "compose-valid" / key
 
 
