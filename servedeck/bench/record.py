@@ -2,7 +2,8 @@
 
 The guard: numbers are never stored beside a compose file that did not produce them. Before
 benchmarking, the server's served model (``/v1/models``) and the running container's image
-digest and compose file (on the host) must match the run record.
+digest and compose file (on the host) must match the run record, and the host's newest history
+revision must be this run's (a redeploy or rollback of the same compose file is another run).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
 
     Raises:
         ServedeckError: the compose file on the host or the running image digest differs
-            from the run record, or nothing runs.
+            from the run record, another run started the server (the host history's newest
+            revision names it), or nothing runs.
     """
     from servedeck.deploy.ops import status
     from servedeck.deploy.plan import api_base_url
@@ -35,6 +37,14 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
             f"run {run.run_id} recorded compose sha256 {str(want_sha)[:12]}…, but host {host.name} has "
             f"{str(st['compose_sha256'])[:12]}…: the server there was not deployed by this run",
             hint="benchmark the latest run of this host, or redeploy the run's profile")
+    last = st.get("last_deploy") or {}
+    if last.get("run_id") and last["run_id"] != run.run_id and last.get("compose_sha256") == want_sha:
+        # the same compose file, started again by another run (a redeploy or a rollback): the
+        # numbers belong to that start, not to this record
+        raise ServedeckError(
+            f"the server on host {host.name} was started by run {last['run_id']} (revision "
+            f"{last.get('revision')}), not by run {run.run_id}, although both deployed the same compose file",
+            hint=f"benchmark run {last['run_id']} (invoke bench --host {host.name} --run {last['run_id']})")
     container = st.get("container")
     if not container or not container.get("running"):
         raise ServedeckError(f"nothing is running on host {host.name}", hint=f"invoke status --host {host.name}")

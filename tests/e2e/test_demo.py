@@ -190,6 +190,11 @@ def test_bench_refuses_a_run_whose_compose_is_no_longer_deployed(demo):
         bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
     assert "redeploy" in exc.value.hint
     assert len((result.runs[1] / "bench.jsonl").read_text().splitlines()) == 7  # untouched
+    # the first cpu-4096 run deployed the compose file that serves now, but the warm redeploy
+    # started the server: numbers taken now belong to that run
+    with pytest.raises(ServedeckError, match=f"was started by run {result.runs[2].name}") as exc:
+        bench_deployed(result.runs[0], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+    assert f"--run {result.runs[2].name}" in exc.value.hint
 
 
 def test_bench_refuses_to_overwrite_a_runs_numbers(demo):

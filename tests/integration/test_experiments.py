@@ -141,6 +141,9 @@ def test_a_rollback_records_a_run_that_bench_accepts_and_ab_compares(lab, interl
     meta = _meta(rolled)
     assert meta["kind"] == "rollback" and meta["outcome"] == "ready" and meta["profile"] == "arm-b"
     assert meta["compose_sha256"] == _meta(runs[2])["compose_sha256"]
+    # the run that first deployed this compose file did not start the server that runs now
+    proc = _servedeck(project, "bench", "--host", HOST, "--run", runs[2].name)
+    assert proc.returncode != 0 and f"was started by run {rolled.name}" in proc.stderr, proc.stderr
     proc = _servedeck(project, "bench", "--host", HOST, "--repetitions", str(REQUESTS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results in {rolled}" in proc.stdout
