@@ -38,9 +38,9 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
             f"{str(st['compose_sha256'])[:12]}…: the server there was not deployed by this run",
             hint="benchmark the latest run of this host, or redeploy the run's profile")
     last = st.get("last_deploy") or {}
-    if last.get("run_id") and last["run_id"] != run.run_id and last.get("compose_sha256") == want_sha:
-        # the same compose file, started again by another run (a redeploy or a rollback): the
-        # numbers belong to that start, not to this record
+    if _restarted_by_another_run(run, last):
+        # the same compose file, started again by another run (a redeploy or a rollback) that
+        # can hold its own numbers: they belong to that start, not to this record
         raise ServedeckError(
             f"the server on host {host.name} was started by run {last['run_id']} (revision "
             f"{last.get('revision')}), not by run {run.run_id}, although both deployed the same compose file",
@@ -53,6 +53,24 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
         raise ServedeckError(f"the running container's image {container.get('image_digests')} is not "
                              f"{digest} recorded in run {run.run_id}")
     return api_base_url(host, entry, run.meta.port or entry.port)
+
+
+def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
+    """The host history's newest revision (``last``) restarted ``run``'s compose file for
+    another run of this runs directory that served with that same file (a redeploy of the
+    profile, ``invoke rollback``). An automatic rollback after a failed deploy is not one: its
+    run recorded the failed file, so the numbers still go to the run that deployed this one."""
+    other = last.get("run_id")
+    if not other or other == run.run_id or last.get("compose_sha256") != run.meta.compose_sha256:
+        return False
+    other_dir = run.path.parent / other
+    if not store.is_run_dir(other_dir):
+        return False
+    try:
+        meta = store.read_meta(other_dir)
+    except ServedeckError:
+        return False
+    return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):

@@ -197,12 +197,6 @@ def test_bench_refuses_a_run_whose_compose_is_no_longer_deployed(demo):
     assert f"--run {result.runs[2].name}" in exc.value.hint
 
 
-def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
-    result, _, host, entry, _ = demo
-    with pytest.raises(ServedeckError, match="already holds benchmark results"):
-        bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
-
-
 def test_the_demo_leaves_tracked_files_alone_and_records_clean_provenance(demo):
     """Issue 13: the built digest lives in untracked local state, so git status stays clean and
     every run records a clean profiles commit."""
@@ -280,3 +274,11 @@ def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_ci
     assert cited and f"A/A {a.name} vs {a_again.name}" in cited[0]
     proc = _servedeck(project, "ab", "latest:cpu-8192", a.name)
     assert proc.returncode == 0 and "noise floor of host local" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
+    """The serving run (the warm redeploy of cpu-4096) was benchmarked by the A/A test above."""
+    result, _, host, entry, _ = demo
+    assert (result.runs[2] / "bench.jsonl").exists()
+    with pytest.raises(ServedeckError, match="already holds benchmark results"):
+        bench_deployed(result.runs[2], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
