@@ -9,8 +9,10 @@ run records a clean profiles commit), put the tiny model into the host's working
 1. deploy ``cpu-4096`` to host ``local`` and benchmark it,
 2. deploy ``cpu-8192`` (the single variable: max_num_batched_tokens 4096 → 8192) and
    benchmark it,
-3. redeploy ``cpu-8192`` unchanged (warm compile cache) to compare a warm start with the cold
-   one, stating from the startup log whether vLLM reused its compile cache,
+3. return to ``cpu-4096`` (a second deployment of the baseline, after a different one: warm
+   compile cache) to compare a warm start with the cold first one, stating from the startup log
+   whether vLLM reused its compile cache; two deployments of one profile are also what an A/A
+   comparison (``invoke ab --aa``) measures the host's noise floor from,
 4. write the A/B report of (1) vs (2) (``invoke ab latest:cpu-4096 latest:cpu-8192`` compares
    the same two runs afterwards: both served and were benchmarked).
 
@@ -32,6 +34,8 @@ from servedeck.model.project import Project
 
 DEMO_HOST = "local"
 BASELINE, VARIANT = "cpu-4096", "cpu-8192"
+WARM_LABEL = "A-warm"
+"""The demo's third deploy: the baseline again, warm (after the variant)."""
 MODEL_CACHE = Path("/var/cache/servedeck/models")
 
 
@@ -86,7 +90,7 @@ class DemoResult:
     """What the demo produced.
 
     Attributes:
-        runs: run directories in order (baseline, variant, warm redeploy).
+        runs: run directories in order (baseline, variant, warm redeploy of the baseline).
         report: the A/B report path.
         timings: per deploy label, the deploy timings (pull_s, container_start_to_ready_s,
             overhead_s, ...).
@@ -132,7 +136,7 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
     result = DemoResult()
     steps = [("A", BASELINE, True), ("B", VARIANT, True)]
     if warm_redeploy:
-        steps.append(("B-warm", VARIANT, False))
+        steps.append((WARM_LABEL, BASELINE, False))
     for label, name, do_bench in steps:
         reporter.phase("demo", f"arm {label}: deploy {name}")
         out = deploy(project, host, entry, store.load(name), DeployOptions(), reporter)
@@ -169,10 +173,10 @@ def format_timings(result: DemoResult) -> str:
         rows.append(f"{label:8} {t['profile']:10} {f(t.get('pull_s')):>7} "
                     f"{f(t.get('container_start_to_ready_s')):>24} {f(t.get('overhead_s')):>21} "
                     f"{f(t.get('compile_cache_hit')):>18}")
-    cold, warm = result.timings.get("B", {}), result.timings.get("B-warm", {})
+    cold, warm = result.timings.get("A", {}), result.timings.get(WARM_LABEL, {})
     if cold.get("container_start_to_ready_s") and warm.get("container_start_to_ready_s"):
         ratio = warm["container_start_to_ready_s"] / cold["container_start_to_ready_s"]
-        rows.append(f"warm redeploy of {VARIANT}: server start to ready {warm['container_start_to_ready_s']:.1f} s "
+        rows.append(f"warm redeploy of {BASELINE}: server start to ready {warm['container_start_to_ready_s']:.1f} s "
                     f"vs {cold['container_start_to_ready_s']:.1f} s at its first deploy (ratio {ratio:.2f})")
     if warm:
         rows.append(compile_cache_statement(warm, result.timings.get("A")))

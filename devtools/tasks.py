@@ -32,7 +32,7 @@ def image_build(c, standin=False):
         print(build_standin_image(progress=True))
 
 
-@task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-8192",
+@task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-4096 (after cpu-8192)",
             "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
             "repetitions": "requests per phase"})
 @cli_errors

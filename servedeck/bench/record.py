@@ -2,7 +2,8 @@
 
 The guard: numbers are never stored beside a compose file that did not produce them. Before
 benchmarking, the server's served model (``/v1/models``) and the running container's image
-digest and compose file (on the host) must match the run record.
+digest and compose file (on the host) must match the run record, and the host's newest history
+revision must be this run's (a redeploy or rollback of the same compose file is another run).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
 
     Raises:
         ServedeckError: the compose file on the host or the running image digest differs
-            from the run record, or nothing runs.
+            from the run record, another run started the server (the host history's newest
+            revision names it), or nothing runs.
     """
     from servedeck.deploy.ops import status
     from servedeck.deploy.plan import api_base_url
@@ -35,6 +37,14 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
             f"run {run.run_id} recorded compose sha256 {str(want_sha)[:12]}…, but host {host.name} has "
             f"{str(st['compose_sha256'])[:12]}…: the server there was not deployed by this run",
             hint="benchmark the latest run of this host, or redeploy the run's profile")
+    last = st.get("last_deploy") or {}
+    if _restarted_by_another_run(run, last):
+        # the same compose file, started again by another run (a redeploy or a rollback) that
+        # can hold its own numbers: they belong to that start, not to this record
+        raise ServedeckError(
+            f"the server on host {host.name} was started by run {last['run_id']} (revision "
+            f"{last.get('revision')}), not by run {run.run_id}, although both deployed the same compose file",
+            hint=f"benchmark run {last['run_id']} (invoke bench --host {host.name} --run {last['run_id']})")
     container = st.get("container")
     if not container or not container.get("running"):
         raise ServedeckError(f"nothing is running on host {host.name}", hint=f"invoke status --host {host.name}")
@@ -43,6 +53,24 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
         raise ServedeckError(f"the running container's image {container.get('image_digests')} is not "
                              f"{digest} recorded in run {run.run_id}")
     return api_base_url(host, entry, run.meta.port or entry.port)
+
+
+def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
+    """The host history's newest revision (``last``) restarted ``run``'s compose file for
+    another run of this runs directory that served with that same file (a redeploy of the
+    profile, ``invoke rollback``). An automatic rollback after a failed deploy is not one: its
+    run recorded the failed file, so the numbers still go to the run that deployed this one."""
+    other = last.get("run_id")
+    if not other or other == run.run_id or last.get("compose_sha256") != run.meta.compose_sha256:
+        return False
+    other_dir = run.path.parent / other
+    if not store.is_run_dir(other_dir):
+        return False
+    try:
+        meta = store.read_meta(other_dir)
+    except ServedeckError:
+        return False
+    return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):

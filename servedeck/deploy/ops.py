@@ -17,7 +17,7 @@ from servedeck.deploy.console import Reporter
 from servedeck.deploy.kv_power import format_power_status, power_status, restore_power
 from servedeck.deploy.plan import api_base_url, owner
 from servedeck.deploy.readiness import Readiness
-from servedeck.deploy.record import RunWriter, mark_abandoned, start_run
+from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, start_run
 from servedeck.deploy.secrets import Secrets, find_secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
@@ -253,10 +253,14 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
         rb, lines = restore_revision(host, entry, target, revision, api_key=secrets.api_key,
                                      timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
                                      who=owner(), run_id=run.run_id, reason="invoke rollback")
+        if run.run is not None:
+            restored = host.read_file(f"{host.good_dir}/{target.compose_sha256}.yml", missing_ok=True)
+            record_restored(run, project.runs_dir, target.record.get("run_id"),
+                            restored.decode("utf-8") if restored is not None else None,
+                            target.compose_sha256, rb)
         run.save_meta(revision=revision, compose_sha256=target.compose_sha256,
                       outcome="ready" if rb.ready else "failed",
                       **({"ready_at": utcnow()} if rb.ready else {"failure": rb.reason, "ended_at": utcnow()}))
-        run.write_text(store.STARTUP_LOG, rb.log_text)
     except KeyboardInterrupt:
         lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
         run.save_meta(outcome="interrupted", ended_at=utcnow())

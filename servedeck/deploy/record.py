@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.secrets import Secrets
+from servedeck.errors import ServedeckError
 from servedeck.runs import store
 from servedeck.runs.store import RunRecord, create_run, git_commit, open_run, utcnow
 
@@ -110,11 +111,8 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
                    reporter: Reporter) -> tuple[dict[str, Any], list[Any]]:
     """Parse the startup log, verify the effective args against it, report differences and
     write startup.log / startup.json / args_verification.json. Returns (parsed, checks)."""
-    from servedeck.vllm.startup_log import parse_startup_log
     from servedeck.vllm.verify import verify_args
-    parsed = parse_startup_log(readiness.log_text).to_dict()
-    if readiness.ready and readiness.container_started_at and readiness.ready_at:
-        parsed["time_to_ready_s"] = round(readiness.ready_at - readiness.container_started_at, 3)
+    parsed = startup_facts(readiness)
     checks = verify_args(plan.profile, plan.image.facts, parsed.get("non_default_args"))
     if readiness.ready:
         differs = [c for c in checks if c.status == "differs"]
@@ -131,6 +129,45 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
     w.write_json(store.STARTUP, parsed)
     w.write_json(store.ARGS_VERIFICATION, [c.model_dump(mode="json") for c in checks])
     return parsed, checks
+
+
+def startup_facts(readiness: "Readiness") -> dict[str, Any]:
+    """The parsed startup log of one start (:func:`servedeck.vllm.startup_log.parse_startup_log`),
+    with ``time_to_ready_s`` (container start to ready) when it served."""
+    from servedeck.vllm.startup_log import parse_startup_log
+    parsed = parse_startup_log(readiness.log_text).to_dict()
+    if readiness.ready and readiness.container_started_at and readiness.ready_at:
+        parsed["time_to_ready_s"] = round(readiness.ready_at - readiness.container_started_at, 3)
+    return parsed
+
+
+#: What a rollback's run takes over from the run that first deployed the restored file: the
+#: same compose file was rendered from the same resolved profile, settings, argv and image.
+RESTORED_VIEWS = (store.PROFILE_RESOLVED, store.EFFECTIVE, store.ARGV, store.PROFILE_DIFF, store.FACTS)
+
+
+def record_restored(w: RunWriter, runs_dir: Path, source_run_id: str | None, compose_text: str | None,
+                    compose_sha256: str, readiness: "Readiness") -> None:
+    """Fill a rollback's run record like a deploy's, so that it can be benchmarked and compared:
+    the restored compose file (the host's known-good copy, secrets scrubbed), the plan views of
+    the run that first deployed it (:data:`RESTORED_VIEWS`, when that run is in ``runs_dir``),
+    and the startup log, its facts (``startup.json``) and the log itself of this start."""
+    if not w.run:
+        return
+    if compose_text is not None:
+        w.save_compose(compose_text, compose_sha256)
+    source = Path(runs_dir) / source_run_id if source_run_id else None
+    if source is not None and source != w.path and store.is_run_dir(source):
+        for name in RESTORED_VIEWS:
+            try:
+                doc = store.read_json(source, name)
+            except ServedeckError:  # a damaged older record: that view stays absent
+                continue
+            if doc is not None:
+                w.write_json(name, doc)
+        w.save_meta(restores=source.name)
+    w.write_text(store.STARTUP_LOG, readiness.log_text)
+    w.write_json(store.STARTUP, startup_facts(readiness))
 
 
 def mark_abandoned(runs_dir: Path, run_id: str | None, reason: str) -> bool:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -69,6 +72,13 @@ def _git(root: Path, *args: str) -> str:
                            *args], check=True, capture_output=True, text=True).stdout
 
 
+def _servedeck(project: Project, *args: str) -> subprocess.CompletedProcess:
+    """Run a servedeck task as the user does (``invoke -r REPO TASK ...``) in ``project``."""
+    env = {**os.environ, "SERVEDECK_PROJECT": str(project.root)}
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
 def _json(run: Path, name: str):
     return json.loads((run / name).read_text())
 
@@ -80,7 +90,7 @@ def test_both_arms_became_ready_serving_the_seed_name(demo):
         meta = _json(run, "run.json")
         assert meta["outcome"] == "ready", meta
         assert meta["served_model_name"] == "Qwen3.8-27B"
-    assert [_json(r, "run.json")["profile"] for r in result.runs] == ["cpu-4096", "cpu-8192", "cpu-8192"]
+    assert [_json(r, "run.json")["profile"] for r in result.runs] == ["cpu-4096", "cpu-8192", "cpu-4096"]
 
 
 def test_the_last_deployment_still_serves(demo):
@@ -168,7 +178,7 @@ def test_compose_in_each_run_is_byte_identical_to_the_deployed_one(demo):
 
 def test_timings_split_pull_server_and_overhead(demo):
     result, *_ = demo
-    for label in ("A", "B", "B-warm"):
+    for label in ("A", "B", "A-warm"):
         t = result.timings[label]
         assert t["pull_s"] >= 0 and t["container_start_to_ready_s"] > 0
         assert t["overhead_s"] is not None
@@ -177,15 +187,14 @@ def test_timings_split_pull_server_and_overhead(demo):
 def test_bench_refuses_a_run_whose_compose_is_no_longer_deployed(demo):
     result, _, host, entry, _ = demo
     with pytest.raises(ServedeckError, match="was not deployed by this run") as exc:
-        bench_deployed(result.runs[0], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
-    assert "redeploy" in exc.value.hint
-    assert len((result.runs[0] / "bench.jsonl").read_text().splitlines()) == 7  # untouched
-
-
-def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
-    result, _, host, entry, _ = demo
-    with pytest.raises(ServedeckError, match="already holds benchmark results"):
         bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+    assert "redeploy" in exc.value.hint
+    assert len((result.runs[1] / "bench.jsonl").read_text().splitlines()) == 7  # untouched
+    # the first cpu-4096 run deployed the compose file that serves now, but the warm redeploy
+    # started the server: numbers taken now belong to that run
+    with pytest.raises(ServedeckError, match=f"was started by run {result.runs[2].name}") as exc:
+        bench_deployed(result.runs[0], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+    assert f"--run {result.runs[2].name}" in exc.value.hint
 
 
 def test_the_demo_leaves_tracked_files_alone_and_records_clean_provenance(demo):
@@ -203,14 +212,14 @@ def test_the_demo_leaves_tracked_files_alone_and_records_clean_provenance(demo):
 
 def test_ab_latest_compares_the_two_benchmarked_runs(demo):
     """``invoke ab latest:cpu-4096 latest:cpu-8192`` right after the demo: latest means served and
-    benchmarked, so the unbenchmarked warm redeploy of cpu-8192 is skipped (newest: names it)."""
+    benchmarked, so the unbenchmarked warm redeploy of cpu-4096 is skipped (newest: names it)."""
     from servedeck.ab.experiment import compare_runs
     from servedeck.runs.history import resolve_run
     result, project, *_ = demo
     a = resolve_run(project.runs_dir, "latest:cpu-4096")
     b = resolve_run(project.runs_dir, "latest:cpu-8192")
     assert (a, b) == (result.runs[0], result.runs[1])
-    assert resolve_run(project.runs_dir, "newest:cpu-8192") == result.runs[2]
+    assert resolve_run(project.runs_dir, "newest:cpu-4096") == result.runs[2]
     out = compare_runs(project.runs_dir, [a], [b])
     judged = [m for m in out.comparison.bench if m.judged]
     assert judged and not [m for m in out.comparison.bench if m.verdict == "missing"]
@@ -235,21 +244,41 @@ def test_the_warm_redeploy_states_whether_the_compile_cache_was_reused(demo):
         assert "load failure" not in (result.runs[2] / "startup.log").read_text()
 
 
-def test_aa_of_two_deployments_of_one_profile_reports_the_noise_floor(demo):
-    """Issue 13: the demo deployed cpu-8192 twice (B and the warm redeploy, which still serves);
-    benchmark the second one with B's workload and compare the two as an A/A."""
-    from servedeck.ab.experiment import compare_runs
+def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_cites_it(demo):
+    """Issue 13: the demo deployed cpu-4096 twice (A, and the warm redeploy after B, which still
+    serves); benchmark the second one with A's workload and compare the two as an A/A, as the
+    user does with ``invoke ab --aa``; the A/B of the same host and image then cites the floor."""
     from servedeck.ab.report import findings
     result, project, host, entry, _ = demo
-    b, b_again = result.runs[1], result.runs[2]
-    bench_deployed(b_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
-    out = compare_runs(project.runs_dir, [b], [b_again], aa=True, out=project.runs_dir / "reports" / "aa" / "report.md")
-    assert out.diff.is_identical and out.noise_path.exists()
-    judged = {k: m for k, m in out.noise.metrics.items()}
-    assert {"cold ttft_s", "warm ttft_s", "warm decode_tok_s"} <= set(judged)
-    assert all(m.noise is not None and m.noise >= 0 for m in judged.values())
-    assert "**A/A comparison**" in out.report.read_text()
-    # the A/B of the same host and image now cites it
-    ab = compare_runs(project.runs_dir, [result.runs[0]], [b])
-    assert ab.noise is not None
-    assert any(f.startswith("noise floor of host local") for f in findings(ab.comparison, ab.noise))
+    a, a_again = result.runs[0], result.runs[2]
+    bench_deployed(a_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
+    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name, "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "A/A: same configuration (noise floor)" in proc.stdout
+    assert f"A = {a.name}" in proc.stdout and f"B = {a_again.name}" in proc.stdout
+    stored = re.search(r"^noise floor stored: (\S+)$", proc.stdout, re.M)
+    assert stored, proc.stdout
+    floor = json.loads(Path(stored.group(1)).read_text())
+    assert floor["host"] == "local" and floor["runs"] == [a.name, a_again.name]
+    assert floor["image_digest"] == _json(a, "run.json")["image"]["digest"]
+    assert {"cold ttft_s", "warm ttft_s", "warm decode_tok_s"} <= set(floor["metrics"])
+    assert all(m["noise"] is not None and m["noise"] >= 0 and m["n_a"] == 3 == m["n_b"]
+               for m in floor["metrics"].values())
+    report = (project.runs_dir / "reports" / "aa" / "report.md").read_text()
+    assert "**A/A comparison**" in report
+    # the A/B of the same host and image (cpu-4096 vs cpu-8192) now cites it
+    from servedeck.ab.experiment import compare_runs
+    ab = compare_runs(project.runs_dir, [a], [result.runs[1]])
+    assert ab.noise is not None and ab.noise.runs == [a.name, a_again.name]
+    cited = [f for f in findings(ab.comparison, ab.noise) if f.startswith("noise floor of host local")]
+    assert cited and f"A/A {a.name} vs {a_again.name}" in cited[0]
+    proc = _servedeck(project, "ab", "latest:cpu-8192", a.name)
+    assert proc.returncode == 0 and "noise floor of host local" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
+    """The serving run (the warm redeploy of cpu-4096) was benchmarked by the A/A test above."""
+    result, _, host, entry, _ = demo
+    assert (result.runs[2] / "bench.jsonl").exists()
+    with pytest.raises(ServedeckError, match="already holds benchmark results"):
+        bench_deployed(result.runs[2], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))

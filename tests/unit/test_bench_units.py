@@ -235,3 +235,28 @@ def test_import_guidellm(tmp_path: Path) -> None:
     assert ext.metrics["e2e_s"]["median"] == 0.4
     with pytest.raises(ServedeckError, match="no benchmark #1"):
         import_guidellm(path, benchmark_index=1)
+
+
+def test_the_bench_guard_gives_a_restart_of_the_same_file_to_the_run_that_restarted_it(tmp_path):
+    """``servedeck.bench.record``: a redeploy or ``invoke rollback`` of a run's compose file is
+    another run, which takes the numbers; an automatic rollback after a failed deploy is not
+    (its run recorded the failed file)."""
+    from servedeck.bench.record import _restarted_by_another_run
+    from servedeck.runs.store import create_run
+
+    def run(profile, text, outcome):
+        rec = create_run(tmp_path, profile, "b70")
+        sha = rec.save_compose(text)
+        rec.save_meta(compose_sha256=sha, outcome=outcome)
+        return rec
+
+    first = run("a", "services: {a: {}}\n", "ready")
+    sha = first.meta.compose_sha256
+    again = run("a", "services: {a: {}}\n", "ready")
+    failed = run("b", "services: {b: {}}\n", "rolled-back")
+    line = {"revision": 3, "compose_sha256": sha}
+    assert _restarted_by_another_run(first, {**line, "run_id": again.run_id})
+    assert not _restarted_by_another_run(again, {**line, "run_id": again.run_id})
+    assert not _restarted_by_another_run(first, {**line, "run_id": failed.run_id})  # automatic rollback
+    assert not _restarted_by_another_run(first, {**line, "run_id": "0099-a-elsewhere"})  # not recorded here
+    assert not _restarted_by_another_run(first, {"revision": 3, "compose_sha256": "0" * 64, "run_id": again.run_id})

