@@ -59,14 +59,14 @@ def _literal_args(tp):
 
 
 def _parser():
-    """The parser and validation ``vllm serve`` itself uses: the names imported by
-    ``vllm/entrypoints/cli/serve.py``, else from their home (``entrypoints/openai/cli_args.py``
-    up to 0.2x, ``entrypoints/launchers/cli_args.py`` in 0.32, ``entrypoints/common/cli_args.py``
-    in 0.33; their home imports less than the server does)."""
+    """The parser and validation ``vllm serve`` itself uses (the names
+    ``vllm/entrypoints/cli/serve.py`` imports), from their home: ``entrypoints/common/cli_args.py``
+    in 0.33, ``entrypoints/launchers/cli_args.py`` in 0.32, ``entrypoints/openai/cli_args.py`` up
+    to 0.2x; else from ``cli/serve.py`` itself (it imports the whole server: slower)."""
     import importlib
     first = None
-    for mod in ("vllm.entrypoints.cli.serve", "vllm.entrypoints.common.cli_args",
-                "vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                "vllm.entrypoints.openai.cli_args", "vllm.entrypoints.cli.serve"):
         try:
             m = importlib.import_module(mod)
             make_arg_parser, validate = m.make_arg_parser, m.validate_parsed_serve_args
