@@ -72,3 +72,36 @@ def test_disable_log_requests_judged_by_each_releases_table(tmp_path, version, r
     found = check_compose_text(text, file="t.yml", catalog=cat)
     got = {f.rule for f in found if "log-requests" in f.rule or "log-requests" in f.message}
     assert got == rules_expected, [(f.rule, f.message) for f in found]
+
+
+def _check_version(tmp_path, version, command, env=""):
+    from servedeck.compose.check import check_compose_text
+    from servedeck.model.catalog import Catalog, ImageFacts
+    digest = "sha256:" + "d" * 64
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add(digest, ImageFacts(repository="example/llm", launcher="vllm", vllm_version=version,
+                               device="cuda", entrypoint=["vllm", "serve"]))
+    items = "".join(f"      - '{c}'\n" for c in ["example/model", *command])
+    text = f"services:\n  llm:\n    image: example/llm@{digest}\n    command:\n{items}{env}"
+    return [(f.rule, f.severity.value) for f in check_compose_text(text, file="t.yml", catalog=cat)
+            if f.rule.startswith(("flags/", "json/", "env/"))]
+
+
+@pytest.mark.parametrize("command,env", [
+    (["--attention-backend", "FLASH_ATTN"], ""),                    # a flag added after 0.11.0
+    (["--prefix-caching-hash-algo", "xxhash"], ""),                # a choice added after 0.11.0
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
+                              '"rejection_sample_method": "standard"}'], ""),  # a config key added after
+    ([], "    environment:\n      VLLM_CPU_OMP_THREADS_BIND: auto\n      VLLM_USE_AOT_COMPILE: '0'\n"),
+])
+def test_between_two_tables_names_the_newer_release_knows_are_not_called_unknown(tmp_path, command, env):
+    """A 0.26 image without facts of its own is judged by the 0.11.0 table (nearest older);
+    what the 0.32.0 table knows may have been added in between, so it is not called unknown."""
+    assert _check_version(tmp_path, "0.26.1", command, env) == []
+    # the same names ARE unknown to an image of 0.11.0 itself (its own table: certain)
+    assert _check_version(tmp_path, "0.11.0", command, env)
+
+
+def test_between_two_tables_a_name_neither_knows_is_still_warned(tmp_path):
+    found = _check_version(tmp_path, "0.26.1", ["--attention-backendd", "X"])
+    assert found == [("flags/unknown", "warning")]
