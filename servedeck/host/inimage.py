@@ -75,9 +75,11 @@ def _image(client: Any, ref: str) -> Any:
                                  hint="pull it on this engine first (docker pull REF)") from None
 
 
-def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[str]) -> tuple[int, str]:
-    """Run a throw-away container; returns (exit code, stdout+stderr text)."""
-    kw: dict[str, Any] = {"network_mode": "none", "detach": True, "labels": {THROWAWAY_LABEL: "1"}}
+def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[str],
+         **extra: Any) -> tuple[int, str]:
+    """Run a throw-away container (``extra``: further ``containers.run`` keywords such as
+    ``volumes`` and ``environment``); returns (exit code, stdout+stderr text)."""
+    kw: dict[str, Any] = {"network_mode": "none", "detach": True, "labels": {THROWAWAY_LABEL: "1"}, **extra}
     if entrypoint is not None:
         kw["entrypoint"] = entrypoint
     container = client.containers.run(image.id, command=command, **kw)
@@ -90,9 +92,9 @@ def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[st
     return int(status.get("StatusCode", 1)), out + ("\n" + err if err else "")
 
 
-def _introspect(client: Any, image: Any, args: list[str]) -> dict[str, Any]:
+def _introspect(client: Any, image: Any, args: list[str], **extra: Any) -> dict[str, Any]:
     script = _SCRIPT.read_text(encoding="utf-8")
-    code, text = _run(client, image, ["python3", "-c", script], args)
+    code, text = _run(client, image, ["python3", "-c", script], args, **extra)
     if _MARK not in text:
         tail = "\n".join(text.strip().splitlines()[-5:])
         raise ServedeckError(f"the image's python could not run servedeck's vLLM introspection "
@@ -166,6 +168,42 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
                        env=env, labels=labels, binaries=raw.get("binaries") or {},
                        note=f"read from the image by servedeck.host.inimage ({image.id[:19]})")
     return digest, facts, vf
+
+
+RELEASE_MOUNT = "/opt/servedeck-release"
+"""Where :func:`extract_release_facts` mounts a release's unpacked files (read-only)."""
+
+
+def extract_release_facts(image_ref: str, release_dir: Path, source: str, *, client: Any = None) -> Any:
+    """Read the facts of a vLLM release from that release's own files, with the python and
+    libraries of an image that has a vLLM (the project's CPU image): ``release_dir`` (a wheel
+    unpacked, ``vllm/`` at its top) is mounted read-only and put first on ``PYTHONPATH``, vLLM's
+    CPU platform is set (its detection by distribution version finds none for another
+    release's files) and :mod:`servedeck.vllm.introspect` runs ``facts``.
+
+    Args:
+        image_ref: the image whose python runs the release (local engine).
+        release_dir: the unpacked release (local path; the engine must be local).
+        source: recorded as the facts' ``source`` (e.g. the wheel's file name and sha256).
+        client: docker SDK client (None: the local engine).
+
+    Returns:
+        :class:`servedeck.vllm.facts.VllmFacts` of the release.
+
+    Raises:
+        ServedeckError: no engine, the image is missing, or the release's files do not import
+            with the image's libraries (the last lines of the error are quoted).
+    """
+    from servedeck.vllm.facts import VllmFacts
+    client = client or local_client()
+    image = _image(client, image_ref)
+    raw = _introspect(client, image, ["--platform-cpu", "facts"],
+                      volumes={str(Path(release_dir).resolve()): {"bind": RELEASE_MOUNT, "mode": "ro"}},
+                      environment={"PYTHONPATH": RELEASE_MOUNT})
+    raw["source"] = source
+    for key in ("python", "binaries", "cwd", "launcher_configs"):
+        raw.pop(key, None)  # facts of the image that ran it, not of the release
+    return VllmFacts.model_validate(raw)
 
 
 @dataclass

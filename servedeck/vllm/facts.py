@@ -3,7 +3,8 @@ JSON-valued config fields and the ``VLLM_*`` variables it reads.
 
 Produced by :mod:`servedeck.vllm.introspect` (run inside an image) and stored per digest in the
 catalog, or shipped as tables under ``servedeck/vllm/tables/vllm-<version>.json`` (each with its
-``source``). Rules ask :func:`facts_for_version` for the table nearest to an image's version
+``source``): extracted from the project's CPU image (``invoke image-facts IMAGE --table``), or
+from a release's own wheel by the same extractor (``python -m devtools.release_tables``). Rules ask :func:`facts_for_version` for the table nearest to an image's version
 when no per-digest facts exist.
 """
 

@@ -7,13 +7,15 @@ copies it into a throw-away container (``servedeck.host.inimage``) and runs::
     python3 -c "$(cat introspect.py)" dryrun VLLM_ARGV_JSON         -> JSON verdict
     python3 -c "$(cat introspect.py)" launch-dryrun ENTRY_JSON CMD_JSON
         -> the image's launcher gives the final command (exl3xpu ``--print``), then the verdict
+    PYTHONPATH=RELEASE python3 -c "$(cat introspect.py)" --platform-cpu facts
+        -> the facts of the vLLM release whose files are at RELEASE (unpacked from its wheel),
+           read with this image's python and libraries on vLLM's CPU platform
 
 ``facts`` reads, from vLLM itself (names as of vLLM 0.32; older releases are read defensively):
 
 * ``vllm.__version__``;
-* the ``vllm serve`` argument surface: ``make_arg_parser`` of
-  ``vllm/entrypoints/launchers/cli_args.py`` (older: ``vllm/entrypoints/openai/cli_args.py``)
-  on a ``FlexibleArgumentParser`` -- per action its option strings, dest, type name, choices,
+* the ``vllm serve`` argument surface: the ``make_arg_parser`` that
+  ``vllm/entrypoints/cli/serve.py`` imports, on a ``FlexibleArgumentParser`` -- per action its option strings, dest, type name, choices,
   default, nargs, whether it takes a value and whether it is deprecated;
 * for each JSON-valued flag whose value is a vLLM config dataclass (``vllm/config/*.py``), the
   config's field names and annotation text (``dataclasses.fields``);
@@ -57,16 +59,49 @@ def _literal_args(tp):
 
 
 def _parser():
-    try:
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
-    except ImportError:  # vLLM <= 0.2x layout
-        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    """The parser and validation ``vllm serve`` itself uses (the names
+    ``vllm/entrypoints/cli/serve.py`` imports), from their home: ``entrypoints/common/cli_args.py``
+    in 0.33, ``entrypoints/launchers/cli_args.py`` in 0.32, ``entrypoints/openai/cli_args.py`` up
+    to 0.2x; else from ``cli/serve.py`` itself (it imports the whole server: slower)."""
+    import importlib
+    first = None
+    for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                "vllm.entrypoints.openai.cli_args", "vllm.entrypoints.cli.serve"):
+        try:
+            m = importlib.import_module(mod)
+            make_arg_parser, validate = m.make_arg_parser, m.validate_parsed_serve_args
+            break
+        except (ImportError, AttributeError) as exc:
+            first = first or exc
+    else:
+        raise first
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-    return parser, validate_parsed_serve_args
+    return parser, validate
+
+
+def _literal(name, modules):
+    """The string values of the Literal ``name`` in the first of ``modules`` that has it
+    (``SpeculativeMethod`` lived in ``vllm/config/__init__.py`` up to 0.10)."""
+    import importlib
+    for mod in modules:
+        try:
+            return list(dict.fromkeys(_literal_args(getattr(importlib.import_module(mod), name))))
+        except (ImportError, AttributeError):
+            continue
+    return []
+
+
+def use_cpu_platform():
+    """Make vLLM's current platform its CPU platform (``vllm/platforms/cpu.py``) before anything
+    asks for it: for reading a release's own files with another image's python, where vLLM's
+    platform detection (by its distribution's version string) finds none."""
+    import vllm.platforms as platforms
+    from vllm.platforms.cpu import CpuPlatform
+    platforms._current_platform = CpuPlatform()
 
 
 def _config_classes():
@@ -145,17 +180,8 @@ def facts():
         reasoning = ReasoningParserManager.list_registered()
     else:
         reasoning = sorted(ReasoningParserManager.reasoning_parsers)
-    spec = kv = []
-    try:
-        from vllm.config import speculative as _spec
-        spec = sorted(set(_literal_args(_spec.SpeculativeMethod)))
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from vllm.config import cache as _cache
-        kv = list(dict.fromkeys(_literal_args(_cache.CacheDType)))
-    except (ImportError, AttributeError):
-        pass
+    spec = sorted(set(_literal("SpeculativeMethod", ["vllm.config.speculative", "vllm.config"])))
+    kv = _literal("CacheDType", ["vllm.config.cache", "vllm.config"])
     import vllm.envs as envs
     env_vars = sorted(getattr(envs, "environment_variables", {}))
     return {
@@ -281,6 +307,9 @@ def launch_and_dryrun(entrypoint, command):
 
 
 def main(argv):
+    if argv[:1] == ["--platform-cpu"]:
+        use_cpu_platform()
+        argv = argv[1:]
     mode = argv[0] if argv else "facts"
     if mode == "facts":
         out = facts()

@@ -2,11 +2,10 @@
 KV-cache dtypes) and vLLM's defaults for the settings servedeck renders.
 
 Nothing here is typed by hand: the names come from the shipped tables
-``servedeck/vllm/tables/vllm-<version>.json`` (:mod:`servedeck.vllm.facts`), each naming its
-source: extracted from an image by :mod:`servedeck.vllm.introspect` (``invoke image-facts IMAGE
---table``), or, for releases no image of which could be run here, transcribed from that
-release's files and marked so in its ``source``. Versions between tables are judged by the
-tables that bracket them.
+``servedeck/vllm/tables/vllm-<version>.json`` (:mod:`servedeck.vllm.facts`), each produced by
+:mod:`servedeck.vllm.introspect` and naming its source: an image (``invoke image-facts IMAGE
+--table``) or a release's own wheel (``python -m devtools.release_tables``). Versions between
+tables are judged by the tables that bracket them.
 """
 
 from __future__ import annotations

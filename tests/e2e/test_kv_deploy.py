@@ -6,6 +6,8 @@
 2. a variant with VLLM_CPU_KVCACHE_SPACE=0 (no KV memory: vLLM would refuse to start) is
    stopped in preflight with the prediction in the message; cpu-4096 keeps serving.
 3. a variant with VLLM_CPU_KVCACHE_SPACE=2 deploys and again matches exactly.
+4. (reusing the server that serves) a profile with a fault only vLLM knows is refused by vLLM's
+   own parser in the pinned image before the switch; the server keeps answering.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.runs.kv_history import read_kv
+from servedeck.runs.store import read_meta, run_dirs
 
 
 
@@ -90,3 +93,39 @@ def test_prediction_matches_refusal_stops_and_the_deployment_keeps_serving(cpu_p
     second = _deploy(project, host, entry, "cpu-kv2")
     assert second.outcome == "ready"
     _exact(second.run.path, 2 * 1024 ** 3 // 1024)
+
+
+def _models() -> list[str] | None:
+    try:
+        return [m["id"] for m in httpx.get("http://127.0.0.1:9932/v1/models", timeout=5).json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+def test_vllm_in_the_image_is_the_last_judge_and_the_deployment_keeps_serving(cpu_project):
+    """A fault only vLLM knows: the structured-outputs backend spelled ``lm_format_enforcer``
+    (vLLM's ``StructuredOutputsConfig.backend`` is a Literal whose value is ``lm-format-enforcer``;
+    servedeck's tables record the field's type, not vLLM's validation). servedeck's own check
+    passes the profile (the deploy gets past render + check); vLLM's parser in the pinned image
+    refuses it before the switch with its own message; the run record says why; the server
+    that was serving still answers /v1/models."""
+    project, host, entry = cpu_project
+    if _models() is None:  # run alone: put the baseline up first (after test 1 cpu-kv2 serves)
+        assert _deploy(project, host, entry, "cpu-4096").outcome == "ready"
+    before = _models()
+    assert before == ["Qwen3.8-27B"]
+    (project.profiles_dir / "cpu-so-typo.yaml").write_text(
+        "extends: cpu-4096\nengine:\n  extra_args: [--structured-outputs-config, "
+        "'{\"backend\": \"lm_format_enforcer\"}']\n")
+    compose = host.read_file("docker-compose.yml")
+    with pytest.raises(DeployError, match="vLLM in the pinned image rejects the server command") as exc:
+        _deploy(project, host, entry, "cpu-so-typo")
+    msg = str(exc.value)
+    # vLLM's own argparse + StructuredOutputsConfig message, not one of servedeck's findings
+    assert "argument --structured-outputs-config" in msg and "'lm-format-enforcer'" in msg
+    assert "nothing serving was changed" in msg
+    meta = read_meta(run_dirs(project.runs_dir)[-1][1])
+    assert meta.profile == "cpu-so-typo" and meta.outcome == "failed" and meta.ready_at is None
+    assert "argument --structured-outputs-config" in (meta.failure or "")
+    assert host.read_file("docker-compose.yml") == compose
+    assert _models() == before

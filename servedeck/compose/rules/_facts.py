@@ -26,11 +26,20 @@ class Judge:
         basis: human text naming the release and where its facts come from.
         exact: True when the facts belong to the image itself or to the same vLLM release
             (a rejection is then certain: error); False for the nearest other release (warning).
+        newer: for an inexact judge, the nearest NEWER shipped table with the same facts (None
+            when there is none): a name it knows may have been added between the two releases,
+            so rules do not call it unknown.
     """
 
     facts: Any
     basis: str
     exact: bool
+    newer: Any = None
+
+    def maybe_added(self, known: Any) -> bool:
+        """True when the judge is inexact and ``known(newer_facts)`` holds: the name may exist
+        in the image's release (added after the older table's), so it is not judged."""
+        return not self.exact and self.newer is not None and bool(known(self.newer))
 
 
 def version_tuple(svc: Service) -> tuple[int, int, int] | None:
@@ -67,7 +76,9 @@ def judge(ctx: Ctx, svc: Service, need: str) -> Judge | None:
             v, f = usable[-1]
             exact = v == want
             how = "" if exact else f", the nearest older release with a table, for {svc.facts.vllm_version}"
-            out = Judge(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact)
+            newer = None if exact else next((g for w, g in shipped_tables().items()
+                                             if w > want and getattr(g, need)), None)
+            out = Judge(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact, newer)
     cache[key] = out
     return out
 

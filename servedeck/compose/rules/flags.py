@@ -74,6 +74,8 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
     report = ctx.error if j.exact else ctx.warning
     for flag in flags:
         action = facts.option(flag.name)
+        if action is None and j.maybe_added(lambda f: f.option(flag.name)):
+            continue  # known to the next newer release: may have been added in between
         if action is None:
             options = sorted(o[2:] for o in facts.by_option if o.startswith("--"))
             hint = _rename_hint(flag.name, options)
@@ -94,13 +96,21 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"--{flag.name} {text!r}: vLLM reads this flag with {action.type}, which needs "
                    f"{_spelling(action.type)}; vLLM exits with 'invalid {action.type} value'",
                    f"write e.g. --{flag.name} 8192")
-        if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") and text not in [str(c) for c in action.choices]:
+        if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") \
+                and text not in [str(c) for c in action.choices] \
+                and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):
             close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
             report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
                    f"did you mean {', '.join(close)}?" if close else
                    f"choose from {', '.join(map(str, action.choices))}")
     _json_keys(ctx, svc, j, flags)
+
+
+def _is_choice(facts: Any, name: str, text: str) -> bool:
+    """True when ``text`` is one of ``--name``'s choices in ``facts``."""
+    action = facts.option(name)
+    return action is not None and text in [str(c) for c in action.choices or []]
 
 
 def _rename_hint(name: str, options: list[str]) -> str:
@@ -152,6 +162,9 @@ def _json_keys(ctx: Ctx, svc: Service, j: Any, flags: list[Flag]) -> None:
         cls = cfg.class_.rsplit(".", 1)[-1]
         path = flag.value_path if flag.inline is None else flag.token.path
         for key, v in value.items():
+            if key not in cfg.fields and j.maybe_added(
+                    lambda f: key in getattr((f.json_configs or {}).get(action.dest), "fields", {})):
+                continue  # a field of the next newer release's config
             if key not in cfg.fields:
                 elsewhere = [d for d in owner.get(key, []) if d != action.dest]
                 if elsewhere:

@@ -351,10 +351,16 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
                      f"speculative decoding with max_num_batched_tokens {mnbt:g} < 8192: vLLM will warn "
                      f"'max_num_scheduled_tokens is set to ... suboptimal performance' (usually cosmetic)")
 
-    if judge(ctx, svc, "serve_args") is not None:
+    j = judge(ctx, svc, "serve_args")
+    if j is not None and j.exact:
         return  # flags/unknown judges every flag with the release's own parser facts
+    # no facts of this release: what is known of the removal by version judges, unless the
+    # nearest older release's facts have the flag as a live option (0.33 took it back as the
+    # --disable- half of --enable-log-requests)
     for flag in launch.flags:
-        if flag.name == "disable-log-requests":
+        action = j.facts.option(flag.name) if j is not None else None
+        live = action is not None and not action.deprecated
+        if flag.name == "disable-log-requests" and not live:
             if version is not None and parse_version(version) >= (0, 26, 0):
                 ctx.error("vllm/disable-log-requests-removed", flag.token.path,
                           f"vLLM {version} rejects --disable-log-requests "
