@@ -76,6 +76,24 @@ def test_ansible_patterns_select_hosts(ini):
         fleet.select("nope")
 
 
+def test_plain_group_or_host_names_select_what_ansible_selects(ini, tmp_path):
+    """The direct lookup of a plain group or host name (no ansible-core import) gives
+    ansible-core's answer, for an Ansible and for a servedeck inventory."""
+    servedeck_inv = tmp_path / "hosts.yaml"
+    servedeck_inv.write_text("hosts:\n  b2: {ssh: {hostname: h2}, workdir: /w}\n"
+                             "  b1: {ssh: {hostname: h1}, workdir: /w}\n"
+                             "groups:\n  lab: [b1, b2]\n  one: [b1]\n")
+    for fleet in (load_fleet(ini), load_fleet(servedeck_inv)):
+        manager = fleet._manager()
+        for name in [*fleet.groups, *fleet.hosts]:
+            matched = {str(h.name) for h in manager.list_hosts(name)}
+            if not matched:  # e.g. an empty "ungrouped"
+                with pytest.raises(ServedeckError, match="no host matches"):
+                    fleet.select(name)
+                continue
+            assert fleet.select(name) == [str(n) for n in manager.hosts if str(n) in matched], name
+
+
 def test_converted_inventory_is_servedeck_format(ini, tmp_path):
     fleet = load_fleet(ini)
     path = fleet.write_servedeck_inventory(tmp_path / "out")
