@@ -16,6 +16,14 @@ port and the served model name. Once ready it serves:
   passthrough, else ``--set served_model_name=...``, else model.yaml's ``served_model_name``)
 * ``GET /metrics`` → the fixture Prometheus text (``metrics-4096.txt``/``metrics-8192.txt``)
 * ``GET /version`` → ``{"version": "0.32.0"}``
+* ``POST /tokenize`` → ``{"count": N, ...}``: N = whitespace-separated words of the prompt (or
+  of the messages' contents, plus :data:`CHAT_TEMPLATE_TOKENS` for the chat template)
+* ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streamed or not): ``max_tokens``
+  tokens of filler text, paced like a small server (:data:`PREFILL_S_PER_TOKEN` before the
+  first token, :data:`DECODE_S_PER_TOKEN` per token), with vLLM's usage chunks; the
+  ``/metrics`` counters (requests, prompt and generation tokens, TTFT, prefill and decode
+  time) count them under the served model name. Enough for servedeck's bench client to
+  measure something real; the numbers say nothing about vLLM.
 
 Environment:
 
@@ -47,6 +55,9 @@ FIXTURE_PORT = "9932"
 FIXTURE_NAME = "Qwen3.8-27B"
 FIXTURE_MODEL = "/models/qwen3-tiny"
 READY_MARK = "Application startup complete."
+CHAT_TEMPLATE_TOKENS = 9
+PREFILL_S_PER_TOKEN = 2e-5
+DECODE_S_PER_TOKEN = 0.004
 TS_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) ")
 
 
@@ -196,9 +207,53 @@ def fail_lines(cfg: dict) -> list[str]:
     ]
 
 
+class Counters:
+    """The served requests' counters, added to the fixture's values in ``/metrics``."""
+
+    NAMES = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+             "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+             "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values = dict.fromkeys(self.NAMES, 0.0)
+        self.finished = {"length": 0.0, "stop": 0.0}
+
+    def count(self, prompt: int, generated: int, ttft: float, decode: float, reason: str) -> None:
+        with self.lock:
+            for name, v in zip(self.NAMES, (prompt, generated, ttft, 1, ttft, decode)):
+                self.values[name] += v
+            self.finished[reason] += 1
+
+    def render(self, metrics: str, served: str) -> str:
+        """The fixture text with the served model name and these counters added."""
+        out = []
+        with self.lock:
+            for line in metrics.replace(f'model_name="{FIXTURE_NAME}"', f'model_name="{served}"').splitlines():
+                name, _, rest = line.partition("{")
+                add = self.values.get(name, 0.0)
+                if name == "vllm:request_success_total":
+                    add = next((v for r, v in self.finished.items() if f'finished_reason="{r}"' in rest), 0.0)
+                if add and not line.startswith("#"):
+                    head, _, value = line.rpartition(" ")
+                    line = f"{head} {float(value) + add}"
+                out.append(line)
+        return "\n".join(out) + "\n"
+
+
+def _prompt_words(body: dict) -> int:
+    if "messages" in body:
+        text = " ".join(str(m.get("content") or "") for m in body["messages"])
+        return len(text.split()) + CHAT_TEMPLATE_TOKENS
+    prompt = body.get("prompt") or ""
+    return len((prompt if isinstance(prompt, str) else " ".join(map(str, prompt))).split())
+
+
 def make_handler(cfg: dict, metrics: str):
-    """An HTTP handler class serving /health, /v1/models, /metrics and /version."""
+    """An HTTP handler class serving /health, /v1/models, /metrics, /version, /tokenize and
+    the (stand-in) completions endpoints."""
     created = int(time.time())
+    counters = Counters()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
@@ -229,7 +284,8 @@ def make_handler(cfg: dict, metrics: str):
                 body = json.dumps({"object": "list", "data": data}).encode()
                 self._send(200, body, "application/json")
             elif path == "/metrics":
-                self._send(200, metrics.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                self._send(200, counters.render(metrics, cfg["served_names"][0]).encode(),
+                           "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/version":
                 self._send(200, json.dumps({"version": VERSION}).encode(), "application/json")
             else:
@@ -238,8 +294,69 @@ def make_handler(cfg: dict, metrics: str):
         do_HEAD = do_GET
 
         def do_POST(self) -> None:
-            self._send(404, b'{"detail":"Not Found (vLLM stand-in: no inference)"}',
-                       "application/json")
+            path = self.path.split("?", 1)[0]
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            except ValueError:
+                self._send(400, b'{"detail":"invalid JSON"}', "application/json")
+                return
+            if path == "/tokenize":
+                n = _prompt_words(body)
+                self._send(200, json.dumps({"count": n, "max_model_len": 2048,
+                                            "tokens": list(range(n))}).encode(), "application/json")
+            elif path in ("/v1/completions", "/v1/chat/completions"):
+                self._complete(body, chat=path.endswith("chat/completions"))
+            else:
+                self._send(404, b'{"detail":"Not Found"}', "application/json")
+
+        def _complete(self, body: dict, chat: bool) -> None:
+            prompt, max_tokens = _prompt_words(body), int(body.get("max_tokens") or 16)
+            stream = bool(body.get("stream"))
+            opts = body.get("stream_options") or {}
+            kind = "chat.completion" if chat else "text_completion"
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-standin{int(time.time() * 1e6)}"
+
+            def chunk(i: int, text: str, reason: str | None) -> dict:
+                choice = ({"index": 0, "delta": {"content": text} if text else {}}
+                          if chat else {"index": 0, "text": text})
+                choice["finish_reason"] = reason
+                obj = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
+                       "model": cfg["served_names"][0], "choices": [choice]}
+                if opts.get("continuous_usage_stats") or (reason and opts.get("include_usage")):
+                    obj["usage"] = {"prompt_tokens": prompt, "completion_tokens": i,
+                                    "total_tokens": prompt + i}
+                return obj
+
+            t0 = time.monotonic()
+            time.sleep(PREFILL_S_PER_TOKEN * prompt)
+            ttft = time.monotonic() - t0
+            if stream:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+            for i in range(1, max_tokens + 1):
+                if i > 1:
+                    time.sleep(DECODE_S_PER_TOKEN)
+                if stream:
+                    data = json.dumps(chunk(i, " tok", "length" if i == max_tokens else None))
+                    self.wfile.write(f"data: {data}\n\n".encode())
+                    self.wfile.flush()
+            decode = time.monotonic() - t0 - ttft
+            counters.count(prompt, max_tokens, ttft, decode, "length")
+            if stream:
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
+                    f'"POST {self.path} HTTP/1.1" 200 OK')
+            else:
+                obj = chunk(max_tokens, " tok" * max_tokens, "length")
+                obj["object"] = kind
+                if chat:
+                    obj["choices"][0] = {"index": 0, "finish_reason": "length",
+                                         "message": {"role": "assistant", "content": " tok" * max_tokens}}
+                obj["usage"] = {"prompt_tokens": prompt, "completion_tokens": max_tokens,
+                                "total_tokens": prompt + max_tokens}
+                self._send(200, json.dumps(obj).encode(), "application/json")
 
     return Handler
 
