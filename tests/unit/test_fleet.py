@@ -16,7 +16,8 @@ from servedeck.fleet.command import servedeck_command
 from servedeck.fleet.inventory import load_fleet
 from servedeck.fleet.rollout import parse_max_fail, parse_serial
 from servedeck.fleet.runner import ANSIBLE_DIR, PLAYBOOKS
-from servedeck.fleet.sweep import (HostEstimate, estimate_hosts, parse_vary, plan_sweep, schedule)
+from servedeck.fleet.sweep import (EXPERIMENT_OVERHEAD_S, HostEstimate, estimate_hosts, parse_vary,
+                                   plan_sweep, schedule)
 from servedeck.model.inventory import HostEntry, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
@@ -272,4 +273,4 @@ def test_estimate_takes_command_cost_from_the_hosts_rollouts(project):
     est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2"])
     assert est["fleet-1"].command_s == 4.5
     assert est["fleet-2"].command_s == 4.5  # the fleet's measurement
-    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5
+    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5 + EXPERIMENT_OVERHEAD_S
