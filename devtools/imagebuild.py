@@ -563,7 +563,8 @@ def build_standin_image(registry: str = DEFAULT_REGISTRY,
 
     The image runs ``deploy/images/standin/standin.py`` with the launcher's argv; it replays
     the vLLM 0.32 CPU fixture logs from :data:`FIXTURES_DIR` and serves ``/health``,
-    ``/v1/models``, ``/metrics``, ``/version`` (see that script for ``STANDIN_MODE``).
+    ``/v1/models``, ``/metrics``, ``/version``, ``/tokenize`` and paced stand-in completions (see
+    that script; ``STANDIN_MODE`` there too).
 
     Returns:
         ``"<registry>/servedeck/vllm-standin@sha256:<64 hex>"``, also written to

@@ -45,6 +45,10 @@ from servedeck.model.inventory import HostEntry, Inventory, load_inventory
 
 #: host variables that carry servedeck's host entry fields (besides ``ssh``)
 HOST_VAR_PREFIX = "servedeck_"
+#: characters that make a host pattern more than one group's or host's name (Ansible's
+#: separators, exclusion/intersection, globs, regexes, subscripts; ``.`` also lets a name
+#: match hosts besides groups in ansible-core)
+_PATTERN_CHARS = set(":,!&*?~[]. ")
 _SSH_VARS = {"ansible_host": "hostname", "ansible_port": "port", "ansible_user": "user",
              "ansible_ssh_private_key_file": "identity_file",
              "servedeck_known_hosts": "known_hosts", "servedeck_ssh_config": "ssh_config"}
@@ -72,9 +76,20 @@ class Fleet:
     def select(self, pattern: str) -> list[str]:
         """Host names matching an Ansible host pattern, in inventory order.
 
+        A pattern that is just one group's or one host's name is looked up directly (what
+        Ansible's pattern means then: a group wins over a host of the same name, see
+        ``InventoryManager._enumerate_matches`` in ansible-core 2.19); anything else is resolved by
+        ansible-core's InventoryManager. The shortcut spares a rollout ~0.9 CPU-s of
+        importing ansible-core in the controller process before ansible-playbook starts.
+
         Raises:
             ServedeckError: nothing matches (naming the groups there are).
         """
+        name = pattern.strip()
+        if not _PATTERN_CHARS.intersection(name):
+            members = set(self.groups.get(name) or ([name] if name in self.hosts else []))
+            if members and members <= set(self.hosts):
+                return [h for h in self.hosts if h in members]
         manager = self._manager()
         matched = {str(h.name) for h in manager.list_hosts(pattern)}
         hosts = [n for n in (str(n) for n in manager.hosts) if n in matched]

@@ -54,6 +54,10 @@ from servedeck.model.project import Project
 CLI_OVERHEAD_S = 6.0
 #: seconds ansible-playbook needs to start and to finish a sweep (loopback fleet, idem)
 ANSIBLE_OVERHEAD_S = 6.0
+#: seconds of Ansible's own steps per experiment besides the servedeck commands (the role's
+#: include per loop item, the start fact, writing the result file with ansible.builtin.copy);
+#: loopback fleet, benchmarks/fleet_bench.py
+EXPERIMENT_OVERHEAD_S = 2.0
 #: time to ready / bench time assumed for a host without any recorded run
 DEFAULT_READY_S = 60.0
 DEFAULT_BENCH_S = 30.0
@@ -92,11 +96,15 @@ class HostEstimate:
     bench_s: float
     source: str
     command_s: float = CLI_OVERHEAD_S
+    experiment_overhead_s: float = EXPERIMENT_OVERHEAD_S
 
     def experiment_s(self, bench: bool) -> float:
-        """Estimated seconds of one experiment: 2 arms x (deploy + bench) + command costs."""
+        """Estimated seconds of one experiment: 2 arms x (deploy + bench), the cost of each
+        servedeck command around its own work (deploy, bench per arm; ab), and Ansible's own
+        steps per experiment."""
         commands = 5 if bench else 3
-        return 2 * (self.ready_s + (self.bench_s if bench else 0.0)) + commands * self.command_s
+        return (2 * (self.ready_s + (self.bench_s if bench else 0.0)) + commands * self.command_s
+                + self.experiment_overhead_s)
 
 
 @dataclass
@@ -416,6 +424,7 @@ def plan_to_dict(plan: SweepPlan) -> dict[str, Any]:
             "experiments": [asdict(e) for e in plan.experiments], "done": plan.done,
             "assignments": plan.assignments,
             "estimates": {h: asdict(e) for h, e in plan.estimates.items()},
+            "experiment_s": {h: round(e.experiment_s(plan.bench), 1) for h, e in plan.estimates.items()},
             "estimate_s": plan.estimate_s, "bench": plan.bench, "image": plan.image}
 
 

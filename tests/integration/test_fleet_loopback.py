@@ -4,8 +4,9 @@ The fleet (``scripts/test-services up``, ``deploy/test-fleet/``): three SSH host
 127.0.0.1:2231-2233) that are all this machine, each with its own working directory,
 container name and server port on the one Docker engine. The served image is the vLLM
 **stand-in** (``deploy/images/standin``: replays a real vLLM startup log, serves /health,
-/v1/models, /metrics; no inference), so sweeps here run with ``--no-bench`` and their A/B
-reports compare startup facts (the real vLLM server is exercised by tests/e2e).
+/v1/models, /metrics, /tokenize and paced stand-in completions), so the sweep test runs
+servedeck's real bench (a tiny workload) and its A/B reports compare real samples; the resume
+test runs with ``--no-bench`` (the real vLLM server is exercised by tests/e2e).
 
 Everything goes through the user's command line: ``invoke deploy --hosts``, ``invoke sweep``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +29,7 @@ import pytest
 from devtools import imagebuild
 from servedeck.fleet.inventory import load_fleet
 from servedeck.host.remote import RemoteHost
+from servedeck.runs import store
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET_DIR = ROOT / "deploy" / "test-fleet"
@@ -194,8 +197,14 @@ def test_rollout_stops_when_the_second_host_fails(project, fleet, standin, tmp_p
 # ------------------------------------------------------------------------------ sweeps
 
 
-def _sweep_args(base: str, standin: str, *vary: str, hosts: str = "pair", reps: int = 1) -> list[str]:
-    args = ["sweep", "--base", base, "--hosts", hosts, "--image", standin, "--no-bench",
+#: the sweep test's bench: few requests, short prompts (the stand-in answers in milliseconds)
+TINY_BENCH = ["--prompt-tokens", "64", "--max-tokens", "16", "--repetitions", "2"]
+
+
+def _sweep_args(base: str, standin: str, *vary: str, hosts: str = "pair", reps: int = 1,
+                bench: bool = False) -> list[str]:
+    args = ["sweep", "--base", base, "--hosts", hosts, "--image", standin,
+            *(TINY_BENCH if bench else ["--no-bench"]),
             "--inventory", str(FLEET_DIR / "hosts.yaml"), "--reps", str(reps)]
     for v in vary:
         args += ["--vary", v]
@@ -203,9 +212,11 @@ def _sweep_args(base: str, standin: str, *vary: str, hosts: str = "pair", reps: 
 
 
 def test_sweep_two_variables_two_values_on_two_hosts(project, fleet, standin):
+    """Each experiment is deploy, wait, bench, record per arm on one host, then the A/B report
+    from the benchmark's samples."""
     base = _profile(project, "sw-base")
-    proc = _cli(project, *_sweep_args(base, standin, "engine.max_num_batched_tokens=4096,8192",
-                                      "engine.gpu_memory_utilization=0.90,0.94"))
+    vary = ("engine.max_num_batched_tokens=4096,8192", "engine.gpu_memory_utilization=0.90,0.94")
+    proc = _cli(project, *_sweep_args(base, standin, *vary, bench=True))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sweeps = list((project / "runs" / "sweeps").iterdir())
     assert len(sweeps) == 1
@@ -219,20 +230,27 @@ def test_sweep_two_variables_two_values_on_two_hosts(project, fleet, standin):
         assert a["host"] == b["host"] == res["host"]  # both arms on the same box
         assert a["outcome"] == b["outcome"] == "ready"
         hosts_used.add(res["host"])
+        for run_id in (res["run_a"], res["run_b"]):  # each arm was benchmarked: real samples
+            warm = store.read_json(project / "runs" / run_id, store.BENCH_SUMMARY)["phases"]["warm"]
+            assert warm["prompt_tokens"]["samples"] == [64, 64]
+            assert warm["output_tokens"]["samples"] == [16, 16]
+            assert len(warm["decode_tok_s"]["samples"]) == 2 and warm["decode_tok_s"]["min"] > 0
         report = Path(res["report"]).read_text()
         assert res["run_a"] in report and res["run_b"] in report
+        assert "decode_tok_s" in report  # the A/B compares the benchmarks, not only startup facts
     assert hosts_used == {"fleet-1", "fleet-2"}  # the two experiments ran on both hosts
     mnbt = next(r for r in results if "max_num_batched_tokens" in r["id"])
-    report = Path(mnbt["report"]).read_text()
-    assert "max_num_batched_tokens" in report
-    # the stand-in replays vLLM's 4096 and 8192 startup logs: the KV facts differ per arm
-    assert "kv_cache_tokens" in (sweep / "summary.md").read_text() or "KV" in (sweep / "summary.md").read_text()
+    assert "max_num_batched_tokens" in Path(mnbt["report"]).read_text()
+    summary = (sweep / "summary.md").read_text()
+    assert "e01-max_num_batched_tokens-8192-r1" in summary
+    rows = [ln for ln in summary.splitlines() if ln.startswith("│ e0")]
+    assert len(rows) == 2 and all("done" in ln for ln in rows)
+    assert all(re.search(r"│\s*\d\.\d+\s*│", ln) for ln in rows), rows  # warm decode B/A ratio
     assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "e01-max_num_batched_tokens-8192-r1" in proc.stdout and "done" in proc.stdout
     # --plan now reports everything done and runs nothing
     n_runs = len(_runs(project))
-    proc = _cli(project, *_sweep_args(base, standin, "engine.max_num_batched_tokens=4096,8192",
-                                      "engine.gpu_memory_utilization=0.90,0.94"), "--plan")
+    proc = _cli(project, *_sweep_args(base, standin, *vary, bench=True), "--plan")
     assert proc.returncode == 0 and "2 done" in proc.stdout
     assert len(_runs(project)) == n_runs
 

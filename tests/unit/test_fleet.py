@@ -16,7 +16,8 @@ from servedeck.fleet.command import servedeck_command
 from servedeck.fleet.inventory import load_fleet
 from servedeck.fleet.rollout import parse_max_fail, parse_serial
 from servedeck.fleet.runner import ANSIBLE_DIR, PLAYBOOKS
-from servedeck.fleet.sweep import (HostEstimate, estimate_hosts, parse_vary, plan_sweep, schedule)
+from servedeck.fleet.sweep import (EXPERIMENT_OVERHEAD_S, HostEstimate, estimate_hosts, parse_vary,
+                                   plan_sweep, schedule)
 from servedeck.model.inventory import HostEntry, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
@@ -74,6 +75,24 @@ def test_ansible_patterns_select_hosts(ini):
     assert fleet.select("b70-2") == ["b70-2"]
     with pytest.raises(ServedeckError, match="no host matches 'nope'"):
         fleet.select("nope")
+
+
+def test_plain_group_or_host_names_select_what_ansible_selects(ini, tmp_path):
+    """The direct lookup of a plain group or host name (no ansible-core import) gives
+    ansible-core's answer, for an Ansible and for a servedeck inventory."""
+    servedeck_inv = tmp_path / "hosts.yaml"
+    servedeck_inv.write_text("hosts:\n  b2: {ssh: {hostname: h2}, workdir: /w}\n"
+                             "  b1: {ssh: {hostname: h1}, workdir: /w}\n"
+                             "groups:\n  lab: [b1, b2]\n  one: [b1]\n")
+    for fleet in (load_fleet(ini), load_fleet(servedeck_inv)):
+        manager = fleet._manager()
+        for name in [*fleet.groups, *fleet.hosts]:
+            matched = {str(h.name) for h in manager.list_hosts(name)}
+            if not matched:  # e.g. an empty "ungrouped"
+                with pytest.raises(ServedeckError, match="no host matches"):
+                    fleet.select(name)
+                continue
+            assert fleet.select(name) == [str(n) for n in manager.hosts if str(n) in matched], name
 
 
 def test_converted_inventory_is_servedeck_format(ini, tmp_path):
@@ -254,4 +273,4 @@ def test_estimate_takes_command_cost_from_the_hosts_rollouts(project):
     est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2"])
     assert est["fleet-1"].command_s == 4.5
     assert est["fleet-2"].command_s == 4.5  # the fleet's measurement
-    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5
+    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5 + EXPERIMENT_OVERHEAD_S
