@@ -148,10 +148,13 @@ def warning_sentence(w: WarningChange) -> str:
     return f"{kind} {code(w.short)} {w.status}"
 
 
-def startup_sentence(m: MetricComparison) -> str:
-    """``init_engine_s 162.41 → 170.98 (+8.57, higher; single sample)``."""
+def startup_sentence(m: MetricComparison, deployments: int = 1) -> str:
+    """``init_engine_s 162.41 → 170.98 (+8.57, higher; single sample)``; an arm of several
+    deployments (an interleaved experiment) compares its first ones: ``(…; first deployment of
+    each arm, single sample)``."""
+    which = "first deployment of each arm, single sample" if deployments > 1 else "single sample"
     return (f"{m.name} {fmt_num(m.a)} \u2192 {fmt_num(m.b)} ({fmt_signed(m.difference)}, "
-            f"{m.verdict}; single sample)")
+            f"{m.verdict}; {which})")
 
 
 def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:
@@ -168,7 +171,7 @@ def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[st
     for name in _STARTUP_FINDING_FACTS:
         m = comparison.metric(name)
         if m and m.verdict in ("higher", "lower"):
-            out.append(startup_sentence(m))
+            out.append(startup_sentence(m, max(len(comparison.runs_a), len(comparison.runs_b))))
     return out
 
 

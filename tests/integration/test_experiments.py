@@ -24,9 +24,14 @@ from pathlib import Path
 import pytest
 
 from devtools import imagebuild
+from servedeck.bench.client import Workload
+from servedeck.bench.record import bench_deployed
+from servedeck.errors import ServedeckError
 from servedeck.host.history import revisions
 from servedeck.host.remote import RemoteHost, SshTarget
+from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.project import Project
+from servedeck.runs.history import resolve_run
 from test_deploy import PORT, ROOT, SSH_CONFIG, _history, _variant
 
 HOST = "b70"
@@ -142,8 +147,9 @@ def test_a_rollback_records_a_run_that_bench_accepts_and_ab_compares(lab, interl
     assert meta["kind"] == "rollback" and meta["outcome"] == "ready" and meta["profile"] == "arm-b"
     assert meta["compose_sha256"] == _meta(runs[2])["compose_sha256"]
     # the run that first deployed this compose file did not start the server that runs now
-    proc = _servedeck(project, "bench", "--host", HOST, "--run", runs[2].name)
-    assert proc.returncode != 0 and f"was started by run {rolled.name}" in proc.stderr, proc.stderr
+    entry = get_host(load_inventory(project.inventory_path), HOST, project.inventory_path)
+    with pytest.raises(ServedeckError, match=f"was started by run {rolled.name}"):
+        bench_deployed(runs[2], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
     proc = _servedeck(project, "bench", "--host", HOST, "--repetitions", str(REQUESTS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"results in {rolled}" in proc.stdout
@@ -155,5 +161,4 @@ def test_a_rollback_records_a_run_that_bench_accepts_and_ab_compares(lab, interl
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed: max_num_batched_tokens" in proc.stdout and "decode_tok_s" in proc.stdout
     # latest:arm-b now names the rollback's run: it served and was benchmarked
-    proc = _servedeck(project, "show", "latest:arm-b")
-    assert proc.returncode == 0 and proc.stdout.startswith(f"{rolled.name}: arm-b on {HOST}, ready")
+    assert resolve_run(project.runs_dir, "latest:arm-b") == rolled

@@ -456,3 +456,6 @@ def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path)
     assert "### Interleaved order (ABBA, 4 deployments on host b70)" in text
     assert re.search(r"^\| 3 \| B \| 0022-batch-8192-b70 \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \|$", text, re.M)
     assert "warm decode_tok_s: rho" in text
+    # startup facts come from each arm's first deployment, and the findings say so
+    startup = [f for f in findings(out.comparison) if "single sample" in f]
+    assert startup and all("first deployment of each arm" in f for f in startup)
