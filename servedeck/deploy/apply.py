@@ -183,8 +183,10 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             d.recover_abandoned(state)
             d.revision = hist.next_revision(state.history)
             reporter.phase("pull", profile.image)
+            d.phase = "pull"
             image = resolve_image(host, profile, catalog, project.catalog_path, reporter)
             d.timings["pull_s"] = image.pull_s
+            d.phase = "check"
             recheck_kv(kvp, profile, image.facts, reporter)  # the image may have been unknown at preflight
             if checked is None:
                 reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
@@ -237,6 +239,11 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     return facts, state
 
 
+_FAILURE_PHASE = {"compose-up": "start", "no-container": "start", "exited": "crash", "gone": "crash", "restarting": "crash",
+                  "not-ready": "timeout"}
+"""Readiness diagnosis → ``failure_phase`` (others, e.g. ``unreachable``, ``api-key``: ``readiness``)."""
+
+
 class _Deploy:
     """The state of one deploy while it applies: the plan, the run, the host lines to write."""
 
@@ -255,6 +262,7 @@ class _Deploy:
         self.lines: list[dict[str, Any]] = []   # final history lines to write
         self.store_good: str | None = None
         self.error: DeployError | None = None
+        self.phase = "preflight"  # the phase running now: run.json's failure_phase if it fails
 
     # ------------------------------------------------------------------ phases
 
@@ -277,6 +285,7 @@ class _Deploy:
                                       f"stop the old server, start service {p.service}")
         t_up = time.time()
         self.switched = True
+        self.phase = "start"
         self.power_change = apply_power(self.host, self.kvp, self.run.run, p.profile.name, self.reporter)
         up = self.host.switch(UP_ARGS, {**self.base_line(), "outcome": "started", "time": utcnow()},
                               data=p.compose_bytes)
@@ -285,6 +294,7 @@ class _Deploy:
                                   "", None, None, 0.0, diagnosis="compose-up")
         else:
             self.reporter.phase("wait", f"{p.base_url}/health and /v1/models (timeout {p.timeout_s:g} s)")
+            self.phase = "readiness"
             readiness = wait_ready(self.host, service=p.service, base_url=p.base_url,
                                    served_name=p.served_name, api_key=p.api_key,
                                    timeout_s=p.timeout_s, reporter=self.reporter)
@@ -322,7 +332,8 @@ class _Deploy:
             self.reporter.info(f"| {line}")
         self.lines.append({**self.base_line(), "outcome": "failed", "reason": r.reason,
                            "diagnosis": r.diagnosis, "ended": utcnow()})
-        self.run.save_meta(outcome="failed", failure=r.reason, diagnosis=r.diagnosis,
+        self.phase = _FAILURE_PHASE.get(r.diagnosis or "", "readiness")
+        self.run.save_meta(outcome="failed", failure=r.reason, failure_phase=self.phase, diagnosis=r.diagnosis,
                            wait_s=round(r.waited_s, 1), ended_at=utcnow())
         if r.diagnosis == "unreachable":
             self.host.reconnect()  # the shared connection may be the frozen one
@@ -381,7 +392,7 @@ class _Deploy:
                     else "; left as it is (--no-rollback)" if self.options.no_rollback
                     else "; left as it is: no deployment on this host ever served, nothing to "
                          "roll back to")
-        self.run.save_meta(outcome="interrupted", failure=msg, ended_at=utcnow())
+        self.run.save_meta(outcome="interrupted", failure=msg, failure_phase="interrupt", ended_at=utcnow())
         self.reporter.warn(msg)
         self.error = DeployError(msg, hint=f"invoke status --host {self.host.name}")
 
@@ -393,7 +404,7 @@ class _Deploy:
         else:
             self.lines.append({**self.base_line(), "outcome": "failed", "reason": msg,
                                "ended": utcnow()})
-            self.run.save_meta(outcome="failed", failure=msg, diagnosis="unreachable",
+            self.run.save_meta(outcome="failed", failure=msg, failure_phase=self.phase, diagnosis="unreachable",
                                ended_at=utcnow())
         self.host.reconnect()
         self.error = DeployError(msg, hint=f"when the host answers again: invoke status --host "
@@ -406,7 +417,7 @@ class _Deploy:
             self.lines.append({**self.base_line(), "outcome": "failed", "reason": exc.message,
                                "ended": utcnow()})
         if self.run.outcome() == "started":
-            self.run.save_meta(outcome="failed", failure=exc.message, ended_at=utcnow())
+            self.run.save_meta(outcome="failed", failure=exc.message, failure_phase=self.phase, ended_at=utcnow())
         self.error = exc if isinstance(exc, DeployError) else DeployError(exc.message, hint=exc.hint)
 
     def close(self) -> None:

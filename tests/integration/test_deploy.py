@@ -183,12 +183,12 @@ def test_batch_8192_deploys_over_ssh_and_serves_qwen(project, card, standin):
 # ------------------------------------------------------------------------------ failure + rollback
 
 
-@pytest.mark.parametrize("mode,restart,reason", [
-    ("exit", '"no"', "exited with code"),
-    ("crashloop", "unless-stopped", "restart"),
-    ("never", '"no"', "timeout"),
+@pytest.mark.parametrize("mode,restart,reason,phase", [
+    ("exit", '"no"', "exited with code", "crash"),
+    ("crashloop", "unless-stopped", "restart", "crash"),
+    ("never", '"no"', "timeout", "timeout"),
 ])
-def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin, mode, restart, reason):
+def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin, mode, restart, reason, phase):
     host, entry = card
     good = _fast(project, "good")
     assert _deploy(project, card, good, standin).outcome == "ready"
@@ -202,6 +202,8 @@ def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin,
     assert _models() == ["Qwen3.8-27B"]
     assert _revisions(host) == [(1, "deploy", "good", "ready"), (2, "deploy", "bad", "failed"),
                                 (3, "rollback", "good", "ready")]
+    bad_run = json.loads((sorted(d for d in project.runs_dir.iterdir() if "-bad-" in d.name)[-1] / "run.json").read_text())
+    assert (bad_run["outcome"], bad_run["failure_phase"]) == ("rolled-back", phase)
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None
     assert [g["revision"] for g in st["known_good"]] == [3]  # one entry per file, newest
@@ -391,7 +393,7 @@ def test_unknown_digest_pull_failure_marks_the_run_failed(project, card, standin
                DeployOptions(image=missing), QuietReporter())
     run = sorted(project.runs_dir.iterdir())[-1]
     meta = json.loads((run / "run.json").read_text())
-    assert meta["outcome"] == "failed" and "pulling" in meta["failure"]
+    assert meta["outcome"] == "failed" and "pulling" in meta["failure"] and meta["failure_phase"] == "pull"
     assert _revisions(host) == [(1, "deploy", None, "failed")]
     assert host.read_lock() is None and host.read_file("docker-compose.yml", missing_ok=True) is None
     assert "the running deployment was not touched" in exc.value.message
@@ -512,6 +514,7 @@ def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, ca
     assert frozen, "nothing was frozen"
     run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
     assert run["diagnosis"] == "unreachable" and "cannot reach the host" in run["failure"]
+    assert run["failure_phase"] == "readiness"
     assert "cannot reach the host" in exc.value.message
     # the wait ended within the readiness timeout plus the stated margin (the bug: 166 s for 60)
     assert run["wait_s"] <= 10 + margin_s
