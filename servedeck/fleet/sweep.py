@@ -47,24 +47,26 @@ from servedeck.fleet.runner import ProgressFn, run_playbook
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
-#: seconds servedeck's CLI needs per command around its own work (interpreter and imports,
-#: Ansible's task dispatch) when no rollout of the host has measured it. Loopback fleet
-#: (benchmarks/fleet_bench.py, 2 cores): 1.5 s for one command alone, about 6 s each with
-#: three hosts' commands at once; the busier figure is the default
-CLI_OVERHEAD_S = 6.0
-#: seconds ansible-playbook needs to start and to finish a sweep (loopback fleet, idem)
-ANSIBLE_OVERHEAD_S = 6.0
+#: seconds a deploy command needs around its own work (Ansible's task dispatch, interpreter
+#: and imports, exit) when no rollout of the host has measured it. Loopback fleet
+#: (benchmarks/fleet_bench.py, 2 cores): 0.8 s for one command alone, 1.5 s each with three
+#: hosts' commands at once (raw dispatch); the busier figure is the default
+CLI_OVERHEAD_S = 1.5
+#: seconds ansible-playbook and the sweep command need around the experiments (start, the
+#: summary and chart at the end); loopback fleet, benchmarks/fleet_bench.py: 5.4 s
+ANSIBLE_OVERHEAD_S = 5.5
 #: seconds of Ansible's own steps per experiment besides the servedeck commands (the start
-#: fact, writing the result file with ansible.builtin.copy), when no earlier sweep measured them;
-#: loopback fleet, two hosts at once (benchmarks/fleet_bench.py)
-EXPERIMENT_OVERHEAD_S = 2.0
+#: fact, writing the result file with ansible.builtin.copy), when no earlier sweep measured them.
+#: The three defaults below: loopback fleet, two hosts at once, 2 shared cores
+#: (benchmarks/fleet_bench.py; they about double between load 1.2 and load 3 there)
+EXPERIMENT_OVERHEAD_S = 1.5
 #: seconds a ``bench`` command costs besides the benchmark it records (interpreter and imports,
 #: the served-model check, sizing the prompt with /tokenize, metrics scrapes, writing the
-#: records), when no earlier sweep measured it; loopback fleet, idem
-BENCH_COMMAND_S = 5.0
+#: records), when no earlier sweep measured it (measured 2.2 s at load 1.2, 5 s at load 3)
+BENCH_COMMAND_S = 3.0
 #: seconds of one ``ab`` command (imports with scipy and matplotlib, statistics, report and
-#: chart), when no earlier sweep measured it; loopback fleet, idem
-AB_COMMAND_S = 6.5
+#: chart), when no earlier sweep measured it (measured 3.9 s at load 1.2, 7 s at load 3)
+AB_COMMAND_S = 5.0
 #: step names of ``ansible/roles/servedeck/tasks/experiment.yml`` (after ``"<id>: "``) whose
 #: Ansible task times earlier sweeps left in their job events
 _STEPS = {"bench arm": "bench_step_s", "A/B report": "ab_s", "start": "start_s", "done": "done_s"}
