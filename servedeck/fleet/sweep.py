@@ -53,8 +53,8 @@ from servedeck.model.project import Project
 #: hosts' commands at once (raw dispatch); the busier figure is the default
 CLI_OVERHEAD_S = 1.5
 #: seconds ansible-playbook and the sweep command need around the experiments (start, the
-#: summary and chart at the end); loopback fleet, benchmarks/fleet_bench.py: 5.4 s
-ANSIBLE_OVERHEAD_S = 5.5
+#: summary and chart at the end); loopback fleet, benchmarks/fleet_bench.py: 4.2 to 5.4 s
+ANSIBLE_OVERHEAD_S = 5.0
 #: seconds of Ansible's own steps per experiment besides the servedeck commands (the start
 #: fact, writing the result file with ansible.builtin.copy), when no earlier sweep measured them.
 #: The three defaults below: loopback fleet, two hosts at once, 2 shared cores
@@ -65,8 +65,9 @@ EXPERIMENT_OVERHEAD_S = 1.5
 #: records), when no earlier sweep measured it (measured 2.2 s at load 1.2, 5 s at load 3)
 BENCH_COMMAND_S = 3.0
 #: seconds of one ``ab`` command (imports with scipy and matplotlib, statistics, report and
-#: chart), when no earlier sweep measured it (measured 3.9 s at load 1.2, 7 s at load 3)
-AB_COMMAND_S = 5.0
+#: chart), when no earlier sweep measured it (measured 3.0 to 4.8 s at load 1.2 to 1.8, 7 s
+#: at load 3)
+AB_COMMAND_S = 4.5
 #: step names of ``ansible/roles/servedeck/tasks/experiment.yml`` (after ``"<id>: "``) whose
 #: Ansible task times earlier sweeps left in their job events
 _STEPS = {"bench arm": "bench_step_s", "A/B report": "ab_s", "start": "start_s", "done": "done_s"}
