@@ -29,11 +29,13 @@ servedeck's command line, as a user would, in a scratch project.
    wall time. Also printed: controller CPU-seconds per command (``getrusage`` of the children:
    servedeck, Ansible, ssh clients) and the CPU-seconds each stand-in container used to start
    (Docker's container stats): whether the server start competes for the 2 cores.
-2. **Sweep estimate.** One tiny bench per host (history, as a user's hosts have), then
-   ``invoke sweep --plan`` on the hosts of ``pair`` (estimate from the hosts' run records),
-   then the same sweep run (deploy, wait, bench, record per arm; A/B report), wall time
-   measured. Printed: estimate, measured, the error (target: within 20 %), and per step the
-   estimate's inputs beside the measured task times.
+2. **Sweep estimate.** One tiny bench per host (history, as a user's hosts have), then twice
+   (two sweeps of one variable, ``--sweep-reps`` experiments per host): ``invoke sweep
+   --plan`` on the hosts of ``pair`` (estimate from the hosts' run records; for the second
+   sweep also from the first one's Ansible task times), then the same sweep run (deploy,
+   wait, bench, record per arm; A/B report), wall time measured. Printed: estimate,
+   measured, the error (target: within 20 %), and the estimate's inputs beside the measured
+   step times.
 
 Usage::
 
@@ -67,6 +69,7 @@ from servedeck.fleet.command import servedeck_command  # noqa: E402
 from servedeck.fleet.inventory import load_fleet  # noqa: E402
 from servedeck.fleet.rollout import DEPLOY_TASK  # noqa: E402
 from servedeck.host.remote import RemoteHost  # noqa: E402
+from servedeck.fleet.sweep import ANSIBLE_OVERHEAD_S  # noqa: E402
 from servedeck.runs import store  # noqa: E402
 
 INVENTORY = ROOT / "deploy" / "test-fleet" / "hosts.yaml"
@@ -221,35 +224,32 @@ def rollout_section(project: Path, names: list[str], inv: list[str], repeats: in
           f"ratio {ratio:.2f} (target <= 1.3: {'pass' if ratio <= 1.3 else 'miss'}; {load()})")
 
 
-def sweep_section(project: Path, base: str, inv: list[str], reps: int) -> None:
-    print(f"\n== sweep: --plan estimate vs measured ({load()})")
-    for host in ("fleet-1", "fleet-2"):  # bench history on the hosts, as a user's hosts have
-        Timed(project, "deploy", "--host", host, "--profile", base, *inv)
-        Timed(project, "bench", "--host", host, *TINY_BENCH, *inv[:2])
+def sweep_section(project: Path, base: str, inv: list[str], reps: int, vary: str, label: str) -> None:
+    print(f"\n== sweep {label}: --plan estimate vs measured ({load()})")
     sweep = ["sweep", "--base", base, "--hosts", "pair", *TINY_BENCH, "--reps", str(reps),
-             "--vary", "engine.max_num_batched_tokens=4096,8192", *inv]
+             "--vary", vary, *inv]
     Timed(project, *sweep, "--plan")
-    plan_dir = next((project / "runs" / "sweeps").glob("*/plan.json")).parent
+    plan_dir = max((project / "runs" / "sweeps").glob("*/plan.json"), key=lambda p: p.stat().st_mtime).parent
     plan = json.loads((plan_dir / "plan.json").read_text())
     estimate = plan["estimate_s"]
     measured = Timed(project, *sweep)
     err = (estimate - measured.wall_s) / measured.wall_s
     results = [json.loads(p.read_text()) for p in (plan_dir / "results").glob("*.json")]
     per_exp = [r["finished_at"] - r["started_at"] for r in results]
-    tasks = task_times(next(plan_dir.glob("ansible/*")) / "artifacts", "e0")
     steps: dict[str, list[float]] = {}
-    for t in tasks:
+    for t in task_times(next(plan_dir.glob("ansible/*")) / "artifacts", "e0"):
         step = t["task"].split(": ", 1)[-1].split(" (")[0]
         steps.setdefault(step, []).append(t["end"] - t["start"])
-    est = next(iter(plan["estimates"].values()))
-    print(f"estimate inputs (host medians from the run records): ready {est['ready_s']:.1f} s, "
-          f"bench {est['bench_s']:.1f} s, per command {est['command_s']:.1f} s, "
-          f"per experiment {est.get('experiment_overhead_s', 0.0):.1f} s")
-    print(f"measured steps (median s over hosts and experiments): "
-          + ", ".join(f"{k} {med(v):.1f}" for k, v in sorted(steps.items())))
-    print(f"per experiment: estimate {plan.get('experiment_s', {}).get('fleet-1', float('nan')):.1f} s, "
-          f"measured median {med(per_exp):.1f} s")
-    print(f"sweep: {len(plan['experiments'])} experiments on {len(plan['hosts'])} hosts, "
+    for host, est in plan["estimates"].items():
+        print(f"  {host} estimate inputs ({est['source']}): deploy {est['ready_s']:.1f} + "
+              f"{est['command_s']:.1f} s, bench {est['bench_s']:.1f} + {est['bench_command_s']:.1f} s, "
+              f"ab {est['ab_s']:.1f} s, Ansible steps {est['experiment_overhead_s']:.1f} s -> "
+              f"{plan['experiment_s'][host]:.1f} s per experiment, "
+              f"{len(plan['assignments'][host])} experiment(s)")
+    print("  measured steps (median s): " + ", ".join(f"{k} {med(v):.1f}" for k, v in sorted(steps.items())))
+    print(f"  per experiment measured (median): {med(per_exp):.1f} s; Ansible and the sweep command "
+          f"around them: {measured.wall_s - max(per_exp):.1f} s (estimate {ANSIBLE_OVERHEAD_S:.1f} s)")
+    print(f"sweep {label}: {len(plan['experiments'])} experiments on {len(plan['hosts'])} hosts, "
           f"estimate {estimate:.1f} s, measured {measured.wall_s:.1f} s, ratio "
           f"{estimate / measured.wall_s:.2f}, error {100 * err:+.1f} % "
           f"(target within 20 %: {'pass' if abs(err) <= 0.2 else 'miss'}; {load()})")
@@ -274,7 +274,13 @@ def main() -> None:
     try:
         rollout_section(project, names, inv, args.repeats, args.startup_s)
         if not args.no_sweep:
-            sweep_section(project, names[0], inv, args.sweep_reps)
+            for host in ("fleet-1", "fleet-2"):  # bench history on the hosts, as a user's hosts have
+                Timed(project, "deploy", "--host", host, "--profile", names[0], *inv)
+                Timed(project, "bench", "--host", host, *TINY_BENCH, *inv[:2])
+            sweep_section(project, names[0], inv, args.sweep_reps,
+                          "engine.max_num_batched_tokens=4096,8192", "1 (no earlier sweep: default step costs)")
+            sweep_section(project, names[0], inv, args.sweep_reps,
+                          "engine.gpu_memory_utilization=0.90,0.94", "2 (step costs from sweep 1)")
     finally:
         bring_down()
         if args.keep:

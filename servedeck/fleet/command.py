@@ -1,8 +1,8 @@
 """The per-host command line the fleet layer runs for each host (the CLI boundary).
 
 Everything the fleet does on one host (deploy, rollback, bench, ab) is servedeck's own CLI,
-run as a subprocess by Ansible (``ansible.builtin.command`` delegated to the controller) or
-by the sweep's experiment runner. :func:`servedeck_command` is the only place that spells
+run on the controller by Ansible (``ansible.builtin.raw`` delegated to localhost, the argv
+shell-quoted by the role) or by the sweep's experiment runner. :func:`servedeck_command` is the only place that spells
 how that CLI is started.
 """
 
@@ -19,6 +19,6 @@ def servedeck_command(*args: str) -> list[str]:
     working directory).
 
     Returns:
-        a list of strings for :func:`subprocess.run` or Ansible's ``command: argv:``.
+        a list of strings for :func:`subprocess.run` or the role's ``servedeck_cli``.
     """
     return [sys.executable, "-m", "servedeck", *[str(a) for a in args]]

@@ -61,9 +61,9 @@ def sweep_plan_table(plan: Any) -> Table:
         ids = plan.assignments.get(host, [])
         table.add_row(host, ", ".join(ids) or "-", f"{est.experiment_s(plan.bench):.0f}",
                       f"{plan.host_estimate_s(host):.0f}",
-                      f"{est.source}: ready {est.ready_s:.1f} s"
-                      + (f", bench {est.bench_s:.1f} s" if plan.bench else "")
-                      + f", per command {est.command_s:.1f} s")
+                      f"{est.source}: ready {est.ready_s:.1f} s + {est.command_s:.1f} s"
+                      + (f", bench {est.bench_s:.1f} s + {est.bench_command_s:.1f} s" if plan.bench else "")
+                      + f", ab {est.ab_s:.1f} s, Ansible {est.experiment_overhead_s:.1f} s")
     return table
 
 

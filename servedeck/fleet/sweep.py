@@ -47,17 +47,30 @@ from servedeck.fleet.runner import ProgressFn, run_playbook
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import Project
 
-#: seconds servedeck's CLI needs per command around its own work (interpreter and imports,
-#: Ansible's task dispatch) when no rollout of the host has measured it. Loopback fleet
-#: (benchmarks/fleet_bench.py, 2 cores): 1.5 s for one command alone, about 6 s each with
-#: three hosts' commands at once; the busier figure is the default
-CLI_OVERHEAD_S = 6.0
-#: seconds ansible-playbook needs to start and to finish a sweep (loopback fleet, idem)
-ANSIBLE_OVERHEAD_S = 6.0
-#: seconds of Ansible's own steps per experiment besides the servedeck commands (the role's
-#: include per loop item, the start fact, writing the result file with ansible.builtin.copy);
-#: loopback fleet, benchmarks/fleet_bench.py
-EXPERIMENT_OVERHEAD_S = 2.0
+#: seconds a deploy command needs around its own work (Ansible's task dispatch, interpreter
+#: and imports, exit) when no rollout of the host has measured it. Loopback fleet
+#: (benchmarks/fleet_bench.py, 2 cores): 0.8 s for one command alone, 1.5 s each with three
+#: hosts' commands at once (raw dispatch); the busier figure is the default
+CLI_OVERHEAD_S = 1.5
+#: seconds ansible-playbook and the sweep command need around the experiments (start, the
+#: summary and chart at the end); loopback fleet, benchmarks/fleet_bench.py: 4.2 to 5.4 s
+ANSIBLE_OVERHEAD_S = 5.0
+#: seconds of Ansible's own steps per experiment besides the servedeck commands (the start
+#: fact, writing the result file with ansible.builtin.copy), when no earlier sweep measured them.
+#: The three defaults below: loopback fleet, two hosts at once, 2 shared cores
+#: (benchmarks/fleet_bench.py; they about double between load 1.2 and load 3 there)
+EXPERIMENT_OVERHEAD_S = 1.5
+#: seconds a ``bench`` command costs besides the benchmark it records (interpreter and imports,
+#: the served-model check, sizing the prompt with /tokenize, metrics scrapes, writing the
+#: records), when no earlier sweep measured it (measured 2.2 s at load 1.2, 5 s at load 3)
+BENCH_COMMAND_S = 3.0
+#: seconds of one ``ab`` command (imports with scipy and matplotlib, statistics, report and
+#: chart), when no earlier sweep measured it (measured 3.0 to 4.8 s at load 1.2 to 1.8, 7 s
+#: at load 3)
+AB_COMMAND_S = 4.5
+#: step names of ``ansible/roles/servedeck/tasks/experiment.yml`` (after ``"<id>: "``) whose
+#: Ansible task times earlier sweeps left in their job events
+_STEPS = {"bench arm": "bench_step_s", "A/B report": "ab_s", "start": "start_s", "done": "done_s"}
 #: time to ready / bench time assumed for a host without any recorded run
 DEFAULT_READY_S = 60.0
 DEFAULT_BENCH_S = 30.0
@@ -87,24 +100,33 @@ class Experiment:
 
 @dataclass
 class HostEstimate:
-    """Estimate inputs of one host: ``ready_s`` (deploy start to ready), ``bench_s`` (one
-    bench), ``source`` (``runs`` = its own records, ``fleet`` = other hosts', ``default``),
-    ``command_s`` (a servedeck command's cost around its own work, from the host's rollouts:
-    Ansible's task time minus the run's ``deploy_total_s``)."""
+    """Estimate inputs of one host (seconds).
+
+    Attributes:
+        ready_s: deploy start to ready (run records' ``deploy_total_s``).
+        bench_s: one benchmark (run records' bench ``finished_at - started_at``).
+        source: ``runs`` (its own records), ``fleet`` (other hosts'), ``default``.
+        command_s: a deploy command's cost around its own work, from the host's rollouts
+            (Ansible's task time minus the run's ``deploy_total_s``).
+        bench_command_s: a bench command's cost besides ``bench_s``; ab_s: one ``ab``
+            command; experiment_overhead_s: Ansible's own steps per experiment -- from earlier
+            sweeps' Ansible task times when there are any, else :data:`BENCH_COMMAND_S`,
+            :data:`AB_COMMAND_S`, :data:`EXPERIMENT_OVERHEAD_S`.
+    """
 
     ready_s: float
     bench_s: float
     source: str
     command_s: float = CLI_OVERHEAD_S
+    bench_command_s: float = BENCH_COMMAND_S
+    ab_s: float = AB_COMMAND_S
     experiment_overhead_s: float = EXPERIMENT_OVERHEAD_S
 
     def experiment_s(self, bench: bool) -> float:
-        """Estimated seconds of one experiment: 2 arms x (deploy + bench), the cost of each
-        servedeck command around its own work (deploy, bench per arm; ab), and Ansible's own
-        steps per experiment."""
-        commands = 5 if bench else 3
-        return (2 * (self.ready_s + (self.bench_s if bench else 0.0)) + commands * self.command_s
-                + self.experiment_overhead_s)
+        """Estimated seconds of one experiment: per arm a deploy (+ its command cost) and a
+        bench (+ its command cost), then the ``ab`` report and Ansible's own steps."""
+        arm = self.ready_s + self.command_s + ((self.bench_s + self.bench_command_s) if bench else 0.0)
+        return 2 * arm + self.ab_s + self.experiment_overhead_s
 
 
 @dataclass
@@ -297,7 +319,8 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
     read from the run records (layout ``docs/run-record.md``)."""
     from servedeck.errors import ServedeckError
     from servedeck.runs import store
-    out = {h: {"ready_s": [], "bench_s": [], "command_s": []} for h in hosts}
+    out = {h: {"ready_s": [], "bench_s": [], "command_s": [], **{k: [] for k in _STEPS.values()}}
+           for h in hosts}
     if not runs_dir.exists():
         return out
     ready_by_run: dict[str, float] = {}
@@ -333,6 +356,32 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
             if (host in out and row.get("outcome") == "ready" and run_id in ready_by_run
                     and took is not None and len(out[host]["command_s"]) < HISTORY_RUNS):
                 out[host]["command_s"].append(max(0.0, float(took) - ready_by_run[run_id]))
+    for host, steps in sweep_step_history(runs_dir, hosts).items():
+        out[host].update(steps)
+    return out
+
+
+def sweep_step_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Per host, the Ansible task times of the steps of earlier sweeps (newest first, at most
+    4 x :data:`HISTORY_RUNS` each): ``bench_step_s`` (a whole bench command), ``ab_s``,
+    ``start_s`` and ``done_s`` (Ansible's own steps). Read from ansible-runner's job events
+    (``runs/sweeps/<name>/ansible/<stamp>/artifacts/<ident>/job_events/*.json``, events
+    ``runner_on_ok`` with ``event_data.host``/``task``/``duration``)."""
+    out: dict[str, dict[str, list[float]]] = {h: {k: [] for k in _STEPS.values()} for h in hosts}
+    runs = sorted((runs_dir / "sweeps").glob("*/ansible/*"), key=lambda p: p.name, reverse=True)
+    for run in runs:
+        for path in run.glob("artifacts/*/job_events/*.json"):
+            try:
+                event = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            data = event.get("event_data") or {}
+            name = str(data.get("task", "")).split(": ", 1)[-1].split(" (")[0]
+            step = _STEPS.get(re.sub(r" [AB]$", "", name))  # "bench arm A" -> "bench arm"
+            host, took = data.get("host"), data.get("duration")
+            if (event.get("event") == "runner_on_ok" and step and host in out and took is not None
+                    and len(out[host][step]) < 4 * HISTORY_RUNS):
+                out[host][step].append(float(took))
     return out
 
 
@@ -342,6 +391,11 @@ def estimate_hosts(runs_dir: Path, hosts: list[str]) -> dict[str, HostEstimate]:
     fleet_ready = [v for h in hist.values() for v in h["ready_s"]]
     fleet_bench = [v for h in hist.values() for v in h["bench_s"]]
     fleet_cmd = [v for h in hist.values() for v in h["command_s"]]
+
+    def median(key: str, host: str) -> float | None:
+        values = hist[host][key] or [v for h in hist.values() for v in h[key]]
+        return statistics.median(values) if values else None
+
     out = {}
     for host in hosts:
         ready, bench = hist[host]["ready_s"], hist[host]["bench_s"]
@@ -351,10 +405,15 @@ def estimate_hosts(runs_dir: Path, hosts: list[str]) -> dict[str, HostEstimate]:
             source, ready = "fleet", fleet_ready
         else:
             source, ready = "default", [DEFAULT_READY_S]
-        bench = bench or fleet_bench or [DEFAULT_BENCH_S]
+        bench_s = statistics.median(bench or fleet_bench or [DEFAULT_BENCH_S])
         command = hist[host]["command_s"] or fleet_cmd or [CLI_OVERHEAD_S]
-        out[host] = HostEstimate(round(statistics.median(ready), 3), round(statistics.median(bench), 3),
-                                 source, round(statistics.median(command), 3))
+        bench_step, ab, start, done = (median(k, host) for k in ("bench_step_s", "ab_s", "start_s", "done_s"))
+        out[host] = HostEstimate(
+            round(statistics.median(ready), 3), round(bench_s, 3), source,
+            round(statistics.median(command), 3),
+            round(max(0.0, bench_step - bench_s), 3) if bench_step is not None else BENCH_COMMAND_S,
+            round(ab, 3) if ab is not None else AB_COMMAND_S,
+            round((start or 0.0) + done, 3) if done is not None else EXPERIMENT_OVERHEAD_S)
     return out
 
 

@@ -16,8 +16,8 @@ from servedeck.fleet.command import servedeck_command
 from servedeck.fleet.inventory import load_fleet
 from servedeck.fleet.rollout import parse_max_fail, parse_serial
 from servedeck.fleet.runner import ANSIBLE_DIR, PLAYBOOKS
-from servedeck.fleet.sweep import (EXPERIMENT_OVERHEAD_S, HostEstimate, estimate_hosts, parse_vary,
-                                   plan_sweep, schedule)
+from servedeck.fleet.sweep import (AB_COMMAND_S, CLI_OVERHEAD_S, EXPERIMENT_OVERHEAD_S, HostEstimate,
+                                   estimate_hosts, parse_vary, plan_sweep, schedule)
 from servedeck.model.inventory import HostEntry, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
@@ -273,4 +273,25 @@ def test_estimate_takes_command_cost_from_the_hosts_rollouts(project):
     est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2"])
     assert est["fleet-1"].command_s == 4.5
     assert est["fleet-2"].command_s == 4.5  # the fleet's measurement
-    assert est["fleet-1"].experiment_s(bench=False) == 2 * 10.0 + 3 * 4.5 + EXPERIMENT_OVERHEAD_S
+    assert est["fleet-1"].experiment_s(bench=False) == 2 * (10.0 + 4.5) + AB_COMMAND_S + EXPERIMENT_OVERHEAD_S
+
+
+def test_estimate_takes_bench_ab_and_ansible_steps_from_earlier_sweeps(project):
+    """Ansible's task times of an earlier sweep (ansible-runner job events) replace the
+    defaults for the bench command's cost, the ab command and Ansible's own steps."""
+    _run(project, 1, "fleet-1", 10.0, 2.0)
+    events = project.runs_dir / "sweeps" / "base-1234" / "ansible" / "20261130T100000Z" / "artifacts" / "x" / "job_events"
+    events.mkdir(parents=True)
+    steps = [("fleet-1", "e01-x-2-r1: start", 0.1), ("fleet-1", "e01-x-2-r1: deploy arm A (a)", 13.0),
+             ("fleet-1", "e01-x-2-r1: bench arm A", 5.0), ("fleet-1", "e01-x-2-r1: bench arm B", 6.0),
+             ("fleet-1", "e01-x-2-r1: A/B report", 7.0), ("fleet-1", "e01-x-2-r1: done", 1.7),
+             ("fleet-2", "e02-y-3-r1: A/B report", 9.0)]
+    for n, (host, task, took) in enumerate(steps):
+        (events / f"{n}.json").write_text(json.dumps({"event": "runner_on_ok", "event_data": {
+            "host": host, "task": task, "duration": took}}))
+    est = estimate_hosts(project.runs_dir, ["fleet-1", "fleet-2", "fleet-3"])
+    assert est["fleet-1"].bench_command_s == 5.5 - 2.0  # bench step median minus the bench itself
+    assert est["fleet-1"].ab_s == 7.0 and est["fleet-2"].ab_s == 9.0
+    assert est["fleet-1"].experiment_overhead_s == 1.8  # start + done
+    assert est["fleet-3"].ab_s == 8.0  # no sweep there yet: the fleet's median
+    assert est["fleet-1"].experiment_s(bench=True) == 2 * (10.0 + CLI_OVERHEAD_S + 2.0 + 3.5) + 7.0 + 1.8
