@@ -17,7 +17,16 @@ def pytest_configure(config: pytest.Config) -> None:
     """One servedeck cache (``SERVEDECK_CACHE_HOME``: schema verdicts, in-image dry runs) per
     test session, so tests neither read nor fill the user's own cache."""
     if "SERVEDECK_CACHE_HOME" not in os.environ:
-        os.environ["SERVEDECK_CACHE_HOME"] = tempfile.mkdtemp(prefix="servedeck-test-cache-")
+        config._servedeck_cache = tempfile.mkdtemp(prefix="servedeck-test-cache-")  # type: ignore[attr-defined]
+        os.environ["SERVEDECK_CACHE_HOME"] = config._servedeck_cache  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's cache (only the one :func:`pytest_configure` made)."""
+    made = getattr(config, "_servedeck_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop("SERVEDECK_CACHE_HOME", None)
 
 
 @pytest.fixture
