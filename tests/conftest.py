@@ -30,6 +30,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def catalog_project(tmp_path: Path) -> Path:
+    """A temp project with the repository's profiles/, templates/, schema/ and only
+    deploy/images.yaml (no inventory: the test writes its own)."""
+    for name in ("profiles", "templates", "schema"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "images.yaml", tmp_path / "deploy" / "images.yaml")
+    return tmp_path
+
+
+@pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     """A copy of the project's profiles/, deploy/, templates/, schema/ in a temp dir."""
     for name in ("profiles", "deploy", "templates", "schema"):

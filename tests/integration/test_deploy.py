@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -45,12 +44,8 @@ def standin(test_services) -> str:
 
 
 @pytest.fixture
-def project(tmp_path) -> Project:
-    for name in ("profiles", "templates", "schema"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    (tmp_path / "deploy").mkdir()
-    shutil.copy(ROOT / "deploy" / "images.yaml", tmp_path / "deploy" / "images.yaml")
-    return Project(tmp_path)
+def project(catalog_project) -> Project:
+    return Project(catalog_project)
 
 
 def _variant(project: Project, name: str, body: str) -> None:

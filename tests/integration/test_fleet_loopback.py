@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -63,12 +62,8 @@ def fleet(test_services):
 
 
 @pytest.fixture
-def project(tmp_path) -> Path:
-    for name in ("profiles", "templates", "schema"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    (tmp_path / "deploy").mkdir()
-    shutil.copy(ROOT / "deploy" / "images.yaml", tmp_path / "deploy" / "images.yaml")
-    return tmp_path
+def project(catalog_project) -> Path:
+    return catalog_project
 
 
 def _profile(project: Path, name: str, *, startup_s: float = 2.0, served: str | None = None) -> str:

@@ -4,7 +4,6 @@ scheduling, the shipped playbooks (ansible-playbook --syntax-check) and the CLI 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,12 +181,8 @@ def test_schedule_is_longest_processing_time_list_scheduling():
 
 
 @pytest.fixture
-def project(tmp_path) -> Project:
-    for name in ("profiles", "templates", "schema"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    (tmp_path / "deploy").mkdir()
-    shutil.copy(ROOT / "deploy" / "images.yaml", tmp_path / "deploy" / "images.yaml")
-    return Project(tmp_path)
+def project(catalog_project) -> Project:
+    return Project(catalog_project)
 
 
 def _run(project: Project, seq: int, host: str, ready_s: float, bench_s: float | None) -> None:
