@@ -37,6 +37,23 @@ __all__ = ["RemoteHost", "HostState", "SshTarget", "LockInfo", "Result", "Resolv
 COMPOSE = "docker-compose.yml"
 """The deployed compose file, ``<workdir>/docker-compose.yml``."""
 
+# Files as base64, one line per path in {paths}: "1 <base64>" read, "0" missing, "2" exists but
+# cannot be read.
+_B64_FILES = ('for f in {paths}; do if [ -e "$f" ]; then if b=$(base64 -w0 -- "$f"); then printf "1 %s\\n" "$b"; '
+              'else echo 2; fi; else echo 0; fi; done')
+
+
+def _decode_b64_files(paths: list[str], lines: list[str]) -> dict[str, bytes | None]:
+    """The output lines of :data:`_B64_FILES` for ``paths``: ``{path: bytes, or None when
+    missing}``; a path that could not be read ("2") or has no line is left out."""
+    out: dict[str, bytes | None] = {}
+    for path, line in zip(paths, lines):
+        flag, _, data = line.partition(" ")
+        if flag in ("0", "1"):
+            out[path] = base64.b64decode(data) if flag == "1" else None
+    return out
+
+
 # $1 destination, $2 sha256 expected; stdin: the bytes. Written 0600 (compose files can hold
 # secrets), checked, then renamed over the destination.
 _UPLOAD_SCRIPT = r"""
@@ -293,24 +310,6 @@ class RemoteHost:
             raise ServedeckError(f"host {self.name}: cannot read {path}: {res.stderr.strip()}")
         return res.stdout_bytes
 
-    def read_files(self, remote_paths: list[str]) -> dict[str, bytes | None]:
-        """Several files in ONE round trip: ``{given path: bytes, or None when missing}``.
-
-        Raises:
-            ServedeckError: the host is unreachable or a file exists but cannot be read.
-        """
-        script = ('for f in "$@"; do if [ -e "$f" ]; then printf "1 "; base64 -w0 -- "$f" || exit 5; '
-                  'else printf "0 "; fi; echo; done')
-        res = self.run_script(script, [self.abspath(p) for p in remote_paths])
-        lines = res.stdout.splitlines()
-        if len(lines) != len(remote_paths):
-            raise ServedeckError(f"host {self.name}: reading {remote_paths} returned {len(lines)} lines")
-        out: dict[str, bytes | None] = {}
-        for path, line in zip(remote_paths, lines):
-            flag, _, data = line.partition(" ")
-            out[path] = base64.b64decode(data) if flag == "1" else None
-        return out
-
     # ------------------------------------------------------------------ compose
 
     def compose(self, args: list[str], *, file: str = COMPOSE, check: bool = True,
@@ -527,16 +526,12 @@ class RemoteHost:
         script = PREFLIGHT_SCRIPT + self._state_script(lock_owner, force_unlock)
         wanted = [self.abspath(p) for p in read]
         if wanted:
-            script += "\nprintf '\\n==snapshot\\n'\n" + "".join(
-                f'if [ -r {shlex.quote(p)} ]; then printf "1 "; base64 -w0 -- {shlex.quote(p)}; '
-                f'elif [ -e {shlex.quote(p)} ]; then printf "2 "; else printf "0 "; fi; echo\n' for p in wanted)
+            script += ("\nprintf '\\n==snapshot\\n'\n"
+                       + _B64_FILES.format(paths=" ".join(shlex.quote(p) for p in wanted)) + "\n")
         res = self.run_script(script, args, timeout=60)
         facts_text, _, state_text = res.stdout.partition("\n")
         state_text, _, snapshot = state_text.partition("\n==snapshot\n")
-        for path, line in zip(wanted, snapshot.splitlines()):
-            flag, _, data = line.partition(" ")
-            if flag in ("0", "1"):  # "2": exists but unreadable: read_file reports the error later
-                self._snapshot[path] = base64.b64decode(data) if flag == "1" else None
+        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
         state = self._parse_state(state_text, lock_owner)
         facts = parse_facts(self.name, self.workdir, facts_text, port)
         if state.holder is not None:
