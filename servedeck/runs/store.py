@@ -358,8 +358,8 @@ def peek_meta(run_dir: Path) -> dict[str, Any] | None:
     listings that need a few fields of many runs fast (no pydantic import). Fields as in
     :class:`servedeck.runs.meta.RunMeta`; a run *served* when ``outcome == SERVED``."""
     try:
-        doc = json.loads((Path(run_dir) / RUN_META).read_bytes())
-    except (OSError, ValueError):
+        doc = read_json(run_dir, RUN_META)
+    except (ServedeckError, OSError, ValueError):  # missing dir, invalid JSON, not UTF-8
         return None
     return doc if isinstance(doc, dict) else None
 
