@@ -57,6 +57,7 @@ def test(c, k=None, unit=False):
     root = ROOT
     if not unit:
         c.run(f"bash {root}/scripts/test-services up", pty=False)
+        c.run(f"bash {root}/scripts/test-services clean", pty=False)  # what a killed run left deployed
     args = ["python", "-m", "pytest", "-ra", "--durations=30"]  # where CI time goes, in its log
     if unit:
         args.append(str(root / "tests" / "unit"))
