@@ -25,11 +25,43 @@ import os
 import sys
 from pathlib import Path
 
-from invoke import Argument, Collection, Exit, Program, task
 
-from servedeck import __version__
-from servedeck.errors import ServedeckError
-from servedeck.model.project import PROJECT_ENV, Project
+
+def _import_invoke_without_mock():
+    """Import invoke without the ``unittest.mock`` it imports for ``MockContext``.
+
+    ``invoke/context.py`` (invoke 2.x/3.x) does ``from unittest.mock import Mock`` at import
+    time, for a test helper servedeck never uses; that import pulls in ``unittest`` and
+    ``asyncio`` (with ``ssl``), about 45 ms of every ``servedeck`` command's start-up. While
+    invoke is imported, ``unittest.mock`` is a placeholder whose ``Mock`` imports the real one
+    on first call; the placeholder is removed straight after, so any later ``import
+    unittest.mock`` gets the real module. Nothing is done when invoke or unittest.mock is
+    already imported (the ``invoke`` program, a test run).
+    """
+    if "invoke" in sys.modules or "unittest.mock" in sys.modules:
+        return
+    import types
+
+    def mock(*args, **kwargs):
+        from unittest.mock import Mock
+        return Mock(*args, **kwargs)
+
+    placeholder = types.ModuleType("unittest.mock", "placeholder while invoke is imported (servedeck.cli)")
+    placeholder.Mock = mock
+    sys.modules["unittest.mock"] = placeholder
+    try:
+        import invoke  # noqa: F401
+    finally:
+        if sys.modules.get("unittest.mock") is placeholder:
+            del sys.modules["unittest.mock"]
+
+
+_import_invoke_without_mock()
+from invoke import Argument, Collection, Exit, Program, task  # noqa: E402
+
+from servedeck import __version__  # noqa: E402
+from servedeck.errors import ServedeckError  # noqa: E402
+from servedeck.model.project import PROJECT_ENV, Project  # noqa: E402
 
 # servedeck's models use no pydantic plugins; pydantic's plugin discovery (a scan of every
 # installed distribution's entry points, pydantic/plugin/_loader.py) would cost each command
@@ -188,21 +220,19 @@ def _check_profile(name: str) -> list:
 @functools.lru_cache(maxsize=1)
 def _measured_startups() -> dict[str, float]:
     """Container start to ready (s) of the newest ready run of each profile (run.json
-    ``timings_s.container_start_to_ready_s``), read once per process."""
-    from servedeck.runs.history import list_runs
-    from servedeck.runs.store import read_meta
+    ``timings_s.container_start_to_ready_s``), read once per process as plain JSON."""
     found: dict[str, float] = {}
-    if not _project().runs_dir.is_dir():  # a profiles repository that never deployed
+    runs_dir = _project().runs_dir
+    if not runs_dir.is_dir():  # a profiles repository that never deployed: nothing to import
         return found
-    for row in reversed(list_runs(_project().runs_dir)):
-        if row.outcome != "ready" or row.profile is None or row.profile in found:
+    from servedeck.runs.history import list_runs
+    from servedeck.runs.store import SERVED, peek_meta
+    for row in reversed(list_runs(runs_dir)):
+        if row.outcome != SERVED or row.profile is None or row.profile in found:
             continue
-        try:
-            seconds = read_meta(row.path).timings_s.get("container_start_to_ready_s")
-        except ServedeckError:
-            continue
-        if seconds is not None:
-            found[row.profile] = seconds
+        seconds = ((peek_meta(row.path) or {}).get("timings_s") or {}).get("container_start_to_ready_s")
+        if isinstance(seconds, (int, float)):
+            found[row.profile] = float(seconds)
     return found
 
 

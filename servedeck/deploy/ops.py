@@ -26,7 +26,6 @@ from servedeck.host.lock import held_error
 from servedeck.host.remote import COMPOSE, HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
-from servedeck.runs import store
 from servedeck.runs.store import git_commit, utcnow
 
 

@@ -11,7 +11,6 @@ when no per-digest facts exist.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,7 @@ def load_facts(path: Path) -> VllmFacts:
         ServedeckError: the file is missing or not a facts document.
     """
     try:
-        return VllmFacts.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return VllmFacts.model_validate_json(path.read_bytes())  # parsed by pydantic-core: no dict pass
     except (OSError, ValueError) as exc:
         raise ServedeckError(f"cannot read vLLM facts: {exc}", file=str(path),
                              hint="re-extract them: invoke image-facts IMAGE") from None

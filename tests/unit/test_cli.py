@@ -119,3 +119,24 @@ def test_render_refuses_a_file_that_fails_the_check(project, tmp_path):
     assert not out.exists()
     ok = invoke("render", "--profile", "batch-8192", "--out", str(out), project=project)
     assert ok.returncode == 0 and "checked: 0 errors" in ok.stderr and out.exists()
+
+
+def test_check_judges_a_healthcheck_start_period_by_the_profiles_measured_time_to_ready(project):
+    """A healthcheck whose start_period covers the typical start-up passes until a ready run of
+    that profile measured a longer container start to ready (read from runs/ as plain JSON)."""
+    from servedeck.runs.store import create_run
+    (project / "profiles" / "probed.yaml").write_text(
+        "extends: speed\ncontainer:\n  compose_extra:\n    healthcheck:\n"
+        "      test: [\"CMD\", \"curl\", \"-fsS\", \"http://127.0.0.1:9932/health\"]\n"
+        "      interval: 30s\n      start_period: 20m\n")
+    before = invoke("check", "--profile", "probed", "--json", project=project)
+    assert before.returncode == 0, before.stderr
+    assert "server/healthcheck-start-period" not in {f["rule"] for f in json.loads(before.stdout)}
+    runs = project / "runs"
+    slow = create_run(runs, "probed", "b70")
+    slow.save_meta(outcome="ready", timings_s={"container_start_to_ready_s": 1500.0})
+    failed = create_run(runs, "probed", "b70")  # newer but never served: not a measurement
+    failed.save_meta(outcome="failed", timings_s={"container_start_to_ready_s": 5.0})
+    after = invoke("check", "--profile", "probed", "--json", project=project)
+    found = [f for f in json.loads(after.stdout) if f["rule"] == "server/healthcheck-start-period"]
+    assert found and "1500" in found[0]["message"], after.stdout

@@ -122,6 +122,20 @@ def test_cli_module_imports_no_heavy_library(module):
     assert res.stdout.strip() == ""
 
 
+def test_cli_imports_invoke_without_unittest_mock_and_mock_context_still_works():
+    """invoke imports unittest.mock (and asyncio) for MockContext; servedeck.cli keeps it out
+    of start-up, and both the real unittest.mock and invoke's MockContext work afterwards."""
+    code = ("import sys, servedeck.cli\n"
+            "print(sorted(m for m in ('unittest', 'unittest.mock', 'asyncio') if m in sys.modules))\n"
+            "import unittest.mock, invoke.context\n"
+            "ctx = invoke.context.MockContext(run={'true': invoke.Result('ok')})\n"
+            "print(ctx.run('true').stdout, isinstance(ctx.run, unittest.mock.Mock))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["[]", "ok True"]
+
+
 def test_check_all_in_worker_processes_gives_the_serial_findings(monkeypatch):
     """``check --all`` over many profiles forks workers; same findings, same order."""
     from servedeck import cli

@@ -141,7 +141,7 @@ def check_entrypoint(ctx: Ctx, svc: Service) -> None:
         why = " (Intel XPU images source the oneAPI environment in it)" if svc.device == "xpu" else ""
         ctx.warning("entrypoint/replaces-wrapper", svc.path + ("entrypoint",),
                     f"entrypoint: replaces the image's wrapper script {image_entry!r}{why}; whatever it "
-                    f"prepares is skipped", f"drop entrypoint: and put the server arguments in command:",
+                    f"prepares is skipped", "drop entrypoint: and put the server arguments in command:",
                     key=True)
     entry = data.get("entrypoint")
     words = entry.split() if isinstance(entry, str) else [str(x) for x in entry or []]
