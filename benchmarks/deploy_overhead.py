@@ -29,8 +29,11 @@ deployment (stopping it, as a real A/B redeploy does). Printed per deploy:
   docker log timestamp, written right after the port was bound),
 * ``late``: readiness noticed minus that log timestamp.
 
-Peer measured in the same run: ``invoke --list`` in the same project (the CLI's own start-up),
-printed beside the overhead.
+Peers measured in the same run, printed beside the overhead: ``invoke --list`` in the same
+project (the CLI's own start-up); one SSH round trip to the host (``true`` over the shared
+connection: what the host's login shell costs each of a deploy's three round trips); and
+``docker compose up -d --force-recreate`` of the deployed file run over SSH (compose replacing
+the running container by itself).
 
 Targets (printed with pass/miss, nothing asserted): overhead at most 1.0 s, readiness noticed
 within 0.5 s of the server serving.
@@ -181,6 +184,16 @@ def main() -> int:
                              "listen": t_listen - info[1] if t_listen and info else None,
                              "late": ready_at - t_listen if ready_at and t_listen else None,
                              "outcome": meta.get("outcome")})
+            # peers on the same host: one SSH round trip over the shared connection (the host's
+            # login shell included), and compose's own replace of the running container
+            ssh_s, up_s = [], []
+            for _ in range(3):
+                t = time.perf_counter()
+                host.run("true")
+                ssh_s.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                host.run(f"cd {workdir} && docker compose up -d --force-recreate --pull never --no-build")
+                up_s.append(time.perf_counter() - t)
         finally:
             host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 1; true",
                      check=False)
@@ -198,6 +211,11 @@ def main() -> int:
               f"{f(row['overhead']):>8} {f(row['listen'])} {f(row['late'])}")
     peer = statistics.median(peer_s)
     print(f"peer: `invoke --list` (CLI start-up alone) median {peer:.3f} s")
+    print(f"peer: one SSH round trip to the host (`true` over the shared connection; the host's login "
+          f"shell runs its rc files) median {statistics.median(ssh_s):.3f} s; a deploy makes three "
+          f"(preflight, switch, finish)")
+    print(f"peer: `docker compose up -d --force-recreate` of the deployed file over SSH (compose's own "
+          f"replace of the running container) median {statistics.median(up_s):.3f} s")
     over = [r["overhead"] for r in rows if r["overhead"] is not None]
     late = [r["late"] for r in rows if r["late"] is not None]
     if over:

@@ -258,6 +258,32 @@ def preflight_paths(profile: Profile) -> list[str]:
     return [path] if path else []
 
 
+def _port_problems(port: int, pinfo: dict[str, Any], ours: str | None, workdir: str) -> list[str]:
+    """The published port is listening: fine when only this deployment's containers hold it
+    (its Compose project is ``workdir``; by name when a container has no Compose label), else
+    a problem naming each holder and, for a Compose container, the project it belongs to (a
+    container of another project also holds ``container_name``, so compose could not replace it)."""
+    holders = pinfo.get("containers") or []
+    if not holders:
+        return [f"port {port} is in use on the host by a process that is not a container of this "
+                "deployment (stop it, or publish another port: container.host_port)"]
+    dirs = pinfo.get("compose_workdirs") or {}
+    foreign = []
+    for name in holders:
+        owner = dirs.get(name)
+        if owner is not None:
+            mine = Path(owner) == Path(workdir)
+        else:  # no Compose label (or an older preflight): judge by name
+            mine = name == ours or name.startswith(Path(workdir).name + "-")
+        if not mine:
+            foreign.append(f"{name} (Compose project in {owner})" if owner else name)
+    if not foreign:
+        return []
+    return [f"port {port} is in use on the host by {', '.join(foreign)}, not by this host's deployment in "
+            f"{workdir}: stop it there (docker compose --project-directory DIR down) or publish "
+            "another port (container.host_port)"]
+
+
 def judge_preflight(host: RemoteHost, entry: HostEntry, profile: Profile, facts: dict[str, Any],
                     options: DeployOptions) -> list[str]:
     """The problems host ``facts`` (:meth:`RemoteHost.preflight_facts`) show for deploying
@@ -295,14 +321,7 @@ def judge_preflight(host: RemoteHost, entry: HostEntry, profile: Profile, facts:
         problems.append(f"the model weights directory {wfacts.get('path', weights)} is empty")
     pinfo = facts.get("port") or {}
     if pinfo.get("listening"):
-        ours = profile.container.container_name
-        holders = pinfo.get("containers") or []
-        mine = host.workdir
-        held_by_us = bool(holders) and all(
-            h == ours or h.startswith(Path(mine).name + "-") for h in holders)
-        if not held_by_us:
-            who = ", ".join(holders) if holders else "a process that is not a container of this deployment"
-            problems.append(f"port {port} is in use on the host by {who}")
+        problems += _port_problems(port, pinfo, profile.container.container_name, host.workdir)
     free = (facts.get("workdir") or {}).get("free_gib")
     if free is not None and free < options.min_free_gib:
         problems.append(f"only {free:.1f} GiB free under {host.workdir} (need {options.min_free_gib:g})")

@@ -42,6 +42,7 @@ from ruamel.yaml.error import YAMLError
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.inventory import HostEntry, Inventory, load_inventory
+from servedeck.yamlio import load_data
 
 #: host variables that carry servedeck's host entry fields (besides ``ssh``)
 HOST_VAR_PREFIX = "servedeck_"
@@ -167,7 +168,7 @@ def _is_servedeck_file(path: Path) -> bool:
     if path.is_dir() or path.suffix.lower() not in (".yaml", ".yml"):
         return False
     try:
-        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+        raw = load_data(path.read_text(encoding="utf-8"))
     except YAMLError as exc:
         raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
     if not isinstance(raw, dict) or not set(raw) <= {"hosts", "groups"}:

@@ -19,12 +19,14 @@ PREFLIGHT_SCRIPT = r"""
 wd=$1; port=$2; shift 2
 js() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ' | tr -d '\000-\037')"; }
 jv() { if [ -n "$1" ]; then js "$1"; else printf null; fi; }
+pft=$(mktemp -d) || { echo "servedeck preflight: mktemp -d failed on the host" >&2; exit 1; }; trap 'rm -rf "$pft"' EXIT
+# the Docker CLI calls run side by side (each is a process start and an Engine round trip)
+docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 2>/dev/null &
+docker compose version --short >"$pft/cv" 2>/dev/null &
+[ -n "$port" ] && docker ps --filter "publish=$port" \
+  --format '{{.Names}}|{{.Label "com.docker.compose.project.working_dir"}}' >"$pft/pc" 2>/dev/null &
 printf '{"hostname":%s' "$(js "$(uname -n)")"
 printf ',"kernel":%s' "$(js "$(uname -r)")"
-dv=$(docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' 2>/dev/null || true)
-printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
-printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
-printf ',"compose_version":%s' "$(jv "$(docker compose version --short 2>/dev/null)")"
 printf ',"dri":['; sep=
 for f in /dev/dri/*; do
   [ -e "$f" ] || continue
@@ -49,11 +51,21 @@ for p in "$@"; do
   printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$p")" "$(js "$a")" "$(jv "$k")" "$n"; sep=,
 done
 printf ']'
+wait
+dv=$(cat "$pft/dv" 2>/dev/null)
+printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
+printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
+printf ',"compose_version":%s' "$(jv "$(cat "$pft/cv" 2>/dev/null)")"
 if [ -n "$port" ]; then
   hex=$(printf '%04X' "$port")
   l=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" { n = split($2, a, ":"); if (a[n] == h) { print "yes"; exit } }')
   printf ',"port_listening":%s' "$( [ "$l" = yes ] && echo true || echo false)"
-  printf ',"port_containers":%s' "$(jv "$(docker ps --filter "publish=$port" --format '{{.Names}}' 2>/dev/null | tr '\n' ' ')")"
+  printf ',"port_containers":['; sep=
+  while IFS= read -r ln; do
+    [ -n "$ln" ] || continue
+    printf '%s[%s,%s]' "$sep" "$(js "${ln%%|*}")" "$(js "${ln#*|}")"; sep=,
+  done <"$pft/pc"
+  printf ']'
 fi
 printf '}\n'
 """
@@ -92,8 +104,10 @@ def parse_facts(host: str, workdir: str, facts_text: str, port: int | None) -> d
         "lock": None,
     }
     if port is not None:
+        holders = raw["port_containers"] or []
         facts["port"] = {"port": int(port), "listening": raw["port_listening"],
-                         "containers": (raw["port_containers"] or "").split()}
+                         "containers": [name for name, _ in holders],
+                         "compose_workdirs": {name: workdir or None for name, workdir in holders}}
     return facts
 
 

@@ -501,8 +501,9 @@ class RemoteHost:
             workdir or its nearest existing parent),
             "paths": {given: {"path": absolute, "exists": bool, "nonempty": bool,
             "kind": "dir"|"file"|"other"|None}},
-            "port": {"port": int, "listening": bool, "containers": [names publishing it]}
-            or None,
+            "port": {"port": int, "listening": bool, "containers": [names publishing it],
+            "compose_workdirs": {name: its Compose project's working directory (label
+            ``com.docker.compose.project.working_dir``) or None}} or None,
             "lock": LockInfo as dict (JSON types) | {"raw": str} if unparsable | None}``
 
         Raises:

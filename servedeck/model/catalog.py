@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.yamlio import load_data
 
 
 class LauncherDefaults(BaseModel):
@@ -98,17 +99,11 @@ class CatalogFile(BaseModel):
     images: dict[str, ImageFacts] = Field(default_factory=dict)
 
 
-def _yaml() -> YAML:
-    y = YAML(typ="safe", pure=True)
-    y.default_flow_style = False
-    return y
-
-
 def _load_catalog(path: Path) -> CatalogFile:
     if not path.exists():
         return CatalogFile()
     try:
-        raw = _yaml().load(path.read_text()) or {}
+        raw = load_data(path.read_text(encoding="utf-8")) or {}
         return CatalogFile.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]

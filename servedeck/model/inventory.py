@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.host.remote import SshTarget
+from servedeck.yamlio import load_data
 
 if TYPE_CHECKING:
     from servedeck.model.profile import Profile
@@ -128,7 +128,7 @@ def load_inventory(path: str | Path) -> Inventory:
     """
     path = Path(path)
     try:
-        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
+        raw = load_data(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ServedeckError("inventory file not found", file=str(path),
                              hint="create deploy/hosts.yaml or pass --inventory FILE "

@@ -26,6 +26,7 @@ from ruamel.yaml import YAML
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.yamlio import load_data
 
 LOCAL_DIR = ".servedeck"
 LOCAL_IMAGES = "local-images.yaml"
@@ -75,7 +76,7 @@ class LocalImages:
         except FileNotFoundError:
             return {}
         try:
-            doc = YAML(typ="safe", pure=True).load(text) or {}
+            doc = load_data(text) or {}
         except Exception as exc:  # ruamel parse errors
             raise ServedeckError(f"not valid YAML: {exc}", file=str(self.path)) from None
         images = doc.get("images") if isinstance(doc, dict) else None

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import jsonschema
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.model.project import Project
+from servedeck.yamlio import load_data
 
 
 def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
@@ -33,7 +33,7 @@ def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
     problems: list[str] = []
     for path in paths:
         try:
-            data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+            data = load_data(path.read_text(encoding="utf-8"))
         except (OSError, YAMLError) as exc:
             problems.append(f"{path}: {exc}")
             continue

@@ -370,6 +370,27 @@ def test_missing_weights_stop_in_preflight(project, card, standin):
     assert host.read_lock() is None and not project.runs_dir.exists()
 
 
+def test_a_port_held_by_another_workdirs_deployment_stops_in_preflight_naming_it(project, card, standin):
+    """Two working directories on one host with the same port and container name: the second
+    deploy stops in preflight, naming the other Compose project, and the first keeps serving."""
+    host, entry = card
+    _deploy(project, card, _fast(project), standin)
+    workdir = f"/srv/servedeck-test/deploy-{uuid.uuid4().hex[:8]}"
+    other = RemoteHost("b70", host.ssh_target, workdir)
+    other.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" && '
+                     'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
+    try:
+        with pytest.raises(DeployError) as exc:
+            _deploy(project, (other, entry.model_copy(update={"workdir": workdir})), "fast", standin)
+        assert "preflight" in exc.value.message
+        assert f"port {PORT} is in use on the host by b70 (Compose project in {host.workdir})" in exc.value.message
+        assert other.read_file("docker-compose.yml", missing_ok=True) is None and other.read_lock() is None
+        assert _models() == ["Qwen3.8-27B"]  # the first deployment serves on
+    finally:
+        other.run(["rm", "-rf", workdir], check=False)
+        other.close()
+
+
 def test_wrong_render_gid_stops_in_preflight(project, card, standin):
     host, entry = card
     _variant(project, "gid", 'extends: batch-8192\ncontainer:\n  group_add: ["993"]\n')
