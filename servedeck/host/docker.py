@@ -40,6 +40,29 @@ def preload() -> None:
     threading.Thread(target=_import, daemon=True, name="servedeck-import-docker").start()
 
 
+def _remove_orphaned_sockets(base: str) -> None:
+    """Remove forwarded-socket files ``docker-<pid>-<id>.sock`` in ``base`` whose process is
+    gone (a client killed before :meth:`Engine.close`); the master that served them is gone or
+    forwards to a file nobody uses."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(r"docker-(\d+)-[0-9a-f]+\.sock", name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(base, name))
+            except OSError:
+                pass
+        except OSError:  # alive, another user's (EPERM)
+            pass
+
+
 class Engine:
     """A Docker Engine client for one host, created on first use.
 
@@ -69,6 +92,7 @@ class Engine:
             if self._client is None:
                 import docker
                 base = os.path.dirname(self.transport.control_path())
+                _remove_orphaned_sockets(base)
                 local = f"{base}/docker-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
                 self.transport.forward_unix_socket(local, ENGINE_SOCKET)
                 self._local = local

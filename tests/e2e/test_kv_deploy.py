@@ -2,7 +2,7 @@
 
 1. cpu-4096 is deployed; its preflight predicted the pool from the model's config.json on the
    host and VLLM_CPU_KVCACHE_SPACE; the run's kv.json holds the prediction beside what vLLM
-   logged, and they agree exactly.
+   logged (pool tokens and maximum concurrency), and they agree exactly.
 2. a variant with VLLM_CPU_KVCACHE_SPACE=0 (no KV memory: vLLM would refuse to start) is
    stopped in preflight with the prediction in the message; cpu-4096 keeps serving.
 3. a variant with VLLM_CPU_KVCACHE_SPACE=2 deploys and again matches exactly.
@@ -26,7 +26,7 @@ from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.runs.kv_history import read_kv
-from servedeck.runs.store import read_meta, run_dirs
+from servedeck.runs.store import EFFECTIVE, STARTUP, read_json, read_meta, run_dirs
 
 
 
@@ -68,19 +68,26 @@ def _deploy(project, host, entry, name):
                   QuietReporter())
 
 
-def _exact(run_path: Path, tokens: int) -> None:
+def _exact(run_path: Path, space_gib: int) -> None:
+    """The run's kv.json: vLLM's logged pool and concurrency equal the prediction made before the
+    deploy from the model's config.json and VLLM_CPU_KVCACHE_SPACE (CPU: 1,024 bytes per token)."""
+    tokens = space_gib * 1024 ** 3 // 1024
     kv = read_kv(run_path)
     assert kv["prediction"]["method"] == "cpu-kv-space"
     assert any("config.json: num_key_value_heads" in s for s in kv["prediction"]["sources"])
     assert kv["measured"]["kv_cache_tokens"] == tokens
     assert kv["prediction"]["pool_tokens"] == tokens and kv["error_pct"]["kv_cache_tokens"] == 0.0
+    assert kv["measured"]["max_concurrency"] == round(kv["prediction"]["max_concurrency"], 2)
+    startup = read_json(run_path, STARTUP, required=True)  # parsed from the server's own log
+    assert startup["cpu_kv_cache_gib"] == space_gib
+    assert startup["max_concurrency_tokens_per_request"] == read_json(run_path, EFFECTIVE)["max_model_len"]
 
 
 def test_prediction_matches_refusal_stops_and_the_deployment_keeps_serving(cpu_project):
     project, host, entry = cpu_project
     first = _deploy(project, host, entry, "cpu-4096")
     assert first.outcome == "ready"
-    _exact(first.run.path, 1024 ** 3 // 1024)  # 1 GiB / 1,024 bytes per token
+    _exact(first.run.path, 1)
 
     compose = host.read_file("docker-compose.yml")
     with pytest.raises(DeployError, match="kv/refuses-to-start") as exc:
@@ -92,7 +99,7 @@ def test_prediction_matches_refusal_stops_and_the_deployment_keeps_serving(cpu_p
 
     second = _deploy(project, host, entry, "cpu-kv2")
     assert second.outcome == "ready"
-    _exact(second.run.path, 2 * 1024 ** 3 // 1024)
+    _exact(second.run.path, 2)
 
 
 def _models() -> list[str] | None:

@@ -176,3 +176,19 @@ def test_rollback_target_is_known_good_and_never_a_file_that_did_not_serve() -> 
     with pytest.raises(DeployError, match="revision 3 .* is not a known-good"):
         _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b", "c"},
                                         history=records), 3)
+
+
+def test_forwarded_socket_files_of_dead_clients_are_removed_and_live_ones_kept(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from servedeck.host.docker import _remove_orphaned_sockets
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = {f"docker-{dead.pid}-0a1b2c3d.sock": False, f"docker-{os.getpid()}-0a1b2c3d.sock": True,
+             f"docker-{os.getppid()}-deadbeef.sock": True, "f9e6064efe3c42160424": True,
+             f"docker-{dead.pid}-x.sock": True}  # not servedeck's pattern: left alone
+    for name in names:
+        (tmp_path / name).write_text("")
+    _remove_orphaned_sockets(str(tmp_path))
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, kept in names.items() if kept}
