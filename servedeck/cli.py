@@ -69,15 +69,32 @@ from servedeck.model.project import PROJECT_ENV, Project  # noqa: E402
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
+PROGRAM = "invoke"
+"""The command the user typed: ``invoke`` (tasks run by invoke from a checkout's ``tasks.py``)
+unless :func:`main` (the ``servedeck`` console script, ``python -m servedeck``) runs them."""
+
+
+def as_typed(text: str) -> str:
+    """``text`` with the task commands it suggests (``invoke status --host b70``, ``servedeck
+    check ...``) spelled the way the user runs servedeck (:data:`PROGRAM`). Only servedeck's own
+    tasks are respelled: development tasks (``invoke image-build``, ``invoke demo``) exist in
+    a checkout's ``invoke`` only."""
+    import re
+    other = "invoke" if PROGRAM == "servedeck" else "servedeck"
+    names = "|".join(sorted((re.escape(n) for n in ns.task_names), key=len, reverse=True))
+    return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
+
+
 def cli_errors(fn):
-    """Decorator for a task: turn ServedeckError into a clean message and its exit code,
-    Ctrl-C into ``interrupted`` and exit code 130."""
+    """Decorator for a task: turn ServedeckError into a clean message (its suggested commands
+    spelled as the user runs servedeck, :func:`as_typed`) and its exit code, Ctrl-C into
+    ``interrupted`` and exit code 130."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
-            print(f"error: {exc.render()}", file=sys.stderr)
+            print(f"error: {as_typed(exc.render())}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -163,7 +180,7 @@ def render(c, profile, out=None, flags=False):
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
     print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
-          f"{counts[Severity.info]} infos (details: servedeck check --profile {profile})", file=sys.stderr)
+          f"{counts[Severity.info]} infos (details: {PROGRAM} check --profile {profile})", file=sys.stderr)
     text = "\n".join(rendered.command) + "\n" if flags else rendered.compose_text
     if out:
         _write_out(out, text)
@@ -308,7 +325,7 @@ def schema(c, check=False):
         stale = stale_schemas(directory)
         if stale:
             raise ServedeckError(f"stale schema file(s): {', '.join(stale)}", file=str(directory),
-                                 hint="run `servedeck schema` (or `invoke schema`) and commit the result")
+                                 hint="run `servedeck schema` and commit the result")
         print("schema/ is up to date")
         return
     for path in write_schemas(_project().own_schema_dir):
@@ -822,6 +839,22 @@ class ServedeckProgram(Program):
                               "$SERVEDECK_PROJECT, else found from the current directory, "
                               "else servedeck's embedded default project")]
 
+    #: invoke's core options that mean something for servedeck; the others (shell-command
+    #: settings such as --pty, --echo, --hide, --dry, sudo, config files) still parse but are
+    #: left out of ``servedeck --help``
+    SHOWN_CORE_OPTIONS = ("--complete", "--print-completion-script", "--project", "--debug", "--help",
+                          "--list", "--list-format", "--version")
+
+    def print_help(self) -> None:
+        """invoke's core help (usage, core options, tasks) with only :attr:`SHOWN_CORE_OPTIONS`."""
+        print(f"Usage: {self.binary} [--core-opts] <subcommand> [--subcommand-opts] ...\n")
+        print("Core options:\n")
+        import re
+        shown = [(flags, text) for flags, text in self.initial_context.help_tuples()
+                 if set(re.findall(r"--[a-z-]+", flags)) & set(self.SHOWN_CORE_OPTIONS)]
+        self.print_columns(shown)
+        self.list_tasks()
+
     def parse_core(self, argv: list[str] | None) -> None:
         super().parse_core(argv)
         project = self.args.project.value
@@ -837,6 +870,8 @@ program = ServedeckProgram(namespace=ns, version=__version__, name="servedeck", 
 
 def main() -> None:
     """Entry point of the ``servedeck`` console script."""
+    global PROGRAM
+    PROGRAM = "servedeck"
     program.run()
 
 

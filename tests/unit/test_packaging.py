@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -151,3 +152,40 @@ def test_check_all_in_worker_processes_gives_the_serial_findings(monkeypatch):
     assert {f.file for f in serial} == {f"profile:{n}" for n in names}
     for cached in (cli.current_project, cli._store, cli._catalog):
         cached.cache_clear()
+
+
+def test_hints_name_the_command_the_user_typed(tmp_path):
+    """The same error, run as ``servedeck`` and as ``invoke``: its suggested command is spelled
+    the way the user runs servedeck; checkout-only development tasks keep ``invoke``."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.yaml").write_text((ROOT / "profiles" / "base.yaml").read_text())
+    as_servedeck = _servedeck("show", "latest", cwd=tmp_path)
+    assert as_servedeck.returncode != 0
+    assert "(servedeck deploy)" in as_servedeck.stderr and "invoke deploy" not in as_servedeck.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVEDECK_")}
+    as_invoke = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "show", "latest"], cwd=tmp_path,
+                               env={**env, "SERVEDECK_PROJECT": str(tmp_path), "PYTHONPATH": str(ROOT)},
+                               capture_output=True, text=True)
+    assert as_invoke.returncode != 0 and "(invoke deploy)" in as_invoke.stderr
+    rendered = _servedeck("render", "--profile", "base", cwd=tmp_path)
+    assert "(details: servedeck check --profile base)" in rendered.stderr
+
+
+def test_as_typed_respells_only_servedecks_own_tasks(monkeypatch):
+    from servedeck import cli
+    monkeypatch.setattr(cli, "PROGRAM", "servedeck")
+    assert (cli.as_typed("invoke status --host b70, then invoke image-build; invoke deploy-all")
+            == "servedeck status --host b70, then invoke image-build; invoke deploy-all")
+    monkeypatch.setattr(cli, "PROGRAM", "invoke")
+    assert cli.as_typed("run `servedeck schema`") == "run `invoke schema`"
+
+
+def test_servedeck_help_lists_only_core_options_that_mean_something_here(tmp_path):
+    res = _servedeck("--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    options = re.findall(r"^  (-\S.*?)\s{2,}", res.stdout, re.M)
+    longs = {m for line in options for m in re.findall(r"--[a-z-]+", line)}
+    assert longs == {"--complete", "--print-completion-script", "--project", "--debug", "--list-format",
+                     "--help", "--list", "--version"}
+    assert "Subcommands:" in res.stdout and "deploy" in res.stdout
+    assert _servedeck("--echo", "profiles", cwd=ROOT).returncode == 0  # hidden options still parse
