@@ -227,11 +227,13 @@ def test_preflight_facts_shape(test_host: RemoteHost, scratch_host: RemoteHost,
     assert facts["paths"]["nope"] == {"path": f"{scratch_host.workdir}/nope", "exists": False,
                                       "nonempty": False, "kind": None}
     assert facts["paths"]["/etc/hostname"]["kind"] == "file"
-    assert facts["port"] == {"port": port, "listening": True, "containers": [name]}
+    # a plain `docker run` container: no Compose project to name
+    assert facts["port"] == {"port": port, "listening": True, "containers": [name],
+                             "compose_workdirs": {name: None}}
     assert facts["lock"]["owner"] == "frank"
     # after the container is gone the port is free and the lock is gone
     after = scratch_host.preflight_facts([], port=port)
-    assert after["port"] == {"port": port, "listening": False, "containers": []}
+    assert after["port"] == {"port": port, "listening": False, "containers": [], "compose_workdirs": {}}
     assert after["lock"] is None
     # b70's working directory as scripts/test-services made it
     b70 = test_host.preflight_facts(["models/qwen3.8-27b-exl3-4.00bpw", "cache"], port=2222)
