@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
-
 
 
 def _import_invoke_without_mock():
@@ -79,7 +79,6 @@ def as_typed(text: str) -> str:
     check ...``) spelled the way the user runs servedeck (:data:`PROGRAM`). Only servedeck's own
     tasks are respelled: development tasks (``invoke image-build``, ``invoke demo``) exist in
     a checkout's ``invoke`` only."""
-    import re
     other = "invoke" if PROGRAM == "servedeck" else "servedeck"
     names = "|".join(sorted((re.escape(n) for n in ns.task_names), key=len, reverse=True))
     return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
@@ -849,7 +848,6 @@ class ServedeckProgram(Program):
         """invoke's core help (usage, core options, tasks) with only :attr:`SHOWN_CORE_OPTIONS`."""
         print(f"Usage: {self.binary} [--core-opts] <subcommand> [--subcommand-opts] ...\n")
         print("Core options:\n")
-        import re
         shown = [(flags, text) for flags, text in self.initial_context.help_tuples()
                  if set(re.findall(r"--[a-z-]+", flags)) & set(self.SHOWN_CORE_OPTIONS)]
         self.print_columns(shown)
