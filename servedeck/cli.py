@@ -235,21 +235,13 @@ def _check_profile(name: str) -> list:
 
 @functools.lru_cache(maxsize=1)
 def _measured_startups() -> dict[str, float]:
-    """Container start to ready (s) of the newest ready run of each profile (run.json
-    ``timings_s.container_start_to_ready_s``), read once per process as plain JSON."""
-    found: dict[str, float] = {}
+    """:func:`servedeck.runs.history.startup_seconds_by_profile` of this process's project, read
+    once per process (a project that never deployed has no ``runs/``: nothing is imported)."""
     runs_dir = _project().runs_dir
-    if not runs_dir.is_dir():  # a profiles repository that never deployed: nothing to import
-        return found
-    from servedeck.runs.history import list_runs
-    from servedeck.runs.store import SERVED, peek_meta
-    for row in reversed(list_runs(runs_dir)):
-        if row.outcome != SERVED or row.profile is None or row.profile in found:
-            continue
-        seconds = ((peek_meta(row.path) or {}).get("timings_s") or {}).get("container_start_to_ready_s")
-        if isinstance(seconds, (int, float)):
-            found[row.profile] = float(seconds)
-    return found
+    if not runs_dir.is_dir():
+        return {}
+    from servedeck.runs.history import startup_seconds_by_profile
+    return startup_seconds_by_profile(runs_dir)
 
 
 def _measured_startup(profile: str) -> float | None:

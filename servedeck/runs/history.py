@@ -242,6 +242,20 @@ def newest_served(runs_dir: Path, host: str) -> Path:
                          hint=f"deploy first: invoke deploy --host {host} --profile NAME")
 
 
+def startup_seconds_by_profile(runs_dir: Path) -> dict[str, float]:
+    """``{profile: seconds}``: container start to ready of each profile's newest ready run that
+    recorded it (run.json ``timings_s.container_start_to_ready_s``, read as plain JSON), what
+    the check's start-up rules take as that profile's measured start-up."""
+    found: dict[str, float] = {}
+    for row in reversed(list_runs(runs_dir)):  # from the index; run.json only of ready runs
+        if row.outcome != store.SERVED or row.profile is None or row.profile in found:
+            continue
+        seconds = ((store.peek_meta(row.path) or {}).get("timings_s") or {}).get("container_start_to_ready_s")
+        if isinstance(seconds, (int, float)):
+            found[row.profile] = float(seconds)
+    return found
+
+
 def resolve_run(runs_dir: Path, ref: str) -> Path:
     """Resolve a run reference (forms: module docstring) to its run directory.
 
