@@ -77,6 +77,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _fmt_tokens(v: Any) -> str:
+    """A token count (KV cache tokens arrive as floats from the run metrics) as a whole number."""
+    return "-" if v is None else f"{round(float(v)):,}"
+
+
+def _fmt_ratio(v: Any) -> str:
+    """A B/A ratio with three decimals always, so 1.0 reads ``1.000`` and not ``1``."""
+    return "-" if v is None else f"{float(v):.3f}"
+
+
 def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
     """experiment | change | host | status | runs A/B | kv tokens A->B | warm decode B/A | time."""
     table = Table(title=f"sweep {plan.name} (base {plan.base})")
@@ -86,8 +96,9 @@ def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         table.add_row(r["id"], f"{r['variable']}: {_fmt(r['value_a'])} -> {_fmt(r['value_b'])}",
                       r["host"] or "-", r["status"], r["run_a"] or "-", r["run_b"] or "-",
-                      f"{_fmt(r['kv_a'])} -> {_fmt(r['kv_b'])}" if r["kv_a"] or r["kv_b"] else "-",
-                      _fmt(r["decode_ratio"]), _fmt(r["seconds"]), r["note"])
+                      f"{_fmt_tokens(r['kv_a'])} -> {_fmt_tokens(r['kv_b'])}"
+                      if r["kv_a"] or r["kv_b"] else "-",
+                      _fmt_ratio(r["decode_ratio"]), _fmt(r["seconds"]), r["note"])
     return table
 
 

@@ -290,3 +290,23 @@ def test_estimate_takes_bench_ab_and_ansible_steps_from_earlier_sweeps(project):
     assert est["fleet-1"].experiment_overhead_s == 1.8  # start + done
     assert est["fleet-3"].ab_s == 8.0  # no sweep there yet: the fleet's median
     assert est["fleet-1"].experiment_s(bench=True) == 2 * (10.0 + CLI_OVERHEAD_S + 2.0 + 3.5) + 7.0 + 1.8
+
+
+def test_sweep_summary_cells_read_the_same_for_every_ratio_and_token_count():
+    """A warm decode ratio of exactly 1 reads ``1.000`` (not ``1``: CI saw a row with a
+    ratio cell that no longer looked like a number of the same kind as its neighbours), and KV
+    cache token counts, which arrive as floats, read as whole numbers, not ``1.05e+06``."""
+    from types import SimpleNamespace
+
+    from servedeck.fleet.summary import render_table, sweep_table_from_rows
+    base = {"variable": "engine.max_num_batched_tokens", "value_a": 4096, "value_b": 8192,
+            "host": "fleet-1", "status": "done", "run_a": "0001-a", "run_b": "0002-b",
+            "seconds": 18.2, "note": "no verdict"}
+    rows = [dict(base, id="e01", kv_a=1048576.0, kv_b=1101004.0, decode_ratio=1.0),
+            dict(base, id="e02", kv_a=None, kv_b=None, decode_ratio=0.9996),
+            dict(base, id="e03", kv_a=None, kv_b=None, decode_ratio=None, status="pending")]
+    text = render_table(sweep_table_from_rows(SimpleNamespace(name="s", base="sw-base"), rows), width=400)
+    lines = {ln.split("│")[1].strip(): ln for ln in text.splitlines() if ln.startswith("│ e0")}
+    assert "1,048,576 -> 1,101,004" in lines["e01"] and "e+" not in text
+    assert "│ 1.000 " in lines["e01"] and "│ 1.000 " in lines["e02"]
+    assert "│ -  " in lines["e03"]
