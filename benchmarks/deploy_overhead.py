@@ -35,6 +35,8 @@ connection: what the host's login shell costs each of a deploy's three round tri
 ``docker compose up -d --force-recreate`` of the deployed file run over SSH (compose replacing
 the running container by itself).
 
+The package is byte-compiled first, as ``pip install`` leaves it.
+
 Targets (printed with pass/miss, nothing asserted): overhead at most 1.0 s, readiness noticed
 within 0.5 s of the server serving.
 
@@ -144,6 +146,11 @@ def main() -> int:
 
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
                    capture_output=True)
+    # as after `pip install` (which byte-compiles the package): this machine's environment sets
+    # PYTHONDONTWRITEBYTECODE=1, so without this every deploy process would compile servedeck's
+    # sources again (about 0.1 s); benchmarks/check_speed.py does the same
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
+                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
     standin = imagebuild.build_standin_image(progress=False)
     workdir = f"/srv/servedeck-test/bench-{uuid.uuid4().hex[:8]}"
     host = RemoteHost("bench", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)

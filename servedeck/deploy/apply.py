@@ -7,8 +7,8 @@ Phases (each printed as it runs):
 2. **preflight** in ONE SSH round trip: host facts, servedeck's history and known-good files,
    and the deploy **lock** taken atomically (a held lock refuses the deploy before any run
    record exists; a stale one is taken over only with ``force_unlock``).
-3. **pull** the image by digest if missing, verify it, read its facts (an unknown digest is
-   added to the catalog) → the :class:`~servedeck.deploy.plan.DeployPlan`, recorded.
+3. **pull** the image by digest if missing (preflight inspected it), verify it, read its facts
+   (an unknown digest is added to the catalog) → the :class:`~servedeck.deploy.plan.DeployPlan`, recorded.
 4. **switch** in ONE round trip: the compose file (0600) is installed, the revision's
    ``started`` history line appended, ``docker compose up --force-recreate`` stops the old
    server and starts the new one (one GPU cannot hold both).
@@ -146,7 +146,6 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     catalog = Catalog(project.catalog_path, local=project.local_images)
     profile = entry.place(with_image(loaded.profile, options.image))  # the host's container_name / host_port
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")
-    preload()  # the docker SDK's import overlaps the preflight round trip
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
     checked = None
     try:  # render + check locally while the preflight round trip runs
@@ -184,7 +183,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             d.revision = hist.next_revision(state.history)
             reporter.phase("pull", profile.image)
             d.phase = "pull"
-            image = resolve_image(host, profile, catalog, project.catalog_path, reporter)
+            image = resolve_image(host, profile, catalog, project.catalog_path, reporter,
+                                  inspected=facts.get("image"))
             d.timings["pull_s"] = image.pull_s
             d.phase = "check"
             recheck_kv(kvp, profile, image.facts, reporter)  # the image may have been unknown at preflight
@@ -220,7 +220,8 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     """
     facts, state = host.preflight(preflight_paths(profile), port=published_port(profile),
                                   lock_owner=f"{owner()}: deploy {profile.name}",
-                                  force_unlock=options.force_unlock, read=preflight_reads(profile))
+                                  force_unlock=options.force_unlock, read=preflight_reads(profile),
+                                  image=f"{profile.image_ref.repository}@{profile.image_ref.digest}")
     host.api_version = facts.get("docker_api_version")
     if state.lock == "held":
         err = held_error(host.name, state.holder)
@@ -284,6 +285,8 @@ class _Deploy:
         self.reporter.phase("switch", f"{self.host.compose_path} (revision {self.revision}); "
                                       f"stop the old server, start service {p.service}")
         t_up = time.time()
+        # what readiness (the docker SDK) and recording need imports while compose runs
+        preload("servedeck.vllm.startup_log", "servedeck.vllm.verify")
         self.switched = True
         self.phase = "start"
         self.power_change = apply_power(self.host, self.kvp, self.run.run, p.profile.name, self.reporter)

@@ -122,7 +122,7 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
     """
     from servedeck.host.inimage import dry_run
     try:
-        res = dry_run(host, plan.profile.image, plan.argv)
+        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
         return
@@ -185,10 +185,14 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
 
 
 def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_path: Path,
-                  reporter: Reporter) -> ImageInfo:
+                  reporter: Reporter, inspected: dict[str, Any] | None = None) -> ImageInfo:
     """Make sure the host has the profile's image by digest (pull if missing), verify its
     repo digest, and read its facts (deeply when the catalog does not know the digest or it
     was just pulled). An unknown digest is added to the catalog.
+
+    ``inspected``: the image's inspect document from the preflight round trip (facts
+    ``image``); when it shows the image by this digest and the catalog knows it, no Engine
+    connection is made here.
 
     Raises:
         DeployError: the pull failed (unknown digest, registry down), the image's repo digest
@@ -197,31 +201,38 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     """
     import time
 
-    import docker
-
     from servedeck.host.images import read_image_facts
     t = time.time()
     repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
-    client = host.engine.client
+    known = catalog.lookup(profile.image_ref.digest)
     pulled = False
-    try:
-        image = client.images.get(repo_digest)
+    client = None
+    attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
+    if attrs is not None:
         reporter.info("image present on the host")
-    except docker.errors.ImageNotFound:
-        pulled = True
+    else:
+        import docker
+        client = host.engine.client
         try:
-            image = client.images.pull(repo_digest)
-        except docker.errors.APIError as exc:
-            raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
-                              f"{exc.explanation or exc}; the running deployment was not touched"
-                              ) from None
+            attrs = client.images.get(repo_digest).attrs
+            reporter.info("image present on the host")
+        except docker.errors.ImageNotFound:
+            pulled = True
+            try:
+                attrs = client.images.pull(repo_digest).attrs
+            except docker.errors.APIError as exc:
+                raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
+                                  f"{exc.explanation or exc}; the running deployment was not touched"
+                                  ) from None
     pull_s = round(time.time() - t, 3)
-    digests = image.attrs.get("RepoDigests") or []
+    digests = attrs.get("RepoDigests") or []
     if repo_digest not in digests:
         raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
                           "the running deployment was not touched")
-    known = catalog.lookup(profile.image_ref.digest)
-    facts, raw = read_image_facts(client, repo_digest, profile, deep=known is None or pulled)
+    deep = known is None or pulled
+    if deep and client is None:
+        client = host.engine.client
+    facts, raw = read_image_facts(client, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
         catalog.add(profile.image_ref.digest, facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "

@@ -3,8 +3,9 @@
 
 Sources: ``uname``, ``docker version`` / ``docker compose version``, ``/dev/dri/*`` (stat),
 sysfs hwmon ``power1_cap`` (microwatts, Linux ``Documentation/hwmon/sysfs-interface.rst``),
-``df -Pk`` of the workdir, ``/proc/net/tcp{,6}`` listeners (state ``0A``) and the containers
-publishing the port.
+``df -Pk`` of the workdir, ``/proc/net/tcp{,6}`` listeners (state ``0A``), the containers
+publishing the port, and ``docker image inspect`` of the deploy's image (the Engine API's
+``GET /images/{name}/json`` document, the same one the docker SDK's ``Image.attrs`` holds).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 
-# $1 workdir, $2 port ("" none), then the paths to check. Prints one JSON line.
+# $1 workdir, $2 port ("" none), $3 image reference ("" none), then the paths to check.
+# Prints one JSON line.
 PREFLIGHT_SCRIPT = r"""
-wd=$1; port=$2; shift 2
+wd=$1; port=$2; img=$3; shift 3
 js() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ' | tr -d '\000-\037')"; }
 jv() { if [ -n "$1" ]; then js "$1"; else printf null; fi; }
 pft=$(mktemp -d) || { echo "servedeck preflight: mktemp -d failed on the host" >&2; exit 1; }; trap 'rm -rf "$pft"' EXIT
@@ -25,6 +27,7 @@ docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 
 docker compose version --short >"$pft/cv" 2>/dev/null &
 [ -n "$port" ] && docker ps --filter "publish=$port" \
   --format '{{.Names}}|{{.Label "com.docker.compose.project.working_dir"}}' >"$pft/pc" 2>/dev/null &
+[ -n "$img" ] && { docker image inspect "$img" 2>/dev/null | tr -d '\n' >"$pft/img"; } &
 printf '{"hostname":%s' "$(js "$(uname -n)")"
 printf ',"kernel":%s' "$(js "$(uname -r)")"
 printf ',"dri":['; sep=
@@ -56,6 +59,7 @@ dv=$(cat "$pft/dv" 2>/dev/null)
 printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
 printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
 printf ',"compose_version":%s' "$(jv "$(cat "$pft/cv" 2>/dev/null)")"
+if [ -s "$pft/img" ]; then printf ',"image":%s' "$(cat "$pft/img")"; else printf ',"image":[]'; fi
 if [ -n "$port" ]; then
   hex=$(printf '%04X' "$port")
   l=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" { n = split($2, a, ":"); if (a[n] == h) { print "yes"; exit } }')
@@ -101,6 +105,7 @@ def parse_facts(host: str, workdir: str, facts_text: str, port: int | None) -> d
                           "kind": kind}
                   for given, a, kind, nonempty in raw["paths"]},
         "port": None,
+        "image": (raw.get("image") or [None])[0],  # the CLI prints the Engine's array: [] when absent
         "lock": None,
     }
     if port is not None:

@@ -51,8 +51,8 @@ def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
         container.remove(force=True)
 
 
-def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = True
-                     ) -> tuple[ImageFacts, dict[str, Any]]:
+def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = True,
+                     attrs: dict[str, Any] | None = None) -> tuple[ImageFacts, dict[str, Any]]:
     """Facts of a pulled image, read without running the server.
 
     With ``deep=False`` only the image's configuration is read (entrypoint, labels, created):
@@ -63,11 +63,16 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
     with the image's Python. For the exl3xpu launcher the positional config's ``model.yaml``
     is read out of the image (a created, never started container).
 
+    ``attrs``: the image's inspect document when the caller already has it (the deploy's
+    preflight round trip reads it); with ``deep=False`` nothing else is asked of the Engine
+    and ``client`` may be None.
+
     Returns:
         ``(ImageFacts, raw)`` where raw holds entrypoint, workdir, labels, created, digest.
     """
-    image = client.images.get(image_ref)
-    cfg = image.attrs.get("Config") or {}
+    if attrs is None:
+        attrs = client.images.get(image_ref).attrs
+    cfg = attrs.get("Config") or {}
     labels = cfg.get("Labels") or {}
     entrypoint = cfg.get("Entrypoint") or []
     workdir = cfg.get("WorkingDir") or "/"
@@ -106,7 +111,7 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
         note=f"read from the pulled image by servedeck deploy on {utcnow()}",
         stand_in=labels.get("io.servedeck.standin") == "true")
     raw = {"reference": profile.image, "digest": profile.image_ref.digest,
-           "id": image.id, "created": image.attrs.get("Created"), "entrypoint": entrypoint,
+           "id": attrs.get("Id"), "created": attrs.get("Created"), "entrypoint": entrypoint,
            "workdir": workdir, "labels": labels, "vllm_version": version,
-           "repo_digests": image.attrs.get("RepoDigests") or []}
+           "repo_digests": attrs.get("RepoDigests") or []}
     return facts, raw

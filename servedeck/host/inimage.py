@@ -231,7 +231,7 @@ class DryRunResult:
 
 
 def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
-            use_cache: bool = True) -> DryRunResult:
+            use_cache: bool = True, image_id: str | None = None) -> DryRunResult:
     """Judge a server command with the image's own launcher and vLLM, without a GPU.
 
     Args:
@@ -239,6 +239,8 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
         image_ref: the pinned image.
         command: the compose ``command`` items (arguments to the image's entrypoint).
         use_cache: read and write the (image id, argv) cache.
+        image_id: the image's id (``sha256:...``) when the caller knows it: a cached verdict
+            is then returned without an Engine connection.
 
     Returns:
         A :class:`DryRunResult`; a rejection is ``ok=False`` with vLLM's own message.
@@ -247,9 +249,12 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
         ServedeckError: no engine, the image is missing, or it cannot run the introspection.
     """
     t0 = time.perf_counter()
-    client = _client(client_or_host)
-    image = _image(client, image_ref)
-    key = hashlib.sha256(json.dumps([image.id, list(command)]).encode()).hexdigest()[:32]
+    client = image = None
+    if image_id is None:
+        client = _client(client_or_host)
+        image = _image(client, image_ref)
+        image_id = image.id
+    key = hashlib.sha256(json.dumps([image_id, list(command)]).encode()).hexdigest()[:32]
     if use_cache and key in _MEMO:
         hit = _MEMO[key]
         return DryRunResult(**{**asdict(hit), "cached": True, "seconds": time.perf_counter() - t0})
@@ -262,10 +267,13 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
             return res
         except (ValueError, TypeError):
             pass  # a damaged cache entry is recomputed
-    unable = cache_dir() / "dryrun" / f"unable-{image.id.replace(':', '-')}.txt"
+    unable = cache_dir() / "dryrun" / f"unable-{image_id.replace(':', '-')}.txt"
     if use_cache and unable.exists():  # this image cannot run the introspection at all
         raise ServedeckError(unable.read_text(encoding="utf-8").strip(),
                              hint="the image needs python3 with vLLM importable on its PATH")
+    if image is None:
+        client = _client(client_or_host)
+        image = _image(client, image_ref)
     entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
     try:
         verdict = _introspect(client, image, ["launch-dryrun", json.dumps(entry), json.dumps(list(command))])

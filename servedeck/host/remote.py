@@ -482,12 +482,13 @@ class RemoteHost:
     # ------------------------------------------------------------------ facts
 
     def preflight_facts(self, paths: list[str] | tuple[str, ...] = (),
-                        port: int | None = None) -> dict[str, Any]:
+                        port: int | None = None, image: str | None = None) -> dict[str, Any]:
         """Gather host facts in ONE SSH round trip (a POSIX sh script printing JSON).
 
         Args:
             paths: paths to check (relative ones are under the workdir).
             port: a TCP port to check for a listener.
+            image: an image reference to inspect.
 
         Returns:
             ``{"host": name, "hostname": str, "kernel": str (uname -r),
@@ -504,26 +505,31 @@ class RemoteHost:
             "port": {"port": int, "listening": bool, "containers": [names publishing it],
             "compose_workdirs": {name: its Compose project's working directory (label
             ``com.docker.compose.project.working_dir``) or None}} or None,
+            "image": the Engine's inspect document of ``image`` (``Id``, ``RepoDigests``,
+            ``Config``, ``Created``, ...) | None (not asked for, or not on the host),
             "lock": LockInfo as dict (JSON types) | {"raw": str} if unparsable | None}``
 
         Raises:
             ServedeckError: the host is unreachable or the script output is not JSON.
         """
-        return self.preflight(paths, port)[0]
+        return self.preflight(paths, port, image=image)[0]
 
     def preflight(self, paths: list[str] | tuple[str, ...] = (), port: int | None = None, *,
                   lock_owner: str | None = None, force_unlock: bool = False,
-                  read: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], HostState]:
+                  read: list[str] | tuple[str, ...] = (),
+                  image: str | None = None) -> tuple[dict[str, Any], HostState]:
         """Host facts (:meth:`preflight_facts`) and :meth:`state` in ONE round trip.
 
         ``read``: files (relative ones under the workdir) read in the same round trip; a later
         :meth:`read_file` of one of them returns these bytes (or None: missing) until this
-        object writes it.
+        object writes it. ``image``: a reference (``repo@sha256:...``) inspected in the same
+        round trip (facts ``image``), so that a deploy of an image the host already has needs
+        no Engine connection before the switch.
 
         Raises:
             ServedeckError: as :meth:`preflight_facts` and :meth:`state`.
         """
-        args = [self.workdir, "" if port is None else str(int(port)), *paths]
+        args = [self.workdir, "" if port is None else str(int(port)), image or "", *paths]
         script = PREFLIGHT_SCRIPT + self._state_script(lock_owner, force_unlock)
         wanted = [self.abspath(p) for p in read]
         if wanted:

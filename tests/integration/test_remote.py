@@ -209,7 +209,8 @@ def test_preflight_facts_shape(test_host: RemoteHost, scratch_host: RemoteHost,
     assert json.loads(json.dumps(facts)) == facts  # plain JSON types only
     assert set(facts) == {"host", "hostname", "kernel", "docker_server_version",
                           "docker_api_version", "compose_version", "dri_devices",
-                          "gpu_power_caps", "workdir", "paths", "port", "lock"}
+                          "gpu_power_caps", "workdir", "paths", "port", "image", "lock"}
+    assert facts["image"] is None  # no image asked for
     assert facts["kernel"] == subprocess.run(["uname", "-r"], capture_output=True,
                                              text=True).stdout.strip()
     server = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
@@ -236,10 +237,16 @@ def test_preflight_facts_shape(test_host: RemoteHost, scratch_host: RemoteHost,
     assert after["port"] == {"port": port, "listening": False, "containers": [], "compose_workdirs": {}}
     assert after["lock"] is None
     # b70's working directory as scripts/test-services made it
-    b70 = test_host.preflight_facts(["models/qwen3.8-27b-exl3-4.00bpw", "cache"], port=2222)
+    b70 = test_host.preflight_facts(["models/qwen3.8-27b-exl3-4.00bpw", "cache"], port=2222,
+                                    image=tag)
     assert b70["paths"]["models/qwen3.8-27b-exl3-4.00bpw"]["nonempty"] is True
     assert b70["paths"]["cache"]["exists"] is True
     assert b70["port"]["listening"] is True and b70["port"]["containers"] == []
+    # the image asked for: the Engine's own inspect document, as the docker SDK reads it
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
+                                        text=True, check=True).stdout)[0]
+    assert b70["image"]["Id"] == inspect["Id"] and b70["image"]["Config"] == inspect["Config"]
+    assert test_host.preflight_facts([], image=f"{tag}-absent")["image"] is None
 
 
 # ------------------------------------------------------------------ docker

@@ -192,3 +192,48 @@ def test_forwarded_socket_files_of_dead_clients_are_removed_and_live_ones_kept(t
         (tmp_path / name).write_text("")
     _remove_orphaned_sockets(str(tmp_path))
     assert {p.name for p in tmp_path.iterdir()} == {n for n, kept in names.items() if kept}
+
+
+# ------------------------------------------------------------------ image
+
+
+class _NoEngineHost:
+    """A host whose Engine must not be reached (the docker SDK is neither imported nor asked)."""
+
+    name = "b70"
+
+    @property
+    def engine(self):
+        raise AssertionError("the Engine was reached")
+
+
+def test_an_image_the_preflight_found_needs_no_engine_and_a_missing_one_asks_the_engine() -> None:
+    from pathlib import Path
+
+    import pytest
+
+    from servedeck.deploy.plan import resolve_image
+    from servedeck.errors import DeployError
+    from servedeck.model.catalog import Catalog
+    from servedeck.model.profile import ProfileStore
+    root = Path(__file__).resolve().parents[2]
+    profile = ProfileStore(root / "profiles").load("speed").profile
+    catalog = Catalog(root / "deploy" / "images.yaml")
+    known = catalog.lookup(profile.image_ref.digest)
+    repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
+    attrs = {"Id": "sha256:" + "ab" * 32, "RepoDigests": [repo_digest], "Created": "2026-09-07T00:00:00Z",
+             "Config": {"Entrypoint": list(known.entrypoint), "WorkingDir": "/opt/exl3xpu", "Labels": None}}
+    info = resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
+                         inspected=attrs)
+    assert info.facts == known and not info.pulled
+    assert info.raw["id"] == attrs["Id"] and info.raw["repo_digests"] == [repo_digest]
+    # the catalog is still held to the truth by what the preflight read
+    wrong = {**attrs, "Config": {**attrs["Config"], "Entrypoint": ["python3", "other.py"]}}
+    with pytest.raises(DeployError, match="catalog is wrong"):
+        resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
+                      inspected=wrong)
+    # not on the host (or inspected under another digest): the Engine is asked (and pulls)
+    for inspected in (None, {**attrs, "RepoDigests": [f"{profile.image_ref.repository}@sha256:{'0' * 64}"]}):
+        with pytest.raises(AssertionError, match="the Engine was reached"):
+            resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
+                          inspected=inspected)
