@@ -21,6 +21,7 @@ from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
+from servedeck.numfmt import fmt_num, fmt_pct, fmt_ratio, fmt_signed
 
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
@@ -36,46 +37,6 @@ WARNING_KINDS = {"max_num_scheduled_tokens": "scheduler warning",
 #: Startup facts shown as plain "A → B" findings when they changed (besides the KV pool line).
 _STARTUP_FINDING_FACTS = ("torch_compile_total_s", "init_engine_s", "time_to_ready_s",
                           "peak_activation_gib", "model_loading_gib")
-
-
-# --------------------------------------------------------------------------------------------
-# Number formatting
-# --------------------------------------------------------------------------------------------
-
-def fmt_num(x: float | int | None) -> str:
-    """Format a measured value: integers with thousands separators (``264,846``), other values
-    with up to 3 decimals below 10, 2 below 1000 and 1 above, trailing zeros dropped
-    (``2.548``, ``56.6``, ``170.98``, ``6,438.6``)."""
-    if x is None:
-        return "–"
-    if isinstance(x, float) and x.is_integer() and abs(x) >= 100:
-        x = int(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    decimals = 3 if abs(x) < 10 else 2 if abs(x) < 1000 else 1
-    text = f"{x:,.{decimals}f}"
-    if "." in text:
-        text = text.rstrip("0")
-        if text.endswith("."):
-            text += "0"
-    return text
-
-
-def fmt_signed(x: float | None) -> str:
-    """A difference with its sign; the minus is U+2212 (``−28,376``)."""
-    if x is None:
-        return "–"
-    text = fmt_num(abs(x))
-    if x > 0:
-        return f"+{text}"
-    if x < 0:
-        return f"\u2212{text}"
-    return text
-
-
-def fmt_ratio(x: float | None) -> str:
-    """Ratio B/A with 3 decimals."""
-    return "–" if x is None else f"{x:.3f}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,11 +62,6 @@ def bench_sentence(m: MetricComparison) -> str:
              else f"about {m.samples_needed}")
         text += f"; {n} samples per arm would decide at this noise ({fmt_pct(m.noise)} per request)"
     return text
-
-
-def fmt_pct(x: float | None) -> str:
-    """A relative spread as a percentage (``0.0213`` → ``2.1 %``)."""
-    return "–" if x is None else f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
 
 
 def noise_sentence(floor: NoiseFloor, comparison: Comparison) -> str:

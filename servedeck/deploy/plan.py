@@ -203,19 +203,16 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
 
     from servedeck.host.images import read_image_facts
     t = time.time()
-    repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
+    repo_digest = profile.image_ref.repo_digest
     known = catalog.lookup(profile.image_ref.digest)
     pulled = False
     client = None
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
-    if attrs is not None:
-        reporter.info("image present on the host")
-    else:
+    if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
         import docker
         client = host.engine.client
         try:
             attrs = client.images.get(repo_digest).attrs
-            reporter.info("image present on the host")
         except docker.errors.ImageNotFound:
             pulled = True
             try:
@@ -224,6 +221,8 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
                 raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
                                   f"{exc.explanation or exc}; the running deployment was not touched"
                                   ) from None
+    if not pulled:
+        reporter.info("image present on the host")
     pull_s = round(time.time() - t, 3)
     digests = attrs.get("RepoDigests") or []
     if repo_digest not in digests:

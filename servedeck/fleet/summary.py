@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.console import Console
 from rich.table import Table
+
+from servedeck.numfmt import fmt_num, fmt_ratio
 
 if TYPE_CHECKING:
     from servedeck.fleet.rollout import RolloutResult
@@ -77,14 +79,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _fmt_tokens(v: Any) -> str:
-    """A token count (KV cache tokens arrive as floats from the run metrics) as a whole number."""
-    return "-" if v is None else f"{round(float(v)):,}"
-
-
-def _fmt_ratio(v: Any) -> str:
-    """A B/A ratio with three decimals always, so 1.0 reads ``1.000`` and not ``1``."""
-    return "-" if v is None else f"{float(v):.3f}"
+def _cell(fmt: Callable[[Any], str], v: Any) -> str:
+    """``fmt(v)``, or ``-`` (this table's mark for a missing value)."""
+    return "-" if v is None else fmt(v)
 
 
 def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
@@ -96,9 +93,9 @@ def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         table.add_row(r["id"], f"{r['variable']}: {_fmt(r['value_a'])} -> {_fmt(r['value_b'])}",
                       r["host"] or "-", r["status"], r["run_a"] or "-", r["run_b"] or "-",
-                      f"{_fmt_tokens(r['kv_a'])} -> {_fmt_tokens(r['kv_b'])}"
+                      f"{_cell(fmt_num, r['kv_a'])} -> {_cell(fmt_num, r['kv_b'])}"
                       if r["kv_a"] or r["kv_b"] else "-",
-                      _fmt_ratio(r["decode_ratio"]), _fmt(r["seconds"]), r["note"])
+                      _cell(fmt_ratio, r["decode_ratio"]), _fmt(r["seconds"]), r["note"])
     return table
 
 

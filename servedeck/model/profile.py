@@ -64,6 +64,12 @@ class ImageRef(_Strict):
         """``sha256:<64 hex>``."""
         return _image_match(self.reference)["digest"]
 
+    @property
+    def repo_digest(self) -> str:
+        """``repository@sha256:<64 hex>``: the reference without its tag, as the Engine lists
+        it in an image's ``RepoDigests`` and pulls it."""
+        return f"{self.repository}@{self.digest}"
+
 
 def _image_match(ref: str) -> dict[str, str | None]:
     m = IMAGE_RE.match(ref)
