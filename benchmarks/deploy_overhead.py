@@ -30,10 +30,12 @@ deployment (stopping it, as a real A/B redeploy does). Printed per deploy:
 * ``late``: readiness noticed minus that log timestamp.
 
 Peers measured in the same run, printed beside the overhead: ``invoke --list`` in the same
-project (the CLI's own start-up); one SSH round trip to the host (``true`` over the shared
-connection: what the host's login shell costs each of a deploy's three round trips); and
-``docker compose up -d --force-recreate`` of the deployed file run over SSH (compose replacing
-the running container by itself).
+project (the CLI's own start-up); one SSH session to the host (``true`` in a session of its
+own, :meth:`~servedeck.host.ssh.SshTransport.run_alone`: what the host's login shell costs a
+new session; a deploy opens one while it imports and runs its commands in it) beside one
+command in that session; and ``docker compose up -d --force-recreate`` of the deployed file
+run over SSH (compose replacing the running container by itself). A timeline gives the median
+time from the process start to the first output line of each phase and to the exit.
 
 The package is byte-compiled first, as ``pip install`` leaves it.
 
@@ -107,16 +109,35 @@ def make_project(tmp: Path, port: int, startup_s: float) -> None:
         f"    STANDIN_STARTUP_S: \"{startup_s:g}\"\n")
 
 
-def invoke(project: Path, *args: str, cprofile: Path | None = None) -> tuple[float, subprocess.CompletedProcess]:
+PHASES = ("preflight", "render", "pull", "switch", "wait", "ready")
+"""Phase lines of a deploy's output (servedeck.deploy.console), timed as they arrive."""
+
+
+def invoke(project: Path, *args: str, cprofile: Path | None = None
+           ) -> tuple[float, subprocess.CompletedProcess, dict[str, float]]:
     """Run ``python -m invoke -r ROOT <args>`` in ``project`` (under cProfile, writing
-    ``cprofile``, when given); return (wall seconds, process)."""
+    ``cprofile``, when given); return (wall seconds, process, seconds from the process start to
+    the first output line of each phase in :data:`PHASES`)."""
     import os
+    import threading
     env = {**os.environ, "SERVEDECK_PROJECT": str(project)}
     prof = ["-m", "cProfile", "-o", str(cprofile)] if cprofile else []
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
-                          env=env, capture_output=True, text=True)
-    return time.perf_counter() - t, proc
+    proc = subprocess.Popen([sys.executable, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    out, phases = [], {}
+    for line in proc.stdout:
+        words = line.split()
+        if words and words[0] in PHASES:
+            phases.setdefault(words[0], time.perf_counter() - t)
+        out.append(line)
+    proc.wait()
+    wall = time.perf_counter() - t
+    reader.join()
+    return wall, subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err)), phases
 
 
 def latest_run(project: Path) -> dict:
@@ -169,11 +190,12 @@ def main() -> int:
                        "--inventory", str(inventory), "--image", standin]
         try:
             peer_s = [invoke(project, "--list")[0] for _ in range(3)]
+            timelines = []
             for i in range(args.n + 1):
                 prof = args.cprofile / f"deploy-{i}.prof" if args.cprofile and i else None
                 if prof:
                     prof.parent.mkdir(parents=True, exist_ok=True)
-                wall, proc = invoke(project, *deploy_args, cprofile=prof)
+                wall, proc, phases = invoke(project, *deploy_args, cprofile=prof)
                 if args.verbose:
                     print(proc.stdout + proc.stderr)
                 if proc.returncode not in (0, 4):  # 4: ready, but a setting differs (printed)
@@ -181,6 +203,7 @@ def main() -> int:
                     return 1
                 if i == 0:
                     continue  # warm-up: empty workdir, unknown digest
+                timelines.append({**phases, "exit": wall})
                 meta = latest_run(project)
                 server = (meta.get("timings_s") or {}).get("container_start_to_ready_s")
                 info = container_info(CONTAINER_NAME)
@@ -193,11 +216,14 @@ def main() -> int:
                              "outcome": meta.get("outcome")})
             # peers on the same host: one SSH round trip over the shared connection (the host's
             # login shell included), and compose's own replace of the running container
-            ssh_s, up_s = [], []
+            ssh_s, session_s, up_s = [], [], []
             for _ in range(3):
                 t = time.perf_counter()
-                host.run("true")
+                host.transport.run_alone(["true"])
                 ssh_s.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                host.run("true")
+                session_s.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 host.run(f"cd {workdir} && docker compose up -d --force-recreate --pull never --no-build")
                 up_s.append(time.perf_counter() - t)
@@ -218,11 +244,16 @@ def main() -> int:
               f"{f(row['overhead']):>8} {f(row['listen'])} {f(row['late'])}")
     peer = statistics.median(peer_s)
     print(f"peer: `invoke --list` (CLI start-up alone) median {peer:.3f} s")
-    print(f"peer: one SSH round trip to the host (`true` over the shared connection; the host's login "
-          f"shell runs its rc files) median {statistics.median(ssh_s):.3f} s; a deploy makes three "
-          f"(preflight, switch, finish)")
+    print(f"peer: one SSH session to the host (`true` over the shared connection; the host's login "
+          f"shell runs its rc files) median {statistics.median(ssh_s):.3f} s; a deploy opens one, while "
+          f"it imports, and runs its commands in it (one command there: median "
+          f"{statistics.median(session_s):.3f} s)")
     print(f"peer: `docker compose up -d --force-recreate` of the deployed file over SSH (compose's own "
           f"replace of the running container) median {statistics.median(up_s):.3f} s")
+    if timelines:
+        names = [n for n in (*PHASES, "exit") if all(n in tl for tl in timelines)]
+        print("timeline of a deploy, median seconds from the process start to each phase's first line: "
+              + ", ".join(f"{n} {statistics.median(tl[n] for tl in timelines):.3f}" for n in names))
     over = [r["overhead"] for r in rows if r["overhead"] is not None]
     late = [r["late"] for r in rows if r["late"] is not None]
     if over:

@@ -258,10 +258,12 @@ class RemoteHost:
         return ServerApi(base_url, api_key, timeout_s=timeout_s)
 
     def close(self) -> None:
-        """Close the Engine client and its socket forwarding (the SSH master persists 60 s)."""
+        """Close the Engine client and its socket forwarding, and end the remote session (the
+        SSH master persists 60 s)."""
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        self.transport.close()
 
     # ------------------------------------------------------------------ files
 

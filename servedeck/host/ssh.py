@@ -15,15 +15,33 @@ connection by forwarding a local Unix socket to the host's ``/var/run/docker.soc
 (:meth:`SshTransport.forward_unix_socket`, OpenSSH ``-O forward -L``), so Docker traffic has
 exactly the same trust settings as the commands. When a shared connection stops answering
 (frozen or dropped), :meth:`SshTransport.reconnect` moves to a fresh one.
+
+Each SSH session starts the remote user's login shell, which reads its start-up files
+(``~/.bashrc`` for bash run by sshd) before it runs anything: on a host whose ``.bashrc``
+initialises a toolchain that alone can cost a tenth of a second per command. So commands run,
+one after another, in one **remote session** (:class:`_Session`): a POSIX ``sh`` loop started
+once over the shared connection, reading one request line per command (base64 of the command
+text and of its stdin), running the command as ``sh FILE`` with stdin, stdout and stderr on
+files in a private temporary directory, then answering with one header line (a per-session
+nonce, the exit status, the two output sizes) and the raw output. The command sees what it
+would see in a session of its own (the login shell's environment, its own stdin and outputs);
+a command that times out ends the session, and the next command starts a fresh one. A command
+with a large stdin (over :data:`SESSION_MAX_INPUT` bytes), a second thread's command while the
+session is busy, and ``$SERVEDECK_SSH_SESSION=0`` use an SSH session of their own instead.
 """
 
 from __future__ import annotations
 
+import atexit
+import base64
 import hashlib
 import os
+import select
 import shlex
 import subprocess
+import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -36,6 +54,14 @@ DEFAULT_TIMEOUT_S = 120.0
 
 CONNECT_TIMEOUT_S = 10.0
 """OpenSSH ``ConnectTimeout``: seconds to establish a new connection."""
+
+SESSION_ENV = "SERVEDECK_SSH_SESSION"
+"""Environment variable: ``0`` runs every command in an SSH session of its own."""
+
+SESSION_MAX_INPUT = 256 * 1024
+"""Bytes of stdin up to which a command goes through the remote session (the loop reads its
+request line byte by byte, as POSIX ``read`` does on a pipe); a larger stdin gets a session of
+its own."""
 
 
 class HostUnreachable(ServedeckError):
@@ -208,6 +234,11 @@ class SshTransport:
         self.target = target
         self._resolved: ResolvedTarget | None = None
         self._generation = ""  # changes on reconnect(): a new control socket, a new master
+        self._session: _Session | None = None
+        self._session_lock = threading.Lock()
+        self._session_off = os.environ.get(SESSION_ENV, "1") == "0"
+        self._opener: threading.Thread | None = None
+        self._open_error: ServedeckError | None = None
 
     # ------------------------------------------------------------------ options
 
@@ -250,6 +281,79 @@ class SshTransport:
 
             threading.Thread(target=_exit, daemon=True).start()
         self._generation = "-" + uuid.uuid4().hex[:6]
+        if self._session_lock.acquire(blocking=False):
+            try:
+                self._drop_session()
+            finally:
+                self._session_lock.release()
+        elif self._session is not None:
+            self._session.stale = True  # the thread using it drops it when its command ends
+
+    def open_session(self, timeout: float | None = 30.0) -> None:
+        """Start the remote session now (e.g. in a thread while the caller imports and
+        renders), so that the first command does not wait for the login shell.
+
+        Raises:
+            HostUnreachable / ServedeckError: as :meth:`run` (unknown host key, no connection).
+        """
+        if self._session_off:
+            return
+        with self._session_lock:
+            self._ensure_session(timeout)
+
+    def open_session_soon(self) -> None:
+        """:meth:`open_session` in a background thread: the next command waits for it, and
+        gets the error it met (unknown host key, no connection) raised in its place."""
+        if self._session_off or self._opener is not None:
+            return
+
+        def _open() -> None:
+            try:
+                self.open_session()
+            except ServedeckError as exc:
+                self._open_error = exc
+
+        self._opener = threading.Thread(target=_open, daemon=True, name="servedeck-ssh-session")
+        self._opener.start()
+
+    def close(self) -> None:
+        """End the remote session (its loop sees end of input); the shared connection persists."""
+        with self._session_lock:
+            self._drop_session()
+
+    def _drop_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _ensure_session(self, timeout: float | None) -> "_Session | None":
+        """The running session (started if needed), or None when this host cannot run one
+        (the loop's tools are missing there): then every command gets its own session."""
+        if self._open_error is not None:
+            error, self._open_error = self._open_error, None
+            raise error
+        if self._session is not None and (self._session.stale or not self._session.alive()):
+            self._drop_session()
+        if self._session is None and not self._session_off:
+            nonce = uuid.uuid4().hex
+            session = _Session(self.argv(shlex.join(["exec", "sh", "-c", _SESSION_LOOP, "sh", nonce])),
+                               nonce)
+            try:
+                session.start(timeout)
+            except _SessionFailed as exc:
+                if exc.returncode == 255:
+                    self._raise_for_ssh_failure(Result(session.argv, "(remote session)", 255, b"",
+                                                       exc.stderr))
+                    raise HostUnreachable(f"host {self.name}: the SSH session closed: "
+                                          f"{exc.stderr.decode('utf-8', 'replace').strip()}") from None
+                self._session_off = True  # e.g. no base64 or mktemp on the host
+                return None
+            except TimeoutError:
+                raise HostUnreachable(f"host {self.name}: no SSH session within {timeout:g} s",
+                                      hint="the host or the connection to it may be slow or hung") from None
+            self._session = session
+            atexit.register(session.close)
+        return self._session
 
     def master_pid(self) -> int | None:
         """PID of the running shared connection's ``ssh`` master, or None (``ssh -O check``)."""
@@ -307,6 +411,26 @@ class SshTransport:
                 carries the exit status and stderr tail).
         """
         command = shlex.join(cmd) if isinstance(cmd, list) else cmd
+        data = input if input is not None else b""
+        opener = self._opener
+        if opener is not None:
+            opener.join(timeout)
+        if not self._session_off and len(data) <= SESSION_MAX_INPUT and self._session_lock.acquire(blocking=False):
+            try:
+                result = self._run_in_session(self.argv(command), command, data, timeout)
+            finally:
+                self._session_lock.release()
+            if result is not None:
+                return self._checked(result, check)
+        return self.run_alone(command, check=check, input=input, timeout=timeout)
+
+    def run_alone(self, cmd: list[str] | str, *, check: bool = True, input: bytes | None = None,
+                  timeout: float | None = DEFAULT_TIMEOUT_S) -> Result:
+        """:meth:`run` in an SSH session of its own (a new login shell), not the remote session.
+
+        Same arguments, result and errors as :meth:`run`.
+        """
+        command = shlex.join(cmd) if isinstance(cmd, list) else cmd
         argv = self.argv(command)
         try:
             proc = subprocess.run(argv, input=input if input is not None else b"",
@@ -318,12 +442,46 @@ class SshTransport:
         result = Result(argv, command, proc.returncode, proc.stdout, proc.stderr)
         if proc.returncode == 255:
             self._raise_for_ssh_failure(result)
-        if check and proc.returncode != 0:
+        return self._checked(result, check)
+
+    def _checked(self, result: Result, check: bool) -> Result:
+        if check and result.returncode != 0:
             tail = "\n".join(result.stderr.strip().splitlines()[-15:])
             raise ServedeckError(
-                f"host {self.name}: command failed with exit status {proc.returncode}: "
-                f"{_short(command)}" + (f"\n{tail}" if tail else ""))
+                f"host {self.name}: command failed with exit status {result.returncode}: "
+                f"{_short(result.command)}" + (f"\n{tail}" if tail else ""))
         return result
+
+    def _run_in_session(self, argv: list[str], command: str, data: bytes,
+                        timeout: float | None) -> Result | None:
+        """``command`` in the remote session (the caller holds the session lock); None when
+        this host runs no session. A timeout or a dropped connection ends the session."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        session = self._ensure_session(timeout)
+        if session is None:
+            return None
+        try:
+            rc, out, err = session.call(command, data, deadline)
+        except TimeoutError:
+            self._drop_session()
+            raise HostUnreachable(
+                f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
+                hint="the host or the connection to it may be slow or hung") from None
+        except _SessionFailed as exc:
+            self._drop_session()
+            raise HostUnreachable(
+                f"host {self.name}: the connection closed while running {_short(command)}: "
+                f"{exc.stderr.decode('utf-8', 'replace').strip() or 'no message'}",
+                hint="check the host is up; the next command opens a fresh session") from None
+        except BaseException:
+            # interrupted (Ctrl-C, SIGTERM) with the answer still to come: the session can never
+            # be read in step again. Ending it ends the command's connection, as killing its own
+            # ssh did.
+            self._drop_session()
+            raise
+        if session.stale:
+            self._drop_session()
+        return Result(argv, command, rc, out, err)
 
     def run_script(self, script: str, args: list[str] | tuple[str, ...] = (), *,
                    check: bool = True, input: bytes | None = None,
@@ -414,6 +572,163 @@ class SshTransport:
         except (OSError, subprocess.TimeoutExpired):
             lines = []
         return "; ".join(lines) if lines else "(ssh-keyscan got no key)"
+
+
+# --------------------------------------------------------------------------- the remote session
+
+_SESSION_LOOP = r"""
+d=$(mktemp -d "${TMPDIR:-/tmp}/servedeck-session.XXXXXX") || exit 97
+command -v base64 >/dev/null 2>&1 || exit 96
+trap 'rm -rf "$d"' EXIT
+trap 'exit 129' HUP
+trap 'exit 143' TERM
+nonce=$1
+printf '%s ready\n' "$nonce"
+while IFS= read -r line; do
+  set -f; set -- $line; set +f
+  printf '%s' "${1#x}" | base64 -d > "$d/c" && printf '%s' "${2#x}" | base64 -d > "$d/i" || exit 96
+  sh "$d/c" < "$d/i" > "$d/o" 2> "$d/e"
+  rc=$?
+  printf '%s %s %s %s\n' "$nonce" "$rc" $(wc -c < "$d/o") $(wc -c < "$d/e")
+  cat "$d/o" "$d/e"
+done
+"""
+"""The remote session's loop (POSIX ``sh``, ``base64`` and ``mktemp`` of coreutils or
+busybox), run as ``sh -c LOOP sh NONCE`` by the login shell. Protocol, one command at a time:
+the loop prints ``NONCE ready``; each request is one line ``x<base64 command> x<base64
+stdin>``; the answer is a line ``NONCE STATUS OUT_BYTES ERR_BYTES`` followed by the raw
+stdout and stderr. End of input ends the loop and removes its temporary directory."""
+
+
+class _SessionFailed(Exception):
+    """The session's ssh ended (or spoke out of protocol): its exit status and stderr."""
+
+    def __init__(self, returncode: int | None, stderr: bytes) -> None:
+        super().__init__(returncode, stderr)
+        self.returncode, self.stderr = returncode, stderr
+
+
+class _Session:
+    """One running remote session (:data:`_SESSION_LOOP`) and the local ``ssh`` carrying it.
+
+    Not thread-safe: :class:`SshTransport` serialises its use with a lock.
+    """
+
+    def __init__(self, argv: list[str], nonce: str) -> None:
+        self.argv = argv
+        self.nonce = nonce.encode()
+        self.stale = False  # reconnect() was called while a command ran: drop after it
+        self.proc: subprocess.Popen | None = None
+        self._stderr = tempfile.TemporaryFile()
+        self._buf = b""
+
+    def start(self, timeout: float | None) -> None:
+        """Start ssh and wait for the loop's banner (output before it, even on the banner's
+        line, comes from the remote login shell's start-up files and is skipped).
+
+        Raises:
+            _SessionFailed: ssh ended first; TimeoutError: no banner within ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr)
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        try:
+            while not self._line(deadline).endswith(self.nonce + b" ready"):
+                pass
+        except BaseException:
+            self.close()
+            raise
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def call(self, command: str, data: bytes, deadline: float | None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` with ``data`` on its stdin; (exit status, stdout, stderr).
+
+        Raises:
+            _SessionFailed: the session ended or answered out of protocol; TimeoutError: no
+            answer by ``deadline`` (``time.monotonic()``).
+        """
+        self._write(b"x" + base64.b64encode(command.encode()) + b" x" + base64.b64encode(data) + b"\n",
+                    deadline)
+        header = self._line(deadline).split()
+        if len(header) != 4 or header[0] != self.nonce or not all(h.isdigit() for h in header[1:]):
+            raise _SessionFailed(None, b"the remote session answered out of protocol: " + b" ".join(header)[:200])
+        rc, n_out, n_err = (int(h) for h in header[1:])
+        out = self._exact(n_out, deadline)
+        return rc, out, self._exact(n_err, deadline)
+
+    def close(self) -> None:
+        """End the loop (end of its input) and reap ssh (killed after half a second)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._stderr.close()
+
+    # ------------------------------------------------------------------ pipes
+
+    def _failed(self) -> _SessionFailed:
+        proc = self.proc
+        rc = None
+        if proc is not None:
+            try:
+                rc = proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self._stderr.seek(0)
+        return _SessionFailed(rc, self._stderr.read())
+
+    def _wait(self, fd: int, write: bool, deadline: float | None) -> None:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError
+        ready = select.select([], [fd], [], left) if write else select.select([fd], [], [], left)
+        if not any(ready):
+            raise TimeoutError
+
+    def _write(self, data: bytes, deadline: float | None) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            self._wait(fd, True, deadline)
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                raise self._failed() from None
+
+    def _fill(self, deadline: float | None) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        self._wait(fd, False, deadline)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise self._failed()
+        self._buf += chunk
+
+    def _line(self, deadline: float | None) -> bytes:
+        while b"\n" not in self._buf:
+            self._fill(deadline)
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def _exact(self, n: int, deadline: float | None) -> bytes:
+        while len(self._buf) < n:
+            self._fill(deadline)
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -44,6 +44,24 @@ def test_run_returns_output_and_exit_status(test_host: RemoteHost) -> None:
     assert test_host.run(["cat"], input=blob).stdout_bytes == blob
 
 
+def test_commands_share_one_remote_session_over_the_real_sshd(test_host: RemoteHost, monkeypatch) -> None:
+    """One login (the host's rc files run once), then each command in the session's loop; a
+    timeout ends that session and the next command logs in again."""
+    loops = {test_host.run("echo $PPID").stdout for _ in range(3)}
+    assert len(loops) == 1
+    with pytest.raises(ServedeckError, match="timed out after 1 s"):
+        test_host.run(["sleep", "3"], timeout=1)
+    assert test_host.run("echo $PPID").stdout not in loops
+    # the command's environment is the login shell's, as in a session of its own
+    monkeypatch.setenv("SERVEDECK_SSH_SESSION", "0")
+    own = RemoteHost("own", test_host.ssh_target, test_host.workdir)
+    try:
+        same = ["sh", "-c", 'echo "$PATH $HOME $(umask) $(id -un)"']
+        assert test_host.run(same).stdout == own.run(same).stdout
+    finally:
+        own.close()
+
+
 def test_unreachable_port_is_a_servedeck_error(test_services: dict[str, str]) -> None:
     host = RemoteHost("nowhere", SshTarget(hostname="127.0.0.1", port=1, user="root"), "/tmp")
     with pytest.raises(ServedeckError, match="cannot connect over SSH"):
