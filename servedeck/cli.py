@@ -668,7 +668,7 @@ def show(c, run, json_=False):
         print(json.dumps(doc, indent=2))
         return
     from servedeck.bench.table import format_table
-    from servedeck.vllm.startup_log import format_summary
+    from servedeck.vllm.startup_facts import format_summary
     meta = doc["run"] or {}
     print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "
           f"(started {meta.get('started_at')}, ready {meta.get('ready_at')})")

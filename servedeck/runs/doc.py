@@ -1,7 +1,7 @@
 """``docs/run-record.md``, generated from the code that writes run records so it cannot drift:
 the file table from :data:`servedeck.runs.store.RUN_FILES`, the ``run.json`` fields from
 :class:`servedeck.runs.meta.RunMeta`, the ``startup.json`` keys from
-:class:`servedeck.vllm.startup_log.StartupFacts`, the ``bench.jsonl`` keys from
+:class:`servedeck.vllm.startup_facts.StartupFacts`, the ``bench.jsonl`` keys from
 :class:`servedeck.bench.client.Sample`. A unit test compares the file with :func:`render`.
 
 Regenerate: ``python -m servedeck.runs.doc docs/run-record.md`` (``--check`` only compares).
@@ -79,7 +79,7 @@ def render() -> str:
             "`servedeck.runs.meta.RunMeta` (unknown fields are refused). Fields that were never set are "
             "left out of the file.\n\n" + run_json_table() + "\n\n"
             "## startup.json keys (null when the log does not say)\n\n"
-            "`servedeck.vllm.startup_log.StartupFacts.to_dict()`: " + startup_keys + ". "
+            "`servedeck.vllm.startup_facts.StartupFacts.to_dict()`: " + startup_keys + ". "
             "`time_to_ready_s` is set by the deployer (container start to ready); `error` is set for a "
             "failed start (`{\"kind\", \"text\", \"suggested_value\", \"value\", \"valid_values\"}`); "
             "warning items are `{\"id\", \"text\", \"level\"}`.\n\n"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +97,7 @@ def _existing_dir(runs_dir: Path) -> Path:
 
 
 def _median(values: list[float]) -> float | None:
+    import statistics  # here: `runs` and `show` do not need it
     return float(statistics.median(values)) if values else None
 
 
@@ -207,13 +207,15 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, d
     whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so. Only the
     names are listed up front; run.json is read one directory at a time."""
     match = store.RUN_DIR_RE.match
-    with os.scandir(runs_dir) as it:
-        names = [(int(m["seq"]), e.name) for e in it if (m := match(e.name)) and e.is_dir()]
-    names.sort(reverse=True)
-    for _, name in names:
-        if profile is not None and not name.split("-", 1)[-1].startswith(profile + "-"):
+    # newest first without parsing every name: a run name's sequence is its digits before the
+    # first "-", zero-padded, so (digit count, name) orders them; the rest (not a run name, not
+    # a directory) is passed over one at a time as the walk reaches it
+    for name in sorted(os.listdir(runs_dir), key=lambda n: (n.find("-"), n), reverse=True):
+        if not match(name) or (profile is not None and not name.split("-", 1)[-1].startswith(profile + "-")):
             continue
         d = runs_dir / name
+        if not d.is_dir():
+            continue
         meta = store.peek_meta(d)
         if profile is not None and (meta.get("profile") if meta else _profile_from_name(d)) != profile:
             continue

@@ -24,7 +24,6 @@ API used by the deploy, rollback and bench stages (names are stable):
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
@@ -94,7 +93,7 @@ RUN_FILES: dict[str, str] = {
            "docker_version, compose_version, gpu_devices, gpu_power_cap_w, disk_free_gib; image: "
            "reference, digest, created, entrypoint, vllm_version, labels)",
     STARTUP_LOG: "container log from start until ready (or failure), secrets redacted",
-    STARTUP: "parsed startup facts (`servedeck.vllm.startup_log.StartupFacts.to_dict()`)",
+    STARTUP: "parsed startup facts (`servedeck.vllm.startup_facts.StartupFacts.to_dict()`)",
     ARGS_VERIFICATION: "list of `{\"setting\", \"expected\", \"reported\", \"status\", \"source\"}`; "
                        "status `confirmed` | `differs` | `not reported`",
     WORKLOAD: "the benchmark workload definition",
@@ -218,6 +217,7 @@ class RunRecord:
             the hex sha256 of the bytes deployed.
         """
         data = compose_text.encode()
+        import hashlib  # here: OpenSSL's start-up costs commands that only read runs
         digest = hashlib.sha256(data).hexdigest()
         clean = redact(compose_text)
         self.write_bytes(COMPOSE, clean.encode())

@@ -326,7 +326,7 @@ class CalibrationPoint:
 
 def calibration_from_startup(run_id: str, startup: dict[str, Any],
                              effective: dict[str, Any] | None = None) -> CalibrationPoint:
-    """A run's ``startup.json`` (:class:`servedeck.vllm.startup_log.StartupFacts` keys) and,
+    """A run's ``startup.json`` (:class:`servedeck.vllm.startup_facts.StartupFacts` keys) and,
     when present, its ``effective.json`` → :class:`CalibrationPoint`.
 
     Settings come from the log first (``non_default_args``, the memory summary's

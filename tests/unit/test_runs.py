@@ -246,6 +246,19 @@ def test_latest_means_served_and_benchmarked_and_newest_means_newest(tmp_path):
         resolve_run(tmp_path, "latest:speed")
 
 
+def test_newest_orders_by_sequence_past_four_digits_and_passes_over_what_is_not_a_run(tmp_path):
+    from servedeck.runs.history import resolve_run
+    for name in ("0009-a-h", "0998-b-h", "10000-c-h", "9999-d-h"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text('{"profile": "%s", "outcome": "ready"}' % name.split("-")[1])
+    (tmp_path / "99999-file-h").write_text("a file, not a run directory")
+    (tmp_path / "notes-z").mkdir()
+    (tmp_path / "zz").mkdir()
+    assert resolve_run(tmp_path, "newest").name == "10000-c-h"
+    assert resolve_run(tmp_path, "newest:d").name == "9999-d-h"
+    assert resolve_run(tmp_path, "newest:a").name == "0009-a-h"
+
+
 def test_resolve_run_forms_on_the_fixtures():
     from servedeck.runs.history import resolve_run
     runs = ROOT / "tests" / "fixtures" / "runs"
