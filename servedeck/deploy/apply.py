@@ -143,12 +143,12 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     reporter = reporter or Reporter()
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
-    catalog = Catalog(project.catalog_path, local=project.local_images)
     profile = entry.place(with_image(loaded.profile, options.image))  # the host's container_name / host_port
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
     checked = None
-    try:  # render + check locally while the preflight round trip runs
+    try:  # the catalog, render + check locally while the preflight round trip runs
+        catalog = Catalog(project.catalog_path, local=project.local_images)
         if catalog.lookup(profile.image_ref.digest) is not None:
             reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
             checked = render_and_check(profile, catalog, project, entry, reporter)

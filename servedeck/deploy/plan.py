@@ -14,9 +14,8 @@ import getpass
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servedeck.compose.render import Rendered, render_profile
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.secrets import Secrets, find_secrets
 from servedeck.errors import DeployError, ServedeckError
@@ -28,6 +27,9 @@ from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.model.project import Project
 from servedeck.vllm.launcher import effective_settings, launcher_env
+
+if TYPE_CHECKING:  # the renderer (jinja2) is imported by render_and_check, after the preflight started
+    from servedeck.compose.render import Rendered
 
 MIN_FREE_GIB = 2.0
 
@@ -165,6 +167,7 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.compose.render import render_profile
     rendered = render_profile(profile, catalog, project.templates_dirs)
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
