@@ -21,13 +21,16 @@ Each SSH session starts the remote user's login shell, which reads its start-up 
 initialises a toolchain that alone can cost a tenth of a second per command. So commands run,
 one after another, in one **remote session** (:class:`_Session`): a POSIX ``sh`` loop started
 once over the shared connection, reading one request line per command (base64 of the command
-text and of its stdin), running the command as ``sh FILE`` with stdin, stdout and stderr on
-files in a private temporary directory, then answering with one header line (a per-session
-nonce, the exit status, the two output sizes) and the raw output. The command sees what it
-would see in a session of its own (the login shell's environment, its own stdin and outputs);
-a command that times out ends the session, and the next command starts a fresh one. A command
-with a large stdin (over :data:`SESSION_MAX_INPUT` bytes), a second thread's command while the
-session is busy, and ``$SERVEDECK_SSH_SESSION=0`` use an SSH session of their own instead.
+text and of its stdin), running the command with the user's login shell (``$SHELL FILE``)
+with stdin, stdout and stderr on files in a private temporary directory, then answering with
+one header line (a per-session nonce, the exit status, the two output sizes) and the output.
+The command sees what it would see in a session of its own (the login shell and its
+environment, its own stdin and outputs), except that the session returns when the command
+exits, not when the last process it left in the background closes its output. A command that
+times out or is interrupted ends the session, and the next command starts a fresh one. A
+command with a large stdin (over :data:`SESSION_MAX_INPUT` bytes), a second thread's command
+while the session is busy, every command on a host whose temporary directory is full, and
+``$SERVEDECK_SSH_SESSION=0`` use an SSH session of their own instead.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ CONNECT_TIMEOUT_S = 10.0
 SESSION_ENV = "SERVEDECK_SSH_SESSION"
 """Environment variable: ``0`` runs every command in an SSH session of its own."""
 
-SESSION_MAX_INPUT = 256 * 1024
+SESSION_MAX_INPUT = 64 * 1024
 """Bytes of stdin up to which a command goes through the remote session (the loop reads its
 request line byte by byte, as POSIX ``read`` does on a pipe); a larger stdin gets a session of
 its own."""
@@ -455,7 +458,12 @@ class SshTransport:
     def _run_in_session(self, argv: list[str], command: str, data: bytes,
                         timeout: float | None) -> Result | None:
         """``command`` in the remote session (the caller holds the session lock); None when
-        this host runs no session. A timeout or a dropped connection ends the session."""
+        this host runs no session, or the command could not be sent (no space on the host for
+        it): then the caller runs it alone. A timeout or a dropped connection ends the session.
+
+        Unlike a session of its own, a command's exit status 255 and its death by a signal
+        (128 + N) come back as its status, not as an SSH failure.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         session = self._ensure_session(timeout)
         if session is None:
@@ -467,6 +475,17 @@ class SshTransport:
             raise HostUnreachable(
                 f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
                 hint="the host or the connection to it may be slow or hung") from None
+        except _SessionTmpFull as exc:
+            self._drop_session()
+            self._session_off = True  # from now on each command in a session of its own
+            if not exc.ran:
+                return None  # it did not run: the caller runs it alone
+            raise ServedeckError(
+                f"host {self.name}: the temporary directory of servedeck's session on the host is "
+                f"full, so the output of this command was lost (the command itself ran): "
+                f"{_short(command)}",
+                hint="free space in the host's $TMPDIR (df -h /tmp), then check the host's state "
+                     f"(invoke status --host {self.name})") from None
         except _SessionFailed as exc:
             self._drop_session()
             raise HostUnreachable(
@@ -577,27 +596,42 @@ class SshTransport:
 # --------------------------------------------------------------------------- the remote session
 
 _SESSION_LOOP = r"""
-d=$(mktemp -d "${TMPDIR:-/tmp}/servedeck-session.XXXXXX") || exit 97
 command -v base64 >/dev/null 2>&1 || exit 96
+d=$(mktemp -d "${TMPDIR:-/tmp}/servedeck-session.XXXXXX") || exit 97
 trap 'rm -rf "$d"' EXIT
 trap 'exit 129' HUP
+trap 'exit 141' PIPE
 trap 'exit 143' TERM
 nonce=$1
 printf '%s ready\n' "$nonce"
 while IFS= read -r line; do
   set -f; set -- $line; set +f
-  printf '%s' "${1#x}" | base64 -d > "$d/c" && printf '%s' "${2#x}" | base64 -d > "$d/i" || exit 96
-  sh "$d/c" < "$d/i" > "$d/o" 2> "$d/e"
+  rm -f "$d/c" "$d/i" "$d/o" "$d/e"
+  if ! { printf '%s' "${1#x}" | base64 -d > "$d/c" && printf '%s' "${2#x}" | base64 -d > "$d/i"; }; then
+    printf '%s unsent 0 0\n' "$nonce"; continue
+  fi
+  "${SHELL:-/bin/sh}" "$d/c" < "$d/i" > "$d/o" 2> "$d/e"
   rc=$?
-  printf '%s %s %s %s\n' "$nonce" "$rc" $(wc -c < "$d/o") $(wc -c < "$d/e")
-  cat "$d/o" "$d/e"
+  if ! { printf . >> "$d/o" && printf . >> "$d/e"; } 2>/dev/null; then
+    printf '%s lost 0 0\n' "$nonce"; continue
+  fi
+  no=$(($(wc -c < "$d/o") - 1)); ne=$(($(wc -c < "$d/e") - 1))
+  printf '%s %s %s %s\n' "$nonce" "$rc" "$no" "$ne"
+  head -c "$no" "$d/o"; head -c "$ne" "$d/e"
 done
 """
-"""The remote session's loop (POSIX ``sh``, ``base64`` and ``mktemp`` of coreutils or
-busybox), run as ``sh -c LOOP sh NONCE`` by the login shell. Protocol, one command at a time:
-the loop prints ``NONCE ready``; each request is one line ``x<base64 command> x<base64
-stdin>``; the answer is a line ``NONCE STATUS OUT_BYTES ERR_BYTES`` followed by the raw
-stdout and stderr. End of input ends the loop and removes its temporary directory."""
+"""The remote session's loop (POSIX ``sh``; ``base64``, ``mktemp`` and ``head -c`` of
+coreutils or busybox), run as ``sh -c LOOP sh NONCE`` by the login shell. Protocol, one
+command at a time: the loop prints ``NONCE ready``; each request is one line ``x<base64
+command> x<base64 stdin>``; the command runs as ``$SHELL FILE`` (the login shell, now without
+its rc files: it is not the session's first shell), and the answer is a line ``NONCE STATUS
+OUT_BYTES ERR_BYTES`` followed by that many bytes of stdout and of stderr. The sizes are
+taken once, after the command, with a sentinel byte written to both files: output that a
+process the command left in the background writes later is never sent, and the next command
+gets new files. STATUS ``unsent``: the request could not be stored on the host (no space in
+``$TMPDIR``), the command did not run; ``lost``: it ran, but its output could not be kept.
+End of input ends the loop and removes its temporary directory (also when the connection
+breaks: SIGPIPE and SIGHUP exit through the EXIT trap, which dash would otherwise skip)."""
 
 
 class _SessionFailed(Exception):
@@ -606,6 +640,15 @@ class _SessionFailed(Exception):
     def __init__(self, returncode: int | None, stderr: bytes) -> None:
         super().__init__(returncode, stderr)
         self.returncode, self.stderr = returncode, stderr
+
+
+class _SessionTmpFull(Exception):
+    """The session's temporary directory on the host is full: ``unsent`` (the command did not
+    run) or ``lost`` (it ran; its output could not be kept)."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.ran = status == "lost"
 
 
 class _Session:
@@ -620,7 +663,7 @@ class _Session:
         self.stale = False  # reconnect() was called while a command ran: drop after it
         self.proc: subprocess.Popen | None = None
         self._stderr = tempfile.TemporaryFile()
-        self._buf = b""
+        self._buf = bytearray()
 
     def start(self, timeout: float | None) -> None:
         """Start ssh and wait for the loop's banner (output before it, even on the banner's
@@ -630,8 +673,11 @@ class _Session:
             _SessionFailed: ssh ended first; TimeoutError: no banner within ``timeout``.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        # a session of its own: Ctrl-C at the terminal interrupts servedeck, which ends the
+        # session itself when a command was under way, and must not kill the ssh it still needs
+        # to give the lock back and roll back
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr)
+                                     stderr=self._stderr, start_new_session=True)
         os.set_blocking(self.proc.stdin.fileno(), False)
         try:
             while not self._line(deadline).endswith(self.nonce + b" ready"):
@@ -647,12 +693,15 @@ class _Session:
         """Run ``command`` with ``data`` on its stdin; (exit status, stdout, stderr).
 
         Raises:
-            _SessionFailed: the session ended or answered out of protocol; TimeoutError: no
-            answer by ``deadline`` (``time.monotonic()``).
+            _SessionFailed: the session ended or answered out of protocol; _SessionTmpFull:
+            its temporary directory is full; TimeoutError: no answer by ``deadline``
+            (``time.monotonic()``).
         """
         self._write(b"x" + base64.b64encode(command.encode()) + b" x" + base64.b64encode(data) + b"\n",
                     deadline)
         header = self._line(deadline).split()
+        if len(header) == 4 and header[0] == self.nonce and header[1] in (b"unsent", b"lost"):
+            raise _SessionTmpFull(header[1].decode())
         if len(header) != 4 or header[0] != self.nonce or not all(h.isdigit() for h in header[1:]):
             raise _SessionFailed(None, b"the remote session answered out of protocol: " + b" ".join(header)[:200])
         rc, n_out, n_err = (int(h) for h in header[1:])
@@ -660,7 +709,8 @@ class _Session:
         return rc, out, self._exact(n_err, deadline)
 
     def close(self) -> None:
-        """End the loop (end of its input) and reap ssh (killed after half a second)."""
+        """End the loop (end of its input) and reap ssh: asked to stop (SIGTERM) when it has
+        not ended within 0.2 s (a command still runs), killed 0.5 s later."""
         proc, self.proc = self.proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
@@ -668,11 +718,14 @@ class _Session:
                     stream.close()
                 except OSError:
                     pass
-            try:
-                proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            for stop, wait_s in ((None, 0.2), (proc.terminate, 0.5), (proc.kill, None)):
+                if stop is not None:
+                    stop()
+                try:
+                    proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         self._stderr.close()
 
     # ------------------------------------------------------------------ pipes
@@ -719,15 +772,19 @@ class _Session:
         self._buf += chunk
 
     def _line(self, deadline: float | None) -> bytes:
-        while b"\n" not in self._buf:
+        start = 0
+        while (end := self._buf.find(b"\n", start)) < 0:
+            start = len(self._buf)
             self._fill(deadline)
-        line, self._buf = self._buf.split(b"\n", 1)
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 1]
         return line
 
     def _exact(self, n: int, deadline: float | None) -> bytes:
         while len(self._buf) < n:
             self._fill(deadline)
-        out, self._buf = self._buf[:n], self._buf[n:]
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
         return out
 
 

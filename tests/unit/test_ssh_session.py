@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
 import shutil
 import threading
 import time
@@ -29,15 +30,33 @@ class LocalTransport(SshTransport):
     ``session_path`` replaces ``PATH`` for the session only (to take its tools away).
     """
 
-    def __init__(self, login_noise: str = "", session_path: str | None = None) -> None:
+    def __init__(self, login_noise: str = "", session_path: str | None = None,
+                 session_tmpfs_kib: int | None = None) -> None:
         super().__init__("local", SshTarget(hostname="localhost"))
         self.login_noise, self.session_path = login_noise, session_path
+        self.session_tmpfs_kib = session_tmpfs_kib  # the session's $TMPDIR: a tmpfs this small
         self.commands: list[str] = []
 
     def argv(self, command: str) -> list[str]:
         self.commands.append(command)
-        env = ["env", f"PATH={self.session_path}"] if self.session_path and "servedeck-session" in command else []
-        return [*env, "/bin/sh", "-c", f"printf %s {shlex.quote(self.login_noise)}; {command}"]
+        shell = ["/bin/sh", "-c", f"printf %s {shlex.quote(self.login_noise)}; {command}"]
+        if "servedeck-session" not in command:
+            return shell
+        if self.session_path:
+            return ["env", f"PATH={self.session_path}", *shell]
+        if self.session_tmpfs_kib:  # mounted over the session's $TMPDIR in a mount namespace of its own
+            return ["unshare", "--mount", "sh", "-c",
+                    f'mount -t tmpfs -o size={self.session_tmpfs_kib}k none "${{TMPDIR:-/tmp}}" && exec "$@"',
+                    "sh", *shell]
+        return shell
+
+
+@pytest.fixture(autouse=True)
+def _session_tmpdir(tmp_path, monkeypatch):
+    """The stand-in's session directories go to the test's own temporary directory: a test
+    that kills its stand-in "ssh" kills the loop itself (with real ssh only the client dies,
+    and the remote loop removes its directory)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
 
 
 @pytest.fixture
@@ -59,8 +78,10 @@ def test_commands_ride_on_one_session_and_keep_bytes_args_and_status(local) -> N
     parents = {local.run("echo $PPID").stdout for _ in range(3)}
     assert len(parents) == 1  # one loop ran all three: one session
     assert sum("servedeck-session" in c for c in local.commands) == 1
-    blob = bytes(range(256)) * 512
+    blob = bytes(range(256)) * 200  # under SESSION_MAX_INPUT: through the session
     assert local.run(["cat"], input=blob).stdout_bytes == blob
+    big = local.run("head -c 8000000 /dev/zero; echo end >&2")  # output of any size, read in step
+    assert len(big.stdout_bytes) == 8_000_000 and big.stderr == "end\n"
     with pytest.raises(ServedeckError, match="exit status 7"):
         local.run("echo boom >&2; exit 7")
 
@@ -78,7 +99,7 @@ def test_a_timeout_ends_the_session_and_the_next_command_gets_a_fresh_one(local)
 def test_a_session_that_dies_mid_command_is_a_transport_fault(local) -> None:
     local.run(["true"])
     with pytest.raises(HostUnreachable, match="connection closed"):
-        local.run("kill -9 $PPID; sleep 1")
+        local.run("kill $PPID; sleep 1")  # the loop ends (after this command, as a shell does)
     assert local.run(["echo", "back"]).stdout == "back\n"
 
 
@@ -135,8 +156,7 @@ def test_open_session_soon_hands_its_error_to_the_next_command() -> None:
         transport.run(["true"])
 
 
-def test_closing_removes_the_session_directory(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+def test_closing_removes_the_session_directory(tmp_path) -> None:
     transport = LocalTransport()
     assert transport.run(["echo", "hi"]).stdout == "hi\n"
     assert [p.name.startswith("servedeck-session.") for p in tmp_path.iterdir()] == [True]
@@ -156,3 +176,47 @@ def test_an_interrupted_command_ends_the_session_so_no_later_command_reads_its_a
     assert local.run(["echo", "next"]).stdout == "next\n"
     time.sleep(1.2)  # the interrupted command has finished by now
     assert local.run(["echo", "after"]).stdout == "after\n"
+
+
+def test_output_of_a_process_left_in_the_background_never_reaches_a_later_command(local) -> None:
+    assert local.run("(for i in 1 2 3 4 5; do sleep 0.1; echo tick$i; done) & echo started").stdout == "started\n"
+    assert local.run("sleep 0.25; echo cmd1").stdout_bytes == b"cmd1\n"
+    assert local.run("sleep 0.3; echo cmd2").stdout_bytes == b"cmd2\n"
+
+
+def test_the_session_ssh_is_not_in_the_terminal_process_group(local) -> None:
+    local.run(["true"])
+    session = local._session
+    assert session is not None and os.getsid(session.proc.pid) != os.getsid(0)  # Ctrl-C spares it
+
+
+def _can_mount_tmpfs() -> bool:
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none /mnt'], capture_output=True)
+    return probe.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root for a private tmpfs (CI runs as root)")
+
+
+@needs_tmpfs
+def test_a_full_temporary_directory_loses_no_output_silently() -> None:
+    transport = LocalTransport(session_tmpfs_kib=32)
+    try:
+        assert transport.run(["echo", "small"]).stdout == "small\n"
+        with pytest.raises(ServedeckError, match="output of this command was lost \\(the command itself ran\\)"):
+            transport.run("head -c 200000 /dev/zero; echo done")
+        # from now on each command alone, with all its output
+        assert len(transport.run("head -c 200000 /dev/zero").stdout_bytes) == 200000
+    finally:
+        transport.close()
+
+
+@needs_tmpfs
+def test_a_command_that_does_not_fit_in_the_full_temporary_directory_runs_alone() -> None:
+    transport = LocalTransport(session_tmpfs_kib=16)
+    try:
+        word = "x" * 40000  # the command text alone is larger than the session's $TMPDIR
+        assert transport.run(["echo", word]).stdout == word + "\n"
+        assert transport.run("echo $PPID").stdout == f"{os.getpid()}\n"  # not in a session any more
+    finally:
+        transport.close()
