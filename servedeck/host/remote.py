@@ -25,7 +25,7 @@ from typing import Any
 from servedeck.errors import ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import Engine
-from servedeck.host.facts import PREFLIGHT_SCRIPT, parse_facts
+from servedeck.host.facts import COMPOSE_SH, PREFLIGHT_SCRIPT, parse_facts
 from servedeck.host.http import ServerApi
 from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, parse_lock
 from servedeck.host.ssh import (DEFAULT_TIMEOUT_S, HostUnreachable, ResolvedTarget, Result,
@@ -93,7 +93,7 @@ cat "$sd/history.jsonl" 2>/dev/null || true
 # $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, then the
 # `docker compose up` arguments. Installs the compose file (0600), appends the history line,
 # runs compose up in the workdir's project.
-_SWITCH_SCRIPT = r"""
+_SWITCH_SCRIPT = COMPOSE_SH + r"""
 set -u
 wd=$1; src=$2; sha=$3; line=$4; shift 4
 sd=$wd/.servedeck; mkdir -p "$sd"
@@ -104,7 +104,7 @@ got=$(sha256sum "$tmp" | cut -d' ' -f1)
 if [ "$got" != "$sha" ]; then rm -f "$tmp"; echo "checksum mismatch: want $sha, got $got" >&2; exit 3; fi
 printf '%s\n' "$line" >> "$sd/history.jsonl"
 mv -f "$tmp" "$wd/docker-compose.yml"
-exec docker compose -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
+sd_compose -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
 """
 
 # $1 workdir, $2 history line, $3 good sha to store ("" none), $4 lock JSON to release ("" keep),
@@ -317,10 +317,11 @@ class RemoteHost:
     def compose(self, args: list[str], *, file: str = COMPOSE, check: bool = True,
                 timeout: float | None = 900.0) -> Result:
         """Run ``docker compose -f <workdir>/<file> --project-directory <workdir> <args...>``
-        on the host (Compose v2 CLI plugin). Same errors as :meth:`run`."""
-        return self.run(["docker", "compose", "-f", self.abspath(file),
-                         "--project-directory", self.workdir, *args],
-                        check=check, timeout=timeout)
+        on the host (Compose v2, :data:`~servedeck.host.facts.COMPOSE_SH`). Same errors as
+        :meth:`run`."""
+        return self.run_script(COMPOSE_SH + 'sd_compose "$@"',
+                               ["-f", self.abspath(file), "--project-directory", self.workdir, *args],
+                               check=check, timeout=timeout)
 
     def switch(self, compose_args: list[str], history_line: dict[str, Any], *,
                data: bytes | None = None, good_sha: str | None = None,

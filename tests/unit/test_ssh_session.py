@@ -220,3 +220,4 @@ def test_a_command_that_does_not_fit_in_the_full_temporary_directory_runs_alone(
         assert transport.run("echo $PPID").stdout == f"{os.getpid()}\n"  # not in a session any more
     finally:
         transport.close()
+
