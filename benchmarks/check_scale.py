@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0
 
@@ -71,10 +73,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=1000, help="generated profiles")
     ap.add_argument("--keep", action="store_true", help="keep the generated project")
     args = ap.parse_args()
-    # as after `pip install`, which byte-compiles the package (this machine's environment sets
-    # PYTHONDONTWRITEBYTECODE=1): else an edited module is compiled again in every measured process
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
-                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
+    byte_compile()  # as pip install leaves the package
     tmp = Path(tempfile.mkdtemp(prefix="check-scale-"))
     try:
         total = make_project(tmp, args.n)

@@ -42,6 +42,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_CHECK_S = 0.5
 TARGET_RATIO = 4.0
@@ -168,10 +170,7 @@ def main() -> int:
 
     invoke, real_invoke = resolve_invoke()
     servedeck = resolve_servedeck()
-    # as after `pip install` (which byte-compiles): invoke runs tasks with sys.dont_write_bytecode,
-    # so a module edited since its last .pyc would otherwise be compiled again in every run
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
-                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
+    byte_compile()  # as pip install leaves the package
     with tempfile.TemporaryDirectory(prefix="check-speed-") as tmp:
         compose = Path(tmp) / "docker-compose.yml"
         # the rendered file is made by the same command whose time is measured

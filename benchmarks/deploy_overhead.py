@@ -61,6 +61,8 @@ import time
 import uuid
 from pathlib import Path
 
+from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -167,11 +169,7 @@ def main() -> int:
 
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
                    capture_output=True)
-    # as after `pip install` (which byte-compiles the package): this machine's environment sets
-    # PYTHONDONTWRITEBYTECODE=1, so without this every deploy process would compile servedeck's
-    # sources again (about 0.1 s); benchmarks/check_speed.py does the same
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
-                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
+    byte_compile()  # as pip install leaves the package
     standin = imagebuild.build_standin_image(progress=False)
     workdir = f"/srv/servedeck-test/bench-{uuid.uuid4().hex[:8]}"
     host = RemoteHost("bench", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)

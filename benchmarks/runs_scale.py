@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -95,10 +97,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--keep", help="generate into this directory and keep it")
     args = ap.parse_args()
-    # as after `pip install`, which byte-compiles the package (this machine's environment sets
-    # PYTHONDONTWRITEBYTECODE=1): else an edited module is compiled again in every measured process
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
-                    str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
+    byte_compile()  # as pip install leaves the package
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sd-runs-scale-"))
     runs_dir = tmp / "runs"
     try:

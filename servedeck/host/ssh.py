@@ -439,13 +439,15 @@ class SshTransport:
             proc = subprocess.run(argv, input=input if input is not None else b"",
                                   capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise HostUnreachable(
-                f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
-                hint="the host or the connection to it may be slow or hung") from exc
+            raise self._timed_out(command, timeout) from exc
         result = Result(argv, command, proc.returncode, proc.stdout, proc.stderr)
         if proc.returncode == 255:
             self._raise_for_ssh_failure(result)
         return self._checked(result, check)
+
+    def _timed_out(self, command: str, timeout: float | None) -> HostUnreachable:
+        return HostUnreachable(f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
+                               hint="the host or the connection to it may be slow or hung")
 
     def _checked(self, result: Result, check: bool) -> Result:
         if check and result.returncode != 0:
@@ -472,9 +474,7 @@ class SshTransport:
             rc, out, err = session.call(command, data, deadline)
         except TimeoutError:
             self._drop_session()
-            raise HostUnreachable(
-                f"host {self.name}: command timed out after {timeout:g} s: {_short(command)}",
-                hint="the host or the connection to it may be slow or hung") from None
+            raise self._timed_out(command, timeout) from None
         except _SessionTmpFull as exc:
             self._drop_session()
             self._session_off = True  # from now on each command in a session of its own
@@ -711,6 +711,7 @@ class _Session:
     def close(self) -> None:
         """End the loop (end of its input) and reap ssh: asked to stop (SIGTERM) when it has
         not ended within 0.2 s (a command still runs), killed 0.5 s later."""
+        atexit.unregister(self.close)
         proc, self.proc = self.proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
