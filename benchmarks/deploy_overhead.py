@@ -115,14 +115,19 @@ PHASES = ("preflight", "render", "pull", "switch", "wait", "ready")
 """Phase lines of a deploy's output (servedeck.deploy.console), timed as they arrive."""
 
 
-def invoke(project: Path, *args: str, cprofile: Path | None = None
+def invoke(project: Path, *args: str, cprofile: Path | None = None, trace: Path | None = None
            ) -> tuple[float, subprocess.CompletedProcess, dict[str, float]]:
     """Run ``python -m invoke -r ROOT <args>`` in ``project`` (under cProfile, writing
-    ``cprofile``, when given); return (wall seconds, process, seconds from the process start to
-    the first output line of each phase in :data:`PHASES`)."""
+    ``cprofile``, when given; with its call timeline written to ``trace`` by
+    ``benchmarks/calltrace``, when given); return (wall seconds, process, seconds from the
+    process start to the first output line of each phase in :data:`PHASES`)."""
     import os
     import threading
     env = {**os.environ, "SERVEDECK_PROJECT": str(project)}
+    if trace:
+        env["SD_CALLTRACE"] = str(trace)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "calltrace"),
+                                                          env.get("PYTHONPATH")]))
     prof = ["-m", "cProfile", "-o", str(cprofile)] if cprofile else []
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
@@ -163,6 +168,9 @@ def main() -> int:
     ap.add_argument("--startup-s", type=float, default=3.0, help="STANDIN_STARTUP_S")
     ap.add_argument("--port", type=int, default=9950)
     ap.add_argument("--verbose", action="store_true", help="print each deploy's output")
+    ap.add_argument("--trace", action="store_true",
+                    help="print the call timeline of the last counted deploy (benchmarks/calltrace: "
+                         "milliseconds from its process start to each phase's calls)")
     ap.add_argument("--cprofile", type=Path, help="write each counted deploy's cProfile stats into this "
                                                   "directory (deploy-N.prof; the profiler inflates the figures)")
     args = ap.parse_args()
@@ -173,7 +181,7 @@ def main() -> int:
     standin = imagebuild.build_standin_image(progress=False)
     workdir = f"/srv/servedeck-test/bench-{uuid.uuid4().hex[:8]}"
     host = RemoteHost("bench", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
-    rows = []
+    rows, trace_text = [], ""
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         project = Path(tmp)
         make_project(project, args.port, args.startup_s)
@@ -193,7 +201,10 @@ def main() -> int:
                 prof = args.cprofile / f"deploy-{i}.prof" if args.cprofile and i else None
                 if prof:
                     prof.parent.mkdir(parents=True, exist_ok=True)
-                wall, proc, phases = invoke(project, *deploy_args, cprofile=prof)
+                trace = project / f"deploy-{i}.trace" if args.trace and i == args.n else None
+                wall, proc, phases = invoke(project, *deploy_args, cprofile=prof, trace=trace)
+                if trace:
+                    trace_text = trace.read_text()
                 if args.verbose:
                     print(proc.stdout + proc.stderr)
                 if proc.returncode not in (0, 4):  # 4: ready, but a setting differs (printed)
@@ -252,6 +263,11 @@ def main() -> int:
         names = [n for n in (*PHASES, "exit") if all(n in tl for tl in timelines)]
         print("timeline of a deploy, median seconds from the process start to each phase's first line: "
               + ", ".join(f"{n} {statistics.median(tl[n] for tl in timelines):.3f}" for n in names))
+    if trace_text:
+        print("call timeline of the last deploy (ms from its process start, thread, event):")
+        for line in trace_text.splitlines():
+            _pid, ms, thread, event = line.split(" ", 3)
+            print(f"  {int(ms):6d}  {thread[:18]:<18} {event}")
     over = [r["overhead"] for r in rows if r["overhead"] is not None]
     late = [r["late"] for r in rows if r["late"] is not None]
     if over:

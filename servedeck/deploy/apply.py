@@ -144,8 +144,8 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
     profile = entry.place(with_image(loaded.profile, options.image))  # the host's container_name / host_port
-    reporter.phase("preflight", f"host {host.name} ({host.workdir})")
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
+    reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
         catalog = Catalog(project.catalog_path, local=project.local_images)

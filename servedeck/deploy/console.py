@@ -7,6 +7,8 @@ The deploy code reports through a :class:`Reporter`; the CLI passes :class:`Cons
 
 from __future__ import annotations
 
+import threading
+
 
 class Reporter:
     """Where deploy phases report. The default prints plain lines; the CLI passes a rich one.
@@ -36,10 +38,19 @@ class ConsoleReporter(Reporter):
     the server's latest log line (plain lines when the output is not a terminal)."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        self.console = Console(stderr=False, highlight=False, soft_wrap=True)
+        self._console = None  # made at the first line: importing rich is off a deploy's start
+        self._lock = threading.Lock()
         self._status = None
         self._last_plain = 0.0
+
+    @property
+    def console(self):
+        """The rich ``Console`` (stdout), made at first use (by whichever thread prints first)."""
+        with self._lock:
+            if self._console is None:
+                from rich.console import Console
+                self._console = Console(stderr=False, highlight=False, soft_wrap=True)
+            return self._console
 
     def phase(self, name: str, text: str) -> None:
         self.done_waiting()

@@ -31,6 +31,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SPEC_TOKENS = 3
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
+COMPILE_CACHE_DIR = "/srv/servedeck-test/e2e-vllm-cache"
+"""The compile cache all end-to-end vLLM servers of a test session share (on the loopback card
+host, which is this machine): only the session's first start compiles, later ones start warm (a
+cold start of the CPU server is about 40 s longer than a warm one here)."""
+COMPILE_CACHE_VOLUME = "servedeck-vllm-cache"
+"""The named volume of ``profiles/cpu-4096.yaml`` that persists vLLM's compile cache."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -106,8 +112,13 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
     model = "Qwen3.8-27B"
     spec = {"method": "ngram", "num_speculative_tokens": LOCAL_SPEC_TOKENS, "prompt_lookup_max": 4}
     name = f"servedeck-bench-{port}"
+    # the compile cache as the CPU profiles keep it (profiles/cpu-4096.yaml), shared with the
+    # session's deployments
+    cache = ["-v", f"{COMPILE_CACHE_DIR}:/root/.cache/vllm", "-e", "VLLM_USE_AOT_COMPILE=0",
+             "-e", "TORCHINDUCTOR_CACHE_DIR=/root/.cache/vllm/inductor_cache"]
+    Path(COMPILE_CACHE_DIR).mkdir(parents=True, exist_ok=True)
     cmd = ["docker", "run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
-           ref, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
+           *cache, ref, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
            "--set", "vllm.max_num_batched_tokens=4096",
            "--set", f"vllm.speculative_config={json.dumps(spec, separators=(',', ':'))}",
            "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml", "--reasoning-parser", "qwen3",
@@ -123,11 +134,38 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
 
 
 @pytest.fixture(scope="session")
-def loopback_project(tmp_path_factory: pytest.TempPathFactory):
+def shared_compile_cache() -> Iterator:
+    """Function ``share(workdir)``: the Compose project of ``workdir`` (named after its directory,
+    as Compose names it) gets its compile-cache volume (:data:`COMPILE_CACHE_VOLUME`) bound to
+    :data:`COMPILE_CACHE_DIR`. The volume is created beforehand with the labels Compose gives
+    its own volumes, so Compose and servedeck see the project's ordinary named volume; the
+    volumes are removed at the end of the session (the directory stays)."""
+    import re
+    made: list[str] = []
+    Path(COMPILE_CACHE_DIR).mkdir(parents=True, exist_ok=True)
+
+    def share(workdir: str) -> None:
+        project = re.sub(r"[^a-z0-9_-]", "", Path(workdir).name.lower())
+        volume = f"{project}_{COMPILE_CACHE_VOLUME}"
+        subprocess.run(["docker", "volume", "create", "--driver", "local", "--opt", "type=none",
+                        "--opt", "o=bind", "--opt", f"device={COMPILE_CACHE_DIR}",
+                        "--label", f"com.docker.compose.project={project}",
+                        "--label", f"com.docker.compose.volume={COMPILE_CACHE_VOLUME}", volume],
+                       check=True, capture_output=True)
+        made.append(volume)
+
+    yield share
+    for volume in made:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def loopback_project(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache):
     """Factory ``make(name, port) -> (Project, workdir)``: a copy of the repository's profiles,
     templates, schema and image catalog with one host ``local`` (the loopback card host of
     ``scripts/test-services``) whose working directory ``/srv/servedeck-test/<name>-<random>``
-    is its own; the caller removes that directory on the host."""
+    is its own (its compile cache is the session's shared one); the caller removes that
+    directory on the host."""
     import shutil
     import uuid
 
@@ -143,5 +181,6 @@ def loopback_project(tmp_path_factory: pytest.TempPathFactory):
         (root / "deploy" / "hosts.yaml").write_text(
             f"hosts:\n  local:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
             f"    workdir: {workdir}\n    port: {port}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+        shared_compile_cache(workdir)
         return Project(root), workdir
     return make

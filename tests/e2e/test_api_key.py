@@ -19,7 +19,8 @@ from servedeck.bench.record import bench_deployed
 from servedeck.deploy.apply import deploy
 from servedeck.deploy.console import QuietReporter
 from servedeck.deploy.plan import DeployOptions
-from servedeck.errors import DeployError
+from servedeck.deploy.readiness import wait_ready
+from servedeck.deploy.secrets import find_secrets
 from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
@@ -69,14 +70,31 @@ def test_a_keyed_profile_deploys_benches_and_never_records_the_key(keyed):
 
 
 def test_without_the_key_readiness_says_the_server_wants_one(keyed, monkeypatch):
+    """A key may come from the deploying user's environment (``${SD_E2E_KEY:-...}``; Compose on
+    the host substitutes its default there). Without that variable servedeck has no key to send,
+    and readiness against the real keyed server says the server wants one; with it, the same
+    server is ready. The server of the test above answers (no second vLLM start: another minute
+    and a half here; a deploy that fails this way is the same wait, then the usual failure path)."""
     project, host, entry = keyed
+    if httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code != 401:  # run alone
+        assert deploy(project, host, entry, ProfileStore(project.profiles_dir).load("cpu-keyed"),
+                      DeployOptions(), QuietReporter()).outcome == "ready"
     (project.profiles_dir / "cpu-keyed-env.yaml").write_text(
         f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
         "    VLLM_API_KEY: \"${SD_E2E_KEY:-unset-key}\"\n")
+    profile = ProfileStore(project.profiles_dir).load("cpu-keyed-env").profile
+    secrets = find_secrets([], profile.container.environment)
+    assert secrets.names == ["environment.VLLM_API_KEY"]
+
+    def wait(api_key):
+        return wait_ready(host, service=profile.container.service, base_url=f"http://127.0.0.1:{PORT}",
+                          served_name=profile.model.served_model_name[0], api_key=api_key,
+                          timeout_s=60, reporter=QuietReporter())
+
     monkeypatch.delenv("SD_E2E_KEY", raising=False)
-    # compose on the host substitutes the default; the client finds no SD_E2E_KEY: 401. No
-    # rollback (another minute of vLLM start-up): rollbacks have their own tests.
-    with pytest.raises(DeployError, match="wants an API key") as exc:
-        deploy(project, host, entry, ProfileStore(project.profiles_dir).load("cpu-keyed-env"),
-               DeployOptions(no_rollback=True), QuietReporter())
-    assert "left as it is (--no-rollback)" in exc.value.message
+    assert secrets.api_key is None
+    refused = wait(secrets.api_key)
+    assert not refused.ready and refused.diagnosis == "wants-key"
+    assert "wants an API key" in refused.reason and "without a key" in refused.reason
+    monkeypatch.setenv("SD_E2E_KEY", KEY)
+    assert secrets.api_key == KEY and wait(secrets.api_key).ready

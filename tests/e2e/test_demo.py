@@ -37,7 +37,7 @@ SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, shared_compile_cache):
     root = tmp_path_factory.mktemp("demo-project")
     for name in ("profiles", "templates", "schema", "scripts"):
         shutil.copytree(ROOT / name, root / name)
@@ -52,6 +52,7 @@ def demo(tmp_path_factory):
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "a user's project as cloned")
     project = Project(root)
+    shared_compile_cache(workdir)
     reporter = QuietReporter()
     try:
         result = run_demo(project, reporter=reporter, build_progress=False,

@@ -149,7 +149,8 @@ def test_rollout_all_at_once_then_one_by_one(project, fleet, standin):
 def test_rollout_stops_when_the_second_host_fails(project, fleet, standin, tmp_path, policy):
     old = _profile(project, "fleet-old", served="fleet-old", startup_s=1)
     # fleet-2 is "slow": its readiness timeout (10 s) is shorter than the new profile's start
-    # (40 s), so its deploy fails there and servedeck rolls it back to the old deployment
+    # (16 s: a stand-in never serves before its STANDIN_STARTUP_S, however loaded the machine),
+    # so its deploy fails there and servedeck rolls it back to the old deployment
     inv = tmp_path / "hosts.yaml"
     inv.write_text((FLEET_DIR / "hosts.yaml").read_text().replace(
         "workdir: /srv/servedeck-test/fleet-2\n    render_gid: \"992\"\n    container_name: sd-fleet-2\n"
@@ -163,7 +164,7 @@ def test_rollout_stops_when_the_second_host_fails(project, fleet, standin, tmp_p
     before3 = fleet["fleet-3"].read_file("docker-compose.yml")
     runs_before = len(_runs(project))
 
-    new = _profile(project, "fleet-new", served="fleet-new", startup_s=40)
+    new = _profile(project, "fleet-new", served="fleet-new", startup_s=16)
     proc = _cli(project, "deploy", "--hosts", "lab", "--profile", new, "--image", standin,
                 "--inventory", str(inv), "--serial", "1", "--on-failure", policy)
     out = proc.stdout + proc.stderr

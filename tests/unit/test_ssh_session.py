@@ -167,14 +167,21 @@ def test_closing_removes_the_session_directory(tmp_path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-def test_an_interrupted_command_ends_the_session_so_no_later_command_reads_its_answer(local) -> None:
+def test_an_interrupted_command_ends_the_session_so_no_later_command_reads_its_answer(local, tmp_path) -> None:
     local.run(["true"])
-    main = threading.get_ident()
-    threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    main, running = threading.get_ident(), tmp_path / "running"
+
+    def interrupt_once_it_runs() -> None:  # however slowly a loaded machine starts it
+        while not running.exists():
+            time.sleep(0.02)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        local.run("sleep 1; echo late")
+        local.run(f"touch {running}; sleep 1; echo late")
+    started = running.stat().st_mtime
     assert local.run(["echo", "next"]).stdout == "next\n"
-    time.sleep(1.2)  # the interrupted command has finished by now
+    time.sleep(max(0.0, started + 1.3 - time.time()))  # the interrupted command has finished by now
     assert local.run(["echo", "after"]).stdout == "after\n"
 
 
