@@ -223,10 +223,9 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
     else:
         names = _store().names() if all_ else [profile]
         findings = _check_profiles(names)
-        if in_image:
-            from servedeck.compose.check import check_in_image
-            for name in names:
-                findings += check_in_image(_render(name).compose_text, file=f"profile:{name}")
+        if in_image:  # one throw-away container per image for all the profiles
+            from servedeck.compose.check import check_in_image_each
+            findings += check_in_image_each([(_render(name).compose_text, f"profile:{name}") for name in names])
     if json_:
         print(findings_to_json(findings))
     else:

@@ -124,7 +124,7 @@ def findings_to_json(findings: list[Finding]) -> str:
 def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
-    inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per
+    inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run_each`, cached per
     (image, argv)).
 
     Args:
@@ -140,31 +140,44 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None)
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    from servedeck.host.inimage import dry_run
-    try:
-        doc = parse(text, file)
-    except DocError as exc:
-        return [exc.finding]
-    ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
-    data = doc.data if isinstance(doc.data, dict) else {}
-    for name, svc in (data.get("services") or {}).items():
-        if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+    return check_in_image_each([(text, file)], client=client)
+
+
+def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None) -> list[Finding]:
+    """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
+    commands not yet judged are judged in one throw-away container per image, whatever the
+    number of documents (``check --all --in-image``). Findings in document order."""
+    from servedeck.host.inimage import dry_run_each
+    jobs: list[tuple[Ctx, tuple, str, list[str]]] = []  # (document, path, image, command)
+    per_document: list[list[Finding]] = []
+    for text, file in documents:
+        try:
+            doc = parse(text, file)
+        except DocError as exc:
+            per_document.append([exc.finding])
             continue
-        path = ("services", name, "command")
-        command = svc.get("command") or []
-        if "entrypoint" in svc:
-            ctx.info("inimage/skipped", ("services", name, "entrypoint"),
-                     "entrypoint: replaces the image's launcher; the in-image dry run judges only the "
-                     "image's own entrypoint")
-            continue
-        if not isinstance(command, list):
-            continue
-        res = dry_run(client, svc["image"], [str(c) for c in command])
-        how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
-        if res.ok:
-            ctx.info("inimage/accepted", path, f"vLLM in {svc['image']} accepts the command{how}")
-        else:
-            ctx.error("inimage/rejected", path,
-                      f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",
-                      "fix the flag or value vLLM names; the server would exit at startup")
-    return _tidy(ctx.findings)
+        ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
+        per_document.append(ctx.findings)  # filled below, as the verdicts come
+        data = doc.data if isinstance(doc.data, dict) else {}
+        for name, svc in (data.get("services") or {}).items():
+            if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+                continue
+            if "entrypoint" in svc:
+                ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                         "entrypoint: replaces the image's launcher; the in-image dry run judges only the "
+                         "image's own entrypoint")
+                continue
+            command = svc.get("command") or []
+            if isinstance(command, list):
+                jobs.append((ctx, ("services", name, "command"), svc["image"], [str(c) for c in command]))
+    for image in dict.fromkeys(job[2] for job in jobs):
+        mine = [job for job in jobs if job[2] == image]
+        for (ctx, path, _, _), res in zip(mine, dry_run_each(client, image, [job[3] for job in mine])):
+            how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
+            if res.ok:
+                ctx.info("inimage/accepted", path, f"vLLM in {image} accepts the command{how}")
+            else:
+                ctx.error("inimage/rejected", path,
+                          f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",
+                          "fix the flag or value vLLM names; the server would exit at startup")
+    return [f for findings in per_document for f in _tidy(findings)]

@@ -5,8 +5,9 @@ copies it into a throw-away container (``servedeck.host.inimage``) and runs::
 
     python3 -c "$(cat introspect.py)" facts                         -> JSON facts
     python3 -c "$(cat introspect.py)" dryrun VLLM_ARGV_JSON         -> JSON verdict
-    python3 -c "$(cat introspect.py)" launch-dryrun ENTRY_JSON CMD_JSON
-        -> the image's launcher gives the final command (exl3xpu ``--print``), then the verdict
+    python3 -c "$(cat introspect.py)" launch-dryrun-each ENTRY_JSON CMDS_JSON
+        -> {"verdicts": [...]}: for each command of the JSON list, the image's launcher gives the
+           final command (exl3xpu ``--print``), then the verdict (one process, one vLLM import)
     PYTHONPATH=RELEASE python3 -c "$(cat introspect.py)" --platform-cpu facts
         -> the facts of the vLLM release whose files are at RELEASE (unpacked from its wheel),
            read with this image's python and libraries on vLLM's CPU platform
@@ -315,8 +316,9 @@ def main(argv):
         out = facts()
     elif mode == "dryrun":
         out = dryrun(json.loads(argv[1]))
-    elif mode == "launch-dryrun":
-        out = launch_and_dryrun(json.loads(argv[1]), json.loads(argv[2]))
+    elif mode == "launch-dryrun-each":
+        entrypoint = json.loads(argv[1])
+        out = {"verdicts": [launch_and_dryrun(entrypoint, command) for command in json.loads(argv[2])]}
     else:
         out = {"error": f"unknown mode {mode!r}"}
     sys.stdout.write("\n@@SERVEDECK@@" + json.dumps(out) + "\n")

@@ -28,20 +28,34 @@ def _own_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(inimage, "_MEMO", {})
 
 
-@pytest.mark.parametrize("extra,stage,words", [
+REJECTED = [
     (["--disable-log-requests"], "parse", ["unrecognized arguments", "--disable-log-requests"]),
     (["--speculative-config", '{"method":"ngram","num_speculative_tokenz":3}'], "config",
      ["SpeculativeConfig", "num_speculative_tokenz"]),
     (["--compilation-config", '{"cudagraph_mod":"NONE"}'], "parse", ["CompilationConfig", "cudagraph_mod"]),
     (["--enable-auto-tool-choice"], "validate", ["--enable-auto-tool-choice requires --tool-call-parser"]),
     (["--max-model-len", "16Q"], "parse", ["--max-model-len"]),
-])
-def test_dry_run_rejects_with_vllms_own_message(cpu_ref, extra, stage, words):
-    res = dry_run(None, cpu_ref, ["models/qwen3-tiny", "--", *extra])
-    assert not res.ok and res.stage == stage, res
-    for w in words:
-        assert w in res.message
-    assert res.vllm_argv[-len(extra):] == extra  # the launcher's --print passed them through
+]
+"""(extra vLLM arguments, the stage that rejects them, words of vLLM's own message)"""
+
+
+def test_dry_run_rejects_with_vllms_own_message_all_in_one_container(cpu_ref):
+    """Each faulty command gets its own verdict, in order, from one container (one vLLM import):
+    they share the call's time; a repeated command is judged once; a second call reads the cache."""
+    from servedeck.host.inimage import dry_run_each
+    commands = [["models/qwen3-tiny", "--", *extra] for extra, _, _ in REJECTED]
+    results = dry_run_each(None, cpu_ref, [*commands, commands[0]])
+    for (extra, stage, words), res in zip(REJECTED, results):
+        assert not res.ok and res.stage == stage and not res.cached, (extra, res)
+        for w in words:
+            assert w in res.message, (extra, res.message)
+        assert res.vllm_argv[-len(extra):] == extra  # the launcher's --print passed them through
+    assert len({r.seconds for r in results[:-1]}) == 1
+    assert results[-1].cached and results[-1].message == results[0].message
+    again = dry_run_each(None, cpu_ref, commands[::-1])
+    assert all(r.cached for r in again) and [r.stage for r in again] == [st for _, st, _ in REJECTED[::-1]]
+    one = dry_run(None, cpu_ref, commands[3])
+    assert one.cached and one.stage == "validate"
 
 
 def test_dry_run_accepts_good_command_and_caches(cpu_ref):
@@ -60,11 +74,21 @@ def test_dry_run_accepts_good_command_and_caches(cpu_ref):
 
 
 def test_check_in_image_reports_rejection_at_command_line(cpu_ref):
+    """Several documents (``check --all --in-image``): one container judges them all; each
+    finding names its own file and line, in document order; a document that does not parse
+    gives its parse finding."""
+    from servedeck.compose.check import check_in_image_each
     text = (f"services:\n  llm:\n    image: {cpu_ref}\n    command:\n      - models/qwen3-tiny\n"
             f"      - --\n      - --enable-reasoning\n")
-    found = check_in_image(text, file="x.yml")
-    assert [f.rule for f in found] == ["inimage/rejected"]
-    assert found[0].line == 5 and "--enable-reasoning" in found[0].message
+    good = (f"services:\n  llm:\n    image: {cpu_ref}\n    command: [models/qwen3-tiny, --, "
+            f"--max-num-seqs, \"4\"]\n")
+    found = check_in_image_each([(good, "good.yml"), ("services: [\n", "broken.yml"), (text, "x.yml")])
+    assert [(f.file, f.rule) for f in found][0::2] == [("good.yml", "inimage/accepted"), ("x.yml", "inimage/rejected")]
+    assert found[1].file == "broken.yml" and found[1].severity.value == "error"
+    assert found[2].line == 5 and "--enable-reasoning" in found[2].message
+    assert "(cached)" not in found[0].message
+    again = check_in_image(text, file="x.yml")  # one document: the same verdict, from the cache
+    assert [f.rule for f in again] == ["inimage/rejected"] and "(cached)" in again[0].message
 
 
 def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
