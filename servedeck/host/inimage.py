@@ -270,15 +270,10 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
         client = _client(client_or_host)
         image = _image(client, image_ref)
         image_id = image.id
-    results: list[DryRunResult | None] = [None] * len(commands)
     keys = [hashlib.sha256(json.dumps([image_id, list(c)]).encode()).hexdigest()[:32] for c in commands]
-    for i, key in enumerate(keys):
-        if use_cache:
-            results[i] = _cached(key, t0)
-    todo: list[int] = []  # the first of each distinct command without a cached verdict
-    for i, res in enumerate(results):
-        if res is None and keys[i] not in {keys[j] for j in todo}:
-            todo.append(i)
+    results = [_cached(key, t0) if use_cache else None for key in keys]
+    # the first of each distinct command without a cached verdict
+    todo = [i for i, key in enumerate(keys) if results[i] is None and key not in keys[:i]]
     if not todo:
         return results  # type: ignore[return-value]
     unable = cache_dir() / "dryrun" / f"unable-{image_id.replace(':', '-')}.txt"
