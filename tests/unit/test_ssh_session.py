@@ -167,7 +167,18 @@ def test_closing_removes_the_session_directory(tmp_path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-def test_an_interrupted_command_ends_the_session_so_no_later_command_reads_its_answer(local, tmp_path) -> None:
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt, as Ctrl-C in a terminal does, also when pytest itself
+    was started in the background by a shell (``cmd &``): such a process begins with SIGINT
+    ignored, and Python then installs no handler."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_an_interrupted_command_ends_the_session_so_no_later_command_reads_its_answer(local, tmp_path,
+                                                                                    sigint_raises) -> None:
     local.run(["true"])
     main, running = threading.get_ident(), tmp_path / "running"
 
