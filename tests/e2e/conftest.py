@@ -35,8 +35,17 @@ COMPILE_CACHE_DIR = "/srv/servedeck-test/e2e-vllm-cache"
 """The compile cache all end-to-end vLLM servers of a test session share (on the loopback card
 host, which is this machine): only the session's first start compiles, later ones start warm (a
 cold start of the CPU server is about 40 s longer than a warm one here)."""
-COMPILE_CACHE_VOLUME = "servedeck-vllm-cache"
-"""The named volume of ``profiles/cpu-4096.yaml`` that persists vLLM's compile cache."""
+
+
+def _cpu_compile_cache() -> tuple[str, str, dict[str, str]]:
+    """How ``profiles/cpu-4096.yaml`` persists vLLM's compile cache: its named volume, where
+    the volume is mounted, and the environment that points the caches there."""
+    from servedeck.model.profile import ProfileStore
+    container = ProfileStore(ROOT / "profiles").load("cpu-4096").profile.container
+    volume = next(v for v in container.volumes if not v.source.startswith(("/", ".")))
+    env = {k: v for k, v in container.environment.items()
+           if k in ("VLLM_USE_AOT_COMPILE", "TORCHINDUCTOR_CACHE_DIR")}
+    return volume.source, volume.target, env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -92,7 +101,7 @@ def _wait_ready(url: str, name: str, log: Path, timeout_s: float) -> None:
 
 
 @pytest.fixture(scope="session")
-def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+def local_vllm_server(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache) -> Iterator[VllmServer]:
     """A real vLLM server: ``SERVEDECK_BENCH_URL`` if set, else the CPU image run by docker."""
     url = os.environ.get("SERVEDECK_BENCH_URL")
     if url:
@@ -112,11 +121,9 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
     model = "Qwen3.8-27B"
     spec = {"method": "ngram", "num_speculative_tokens": LOCAL_SPEC_TOKENS, "prompt_lookup_max": 4}
     name = f"servedeck-bench-{port}"
-    # the compile cache as the CPU profiles keep it (profiles/cpu-4096.yaml), shared with the
-    # session's deployments
-    cache = ["-v", f"{COMPILE_CACHE_DIR}:/root/.cache/vllm", "-e", "VLLM_USE_AOT_COMPILE=0",
-             "-e", "TORCHINDUCTOR_CACHE_DIR=/root/.cache/vllm/inductor_cache"]
-    Path(COMPILE_CACHE_DIR).mkdir(parents=True, exist_ok=True)
+    # the compile cache as the CPU profiles keep it, shared with the session's deployments
+    _, target, env = _cpu_compile_cache()
+    cache = ["-v", f"{COMPILE_CACHE_DIR}:{target}", *(a for k, v in env.items() for a in ("-e", f"{k}={v}"))]
     cmd = ["docker", "run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
            *cache, ref, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
            "--set", "vllm.max_num_batched_tokens=4096",
@@ -136,21 +143,22 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vllm
 @pytest.fixture(scope="session")
 def shared_compile_cache() -> Iterator:
     """Function ``share(workdir)``: the Compose project of ``workdir`` (named after its directory,
-    as Compose names it) gets its compile-cache volume (:data:`COMPILE_CACHE_VOLUME`) bound to
+    as Compose names it) gets its compile-cache volume (that of :func:`_cpu_compile_cache`) bound to
     :data:`COMPILE_CACHE_DIR`. The volume is created beforehand with the labels Compose gives
     its own volumes, so Compose and servedeck see the project's ordinary named volume; the
     volumes are removed at the end of the session (the directory stays)."""
     import re
     made: list[str] = []
+    name = _cpu_compile_cache()[0]
     Path(COMPILE_CACHE_DIR).mkdir(parents=True, exist_ok=True)
 
     def share(workdir: str) -> None:
         project = re.sub(r"[^a-z0-9_-]", "", Path(workdir).name.lower())
-        volume = f"{project}_{COMPILE_CACHE_VOLUME}"
+        volume = f"{project}_{name}"
         subprocess.run(["docker", "volume", "create", "--driver", "local", "--opt", "type=none",
                         "--opt", "o=bind", "--opt", f"device={COMPILE_CACHE_DIR}",
                         "--label", f"com.docker.compose.project={project}",
-                        "--label", f"com.docker.compose.volume={COMPILE_CACHE_VOLUME}", volume],
+                        "--label", f"com.docker.compose.volume={name}", volume],
                        check=True, capture_output=True)
         made.append(volume)
 
