@@ -91,7 +91,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     import httpx
 
-    from servedeck.deploy.ops import deployed_secrets
+    from servedeck.deploy.secrets import deployed_secrets
     key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
     client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0),
                           headers={"Authorization": f"Bearer {key}"}) if key else None

@@ -12,7 +12,8 @@ quotes of a quoted scalar) or as a list of ``KEY=VALUE`` strings (everything aft
 ``=`` is the value, quote characters included: no shell removes them), ``KEY`` alone takes the
 value from the shell; ``command``/``entrypoint`` as a list (one argv item each) or a string
 (split shell-style by Compose); ``deploy.resources.reservations.devices`` device requests
-(``driver``, ``count``, ``device_ids``, ``capabilities``, ``options``).
+(``driver``, ``count``, ``device_ids``, ``capabilities``, ``options``); variable
+interpolation (``$VAR``, ``${VAR...}``, ``$$``: :func:`interpolation_refs`).
 
 Reading is YAML 1.2 with ruamel.yaml (round trip); every key the model does not type is kept
 verbatim in ``extra`` and dumped back unchanged, so parse then dump loses nothing.
@@ -303,6 +304,66 @@ def _env_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# ----------------------------------------------------------------------------- interpolation
+
+_VAR_NAME = re.compile(r"[_A-Za-z][_A-Za-z0-9]*")
+
+
+def interpolation_refs(text: str) -> tuple[list[str], str | None]:
+    """Variables Compose would substitute in ``text``, and the first invalid ``$`` use (or None).
+
+    Source: compose-spec ``interpolation.md`` (``$VAR``, ``${VAR}``, ``${VAR:-default}``,
+    ``${VAR-default}``, ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``).
+    """
+    refs: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] != "$":
+            i += 1
+            continue
+        nxt = text[i + 1] if i + 1 < n else ""
+        if nxt == "$":
+            i += 2
+            continue
+        if nxt == "{":
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text[j] == "{" and text[j - 1] == "$":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                j += 1
+            if depth:
+                return refs, text[i:]
+            inner = text[i + 2: j - 1]
+            m = _VAR_NAME.match(inner)
+            if not m or (m.end() < len(inner) and not re.match(r":?[-?+]", inner[m.end():])):
+                return refs, text[i:j]
+            refs.append(m.group(0))
+            i = j
+            continue
+        m = _VAR_NAME.match(text, i + 1)
+        if not m:
+            return refs, text[i: i + 2]
+        refs.append(m.group(0))
+        i = m.end()
+    return refs, None
+
+
+def literal_values(value: Any) -> Any:
+    """Compose text values → the values a container gets, for a string or the strings nested
+    in a mapping/list (keys kept): ``$$`` is a literal ``$`` (compose-spec
+    ``interpolation.md``), and ``docker compose config`` prints every literal ``$`` so. Apply
+    to text without variables (see :func:`interpolation_refs`) or to Compose's own output."""
+    if isinstance(value, str):
+        return value.replace("$$", "$")
+    if isinstance(value, dict):
+        return {k: literal_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [literal_values(v) for v in value]
+    return value
 
 
 def split_command(value: Any) -> list[str] | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servedeck.compose.document import Mount, Service, dump_yaml, load_document
+from servedeck.compose.document import Mount, Service, dump_yaml, interpolation_refs, literal_values, load_document
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
@@ -34,14 +34,46 @@ _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
 _HF_CACHE_TARGETS = ("/root/.cache/huggingface", "/root/.cache/huggingface/hub")
 
 
+def _variables(value: Any, where: str):
+    """``(field, text, variables, invalid)`` for each string under ``value`` (a service mapping as
+    :meth:`Service.dump` gives it) that holds Compose interpolation."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _variables(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _variables(v, f"{where}[{i}]")
+    elif isinstance(value, str) and "$" in value:
+        refs, bad = interpolation_refs(value)
+        if refs or bad:
+            yield where, value, refs, bad
+
+
+def _refuse_variables(svc: Service, file: str, base: str) -> None:
+    """A profile holds values, not Compose variables: the renderer writes every ``$`` as
+    ``$$``, so ``${VLLM_API_KEY}`` kept in a profile would reach the server as those
+    characters instead of the value Compose substitutes on the host.
+
+    Raises:
+        ServedeckError: the first field holding a variable (or an invalid ``$``), naming it.
+    """
+    for where, text, refs, bad in _variables(svc.dump(), base):
+        if bad is not None:
+            raise ServedeckError(f"{bad!r} is not a valid Compose interpolation; `docker compose` "
+                                 "refuses the file", file=file, field=where,
+                                 hint="write a literal $ as $$")
+        names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
+        raise ServedeckError(
+            f"{text!r} uses the variable {names}: Compose substitutes it from the environment (and the project's .env "
+            "file) of whoever runs `docker compose`; a profile holds the value itself, so the "
+            "import would change what the server gets", file=file, field=where,
+            hint="import the file as Compose reads it: run "
+                 "`docker compose config --no-normalize > resolved.yml` "
+                 "where the variables are set, then import resolved.yml")
+
+
 def _is_path(text: str) -> bool:
     return text.startswith(("/", ".", "~"))
-
-
-def _unescape(text: str) -> str:
-    """Compose file text → the value the container gets for servedeck's own fields
-    (``$$`` is a literal ``$``; the renderer escapes it again)."""
-    return text.replace("$$", "$")
 
 
 class _Reader:
@@ -226,14 +258,16 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         say what was cleaned, carried verbatim, or could not be kept (one line each).
 
     Raises:
-        ServedeckError: missing file, no/ambiguous service, unpinned image, a value vLLM
-            refuses, a launcher item without a profile field — naming the file and the field.
+        ServedeckError: missing file, no/ambiguous service, a Compose variable (``${NAME}``)
+            in a value, unpinned image, a value vLLM refuses, a launcher item without a profile
+            field — naming the file and the field.
     """
     path = Path(path)
     file = str(path)
     doc = load_document(path)
     svc = doc.service(service)
     base = f"services.{svc.name}"
+    _refuse_variables(svc, file, base)
     notes: list[str] = []
     image = svc.image or ""
     m = IMAGE_RE.match(image)
@@ -249,7 +283,7 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
     for i, tok in enumerate(svc.command or []):
         if tok != tok.strip():
             notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
-        argv.append(_unescape(tok.strip()))
+        argv.append(literal_values(tok.strip()))
     kind = _launcher_kind(svc, argv, facts.launcher if facts else None)
 
     r = _Reader(file, base, kind)
@@ -317,7 +351,7 @@ def _volume_entry(v: Mount, where: str, notes: list[str]) -> dict[str, Any] | No
         notes.append(f"{where}: long-syntax options {sorted(v.extra)} not imported; "
                      f"kept as {v.short()!r}")
     options = v.mode if v.mode is not None else ("ro" if v.read_only else None)
-    return {"source": _unescape(v.source), "target": v.target, **({"options": options} if options else {})}
+    return {"source": literal_values(v.source), "target": v.target, **({"options": options} if options else {})}
 
 
 def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
@@ -391,7 +425,7 @@ def _container(svc: Service, port: int | None, volumes: list[dict[str, Any]], ba
             notes.append(f"{base}.environment.{k}: no value (taken from the shell running Compose); "
                          "not imported")
             continue
-        env[k] = _unescape(v)
+        env[k] = literal_values(v)
     if env:
         container["environment"] = env
     if volumes:

@@ -33,6 +33,7 @@ from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_po
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    judge_in_image, published_port, render_and_check, resolve_image, with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
+from servedeck.deploy.secrets import deployed_secrets
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
                                      record_startup, start_run)
 from servedeck.errors import DeployError, ServedeckError
@@ -194,7 +195,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             d.plan = build_plan(loaded=loaded, profile=profile, rendered=checked[0],
                                 findings=checked[1], image=image, host=host, entry=entry,
                                 host_facts=facts, state=state, options=options)
-            d.run.secrets = d.plan.secrets
+            d.run.secrets = d.plan.record_secrets
             record_plan(d.run, d.plan)
             if options.in_image:
                 judge_in_image(host, d.plan, reporter)  # a rejection ends here: the old server serves on
@@ -360,8 +361,11 @@ class _Deploy:
                     "the failed one was stopped")
         self.reporter.phase("rollback", f"to revision {target.number} ({target.profile}), the last "
                                         "known-good deployment")
+        # the key the restored server wants is its own file's, as Compose reads it on the host
+        own = deployed_secrets(self.host, self.host.good_file(target.compose_sha256))
+        self.run.secrets = self.run.secrets.including(own, f"revision {target.number}")
         rb, lines = restore_revision(self.host, self.entry, target, self.revision + 1,
-                                     api_key=p.api_key if p else None,
+                                     api_key=own.api_key,
                                      timeout_s=p.timeout_s if p else self.entry.ready_timeout_s,
                                      reporter=self.reporter, who=owner(), run_id=self.run.run_id,
                                      reason=f"automatic after {why} revision {self.revision}")

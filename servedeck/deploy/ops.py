@@ -8,7 +8,6 @@ a deploy.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable
 
@@ -18,12 +17,12 @@ from servedeck.deploy.kv_power import format_power_status, power_status, restore
 from servedeck.deploy.plan import api_base_url, owner
 from servedeck.deploy.readiness import Readiness
 from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, start_run
-from servedeck.deploy.secrets import Secrets, find_secrets
+from servedeck.deploy.secrets import deployed_secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import container_state
 from servedeck.host.lock import held_error
-from servedeck.host.remote import COMPOSE, HostState, RemoteHost
+from servedeck.host.remote import HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
 from servedeck.runs.store import git_commit, utcnow
@@ -60,28 +59,6 @@ def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]
     return out
 
 
-def _normalised_service(host: RemoteHost, file: str = COMPOSE) -> tuple[str, dict] | None:
-    """``docker compose config --format json`` of a compose file on the host: (service, dict)."""
-    res = host.compose(["config", "--format", "json"], file=file, check=False, timeout=120)
-    if res.returncode != 0:
-        return None
-    services = json.loads(res.stdout).get("services") or {}
-    if not services:
-        return None
-    name = next(iter(services))
-    return name, services[name]
-
-
-def deployed_secrets(host: RemoteHost, file: str = COMPOSE) -> Secrets:
-    """The secrets of a compose file on the host (its normalised service's command and
-    environment), e.g. the API key a benchmark must send. Values stay in memory."""
-    norm = _normalised_service(host, file)
-    if norm is None:
-        return Secrets()
-    svc = norm[1]
-    return find_secrets([str(c) for c in svc.get("command") or []], svc.get("environment") or {})
-
-
 def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     """What runs on the host and how it compares with the deployed compose file.
 
@@ -107,7 +84,7 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         "power": power_status(host, entry.sysfs_root)}
     if state.compose_sha256 is None:
         return out
-    norm = _normalised_service(host)
+    norm = host.normalised_service()
     if norm is None:
         out["drift"].append("the compose file on the host does not pass `docker compose config`")
         return out
@@ -245,7 +222,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                             served_model_name=target.record.get("served_model_name"),
                             port=target.record.get("port"))
             reporter.info(f"run record {run.path}")
-        secrets = deployed_secrets(host, f"{host.good_dir}/{target.compose_sha256}.yml")
+        secrets = deployed_secrets(host, host.good_file(target.compose_sha256))
         run.secrets = secrets
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
         restore_power(host, run.run, reporter)  # the limit the current deployment replaced
@@ -253,7 +230,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                                      timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
                                      who=owner(), run_id=run.run_id, reason="invoke rollback")
         if run.run is not None:
-            restored = host.read_file(f"{host.good_dir}/{target.compose_sha256}.yml", missing_ok=True)
+            restored = host.read_file(host.good_file(target.compose_sha256), missing_ok=True)
             record_restored(run, project.runs_dir, target.record.get("run_id"),
                             restored.decode("utf-8") if restored is not None else None,
                             target.compose_sha256, rb)
@@ -334,7 +311,7 @@ def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = 
         DeployError: nothing deployed, or no container for the service.
     """
     if service is None:
-        norm = _normalised_service(host)
+        norm = host.normalised_service()
         if norm is None:
             raise DeployError(f"nothing deployed on {host.name}")
         service = norm[0]

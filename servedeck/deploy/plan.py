@@ -26,7 +26,7 @@ from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.model.project import Project
-from servedeck.vllm.launcher import effective_settings, launcher_env
+from servedeck.vllm.launcher import build_command, effective_settings, launcher_env
 
 if TYPE_CHECKING:  # the renderer (jinja2) is imported by render_and_check, after the preflight started
     from servedeck.compose.render import Rendered
@@ -110,6 +110,16 @@ class DeployPlan:
     @property
     def api_key(self) -> str | None:
         return self.secrets.api_key
+
+    @property
+    def record_secrets(self) -> Secrets:
+        """What to keep out of this deploy's run record: its own secrets and its parent
+        profile's (``profile.diff.json`` shows the parent's value of each changed field)."""
+        if self.loaded.parent is None:
+            return self.secrets
+        parent = self.entry.place(self.loaded.parent.profile)
+        theirs = find_secrets(build_command(parent, self.image.facts), launcher_env(parent, self.image.facts))
+        return self.secrets.including(theirs, f"parent {parent.name}")
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:

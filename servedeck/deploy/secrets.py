@@ -9,23 +9,27 @@ Scrubbing is by value: every occurrence of a secret value in any string of any r
 shape nobody listed cannot leak it either.
 
 vLLM reads its API key from ``--api-key`` or ``VLLM_API_KEY`` (``vllm/entrypoints/openai/
-cli_args.py`` and ``vllm/envs.py``, v0.11); a value written ``${NAME}`` is taken from the
-deploying user's environment variable ``NAME`` for the requests servedeck itself sends.
+cli_args.py`` and ``vllm/envs.py``, v0.11). A profile's values are literal: the renderer writes
+every ``$`` as ``$$`` (:func:`servedeck.compose.render.yaml_scalar`), so a key written
+``${NAME}`` reaches the server as those very characters, and servedeck sends exactly that. The
+secrets of a file that is already on a host are read as Compose reads them there
+(:func:`deployed_secrets`: ``docker compose config`` substitutes its variables).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servedeck.host.remote import RemoteHost
 
 SECRET_FLAGS = ("--api-key", "--hf-token")
 """vLLM flags whose value is a secret."""
 SECRET_ENV_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.I)
 """Environment variable names that hold secrets."""
 REDACTED = "***"
-_INTERPOLATION = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}?$")
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,10 @@ class Secrets:
         return sorted(self.values)
 
     def _needles(self) -> list[str]:
-        return sorted({v for v in self.values.values() if len(v) >= 4}, key=len, reverse=True)
+        # each value also as a compose file writes it: the renderer and `docker compose config`
+        # print a literal $ as $$
+        values = {v for v in self.values.values() if len(v) >= 4}
+        return sorted(values | {v.replace("$", "$$") for v in values}, key=len, reverse=True)
 
     def scrub_text(self, text: str) -> str:
         """``text`` with every secret value replaced by ``***``."""
@@ -62,15 +69,21 @@ class Secrets:
             return [self.scrub(v) for v in obj]
         return obj
 
+    def including(self, other: "Secrets", label: str) -> "Secrets":
+        """These secrets and ``other``'s, to scrub both out of one record; a ``where`` both
+        have with different values keeps ``other``'s as ``"<where> (<label>)"``."""
+        merged = dict(self.values)
+        for where, value in other.values.items():
+            if merged.get(where, value) != value:
+                where = f"{where} ({label})"
+            merged[where] = value
+        return Secrets(merged)
+
     @property
     def api_key(self) -> str | None:
-        """The key the server wants (``--api-key`` first, then ``VLLM_API_KEY``), with a
-        ``${NAME}`` value taken from this process's environment; None without one."""
-        value = self.values.get("--api-key") or self.values.get("environment.VLLM_API_KEY")
-        if value is None:
-            return None
-        m = _INTERPOLATION.match(value)
-        return os.environ.get(m.group(1)) if m else value
+        """The key the server wants (``--api-key`` first, then ``VLLM_API_KEY``), as the
+        server gets it; None without one."""
+        return self.values.get("--api-key") or self.values.get("environment.VLLM_API_KEY")
 
 
 def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str] | None) -> Secrets:
@@ -92,3 +105,16 @@ def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str]
         if value and SECRET_ENV_RE.search(str(name)):
             found[f"environment.{name}"] = str(value)
     return Secrets(found)
+
+
+def deployed_secrets(host: "RemoteHost", file: str | None = None) -> Secrets:
+    """The secrets of a compose file on the host (default: the deployed ``docker-compose.yml``)
+    as Compose reads them there: the first service of ``docker compose config --format json``
+    (its variables substituted from the host's environment and the project's ``.env``), its
+    command and environment. Values stay in memory; an empty :class:`Secrets` when compose
+    refuses the file or it has no service."""
+    norm = host.normalised_service(file) if file else host.normalised_service()
+    if norm is None:
+        return Secrets()
+    svc = norm[1]
+    return find_secrets([str(c) for c in svc.get("command") or []], svc.get("environment") or {})

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from servedeck.compose.document import literal_values
 from servedeck.errors import ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import Engine
@@ -218,6 +220,10 @@ class RemoteHost:
         """``<workdir>/.servedeck/good``: known-good compose files by sha256."""
         return f"{self.workdir}/{hist.STATE_DIR}/{hist.GOOD_DIR}"
 
+    def good_file(self, compose_sha256: str) -> str:
+        """``<workdir>/.servedeck/good/<sha256>.yml``: the known-good copy of one compose file."""
+        return f"{self.good_dir}/{compose_sha256}.yml"
+
     def abspath(self, remote_path: str) -> str:
         """``remote_path`` if absolute, else ``<workdir>/<remote_path>``."""
         return remote_path if remote_path.startswith("/") else f"{self.workdir}/{remote_path}"
@@ -322,6 +328,22 @@ class RemoteHost:
         return self.run_script(COMPOSE_SH + 'sd_compose "$@"',
                                ["-f", self.abspath(file), "--project-directory", self.workdir, *args],
                                check=check, timeout=timeout)
+
+    def normalised_service(self, file: str = COMPOSE) -> tuple[str, dict[str, Any]] | None:
+        """The first service of ``docker compose config --format json`` of a compose file on
+        the host, as ``(name, mapping)`` in Compose's normalised form, with its strings as the
+        container gets them: variables substituted from the host's environment and the
+        project's ``.env``, as ``up`` would, and the ``$$`` Compose prints for a literal ``$``
+        undone. None when compose refuses the file or it has no service. Same errors as
+        :meth:`run`."""
+        res = self.compose(["config", "--format", "json"], file=file, check=False, timeout=120)
+        if res.returncode != 0:
+            return None
+        services = json.loads(res.stdout).get("services") or {}
+        if not services:
+            return None
+        name = next(iter(services))
+        return name, literal_values(services[name])
 
     def switch(self, compose_args: list[str], history_line: dict[str, Any], *,
                data: bytes | None = None, good_sha: str | None = None,

@@ -25,7 +25,8 @@ from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
 
-KEY = "sk-servedeck-e2e-" + uuid.uuid4().hex
+KEY = "sk-servedeck-e2e-$" + uuid.uuid4().hex  # a profile value is literal: the server gets the $ too
+ESCAPED = KEY.replace("$", "$$")  # as a compose file writes it
 PORT = 9932
 
 
@@ -36,7 +37,7 @@ def keyed(loopback_project):
     project.local_images.record(ref)  # the baseline pins the placeholder digest: it loads with this image
     (project.profiles_dir / "cpu-keyed.yaml").write_text(
         f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
-        f"    VLLM_API_KEY: \"{KEY}\"\n")
+        f"    VLLM_API_KEY: '{KEY}'\n")
     entry = get_host(load_inventory(project.inventory_path), "local", project.inventory_path)
     host = RemoteHost("local", entry.ssh, entry.workdir)
     weights = ProfileStore(project.profiles_dir).load(BASELINE).profile.model.weights_dir
@@ -60,21 +61,20 @@ def test_a_keyed_profile_deploys_benches_and_never_records_the_key(keyed):
     bench_deployed(result.run.path, host, entry, Workload(prompt_tokens=128, max_tokens=16,
                                                           repetitions=1))
     assert (result.run.path / "bench.jsonl").exists()
-    leaks = [p for p in result.run.path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    leaks = [p for p in result.run.path.rglob("*") if p.is_file()
+             and (KEY.encode() in p.read_bytes() or ESCAPED.encode() in p.read_bytes())]
     assert leaks == []
     assert result.run.meta.redacted == ["environment.VLLM_API_KEY"]
     state = host.run(["sh", "-c", 'cat "$1"/history.jsonl; ls "$1"/good', "sh",
                       f"{host.workdir}/.servedeck"]).stdout
-    assert KEY not in state
+    assert KEY not in state and ESCAPED not in state
     assert host.run(["stat", "-c", "%a", host.compose_path]).stdout.strip() == "600"
 
 
-def test_without_the_key_readiness_says_the_server_wants_one(keyed, monkeypatch):
-    """A key may come from the deploying user's environment (``${SD_E2E_KEY:-...}``; Compose on
-    the host substitutes its default there). Without that variable servedeck has no key to send,
-    and readiness against the real keyed server says the server wants one; with it, the same
-    server is ready. The server of the test above answers (no second vLLM start: another minute
-    and a half here; a deploy that fails this way is the same wait, then the usual failure path)."""
+def test_without_the_key_readiness_says_the_server_wants_one(keyed):
+    """Readiness against the real keyed server (the test above's: no second vLLM start, another
+    minute and a half here) says the server wants a key when none is sent and when another is;
+    with the profile's key, read as the server gets it (``$`` and all), it is ready."""
     project, host, entry = keyed
     try:
         keyed_server_up = httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code == 401
@@ -83,22 +83,18 @@ def test_without_the_key_readiness_says_the_server_wants_one(keyed, monkeypatch)
     if not keyed_server_up:  # run alone: put the keyed server up first
         assert deploy(project, host, entry, ProfileStore(project.profiles_dir).load("cpu-keyed"),
                       DeployOptions(), QuietReporter()).outcome == "ready"
-    (project.profiles_dir / "cpu-keyed-env.yaml").write_text(
-        f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
-        "    VLLM_API_KEY: \"${SD_E2E_KEY:-unset-key}\"\n")
-    profile = ProfileStore(project.profiles_dir).load("cpu-keyed-env").profile
+    profile = ProfileStore(project.profiles_dir).load("cpu-keyed").profile
     secrets = find_secrets([], profile.container.environment)
-    assert secrets.names == ["environment.VLLM_API_KEY"]
+    assert secrets.names == ["environment.VLLM_API_KEY"] and secrets.api_key == KEY
 
     def wait(api_key):
         return wait_ready(host, service=profile.container.service, base_url=f"http://127.0.0.1:{PORT}",
                           served_name=profile.model.served_model_name[0], api_key=api_key,
                           timeout_s=60, reporter=QuietReporter())
 
-    monkeypatch.delenv("SD_E2E_KEY", raising=False)
-    assert secrets.api_key is None
-    refused = wait(secrets.api_key)
+    refused = wait(None)
     assert not refused.ready and refused.diagnosis == "wants-key"
     assert "wants an API key" in refused.reason and "without a key" in refused.reason
-    monkeypatch.setenv("SD_E2E_KEY", KEY)
-    assert secrets.api_key == KEY and wait(secrets.api_key).ready
+    wrong = wait(ESCAPED)  # the key as the compose file spells it is not the key
+    assert not wrong.ready and wrong.diagnosis == "wants-key" and "the key the profile configures" in wrong.reason
+    assert wait(secrets.api_key).ready

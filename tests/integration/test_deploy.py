@@ -70,11 +70,13 @@ def card(test_services):
 
 
 def _fast(project: Project, name: str = "fast", parent: str = "batch-8192", mode: str | None = None,
-          startup_s: float = 2.0, restart: str | None = None) -> str:
+          startup_s: float = 2.0, restart: str | None = None, api_key: str | None = None) -> str:
     env = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
            "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": str(startup_s)}
     if mode:
         env["STANDIN_MODE"] = mode
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
     lines = [f"extends: {parent}", "container:", "  environment:"]
     lines += [f"    {k}: \"{v}\"" for k, v in env.items()]
     if restart:
@@ -202,6 +204,27 @@ def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin,
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None
     assert [g["revision"] for g in st["known_good"]] == [3]  # one entry per file, newest
+
+
+def test_the_rollback_sends_the_restored_servers_own_key_and_records_neither(project, card, standin):
+    """A/B where arm B changes the API key and fails: the rollback waits for arm A's server with
+    arm A's key (from its known-good file, as Compose reads it on the host), not with B's.
+    The key holds a ``$``: a profile value is literal, so the server gets those characters."""
+    host, _ = card
+    key_a, key_b = "sk-a-$HOME-" + uuid.uuid4().hex, "sk-b-" + uuid.uuid4().hex
+    assert _deploy(project, card, _fast(project, "good", api_key=key_a), standin).outcome == "ready"
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=5).status_code == 401
+    answer = httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=5,
+                       headers={"Authorization": f"Bearer {key_a}"})
+    assert [m["id"] for m in answer.json()["data"]] == ["Qwen3.8-27B"]
+    bad = _fast(project, "bad", parent="good", mode="exit", api_key=key_b)
+    with pytest.raises(DeployError, match=r"rolled back: revision 1 \(good\) serves again"):
+        _deploy(project, card, bad, standin)
+    assert [o for *_, o in _revisions(host)] == ["ready", "failed", "ready"]
+    needles = [k.encode() for k in (key_a, key_a.replace("$", "$$"), key_b)]  # $$: as a compose file has it
+    for run in project.runs_dir.iterdir():
+        leaks = [p.name for p in run.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
+        assert leaks == [], run.name
 
 
 def test_failed_first_deploy_without_previous_is_stopped(project, card, standin):

@@ -32,12 +32,31 @@ def test_secrets_in_every_argv_and_environment_shape_are_found_and_scrubbed() ->
     assert clean["diff"][0]["value"] == "***" and "***" in clean
 
 
-def test_api_key_from_environment_mapping_and_interpolation(monkeypatch) -> None:
+def test_api_key_is_the_value_as_the_server_gets_it(monkeypatch) -> None:
+    """A profile's values are literal (the renderer writes ``$`` as ``$$``): ``${NAME}`` is the
+    key itself, whatever this process's environment holds."""
     assert find_secrets([], {"VLLM_API_KEY": KEY}).api_key == KEY
-    monkeypatch.setenv("SD_TEST_KEY", KEY)
-    assert find_secrets(["--api-key", "${SD_TEST_KEY}"], {}).api_key == KEY
+    monkeypatch.setenv("SD_TEST_KEY", "not-the-key")
+    assert find_secrets(["--api-key", "${SD_TEST_KEY}"], {}).api_key == "${SD_TEST_KEY}"
+    assert find_secrets([], ["VLLM_API_KEY=${SD_TEST_KEY:-dflt}"]).api_key == "${SD_TEST_KEY:-dflt}"
     assert find_secrets(["--port", "8000"], {"HF_HOME": "/x"}).api_key is None
     assert find_secrets([], {}).scrub({"a": KEY}) == {"a": KEY}  # nothing to scrub
+
+
+def test_secrets_including_another_deployments_scrub_both_and_name_a_clash() -> None:
+    a = find_secrets([], {"VLLM_API_KEY": KEY, "HF_TOKEN": "hf_same_token"})
+    b = find_secrets(["--api-key", "sk-other-key"], {"VLLM_API_KEY": "sk-rollback-key",
+                                                     "HF_TOKEN": "hf_same_token"})
+    both = a.including(b, "revision 3")
+    assert both.names == ["--api-key", "environment.HF_TOKEN", "environment.VLLM_API_KEY",
+                          "environment.VLLM_API_KEY (revision 3)"]
+    assert both.api_key == "sk-other-key"
+    assert both.scrub_text(f"{KEY} sk-rollback-key sk-other-key") == "*** *** ***"
+
+
+def test_a_key_with_a_dollar_is_scrubbed_also_as_a_compose_file_writes_it() -> None:
+    s = find_secrets([], {"VLLM_API_KEY": "sk-$HOME-$$-x"})
+    assert s.scrub_text('VLLM_API_KEY: "sk-$$HOME-$$$$-x" and sk-$HOME-$$-x') == 'VLLM_API_KEY: "***" and ***'
 
 
 # ------------------------------------------------------------------ history

@@ -206,6 +206,30 @@ def test_dollar_escapes_survive_the_round_trip(tmp_path):
     assert rendered.command[-1] == "$${x}"
 
 
+@pytest.mark.parametrize("command,extra,field,shown", [
+    (["/models/m", "--api-key", "${VLLM_KEY}"], "", "services.llm.command[2]", "$VLLM_KEY"),
+    (["/models/m"], "    environment:\n      HF_TOKEN: ${HF_TOKEN:-none}\n",
+     "services.llm.environment.HF_TOKEN", "$HF_TOKEN"),
+    (["/models/m"], "    environment:\n      - \"TAG=run-$$n-$RUN\"\n", "services.llm.environment[0]", "$RUN"),
+    (["/models/m", "--served-model-name", "m-${A}-${B:+b}"], "", "services.llm.command[2]", "$A, $B"),
+    (["/models/m"], "    container_name: llm-${SUFFIX?set it}\n", "services.llm.container_name", "$SUFFIX"),
+])
+def test_a_compose_variable_is_refused_naming_the_field_and_how_to_resolve_it(tmp_path, command, extra,
+                                                                             field, shown):
+    """A profile holds values: a variable Compose would substitute on the host would reach the
+    server as its own characters once the renderer escapes the ``$``."""
+    with pytest.raises(ServedeckError) as exc:
+        import_compose(_compose(tmp_path, command, extra=extra), "t", CATALOG)
+    assert exc.value.field == field and f"uses the variable {shown}:" in exc.value.message
+    assert "docker compose config --no-normalize" in exc.value.hint
+
+
+def test_an_invalid_dollar_is_refused_as_compose_refuses_it(tmp_path):
+    with pytest.raises(ServedeckError) as exc:
+        import_compose(_compose(tmp_path, ["/models/m", "--chat-template", "a$-b"]), "t", CATALOG)
+    assert exc.value.field == "services.llm.command[2]" and "not a valid Compose interpolation" in exc.value.message
+
+
 @pytest.mark.parametrize("case", ["39-import-hf-repo-id-model.yml", "40-import-drops-gpu-reservation.yml",
                                   "38-import-flag-equals-value.yml", "41b-human-readable-int-import.yml"])
 def test_imported_profiles_validate_against_the_published_schema(case):

@@ -9,6 +9,7 @@ vLLM reads the same way. Everything else is compared as Compose normalises it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +27,7 @@ from servedeck.vllm.argv import meaning
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 CATALOG = Catalog(ROOT / "deploy" / "images.yaml")
-REFUSED = {"bad-vllm-latest.yml": "not pinned"}
+REFUSED = {"bad-vllm-latest.yml": "not pinned", "vllm-variables.yml": "uses the variable"}
 #: every compose file under tests/fixtures: hand-written ones, field cases, deployed run records
 COMPOSE_FILES = sorted(p for p in FIXTURES.rglob("*.yml") if "services:" in p.read_text())
 
@@ -90,3 +91,34 @@ def test_import_then_render_is_the_same_document(src: Path, tmp_path: Path) -> N
 def test_refused_files_say_why(name: str) -> None:
     with pytest.raises(ServedeckError, match=REFUSED[name]):
         import_compose(FIXTURES / "compose" / name, "x", CATALOG)
+
+
+@pytest.mark.skipif(not _has_compose(), reason="Compose v2 not installed")
+def test_a_file_with_variables_imports_as_compose_reads_it(tmp_path: Path) -> None:
+    """The refusal's way out works: Compose's own reading of the file (``config
+    --no-normalize`` with the variables set) imports, and the rendering gives the server what
+    the original gives it under the same environment: every ``$`` of a substituted value
+    (``sk-x$y``) stays a literal."""
+    src = FIXTURES / "compose" / "vllm-variables.yml"
+    env = {**os.environ, "VLLM_KEY": "sk-x$y", "HF_TOKEN": "hf_abc", "PORT": "8123"}
+    env.pop("TAG", None)
+    resolved = tmp_path / "resolved.yml"
+    resolved.write_text(subprocess.run(["docker", "compose", "-f", str(src), "-p", "rt", "config",
+                                        "--no-normalize"], env=env, capture_output=True, text=True,
+                                       check=True).stdout)
+    a, b, _ = _round_trip(resolved, tmp_path)
+    assert a == b
+
+    def as_the_server_gets_it(path: Path) -> dict:
+        out = subprocess.run(["docker", "compose", "-f", str(path), "-p", "rt", "config", "--format",
+                              "json"], env=env, capture_output=True, text=True, check=True)
+        svc = json.loads(out.stdout.replace("$$", "$"))["services"]["vllm"]  # Compose prints $ as $$
+        return {"command": svc["command"], "environment": svc["environment"],
+                "published": [p["published"] for p in svc["ports"]]}
+
+    original = as_the_server_gets_it(src)
+    assert original["command"][-3:] == ["chat-dev", "--api-key", "sk-x$y"]
+    rendered = as_the_server_gets_it(tmp_path / "mine" / "docker-compose.yml")
+    assert rendered["environment"] == original["environment"] == {"HF_TOKEN": "hf_abc", "PRICE": "$5"}
+    assert meaning(rendered["command"], "vllm") == meaning(original["command"], "vllm")
+    assert rendered["published"] == original["published"] == ["8123"]

@@ -16,6 +16,10 @@ port and the served model name. Once ready it serves:
   passthrough, else ``--set served_model_name=...``, else model.yaml's ``served_model_name``)
 * ``GET /metrics`` → the fixture Prometheus text (``metrics-4096.txt``/``metrics-8192.txt``)
 * ``GET /version`` → ``{"version": "0.32.0"}``
+* with an API key (``--api-key`` in the passthrough, else ``VLLM_API_KEY``), every ``/v1``
+  request without ``Authorization: Bearer <key>`` → 401 ``{"error": "Unauthorized"}``, as vLLM's
+  ``AuthenticationMiddleware`` answers (``vllm/entrypoints/openai/api_server.py``);
+  ``/health``, ``/metrics`` and ``/version`` stay open
 * ``POST /tokenize``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (streamed or
   not): a stand-in for inference so that ``servedeck bench`` can run against a stand-in
   deployment. No model runs: a token is a whitespace-separated word (a chat request adds
@@ -104,8 +108,10 @@ def parse_argv(argv: list[str]) -> dict:
         port = int(match.group(1)) if match else 8100
     model = args.model_path or os.path.join(os.environ.get("MODELS_DIR", "/models"),
                                             Path(args.config).name)
+    keys = _flag_values(passthrough, "--api-key")
+    api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu}
+            "model": model, "gpu": args.gpu, "api_key": api_key}
 
 
 def _model_yaml(config: str) -> str:
@@ -300,12 +306,21 @@ def make_handler(cfg: dict, metrics: str):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
-            reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}.get(code, "")
+            reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}.get(code, "")
             say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                 f'"{self.command} {self.path} HTTP/1.1" {code} {reason}')
 
+        def _refused(self, path: str) -> bool:
+            key = cfg.get("api_key")
+            if key and path.startswith("/v1") and self.headers.get("authorization") != f"Bearer {key}":
+                self._send(401, b'{"error":"Unauthorized"}', "application/json")
+                return True
+            return False
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if self._refused(path):
+                return
             if path == "/health":
                 self._send(200, b"", "application/json")
             elif path == "/v1/models":
@@ -329,6 +344,8 @@ def make_handler(cfg: dict, metrics: str):
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
+            if self._refused(path):
+                return
             if path not in ("/tokenize", "/v1/chat/completions", "/v1/completions"):
                 self._send(404, b'{"detail":"Not Found"}', "application/json")
                 return

@@ -21,6 +21,7 @@ import re
 from pathlib import Path as Path_
 from typing import Any
 
+from servedeck.compose.document import interpolation_refs
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
 from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
@@ -237,50 +238,6 @@ def _one_scalar(ctx: Ctx, path: Path, sc: Scalar, field_name: str, env_key: str 
 
 
 # ----------------------------------------------------------------------------- interpolation
-
-_NAME = re.compile(r"[_A-Za-z][_A-Za-z0-9]*")
-
-
-def interpolation_refs(text: str) -> tuple[list[str], str | None]:
-    """Variables Compose would substitute in ``text``, and the first invalid ``$`` use (or None).
-
-    Source: compose-spec ``interpolation.md`` (``$VAR``, ``${VAR}``, ``${VAR:-default}``,
-    ``${VAR-default}``, ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``).
-    """
-    refs: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text[i] != "$":
-            i += 1
-            continue
-        nxt = text[i + 1] if i + 1 < n else ""
-        if nxt == "$":
-            i += 2
-            continue
-        if nxt == "{":
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text[j] == "{" and text[j - 1] == "$":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                j += 1
-            if depth:
-                return refs, text[i:]
-            inner = text[i + 2: j - 1]
-            m = _NAME.match(inner)
-            if not m or (m.end() < len(inner) and not re.match(r":?[-?+]", inner[m.end():])):
-                return refs, text[i:j]
-            refs.append(m.group(0))
-            i = j
-            continue
-        m = _NAME.match(text, i + 1)
-        if not m:
-            return refs, text[i: i + 2]
-        refs.append(m.group(0))
-        i = m.end()
-    return refs, None
-
 
 def check_interpolation(ctx: Ctx) -> None:
     """``interpolation/invalid`` (error) and ``interpolation/unintended`` (warning)."""
