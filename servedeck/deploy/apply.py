@@ -33,7 +33,7 @@ from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_po
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    judge_in_image, published_port, render_and_check, resolve_image, with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
-from servedeck.deploy.secrets import deployed_secrets
+from servedeck.deploy.secrets import Secrets, deployed_secrets
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
                                      record_startup, start_run)
 from servedeck.errors import DeployError, ServedeckError
@@ -361,14 +361,11 @@ class _Deploy:
                     "the failed one was stopped")
         self.reporter.phase("rollback", f"to revision {target.number} ({target.profile}), the last "
                                         "known-good deployment")
-        # the key the restored server wants is its own file's, as Compose reads it on the host
-        own = deployed_secrets(self.host, self.host.good_file(target.compose_sha256))
-        self.run.secrets = self.run.secrets.including(own, f"revision {target.number}")
-        rb, lines = restore_revision(self.host, self.entry, target, self.revision + 1,
-                                     api_key=own.api_key,
-                                     timeout_s=p.timeout_s if p else self.entry.ready_timeout_s,
-                                     reporter=self.reporter, who=owner(), run_id=self.run.run_id,
-                                     reason=f"automatic after {why} revision {self.revision}")
+        rb, lines, theirs = restore_revision(self.host, self.entry, target, self.revision + 1,
+                                             timeout_s=p.timeout_s if p else self.entry.ready_timeout_s,
+                                             reporter=self.reporter, who=owner(), run_id=self.run.run_id,
+                                             reason=f"automatic after {why} revision {self.revision}")
+        self.run.secrets = self.run.secrets.including(theirs, f"revision {target.number}")
         self.lines += lines
         self.result.rollback = rb
         self.run.save_meta(rollback={"revision": target.number, "ready": rb.ready, "reason": rb.reason})
@@ -481,12 +478,17 @@ class _Deploy:
 
 
 def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, revision: int, *,
-                     api_key: str | None, timeout_s: float, reporter: Reporter, who: str,
-                     run_id: str | None, reason: str) -> tuple[Readiness, list[dict[str, Any]]]:
+                     timeout_s: float, reporter: Reporter, who: str, run_id: str | None,
+                     reason: str) -> tuple[Readiness, list[dict[str, Any]], Secrets]:
     """Install the known-good file of ``target`` as revision ``revision``, restart, wait.
 
+    The wait sends the key the restored server wants: its own file's, as Compose reads it on
+    the host (:func:`~servedeck.deploy.secrets.deployed_secrets`), once the switch (which waits
+    out an unreachable host) has put it in place.
+
     Returns:
-        the readiness and the final history line to write (the ``started`` line is written).
+        the readiness, the final history line to write (the ``started`` line is written), and
+        the restored file's secrets (to scrub from a record).
     """
     from servedeck.deploy.plan import api_base_url
     rec = target.record
@@ -498,18 +500,23 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
             "max_num_batched_tokens": rec.get("max_num_batched_tokens"), "reason": reason}
     up = _switch_retrying(host, {**line, "outcome": "started", "time": utcnow()},
                           target.compose_sha256, retry_s=max(60.0, timeout_s))
+    secrets = Secrets()
     if up.returncode != 0:
         rb = Readiness(False, f"docker compose up of revision {target.number} failed: "
                               + up.stderr.strip()[-300:], "", None, None, 0.0, diagnosis="compose-up")
     else:
+        try:
+            secrets = deployed_secrets(host)
+        except HostUnreachable:
+            pass  # readiness tells an unreachable host apart (a key it wants shows there)
         rb = wait_ready(host, service=rec.get("service") or "vllm",
                         base_url=api_base_url(host, entry, int(rec.get("port") or entry.port)),
-                        served_name=rec.get("served_model_name") or "", api_key=api_key,
+                        served_name=rec.get("served_model_name") or "", api_key=secrets.api_key,
                         timeout_s=timeout_s, reporter=reporter, phase="rollback")
     final = {**line, "outcome": "ready" if rb.ready else "failed", "ended": utcnow()}
     if not rb.ready:
         final["reason"] = rb.reason
-    return rb, [final]
+    return rb, [final], secrets
 
 
 def _switch_retrying(host: RemoteHost, line: dict[str, Any], good_sha: str | None, *,

@@ -17,7 +17,6 @@ from servedeck.deploy.kv_power import format_power_status, power_status, restore
 from servedeck.deploy.plan import api_base_url, owner
 from servedeck.deploy.readiness import Readiness
 from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, start_run
-from servedeck.deploy.secrets import deployed_secrets
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import container_state
@@ -222,13 +221,12 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                             served_model_name=target.record.get("served_model_name"),
                             port=target.record.get("port"))
             reporter.info(f"run record {run.path}")
-        secrets = deployed_secrets(host, host.good_file(target.compose_sha256))
-        run.secrets = secrets
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
         restore_power(host, run.run, reporter)  # the limit the current deployment replaced
-        rb, lines = restore_revision(host, entry, target, revision, api_key=secrets.api_key,
-                                     timeout_s=timeout_s or entry.ready_timeout_s, reporter=reporter,
-                                     who=owner(), run_id=run.run_id, reason="invoke rollback")
+        rb, lines, run.secrets = restore_revision(host, entry, target, revision,
+                                                  timeout_s=timeout_s or entry.ready_timeout_s,
+                                                  reporter=reporter, who=owner(), run_id=run.run_id,
+                                                  reason="invoke rollback")
         if run.run is not None:
             restored = host.read_file(host.good_file(target.compose_sha256), missing_ok=True)
             record_restored(run, project.runs_dir, target.record.get("run_id"),

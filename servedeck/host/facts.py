@@ -36,11 +36,13 @@ Without the plugin there, or with ``cliPluginsExtraDirs`` in the Docker CLI's co
 places to look first), it is ``docker compose``."""
 
 # $1 workdir, $2 port ("" none), $3 image reference ("" none), then the paths to check.
-# Prints one JSON line.
+# Prints one record per line, "KEY<TAB>FIELDS..." (see parse_facts); every value it prints is one
+# line (names, numbers, kinds; the image document with its newlines removed). Apart from the
+# Docker CLI calls it forks little: a fork costs ~1 ms on a busy host, and the old JSON printer
+# made ~60 of them.
 PREFLIGHT_SCRIPT = COMPOSE_SH + r"""
 wd=$1; port=$2; img=$3; shift 3
-js() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ' | tr -d '\000-\037')"; }
-jv() { if [ -n "$1" ]; then js "$1"; else printf null; fi; }
+T=$(printf '\t')
 pft=$(mktemp -d) || { echo "servedeck preflight: mktemp -d failed on the host" >&2; exit 1; }; trap 'rm -rf "$pft"' EXIT
 # the Docker CLI calls run side by side (each is a process start and an Engine round trip)
 docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 2>/dev/null &
@@ -48,92 +50,109 @@ docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 
 [ -n "$port" ] && docker ps --filter "publish=$port" \
   --format '{{.Names}}|{{.Label "com.docker.compose.project.working_dir"}}' >"$pft/pc" 2>/dev/null &
 [ -n "$img" ] && { docker image inspect "$img" 2>/dev/null | tr -d '\n' >"$pft/img"; } &
-printf '{"hostname":%s' "$(js "$(uname -n)")"
-printf ',"kernel":%s' "$(js "$(uname -r)")"
-printf ',"dri":['; sep=
+echo "hostname$T$(uname -n)"
+echo "kernel$T$(uname -r)"
 for f in /dev/dri/*; do
-  [ -e "$f" ] || continue
-  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(stat -c %g "$f")")" "$(js "$(stat -c %G "$f")")" "$(js "$(stat -c %a "$f")")"; sep=,
+  [ -e "$f" ] && stat -c "dri$T%n$T%g$T%G$T%a" -- /dev/dri/* 2>/dev/null
+  break
 done
-printf '],"power":['; sep=
 for f in /sys/class/drm/card*/device/hwmon/hwmon*/power1_cap; do
   [ -r "$f" ] || continue
-  m=$(cat "${f}_max" 2>/dev/null || true)
-  printf '%s[%s,%s,%s]' "$sep" "$(js "$f")" "$(js "$(cat "$f" 2>/dev/null)")" "$(jv "$m")"; sep=,
+  c=; m=; IFS= read -r c <"$f" 2>/dev/null; IFS= read -r m <"${f}_max" 2>/dev/null
+  echo "power$T$f$T$c$T$m"
 done
-printf '],"workdir_exists":%s' "$( [ -d "$wd" ] && echo true || echo false)"
-d=$wd; while [ ! -d "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
-printf ',"workdir_avail_kib":%s' "$(jv "$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')")"
-printf ',"paths":['; sep=
+[ -d "$wd" ] && echo "workdir_exists"
+d=$wd; while [ ! -d "$d" ]; do d=${d%/*}; [ -n "$d" ] || d=/; done
+df -Pk "$d" 2>/dev/null | awk -v t="$T" 'NR==2 {print "workdir_avail_kib" t $4}'
+i=0
 for p in "$@"; do
   case $p in /*) a=$p ;; *) a=$wd/$p ;; esac
-  if [ -d "$a" ]; then k=dir; if [ -n "$(ls -A "$a" 2>/dev/null)" ]; then n=true; else n=false; fi
+  if [ -d "$a" ]; then k=dir; n=false
+    for e in "$a"/* "$a"/.[!.]* "$a"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then n=true; break; fi; done
   elif [ -f "$a" ]; then k=file; if [ -s "$a" ]; then n=true; else n=false; fi
   elif [ -e "$a" ]; then k=other; n=true
   else k=; n=false; fi
-  printf '%s[%s,%s,%s,%s]' "$sep" "$(js "$p")" "$(js "$a")" "$(jv "$k")" "$n"; sep=,
+  echo "path$T$i$T$k$T$n"; i=$((i + 1))
 done
-printf ']'
+[ -n "$port" ] && awk -v p="$port" -v t="$T" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == sprintf("%04X", p)) { print "port_listening"; exit } }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 wait
-dv=$(cat "$pft/dv" 2>/dev/null)
-printf ',"docker_server_version":%s' "$(jv "${dv% *}")"
-printf ',"docker_api_version":%s' "$(jv "$(printf '%s' "$dv" | awk '{print $2}')")"
-printf ',"compose_version":%s' "$(jv "$(cat "$pft/cv" 2>/dev/null)")"
-if [ -s "$pft/img" ]; then printf ',"image":%s' "$(cat "$pft/img")"; else printf ',"image":[]'; fi
-if [ -n "$port" ]; then
-  hex=$(printf '%04X' "$port")
-  l=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" { n = split($2, a, ":"); if (a[n] == h) { print "yes"; exit } }')
-  printf ',"port_listening":%s' "$( [ "$l" = yes ] && echo true || echo false)"
-  printf ',"port_containers":['; sep=
-  while IFS= read -r ln; do
-    [ -n "$ln" ] || continue
-    printf '%s[%s,%s]' "$sep" "$(js "${ln%%|*}")" "$(js "${ln#*|}")"; sep=,
-  done <"$pft/pc"
-  printf ']'
-fi
-printf '}\n'
+dv=; cv=; IFS= read -r dv <"$pft/dv"; IFS= read -r cv <"$pft/cv"
+echo "docker$T$dv"
+echo "compose$T$cv"
+if [ -s "$pft/img" ]; then printf 'image%s' "$T"; cat "$pft/img"; echo; fi
+if [ -n "$port" ]; then while IFS= read -r ln; do [ -n "$ln" ] && echo "holder$T$ln"; done <"$pft/pc"; fi
 """
 
 
-def parse_facts(host: str, workdir: str, facts_text: str, port: int | None) -> dict[str, Any]:
-    """The JSON line :data:`PREFLIGHT_SCRIPT` printed → the facts dict (without ``lock``: the
-    caller adds it from the host state).
+def parse_facts(host: str, workdir: str, facts_text: str, port: int | None,
+                paths: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The records :data:`PREFLIGHT_SCRIPT` printed → the facts dict (without ``lock``: the
+    caller adds it from the host state); ``paths`` are the script's path arguments, in order.
 
     Raises:
-        ServedeckError: the output is not JSON.
+        ServedeckError: a record that is not the script's (the output is cut or mixed with
+            something else).
     """
-    try:
-        raw = json.loads(facts_text)
-    except json.JSONDecodeError as exc:
-        raise ServedeckError(f"host {host}: preflight output is not JSON: {exc}: "
-                             f"{facts_text.strip()[:300]}") from exc
+    records: dict[str, list[list[str]]] = {}
+    for line in facts_text.splitlines():
+        if not line.strip():
+            continue
+        key, *fields = line.split("\t")
+        if key not in _RECORDS:
+            raise ServedeckError(f"host {host}: the preflight printed an unexpected line: {line[:300]!r}")
+        records.setdefault(key, []).append(fields)
+    one = {k: v[0] for k, v in records.items()}
+    if "hostname" not in one or "docker" not in one:
+        raise ServedeckError(f"host {host}: the preflight output is incomplete: {facts_text.strip()[:300]!r}")
+    server, _, api = one["docker"][0].partition(" ")
+    kinds = {int(i): (kind or None, nonempty == "true") for i, kind, nonempty in records.get("path", [])}
+
+    def absolute(p: str) -> str:
+        return p if p.startswith("/") else f"{workdir}/{p}"
+
+    avail = one.get("workdir_avail_kib", [""])[0]
     facts: dict[str, Any] = {
         "host": host,
-        "hostname": raw["hostname"],
-        "kernel": raw["kernel"],
-        "docker_server_version": raw["docker_server_version"],
-        "docker_api_version": raw["docker_api_version"],
-        "compose_version": raw["compose_version"],
+        "hostname": one["hostname"][0],
+        "kernel": one["kernel"][0],
+        "docker_server_version": server or None,
+        "docker_api_version": api or None,
+        "compose_version": one.get("compose", [""])[0] or None,
         "dri_devices": [{"path": p, "gid": int(g), "group": grp, "mode": m}
-                        for p, g, grp, m in raw["dri"]],
+                        for p, g, grp, m in records.get("dri", [])],
         "gpu_power_caps": [{"path": p, "cap_w": _uw_to_w(c), "cap_max_w": _uw_to_w(m)}
-                           for p, c, m in raw["power"]],
-        "workdir": {"path": workdir, "exists": raw["workdir_exists"],
-                    "free_gib": (round(int(raw["workdir_avail_kib"]) / 1024**2, 2)
-                                 if raw["workdir_avail_kib"] else None)},
-        "paths": {given: {"path": a, "exists": kind is not None, "nonempty": nonempty,
-                          "kind": kind}
-                  for given, a, kind, nonempty in raw["paths"]},
+                           for p, c, m in records.get("power", [])],
+        "workdir": {"path": workdir, "exists": "workdir_exists" in one,
+                    "free_gib": round(int(avail) / 1024**2, 2) if avail.isdigit() else None},
+        "paths": {given: {"path": absolute(given), "exists": kinds.get(i, (None,))[0] is not None,
+                          "nonempty": kinds.get(i, (None, False))[1], "kind": kinds.get(i, (None,))[0]}
+                  for i, given in enumerate(paths)},
         "port": None,
-        "image": (raw.get("image") or [None])[0],  # the CLI prints the Engine's array: [] when absent
+        "image": _image_document(host, one.get("image", [""])[0]),
         "lock": None,
     }
     if port is not None:
-        holders = raw["port_containers"] or []
-        facts["port"] = {"port": int(port), "listening": raw["port_listening"],
-                         "containers": [name for name, _ in holders],
-                         "compose_workdirs": {name: workdir or None for name, workdir in holders}}
+        holders = [fields[0].partition("|") for fields in records.get("holder", [])]
+        facts["port"] = {"port": int(port), "listening": "port_listening" in one,
+                         "containers": [name for name, _, _ in holders],
+                         "compose_workdirs": {name: wd or None for name, _, wd in holders}}
     return facts
+
+
+_RECORDS = ("hostname", "kernel", "dri", "power", "workdir_exists", "workdir_avail_kib", "path",
+            "port_listening", "docker", "compose", "image", "holder")
+
+
+def _image_document(host: str, text: str) -> dict[str, Any] | None:
+    """``docker image inspect`` output (the Engine's array; empty when the image is absent) →
+    its one document, or None."""
+    if not text.strip():
+        return None
+    try:
+        docs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ServedeckError(f"host {host}: `docker image inspect` printed no JSON: {exc}: {text[:300]}") from exc
+    return docs[0] if docs else None
 
 
 def _uw_to_w(value: str | None) -> float | None:

@@ -508,7 +508,7 @@ class RemoteHost:
 
     def preflight_facts(self, paths: list[str] | tuple[str, ...] = (),
                         port: int | None = None, image: str | None = None) -> dict[str, Any]:
-        """Gather host facts in ONE SSH round trip (a POSIX sh script printing JSON).
+        """Gather host facts in ONE SSH round trip (a POSIX sh script, :mod:`servedeck.host.facts`).
 
         Args:
             paths: paths to check (relative ones are under the workdir).
@@ -535,7 +535,7 @@ class RemoteHost:
             "lock": LockInfo as dict (JSON types) | {"raw": str} if unparsable | None}``
 
         Raises:
-            ServedeckError: the host is unreachable or the script output is not JSON.
+            ServedeckError: the host is unreachable or the script's output is not its own.
         """
         return self.preflight(paths, port, image=image)[0]
 
@@ -561,11 +561,11 @@ class RemoteHost:
             script += ("\nprintf '\\n==snapshot\\n'\n"
                        + _B64_FILES.format(paths=" ".join(shlex.quote(p) for p in wanted)) + "\n")
         res = self.run_script(script, args, timeout=60)
-        facts_text, _, state_text = res.stdout.partition("\n")
-        state_text, _, snapshot = state_text.partition("\n==snapshot\n")
+        facts_text, _, state_text = ("\n" + res.stdout).partition("\n==lock\n")  # the state's first section
+        state_text, _, snapshot = ("==lock\n" + state_text).partition("\n==snapshot\n")
         self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
         state = self._parse_state(state_text, lock_owner)
-        facts = parse_facts(self.name, self.workdir, facts_text, port)
+        facts = parse_facts(self.name, self.workdir, facts_text, port, paths)
         if state.holder is not None:
             facts["lock"] = state.holder.model_dump(mode="json")
         elif state.holder_raw:
