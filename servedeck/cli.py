@@ -368,12 +368,39 @@ def validate(c, files=None):
 # ----------------------------------------------------------------------------- hosts
 
 
-def _host(name: str, inventory: str | None):
+def _host(name: str, inventory: str | None, *, session_soon: bool = False):
+    """The inventory host ``name`` as (RemoteHost, HostEntry). ``session_soon``: start its SSH
+    session first, from the inventory's plain data, while pydantic and the rest import (the
+    host's login shell takes 0.1-0.3 s); the validated entry then decides: the session is kept
+    when its target is the one validated, and dropped otherwise."""
+    path = Path(inventory) if inventory else _project().inventory_path
+    raw, early = _early_session(name, path) if session_soon else (None, None)
     from servedeck.model.inventory import get_host, load_inventory
     from servedeck.host.remote import RemoteHost
-    path = Path(inventory) if inventory else _project().inventory_path
-    entry = get_host(load_inventory(path), name, path)
-    return RemoteHost(name, entry.ssh, entry.workdir), entry
+    entry = get_host(load_inventory(path, raw), name, path)
+    if early is not None and early.target != entry.ssh:
+        early.close()
+        early = None
+    remote = RemoteHost(name, entry.ssh, entry.workdir, transport=early)
+    if session_soon and early is None:
+        remote.transport.open_session_soon()
+    return remote, entry
+
+
+def _early_session(name: str, path: Path):
+    """(the inventory's YAML data, an SshTransport opening its session) for host ``name``, or
+    (None, None) when the file cannot be read as data or the entry is not plainly an SSH target:
+    the validated load that follows says what is wrong."""
+    from servedeck.host.ssh import SshTarget, SshTransport
+    from servedeck.yamlio import load_data
+    try:
+        raw = load_data(path.read_text(encoding="utf-8")) or {}
+        target = SshTarget(**raw["hosts"][name]["ssh"])
+    except Exception:  # noqa: BLE001 - best effort: any fault is reported by the validated load
+        return None, None
+    transport = SshTransport(name, target)
+    transport.open_session_soon()
+    return raw, transport
 
 
 _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
@@ -397,8 +424,7 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
         return _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout)
     if not host or not profile:
         raise ServedeckError("give --host NAME (or --hosts GROUP) and --profile NAME")
-    remote, entry = _host(host, inventory)
-    remote.transport.open_session_soon()  # the host's login shell starts while the deploy imports
+    remote, entry = _host(host, inventory, session_soon=True)  # the login shell runs while we import
     from servedeck.deploy.apply import deploy as run_deploy
     from servedeck.deploy.console import ConsoleReporter
     from servedeck.deploy.plan import DeployOptions

@@ -175,20 +175,23 @@ class RemoteHost:
         ssh_target: how to reach it.
         workdir: absolute path of servedeck's working directory on the host (compose file,
             ``models/``, ``cache/``, ``.servedeck/`` state).
+        transport: the :class:`SshTransport` to ``ssh_target`` to use (one whose session is
+            already opening); a new one by default.
 
     Every method that runs something raises :class:`~servedeck.host.ssh.HostUnreachable`
     when the host cannot be reached, and :class:`ServedeckError` when its host key is unknown
     or changed, or (with ``check=True``) the command fails. Call :meth:`close` when done.
     """
 
-    def __init__(self, name: str, ssh_target: SshTarget, workdir: str) -> None:
+    def __init__(self, name: str, ssh_target: SshTarget, workdir: str, *,
+                 transport: SshTransport | None = None) -> None:
         if not workdir.startswith("/"):
             raise ServedeckError(f"host {name}: workdir must be an absolute path, got {workdir!r}",
                                  field="workdir")
         self.name = name
         self.ssh_target = ssh_target
         self.workdir = workdir.rstrip("/") or "/"
-        self.transport = SshTransport(name, ssh_target)
+        self.transport = transport or SshTransport(name, ssh_target)
         self._engine: Engine | None = None
         self._held_lock: str | None = None
         self._pending_lock: str | None = None

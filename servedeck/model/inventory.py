@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml.error import YAMLError
@@ -120,21 +120,16 @@ class Inventory(BaseModel):
         return self
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Read and validate an inventory file.
+def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
+    """Read and validate an inventory file (``raw``: its YAML data, when the caller has read
+    it already).
 
     Raises:
         ServedeckError: missing file, YAML error or invalid entry (file + field path).
     """
     path = Path(path)
-    try:
-        raw = load_data(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ServedeckError("inventory file not found", file=str(path),
-                             hint="create deploy/hosts.yaml or pass --inventory FILE "
-                                  "(or set SERVEDECK_INVENTORY)") from None
-    except YAMLError as exc:
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+    if raw is None:
+        raw = _read_data(path)
     try:
         return Inventory.model_validate(raw)
     except ValidationError as exc:
@@ -142,6 +137,23 @@ def load_inventory(path: str | Path) -> Inventory:
         loc = ".".join(str(p) for p in err["loc"])
         raise ServedeckError(err["msg"].removeprefix("Value error, "), file=str(path),
                              field=loc, hint="see servedeck/inventory.py for the format") from None
+
+
+def _read_data(path: str | Path) -> Any:
+    """An inventory file's YAML data, not validated (``{}`` for an empty file).
+
+    Raises:
+        ServedeckError: missing file or YAML error (naming the file).
+    """
+    path = Path(path)
+    try:
+        return load_data(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ServedeckError("inventory file not found", file=str(path),
+                             hint="create deploy/hosts.yaml or pass --inventory FILE "
+                                  "(or set SERVEDECK_INVENTORY)") from None
+    except YAMLError as exc:
+        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
 
 
 def get_host(inventory: Inventory, name: str, path: str | Path) -> HostEntry:
