@@ -221,6 +221,8 @@ def test_the_rollback_sends_the_restored_servers_own_key_and_records_neither(pro
     with pytest.raises(DeployError, match=r"rolled back: revision 1 \(good\) serves again"):
         _deploy(project, card, bad, standin)
     assert [o for *_, o in _revisions(host)] == ["ready", "failed", "ready"]
+    st = status(host, card[1])  # the running container's environment, $ and all, is the file's
+    assert st["serving"] is True and st["drift"] == []
     needles = [k.encode() for k in (key_a, key_a.replace("$", "$$"), key_b)]  # $$: as a compose file has it
     for run in project.runs_dir.iterdir():
         leaks = [p.name for p in run.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
