@@ -50,14 +50,17 @@ def _variables(value: Any, where: str):
 
 
 def _refuse_variables(svc: Service, file: str, base: str) -> None:
-    """A profile holds values, not Compose variables: the renderer writes every ``$`` as
-    ``$$``, so ``${VLLM_API_KEY}`` kept in a profile would reach the server as those
-    characters instead of the value Compose substitutes on the host.
+    """A profile's typed fields hold values, not Compose variables: the renderer writes every
+    ``$`` of them as ``$$``, so ``${VLLM_API_KEY}`` kept there would reach the server as those
+    characters instead of the value Compose substitutes on the host. The keys carried verbatim
+    into ``container.compose_extra`` keep Compose's reading and are not refused.
 
     Raises:
         ServedeckError: the first field holding a variable (or an invalid ``$``), naming it.
     """
-    for where, text, refs, bad in _variables(svc.dump(), base):
+    carried = {k for k in svc.extra if k not in _CONTAINER_KEYS}
+    typed = {k: v for k, v in svc.dump().items() if k not in carried}
+    for where, text, refs, bad in _variables(typed, base):
         if bad is not None:
             raise ServedeckError(f"{bad!r} is not a valid Compose interpolation; `docker compose` "
                                  "refuses the file", file=file, field=where,

@@ -224,6 +224,16 @@ def test_a_compose_variable_is_refused_naming_the_field_and_how_to_resolve_it(tm
     assert "docker compose config --no-normalize" in exc.value.hint
 
 
+def test_a_variable_in_a_key_carried_verbatim_keeps_composes_reading(tmp_path):
+    """``container.compose_extra`` is rendered verbatim, ``$`` unescaped: Compose still
+    substitutes there, so a variable in such a key imports as it is."""
+    src = _compose(tmp_path, ["/models/m"], extra="    labels:\n      owner: ${USER}\n      cost: $$5\n")
+    mapping, notes = import_compose(src, "t", CATALOG)
+    assert mapping["container"]["compose_extra"]["labels"] == {"owner": "${USER}", "cost": "$$5"}
+    rendered = parse_document(_render(tmp_path, mapping)).service()
+    assert rendered.extra["labels"] == {"owner": "${USER}", "cost": "$$5"}
+
+
 def test_an_invalid_dollar_is_refused_as_compose_refuses_it(tmp_path):
     with pytest.raises(ServedeckError) as exc:
         import_compose(_compose(tmp_path, ["/models/m", "--chat-template", "a$-b"]), "t", CATALOG)
