@@ -544,3 +544,32 @@ def test_format_and_json(catalog):
     assert format_findings([]) == "no findings"
     lines = [f.line for f in found]
     assert lines == sorted(lines)
+
+
+@pytest.mark.parametrize("body,warned", [
+    ("container:\n  environment:\n    VLLM_API_KEY: '${MY_KEY}'\n", ["environment.VLLM_API_KEY"]),
+    ("engine:\n  extra_args: ['--api-key', '$MY_KEY']\n", ["command["]),
+    ("container:\n  environment:\n    PRICE: 'costs $5'\n", []),
+    ("container:\n  compose_extra:\n    labels: {owner: '${USER}'}\n", []),  # verbatim: Compose substitutes
+])
+def test_a_profile_value_that_looks_like_a_compose_variable_is_warned_as_literal(tmp_path, body, warned):
+    """The renderer writes a profile's ``$`` as ``$$``: ``${MY_KEY}`` reaches the server as those
+    characters. A value with a literal ``$`` that names nothing, and compose_extra (rendered
+    verbatim, so Compose does substitute there), are not warned."""
+    from servedeck.compose.render import render_profile
+    from servedeck.model.profile import ProfileStore
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "speed.yaml").write_text((ROOT / "profiles" / "speed.yaml").read_text())
+    (profiles / "base.yaml").write_text((ROOT / "profiles" / "base.yaml").read_text())
+    (profiles / "v.yaml").write_text("extends: speed\n" + body)
+    catalog = Catalog(ROOT / "deploy" / "images.yaml")
+    text = render_profile(ProfileStore(profiles).load("v"), catalog, ROOT / "templates").compose_text
+    found = [f for f in check_compose_text(text, catalog=catalog, expect=CheckExpectations(rendered=True))
+             if f.rule == "interpolation/literal"]
+    assert [f.severity for f in found] == [Severity.warning] * len(warned)
+    assert all(w in f.path for f, w in zip(found, warned))
+    if warned:
+        assert "$MY_KEY is not substituted" in found[0].message and "env_file" in found[0].hint
+    # the same text, checked as a hand-written file, is not servedeck's to judge this way
+    assert not [f for f in check_compose_text(text, catalog=catalog) if f.rule == "interpolation/literal"]

@@ -21,7 +21,7 @@ import re
 from pathlib import Path as Path_
 from typing import Any
 
-from servedeck.compose.document import interpolation_refs
+from servedeck.compose.document import interpolation_refs, literal_values
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
 from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
@@ -239,8 +239,25 @@ def _one_scalar(ctx: Ctx, path: Path, sc: Scalar, field_name: str, env_key: str 
 
 # ----------------------------------------------------------------------------- interpolation
 
+def _literal_variable(ctx: Ctx, path: Path, value: str) -> None:
+    """A profile's command or environment value holding ``${NAME}`` / ``$NAME``: the renderer
+    wrote its ``$`` as ``$$``, so neither Compose nor vLLM (no shell runs the argv) substitutes
+    it, and the server gets those characters."""
+    names, _ = interpolation_refs(value)
+    if names and _context(path)[0] in ("command", "entrypoint", "environment"):
+        shown = ", ".join(f"${n}" for n in dict.fromkeys(names))
+        ctx.warning("interpolation/literal", path,
+                    f"{value!r} reaches the server as written: a profile value is literal "
+                    f"(servedeck writes $ as $$), so {shown} is not substituted by Compose",
+                    "write the value itself; to keep a secret out of the profile, put it in a file "
+                    "on the host and name it in container.compose_extra: {env_file: [FILE]} "
+                    "(relative to the host's working directory)")
+
+
 def check_interpolation(ctx: Ctx) -> None:
-    """``interpolation/invalid`` (error) and ``interpolation/unintended`` (warning)."""
+    """``interpolation/invalid`` (error), ``interpolation/unintended`` (warning) and, in a file
+    servedeck rendered, ``interpolation/literal`` (warning: a profile value that looks like a
+    Compose variable reaches the server as it is written)."""
     seen: set[tuple[int, str]] = set()
     for path, sc in ctx.doc.scalars.items():
         if sc.tag != "str" or "$" not in sc.raw or "<<" in path:
@@ -249,6 +266,9 @@ def check_interpolation(ctx: Ctx) -> None:
         if (sc.line, sc.raw) in seen:
             continue
         seen.add((sc.line, sc.raw))
+        if ctx.expect.rendered and not refs and bad is None and "$$" in sc.raw:
+            _literal_variable(ctx, path, literal_values(sc.raw))
+            continue
         if bad is not None:
             ctx.error("interpolation/invalid", path,
                       f"{bad!r} is not a valid Compose interpolation; `docker compose` refuses the file",
