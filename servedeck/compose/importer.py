@@ -67,9 +67,9 @@ def _refuse_variables(svc: Service, file: str, base: str) -> None:
                                  hint="write a literal $ as $$")
         names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
         raise ServedeckError(
-            f"{text!r} uses the variable {names}: Compose substitutes it from the environment (and the project's .env "
-            "file) of whoever runs `docker compose`; a profile holds the value itself, so the "
-            "import would change what the server gets", file=file, field=where,
+            f"{text!r} uses the variable {names}: Compose substitutes it from the environment "
+            "(and the project's .env file) of whoever runs `docker compose`; a profile holds the "
+            "value itself, so the import would change what the server gets", file=file, field=where,
             hint="import the file as Compose reads it: run "
                  "`docker compose config --no-normalize > resolved.yml` "
                  "where the variables are set, then import resolved.yml")

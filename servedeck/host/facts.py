@@ -58,7 +58,7 @@ for f in /dev/dri/*; do
 done
 for f in /sys/class/drm/card*/device/hwmon/hwmon*/power1_cap; do
   [ -r "$f" ] || continue
-  c=; m=; IFS= read -r c <"$f" 2>/dev/null; IFS= read -r m <"${f}_max" 2>/dev/null
+  c=; m=; IFS= read -r c 2>/dev/null <"$f"; IFS= read -r m 2>/dev/null <"${f}_max"
   echo "power$T$f$T$c$T$m"
 done
 [ -d "$wd" ] && echo "workdir_exists"
@@ -74,7 +74,7 @@ for p in "$@"; do
   else k=; n=false; fi
   echo "path$T$i$T$k$T$n"; i=$((i + 1))
 done
-[ -n "$port" ] && awk -v p="$port" -v t="$T" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == sprintf("%04X", p)) { print "port_listening"; exit } }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+[ -n "$port" ] && awk -v p="$port" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == sprintf("%04X", p)) { print "port_listening"; exit } }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 wait
 dv=; cv=; IFS= read -r dv <"$pft/dv"; IFS= read -r cv <"$pft/cv"
 echo "docker$T$dv"

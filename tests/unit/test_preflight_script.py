@@ -68,3 +68,20 @@ def test_output_that_is_not_the_scripts_is_an_error_naming_the_host():
         parse_facts("h", "/w", "hostname\tx\nWelcome to the host!\n", None)
     with pytest.raises(ServedeckError, match="incomplete"):
         parse_facts("h", "/w", "kernel\t6.1\n", None)
+
+
+def test_power_caps_are_read_in_watts_with_and_without_a_max(tmp_path):
+    """sysfs hwmon ``power1_cap`` / ``power1_cap_max`` (microwatts); the script's sysfs glob is
+    pointed at a directory laid out the same way."""
+    for card, cap, cap_max in (("card0", "250000000", "300000000"), ("card1", "120000000", None)):
+        hw = tmp_path / card / "device" / "hwmon" / "hwmon1"
+        hw.mkdir(parents=True)
+        (hw / "power1_cap").write_text(cap + "\n")
+        if cap_max:
+            (hw / "power1_cap_max").write_text(cap_max + "\n")
+    script = PREFLIGHT_SCRIPT.replace("/sys/class/drm/card*", f"{tmp_path}/card*")
+    assert script != PREFLIGHT_SCRIPT
+    out = subprocess.run(["sh", "-c", script, "sh", str(tmp_path), "", ""], capture_output=True, text=True)
+    assert out.stderr == ""
+    caps = parse_facts("h", str(tmp_path), out.stdout, None)["gpu_power_caps"]
+    assert [(c["cap_w"], c["cap_max_w"]) for c in caps] == [(250.0, 300.0), (120.0, None)]
