@@ -299,8 +299,14 @@ class _Deploy:
         else:
             self.reporter.phase("wait", f"{p.base_url}/health and /v1/models (timeout {p.timeout_s:g} s)")
             self.phase = "readiness"
+            api_key = p.api_key
+            if p.environment_from_host:  # Compose adds to the environment on the host: read it there
+                theirs = deployed_secrets(self.host)
+                self.run.secrets = self.run.secrets.including(theirs, "host")
+                self.run.save_meta(redacted=self.run.secrets.names)
+                api_key = theirs.api_key or api_key
             readiness = wait_ready(self.host, service=p.service, base_url=p.base_url,
-                                   served_name=p.served_name, api_key=p.api_key,
+                                   served_name=p.served_name, api_key=api_key,
                                    timeout_s=p.timeout_s, reporter=self.reporter)
         self.result.readiness = readiness
         self.result.startup, self.result.arg_checks = record_startup(self.run, p, readiness, self.reporter)

@@ -11,6 +11,7 @@ serves); :mod:`servedeck.deploy.apply` then carries it out.
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,13 @@ class DeployPlan:
     @property
     def api_key(self) -> str | None:
         return self.secrets.api_key
+
+    @property
+    def environment_from_host(self) -> bool:
+        """Whether Compose on the host may add to the server's environment what the profile does
+        not hold: ``compose_extra`` (rendered verbatim) names an ``env_file`` or uses a ``$``."""
+        extra = self.profile.container.compose_extra
+        return "env_file" in extra or "$" in json.dumps(extra)
 
     @property
     def record_secrets(self) -> Secrets:

@@ -194,8 +194,9 @@ def wait_ready(host: RemoteHost, *, service: str, base_url: str, served_name: st
                     reason = (f"the server wants an API key: /v1/models answered {status} to "
                               + ("the key the profile configures" if api_key else
                                  "a request without a key, and the profile configures none")
-                              + " (set the server's key in the profile: --api-key or VLLM_API_KEY;"
-                                " a profile value is literal, $ included)")
+                              + " (give the server's key in the profile, --api-key or VLLM_API_KEY,"
+                                " literal, $ included; or in a file on the host named by"
+                                " container.compose_extra env_file)")
                     break
                 if status == 200:
                     diagnosis = "wrong-model"

@@ -229,6 +229,25 @@ def test_the_rollback_sends_the_restored_servers_own_key_and_records_neither(pro
         assert leaks == [], run.name
 
 
+def test_a_key_kept_on_the_host_in_an_env_file_is_read_there_and_never_recorded(project, card, standin):
+    """The key is in no profile: ``compose_extra: {env_file: [secrets.env]}`` names a file in the
+    host's working directory, which Compose reads there. Readiness sends the key Compose gave
+    the server (read on the host after the switch), and no record holds it."""
+    host, _ = card
+    key = "sk-host-" + uuid.uuid4().hex
+    host.run_script('umask 077; printf "VLLM_API_KEY=%s\\n" "$2" > "$1/secrets.env"', [host.workdir, key])
+    _fast(project, "good")
+    _variant(project, "keyed", "extends: good\ncontainer:\n  compose_extra:\n    env_file: [secrets.env]\n")
+    result = _deploy(project, card, "keyed", standin)
+    assert result.outcome == "ready"
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=5).status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=5,
+                     headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert result.run.meta.redacted == ["environment.VLLM_API_KEY"]
+    leaks = [p.name for p in result.run.path.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert leaks == []
+
+
 def test_failed_first_deploy_without_previous_is_stopped(project, card, standin):
     host, _ = card
     bad = _fast(project, "bad", mode="exit")
