@@ -107,13 +107,13 @@ def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str]
     return Secrets(found)
 
 
-def deployed_secrets(host: "RemoteHost", file: str | None = None) -> Secrets:
-    """The secrets of a compose file on the host (default: the deployed ``docker-compose.yml``)
-    as Compose reads them there: the first service of ``docker compose config --format json``
-    (its variables substituted from the host's environment and the project's ``.env``), its
-    command and environment. Values stay in memory; an empty :class:`Secrets` when compose
-    refuses the file or it has no service."""
-    norm = host.normalised_service(file) if file else host.normalised_service()
+def deployed_secrets(host: "RemoteHost") -> Secrets:
+    """The secrets of the deployed ``docker-compose.yml`` on the host as Compose reads them
+    there: the first service of ``docker compose config --format json`` (its variables
+    substituted from the host's environment and the project's ``.env``), its command and
+    environment. Values stay in memory; an empty :class:`Secrets` when compose refuses the file
+    or it has no service."""
+    norm = host.normalised_service()
     if norm is None:
         return Secrets()
     svc = norm[1]

@@ -85,9 +85,10 @@ if [ -n "$port" ]; then while IFS= read -r ln; do [ -n "$ln" ] && echo "holder$T
 
 
 def parse_facts(host: str, workdir: str, facts_text: str, port: int | None,
-                paths: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+                paths: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """The records :data:`PREFLIGHT_SCRIPT` printed → the facts dict (without ``lock``: the
-    caller adds it from the host state); ``paths`` are the script's path arguments, in order.
+    caller adds it from the host state); ``paths``: the script's path arguments, in order, as
+    ``(given, absolute path on the host)`` pairs.
 
     Raises:
         ServedeckError: a record that is not the script's (the output is cut or mixed with
@@ -106,10 +107,6 @@ def parse_facts(host: str, workdir: str, facts_text: str, port: int | None,
         raise ServedeckError(f"host {host}: the preflight output is incomplete: {facts_text.strip()[:300]!r}")
     server, _, api = one["docker"][0].partition(" ")
     kinds = {int(i): (kind or None, nonempty == "true") for i, kind, nonempty in records.get("path", [])}
-
-    def absolute(p: str) -> str:
-        return p if p.startswith("/") else f"{workdir}/{p}"
-
     avail = one.get("workdir_avail_kib", [""])[0]
     facts: dict[str, Any] = {
         "host": host,
@@ -124,9 +121,9 @@ def parse_facts(host: str, workdir: str, facts_text: str, port: int | None,
                            for p, c, m in records.get("power", [])],
         "workdir": {"path": workdir, "exists": "workdir_exists" in one,
                     "free_gib": round(int(avail) / 1024**2, 2) if avail.isdigit() else None},
-        "paths": {given: {"path": absolute(given), "exists": kinds.get(i, (None,))[0] is not None,
-                          "nonempty": kinds.get(i, (None, False))[1], "kind": kinds.get(i, (None,))[0]}
-                  for i, given in enumerate(paths)},
+        "paths": {given: {"path": absolute, "exists": kind is not None, "nonempty": nonempty, "kind": kind}
+                  for i, (given, absolute) in enumerate(paths)
+                  for kind, nonempty in [kinds.get(i, (None, False))]},
         "port": None,
         "image": _image_document(host, one.get("image", [""])[0]),
         "lock": None,

@@ -299,7 +299,7 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
                                             image.id, seconds=seconds)
         if use_cache:
             _MEMO[keys[i]] = res
-            path = cache_dir() / "dryrun" / f"{keys[i]}.json"
+            path = _verdict_path(keys[i])
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, json.dumps(asdict(res)) + "\n")
     for i, key in enumerate(keys):  # the judged ones, and repeats of a command judged here
@@ -311,11 +311,16 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
     return results  # type: ignore[return-value]
 
 
+def _verdict_path(key: str) -> Path:
+    """``<cache_dir>/dryrun/<key>.json``: the file cache of one verdict."""
+    return cache_dir() / "dryrun" / f"{key}.json"
+
+
 def _cached(key: str, t0: float) -> DryRunResult | None:
     """The cached verdict of ``key`` (memory, then ``<cache_dir>/dryrun/<key>.json``), or None."""
     if key in _MEMO:
         return DryRunResult(**{**asdict(_MEMO[key]), "cached": True, "seconds": time.perf_counter() - t0})
-    path = cache_dir() / "dryrun" / f"{key}.json"
+    path = _verdict_path(key)
     if not path.exists():
         return None
     try:

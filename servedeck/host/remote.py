@@ -568,7 +568,7 @@ class RemoteHost:
         state_text, _, snapshot = ("==lock\n" + state_text).partition("\n==snapshot\n")
         self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
         state = self._parse_state(state_text, lock_owner)
-        facts = parse_facts(self.name, self.workdir, facts_text, port, paths)
+        facts = parse_facts(self.name, self.workdir, facts_text, port, [(p, self.abspath(p)) for p in paths])
         if state.holder is not None:
             facts["lock"] = state.holder.model_dump(mode="json")
         elif state.holder_raw:

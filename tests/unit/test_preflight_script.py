@@ -12,13 +12,15 @@ import pytest
 
 from servedeck.errors import ServedeckError
 from servedeck.host.facts import PREFLIGHT_SCRIPT, parse_facts
+from servedeck.host.remote import RemoteHost, SshTarget
 
 
 def _facts(workdir: Path | str, paths: list[str], port: int | None = None) -> dict:
     out = subprocess.run(["sh", "-c", PREFLIGHT_SCRIPT, "sh", str(workdir),
                           "" if port is None else str(port), "", *paths],
                          capture_output=True, text=True, check=True).stdout
-    return parse_facts("h", str(workdir), out, port, paths)
+    host = RemoteHost("h", SshTarget(alias="unused"), str(workdir))  # its path rule; it connects to nothing
+    return parse_facts("h", str(workdir), out, port, [(p, host.abspath(p)) for p in paths])
 
 
 def test_every_kind_of_path_is_told_apart_hidden_entries_and_dangling_links_included(tmp_path):
@@ -31,8 +33,8 @@ def test_every_kind_of_path_is_told_apart_hidden_entries_and_dangling_links_incl
     (tmp_path / "dots" / "..x").write_text("")
     (tmp_path / "file").write_text("x")
     (tmp_path / "zero").write_text("")
-    given = ["empty", "hidden", "dangling", "dots", "file", "zero", "missing", "/dev/null",
-             "with space", "empty"]
+    given = ["empty", "empty", "hidden", "dangling", "dots", "file", "zero", "missing", "/dev/null",
+             "with space", "empty"]  # a repeat, also right after itself: the records are by position
     (tmp_path / "with space").mkdir()
     facts = _facts(tmp_path, given)
     got = {p: (f["kind"], f["exists"], f["nonempty"]) for p, f in facts["paths"].items()}
