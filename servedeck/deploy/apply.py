@@ -222,7 +222,7 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     facts, state = host.preflight(preflight_paths(profile), port=published_port(profile),
                                   lock_owner=f"{owner()}: deploy {profile.name}",
                                   force_unlock=options.force_unlock, read=preflight_reads(profile),
-                                  image=profile.image_ref.repo_digest)
+                                  image=profile.image_ref.repo_digest, sysfs_root=entry.sysfs_root)
     host.api_version = facts.get("docker_api_version")
     if state.lock == "held":
         err = held_error(host.name, state.holder)

@@ -2,7 +2,7 @@
 :meth:`servedeck.host.remote.RemoteHost.preflight_facts` for the returned shape).
 
 Sources: ``uname``, ``docker version`` / ``docker compose version``, ``/dev/dri/*`` (stat),
-sysfs hwmon ``power1_cap`` (microwatts, Linux ``Documentation/hwmon/sysfs-interface.rst``),
+the xe card's sustained power limit (:data:`XE_HWMON_SH`: sysfs hwmon ``power1_max``, microwatts),
 ``df -Pk`` of the workdir, ``/proc/net/tcp{,6}`` listeners (state ``0A``), the containers
 publishing the port, and ``docker image inspect`` of the deploy's image (the Engine API's
 ``GET /images/{name}/json`` document, the same one the docker SDK's ``Image.attrs`` holds).
@@ -35,14 +35,58 @@ its metadata and then again to do the work: 0.1-0.2 s of each call on the test m
 Without the plugin there, or with ``cliPluginsExtraDirs`` in the Docker CLI's config (other
 places to look first), it is ``docker compose``."""
 
-# $1 workdir, $2 port ("" none), $3 image reference ("" none), then the paths to check.
+XE_HWMON_SH = r"""
+T=$(printf '\t')
+sd_xe_hwmon() {
+  for d in "$2"/class/drm/card*/device/hwmon/hwmon*; do
+    [ -d "$d" ] || continue
+    n=; IFS= read -r n 2>/dev/null <"$d/name"; [ "$n" = xe ] || continue
+    c=; x=; m=; w=-
+    IFS= read -r c 2>/dev/null <"$d/power1_max"
+    IFS= read -r x 2>/dev/null <"$d/power1_rated_max"
+    IFS= read -r m 2>/dev/null <"$d/power1_rated_min"
+    if [ "$3" = 1 ] && [ -n "$c" ]; then
+      if ( printf '%s' "$c" > "$d/power1_max" ) 2>/dev/null; then w=1; else w=0; fi
+    fi
+    echo "$1$T$d$T$c$T$x$T$m$T$w"
+  done
+}
+"""
+"""POSIX ``sh`` function ``sd_xe_hwmon PREFIX ROOT PROBE``: one line per Intel xe card hwmon
+directory under ``ROOT/class/drm/card*/device/hwmon/`` (``name`` is ``xe``), ``PREFIX<TAB>DIR
+<TAB>power1_max<TAB>power1_rated_max<TAB>power1_rated_min<TAB>W`` (microwatts as the files hold
+them, empty when a file is missing; :func:`xe_hwmon_record` reads the fields). ``W`` is ``1`` or
+``0`` when ``PROBE`` is ``1`` (whether writing the value in force back to ``power1_max``
+succeeded: a no-op for the card), else ``-``. Per the kernel's ABI document
+``Documentation/ABI/testing/sysfs-driver-intel-xe-hwmon`` (Linux 6.5+), ``power1_max`` is the
+card's sustained (PL1) limit, the one servedeck sets (:mod:`servedeck.host.power`), and
+``power1_rated_max`` the card's default TDP; ``power1_cap`` (6.16+) is the burst (PL2) limit and
+is not read. The preflight and the power-limit reader both use it: one reading of the card."""
+
+
+def xe_hwmon_record(fields: list[str]) -> dict[str, Any]:
+    """The fields after the prefix of one :data:`XE_HWMON_SH` line → ``{"path": DIR,
+    "current_w", "rated_max_w", "rated_min_w": float (W) | None (file missing or not a number),
+    "writable": True | False | None (not probed)}``.
+
+    Raises:
+        ValueError: not the five fields the function prints.
+    """
+    if len(fields) != 5:
+        raise ValueError(f"an xe hwmon record has 5 fields, not {len(fields)}: {fields!r}")
+    path, cur, rated_max, rated_min, probe = fields
+    return {"path": path, "current_w": microwatts_to_w(cur), "rated_max_w": microwatts_to_w(rated_max),
+            "rated_min_w": microwatts_to_w(rated_min), "writable": {"1": True, "0": False}.get(probe)}
+
+
+# $1 workdir, $2 port ("" none), $3 image reference ("" none), $4 sysfs root, then the paths to
+# check.
 # Prints one record per line, "KEY<TAB>FIELDS..." (see parse_facts); every value it prints is one
 # line (names, numbers, kinds; the image document with its newlines removed). Apart from the
 # Docker CLI calls it forks little: a fork costs ~1 ms on a busy host, and the old JSON printer
 # made ~60 of them.
-PREFLIGHT_SCRIPT = COMPOSE_SH + r"""
-wd=$1; port=$2; img=$3; shift 3
-T=$(printf '\t')
+PREFLIGHT_SCRIPT = COMPOSE_SH + XE_HWMON_SH + r"""
+wd=$1; port=$2; img=$3; sysfs=${4:-/sys}; shift 4
 pft=$(mktemp -d) || { echo "servedeck preflight: mktemp -d failed on the host" >&2; exit 1; }; trap 'rm -rf "$pft"' EXIT
 # the Docker CLI calls run side by side (each is a process start and an Engine round trip)
 docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 2>/dev/null &
@@ -56,11 +100,7 @@ for f in /dev/dri/*; do
   [ -e "$f" ] && stat -c "dri$T%n$T%g$T%G$T%a" -- /dev/dri/* 2>/dev/null
   break
 done
-for f in /sys/class/drm/card*/device/hwmon/hwmon*/power1_cap; do
-  [ -r "$f" ] || continue
-  c=; m=; IFS= read -r c 2>/dev/null <"$f"; IFS= read -r m 2>/dev/null <"${f}_max"
-  echo "power$T$f$T$c$T$m"
-done
+sd_xe_hwmon power "$sysfs" 0
 [ -d "$wd" ] && echo "workdir_exists"
 d=$wd; while [ ! -d "$d" ]; do d=${d%/*}; [ -n "$d" ] || d=/; done
 df -Pk "$d" 2>/dev/null | awk -v t="$T" 'NR==2 {print "workdir_avail_kib" t $4}'
@@ -117,8 +157,9 @@ def parse_facts(host: str, workdir: str, facts_text: str, port: int | None,
         "compose_version": one.get("compose", [""])[0] or None,
         "dri_devices": [{"path": p, "gid": int(g), "group": grp, "mode": m}
                         for p, g, grp, m in records.get("dri", [])],
-        "gpu_power_caps": [{"path": p, "cap_w": _uw_to_w(c), "cap_max_w": _uw_to_w(m)}
-                           for p, c, m in records.get("power", [])],
+        "gpu_power_caps": [{"path": f"{r['path']}/power1_max", "cap_w": r["current_w"],
+                            "cap_max_w": r["rated_max_w"]}
+                           for r in map(xe_hwmon_record, records.get("power", []))],
         "workdir": {"path": workdir, "exists": "workdir_exists" in one,
                     "free_gib": round(int(avail) / 1024**2, 2) if avail.isdigit() else None},
         "paths": {given: {"path": absolute, "exists": kind is not None, "nonempty": nonempty, "kind": kind}
@@ -152,7 +193,8 @@ def _image_document(host: str, text: str) -> dict[str, Any] | None:
     return docs[0] if docs else None
 
 
-def _uw_to_w(value: str | None) -> float | None:
+def microwatts_to_w(value: str | None) -> float | None:
+    """A sysfs power value (microwatts, an integer as text) → watts; None when it is not one."""
     if value is None or not str(value).strip().lstrip("-").isdigit():
         return None
     return int(value) / 1e6

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servedeck.errors import ServedeckError
+from servedeck.host.facts import XE_HWMON_SH, microwatts_to_w, xe_hwmon_record
 from servedeck.host.remote import RemoteHost
 
 __all__ = ["PowerLimit", "read_power_limit", "check_power_cap", "power_preflight",
@@ -47,19 +48,9 @@ POWER_STATE = ".servedeck/power.json"
 DEFAULT_SYSFS_ROOT = "/sys"
 _TOLERANCE_W = 1.0  # the driver rounds to its power unit (xe: 1/8 W steps); 1 W is plenty
 
-_READ_SCRIPT = r"""
+_READ_SCRIPT = XE_HWMON_SH + r"""
 root=$1; idx=$2; probe=$3
-for d in "$root"/class/drm/card*/device/hwmon/hwmon*; do
-  [ -d "$d" ] || continue
-  [ "$(cat "$d/name" 2>/dev/null)" = xe ] || continue
-  cur=$(cat "$d/power1_max" 2>/dev/null)
-  w=-
-  if [ "$probe" = 1 ] && [ -n "$cur" ]; then
-    if ( printf '%s' "$cur" > "$d/power1_max" ) 2>/dev/null; then w=1; else w=0; fi
-  fi
-  printf 'xe\t%s\t%s\t%s\t%s\t%s\n' "$d" "$cur" "$(cat "$d/power1_rated_max" 2>/dev/null)" \
-    "$(cat "$d/power1_rated_min" 2>/dev/null)" "$w"
-done
+sd_xe_hwmon xe "$root" "$probe"
 command -v xpu-smi >/dev/null 2>&1 && printf 'tool\txpu-smi\n'
 if [ "$(id -u)" = 0 ]; then printf 'root\t1\n'; elif sudo -n true 2>/dev/null; then printf 'sudo\t1\n'; fi
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -119,11 +110,6 @@ class PowerLimit:
         return asdict(self)
 
 
-def _uw(text: str) -> float | None:
-    text = text.strip()
-    return int(text) / 1e6 if text.lstrip("-").isdigit() else None
-
-
 def _w(text: str) -> float | None:
     try:
         return float(text.strip())
@@ -154,9 +140,10 @@ def parse_power_report(text: str, *, gpu: int = 0, sysfs_root: str = DEFAULT_SYS
                              "servedeck caps single-card hosts only",
                              hint="set the limit by hand, or remove host.power_cap_w from the profile")
     if xe:
-        path, cur, rated_max, rated_min, probe = xe[0]
+        rec = xe_hwmon_record(xe[0])
+        path, cur = rec["path"], rec["current_w"]
         writer, problem = None, None
-        if probe == "1":
+        if rec["writable"]:
             writer = "sysfs"
         elif "xpu-smi" in tools:
             writer = "xpu-smi"
@@ -165,10 +152,10 @@ def parse_power_report(text: str, *, gpu: int = 0, sysfs_root: str = DEFAULT_SYS
         else:
             problem = (f"{path}/power1_max cannot be written by the SSH user and neither xpu-smi "
                        "nor passwordless sudo is available")
-        if _uw(cur) is None:
-            writer, problem = None, f"{path}/power1_max is not readable ({cur!r})"
-        return PowerLimit("xe-hwmon", path, _uw(cur), _uw(rated_min), _uw(rated_max), _uw(rated_max),
-                          writer, problem, gpu)
+        if cur is None:
+            writer, problem = None, f"{path}/power1_max is not readable ({xe[0][1]!r})"
+        return PowerLimit("xe-hwmon", path, cur, rec["rated_min_w"], rec["rated_max_w"],
+                          rec["rated_max_w"], writer, problem, gpu)
     if nvidia is not None:
         vals = [_w(v) for v in nvidia.split(",")]
         if len(vals) != 4 or vals[0] is None:
@@ -243,7 +230,7 @@ def _write(host: RemoteHost, limit: PowerLimit, watts: float) -> float:
     res = host.run_script(_APPLY_SCRIPT, [limit.interface, limit.device, limit.writer,
                                           str(int(round(watts * 1e6))), f"{watts:g}", str(limit.gpu)],
                           check=False, timeout=60)
-    got = _uw(res.stdout) if limit.interface == "xe-hwmon" else _w(res.stdout)
+    got = microwatts_to_w(res.stdout) if limit.interface == "xe-hwmon" else _w(res.stdout)
     if res.returncode != 0 or got is None:
         raise ServedeckError(f"host {host.name}: setting the power limit to {watts:g} W with "
                              f"{limit.writer} failed: {res.stderr.strip()[-300:] or res.stdout.strip()}")

@@ -510,13 +510,16 @@ class RemoteHost:
     # ------------------------------------------------------------------ facts
 
     def preflight_facts(self, paths: list[str] | tuple[str, ...] = (),
-                        port: int | None = None, image: str | None = None) -> dict[str, Any]:
+                        port: int | None = None, image: str | None = None,
+                        sysfs_root: str = "/sys") -> dict[str, Any]:
         """Gather host facts in ONE SSH round trip (a POSIX sh script, :mod:`servedeck.host.facts`).
 
         Args:
             paths: paths to check (relative ones are under the workdir).
             port: a TCP port to check for a listener.
             image: an image reference to inspect.
+            sysfs_root: where sysfs is mounted on the host (the inventory's ``sysfs_root``; a
+                stand-in tree in tests), for the card's power limit.
 
         Returns:
             ``{"host": name, "hostname": str, "kernel": str (uname -r),
@@ -524,8 +527,9 @@ class RemoteHost:
             "compose_version": str|None,
             "dri_devices": [{"path": "/dev/dri/renderD128", "gid": 992, "group": "render",
             "mode": "660"}],
-            "gpu_power_caps": [{"path": ".../hwmon/hwmonN/power1_cap", "cap_w": 250.0,
-            "cap_max_w": float|None}]   (sysfs hwmon, microwatts → W),
+            "gpu_power_caps": [{"path": ".../hwmon/hwmonN/power1_max", "cap_w": 230.0,
+            "cap_max_w": float|None}]   (each xe card's sustained limit and its rated maximum,
+            :data:`~servedeck.host.facts.XE_HWMON_SH`; microwatts → W),
             "workdir": {"path": str, "exists": bool, "free_gib": float|None}  (df of the
             workdir or its nearest existing parent),
             "paths": {given: {"path": absolute, "exists": bool, "nonempty": bool,
@@ -540,12 +544,12 @@ class RemoteHost:
         Raises:
             ServedeckError: the host is unreachable or the script's output is not its own.
         """
-        return self.preflight(paths, port, image=image)[0]
+        return self.preflight(paths, port, image=image, sysfs_root=sysfs_root)[0]
 
     def preflight(self, paths: list[str] | tuple[str, ...] = (), port: int | None = None, *,
                   lock_owner: str | None = None, force_unlock: bool = False,
                   read: list[str] | tuple[str, ...] = (),
-                  image: str | None = None) -> tuple[dict[str, Any], HostState]:
+                  image: str | None = None, sysfs_root: str = "/sys") -> tuple[dict[str, Any], HostState]:
         """Host facts (:meth:`preflight_facts`) and :meth:`state` in ONE round trip.
 
         ``read``: files (relative ones under the workdir) read in the same round trip; a later
@@ -557,7 +561,7 @@ class RemoteHost:
         Raises:
             ServedeckError: as :meth:`preflight_facts` and :meth:`state`.
         """
-        args = [self.workdir, "" if port is None else str(int(port)), image or "", *paths]
+        args = [self.workdir, "" if port is None else str(int(port)), image or "", sysfs_root, *paths]
         script = PREFLIGHT_SCRIPT + self._state_script(lock_owner, force_unlock)
         wanted = [self.abspath(p) for p in read]
         if wanted:

@@ -90,7 +90,9 @@ RUN_FILES: dict[str, str] = {
     PROFILE_DIFF: "list of `{\"path\": \"engine.max_num_batched_tokens\", \"parent\": 4096, \"value\": 8192}` "
                   "against the profile's parent (empty list when no parent)",
     FACTS: "`{\"host\": {...}, \"image\": {...}}` gathered during preflight (host: name, kernel, "
-           "docker_version, compose_version, gpu_devices, gpu_power_cap_w, disk_free_gib; image: "
+           "docker_version, compose_version, gpu_devices, gpu_power_cap_w (the xe card's sustained "
+           "limit `power1_max` in W, as preflight found it: before this deploy's own cap), "
+           "disk_free_gib; image: "
            "reference, digest, created, entrypoint, vllm_version, labels)",
     STARTUP_LOG: "container log from start until ready (or failure), secrets redacted",
     STARTUP: "parsed startup facts (`servedeck.vllm.startup_facts.StartupFacts.to_dict()`)",

@@ -39,6 +39,10 @@ def test_power_cap_is_applied_recorded_shown_and_rolled_back(project, card_with_
     assert limit_file(host, root) == 230 * UW
     meta = json.loads((res.run.path / "run.json").read_text())
     assert (meta["power"]["previous_w"], meta["power"]["new_w"]) == (275.0, 230.0)
+    # the facts hold the sustained limit found in preflight (power1_max), not the burst one
+    # (power1_cap, 300 W in the stand-in tree) and not this machine's /sys
+    host_facts = json.loads((res.run.path / "facts.json").read_text())["host"]
+    assert host_facts["gpu_power_cap_w"] == 275.0
     assert meta["power"]["device"] == f"{root}/{HWMON}"
     kv = read_kv(res.run.path)
     assert kv is not None and kv["measured"]["kv_cache_tokens"] == res.startup["kv_cache_tokens"]

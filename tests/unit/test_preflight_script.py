@@ -15,9 +15,9 @@ from servedeck.host.facts import PREFLIGHT_SCRIPT, parse_facts
 from servedeck.host.remote import RemoteHost, SshTarget
 
 
-def _facts(workdir: Path | str, paths: list[str], port: int | None = None) -> dict:
+def _facts(workdir: Path | str, paths: list[str], port: int | None = None, sysfs: str = "/sys") -> dict:
     out = subprocess.run(["sh", "-c", PREFLIGHT_SCRIPT, "sh", str(workdir),
-                          "" if port is None else str(port), "", *paths],
+                          "" if port is None else str(port), "", sysfs, *paths],
                          capture_output=True, text=True, check=True).stdout
     host = RemoteHost("h", SshTarget(alias="unused"), str(workdir))  # its path rule; it connects to nothing
     return parse_facts("h", str(workdir), out, port, [(p, host.abspath(p)) for p in paths])
@@ -72,18 +72,42 @@ def test_output_that_is_not_the_scripts_is_an_error_naming_the_host():
         parse_facts("h", "/w", "kernel\t6.1\n", None)
 
 
-def test_power_caps_are_read_in_watts_with_and_without_a_max(tmp_path):
-    """sysfs hwmon ``power1_cap`` / ``power1_cap_max`` (microwatts); the script's sysfs glob is
-    pointed at a directory laid out the same way."""
-    for card, cap, cap_max in (("card0", "250000000", "300000000"), ("card1", "120000000", None)):
-        hw = tmp_path / card / "device" / "hwmon" / "hwmon1"
-        hw.mkdir(parents=True)
-        (hw / "power1_cap").write_text(cap + "\n")
-        if cap_max:
-            (hw / "power1_cap_max").write_text(cap_max + "\n")
-    script = PREFLIGHT_SCRIPT.replace("/sys/class/drm/card*", f"{tmp_path}/card*")
-    assert script != PREFLIGHT_SCRIPT
-    out = subprocess.run(["sh", "-c", script, "sh", str(tmp_path), "", ""], capture_output=True, text=True)
-    assert out.stderr == ""
-    caps = parse_facts("h", str(tmp_path), out.stdout, None)["gpu_power_caps"]
-    assert [(c["cap_w"], c["cap_max_w"]) for c in caps] == [(250.0, 300.0), (120.0, None)]
+def _hwmon(root: Path, card: str, name: str, **files: str) -> Path:
+    hw = root / "class" / "drm" / card / "device" / "hwmon" / "hwmon1"
+    hw.mkdir(parents=True)
+    (hw / "name").write_text(name + "\n")
+    for f, v in files.items():
+        (hw / f).write_text(v + "\n")
+    return hw
+
+
+def test_the_power_limit_recorded_is_the_xe_cards_sustained_one_that_servedeck_sets(tmp_path):
+    """xe hwmon ``power1_max`` (PL1, what host.power sets) and ``power1_rated_max``, in watts;
+    the burst limit ``power1_cap`` beside it and another driver's hwmon are not read; the tree
+    is the inventory's ``sysfs_root``."""
+    root = tmp_path / "sys"
+    xe = _hwmon(root, "card0", "xe", power1_max="230000000", power1_rated_max="300000000",
+                power1_cap="400000000")
+    _hwmon(root, "card1", "amdgpu", power1_cap="120000000", power1_cap_max="150000000")
+    xe2 = _hwmon(root, "card2", "xe", power1_max="0")  # limit disabled, no rated maximum
+    facts = _facts(tmp_path, [], sysfs=str(root))
+    assert facts["gpu_power_caps"] == [
+        {"path": f"{xe}/power1_max", "cap_w": 230.0, "cap_max_w": 300.0},
+        {"path": f"{xe2}/power1_max", "cap_w": 0.0, "cap_max_w": None}]
+    assert _facts(tmp_path, [])["gpu_power_caps"] == []  # this machine's /sys: no xe card
+
+
+def test_the_deploy_records_the_limit_the_power_reader_reads(tmp_path):
+    """One reading of the card: the preflight's fact and host.power's limit agree."""
+    from servedeck.host.facts import XE_HWMON_SH
+    from servedeck.host.power import parse_power_report
+    root = tmp_path / "sys"
+    _hwmon(root, "card0", "xe", power1_max="275000000", power1_rated_max="300000000",
+           power1_rated_min="100000000")
+    out = subprocess.run(["sh", "-c", XE_HWMON_SH + 'sd_xe_hwmon xe "$1" 1', "sh", str(root)],
+                         capture_output=True, text=True, check=True).stdout
+    limit = parse_power_report(out, sysfs_root=str(root))
+    fact = _facts(tmp_path, [], sysfs=str(root))["gpu_power_caps"][0]
+    assert (limit.current_w, limit.max_w, limit.min_w, limit.writer) == (275.0, 300.0, 100.0, "sysfs")
+    assert (fact["cap_w"], fact["cap_max_w"]) == (limit.current_w, limit.max_w)
+    assert fact["path"] == f"{limit.device}/power1_max"
