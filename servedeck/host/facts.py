@@ -16,24 +16,50 @@ from typing import Any
 from servedeck.errors import ServedeckError
 
 COMPOSE_SH = r"""
-sd_compose() {
+sd_compose_find() {
+  SD_COMPOSE_BIN=
   if ! grep -qs cliPluginsExtraDirs "${DOCKER_CONFIG:-$HOME/.docker}/config.json"; then
     for p in "${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins" /usr/local/lib/docker/cli-plugins \
              /usr/local/libexec/docker/cli-plugins /usr/lib/docker/cli-plugins /usr/libexec/docker/cli-plugins; do
-      if [ -x "$p/docker-compose" ]; then exec "$p/docker-compose" "$@"; fi
+      if [ -x "$p/docker-compose" ]; then SD_COMPOSE_BIN=$p/docker-compose; return 0; fi
     done
   fi
+}
+sd_compose() {
+  sd_compose_find
+  if [ -n "$SD_COMPOSE_BIN" ]; then exec "$SD_COMPOSE_BIN" "$@"; fi
   exec docker compose "$@"
 }
+sd_compose_version() {
+  sd_compose_find
+  if [ -z "$SD_COMPOSE_BIN" ]; then docker compose version --short; return; fi
+  st=$(stat -L -c '%d:%i:%s:%y:%z' "$SD_COMPOSE_BIN" 2>/dev/null) || { "$SD_COMPOSE_BIN" version --short; return; }
+  id="$SD_COMPOSE_BIN $st"; c=${XDG_CACHE_HOME:-$HOME/.cache}/servedeck/compose-version
+  k=; v=
+  { IFS= read -r k; IFS= read -r v; } 2>/dev/null <"$c"
+  if [ "$k" = "$id" ] && [ -n "$v" ]; then echo "$v"; return 0; fi
+  v=$("$SD_COMPOSE_BIN" version --short) || return
+  { mkdir -p "${c%/*}" && t=$(mktemp "$c.XXXXXX") && printf '%s\n%s\n' "$id" "$v" >"$t" && mv -f "$t" "$c"; } 2>/dev/null
+  echo "$v"
+}
 """
-"""POSIX ``sh`` function ``sd_compose ARGS...``: exec Compose v2 with ``ARGS`` (as ``docker
-compose ARGS``). It runs the Compose CLI plugin binary itself when it sits in one of the Docker
-CLI's plugin directories, searched in the CLI's own order (docker/cli ``cli-plugins/manager``,
-Linux: ``~/.docker/cli-plugins`` then the four system directories), the way Compose runs
-standalone; ``docker compose`` first starts the Docker CLI, which runs the plugin once to read
-its metadata and then again to do the work: 0.1-0.2 s of each call on the test machines.
-Without the plugin there, or with ``cliPluginsExtraDirs`` in the Docker CLI's config (other
-places to look first), it is ``docker compose``."""
+"""POSIX ``sh`` functions for Compose v2 on a host.
+
+``sd_compose ARGS...`` execs Compose with ``ARGS`` (as ``docker compose ARGS``). It runs the
+Compose CLI plugin binary itself when it sits in one of the Docker CLI's plugin directories,
+searched in the CLI's own order (docker/cli ``cli-plugins/manager``, Linux:
+``~/.docker/cli-plugins`` then the four system directories), the way Compose runs standalone;
+``docker compose`` first starts the Docker CLI, which runs the plugin once to read its metadata
+and then again to do the work: 0.1-0.2 s of each call on the test machines. Without the plugin
+there, or with ``cliPluginsExtraDirs`` in the Docker CLI's config (other places to look first),
+it is ``docker compose``.
+
+``sd_compose_version`` prints ``docker compose version --short``. For the plugin binary it keeps
+the answer in ``${XDG_CACHE_HOME:-~/.cache}/servedeck/compose-version`` on the host, under the
+binary's path and identity (device, inode, size, and mtime and ctime to the nanosecond where
+``stat`` gives them: an upgrade or a replaced file changes it), so that a deploy does not start
+Compose once more only to ask its version (a Go process start, 0.02-0.05 s of a preflight's
+critical path on the test machines). A cache that cannot be written is no cache."""
 
 XE_HWMON_SH = r"""
 T=$(printf '\t')
@@ -90,7 +116,7 @@ wd=$1; port=$2; img=$3; sysfs=${4:-/sys}; shift 4
 pft=$(mktemp -d) || { echo "servedeck preflight: mktemp -d failed on the host" >&2; exit 1; }; trap 'rm -rf "$pft"' EXIT
 # the Docker CLI calls run side by side (each is a process start and an Engine round trip)
 docker version --format '{{.Server.Version}} {{.Server.APIVersion}}' >"$pft/dv" 2>/dev/null &
-( sd_compose version --short ) >"$pft/cv" 2>/dev/null &
+sd_compose_version >"$pft/cv" 2>/dev/null &
 [ -n "$port" ] && docker ps --filter "publish=$port" \
   --format '{{.Names}}|{{.Label "com.docker.compose.project.working_dir"}}' >"$pft/pc" 2>/dev/null &
 [ -n "$img" ] && { docker image inspect "$img" 2>/dev/null | tr -d '\n' >"$pft/img"; } &

@@ -111,3 +111,30 @@ def test_the_deploy_records_the_limit_the_power_reader_reads(tmp_path):
     assert (limit.current_w, limit.max_w, limit.min_w, limit.writer) == (275.0, 300.0, 100.0, "sysfs")
     assert (fact["cap_w"], fact["cap_max_w"]) == (limit.current_w, limit.max_w)
     assert fact["path"] == f"{limit.device}/power1_max"
+
+
+def test_the_compose_version_is_asked_once_per_binary_and_again_when_the_binary_changes(tmp_path):
+    """``sd_compose_version`` caches the plugin's answer under its identity on the host."""
+    from servedeck.host.facts import COMPOSE_SH
+    plugins = tmp_path / "docker" / "cli-plugins"
+    plugins.mkdir(parents=True)
+    calls = tmp_path / "calls"
+    binary = plugins / "docker-compose"
+    binary.write_text(f'#!/bin/sh\necho run >> {calls}\n[ "$1 $2" = "version --short" ] && echo 2.40.3\n')
+    binary.chmod(0o755)
+    env = {**os.environ, "DOCKER_CONFIG": str(tmp_path / "docker"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def version() -> str:
+        return subprocess.run(["sh", "-c", COMPOSE_SH + "sd_compose_version"], env=env,
+                              capture_output=True, text=True, check=True).stdout
+
+    assert version() == version() == "2.40.3\n"
+    assert calls.read_text() == "run\n"  # the second answer came from the cache
+    binary.write_text(binary.read_text().replace("2.40.3", "2.41.0"))  # an upgrade in place
+    assert version() == "2.41.0\n" and calls.read_text() == "run\nrun\n"
+    (tmp_path / "cache").chmod(0o500)  # a cache that cannot be written is no cache
+    try:
+        os.utime(binary, (1, 1))
+        assert version() == "2.41.0\n"
+    finally:
+        (tmp_path / "cache").chmod(0o700)
