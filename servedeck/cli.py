@@ -222,10 +222,10 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
             findings += check_in_image(text, file=compose)
     else:
         names = _store().names() if all_ else [profile]
-        findings = _check_profiles(names)
+        texts, findings = _check_profiles(names)
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
-            findings += check_in_image_each([(_render(name).compose_text, f"profile:{name}") for name in names])
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)])
     if json_:
         print(findings_to_json(findings))
     else:
@@ -234,13 +234,14 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         raise Exit(code=1)
 
 
-def _check_profile(name: str) -> list:
-    """Render and check one profile of this process's project (also run in worker processes)."""
+def _check_profile(name: str) -> tuple[str, list]:
+    """Render and check one profile of this process's project (also run in worker processes):
+    (the rendered compose text, its findings)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    rendered = _render(name)
-    return check_compose_text(rendered.compose_text, file=f"profile:{name}", catalog=_catalog(),
-                              expect=CheckExpectations(rendered=True,
-                                                       startup_seconds=_measured_startup(name)))
+    text = _render(name).compose_text
+    return text, check_compose_text(text, file=f"profile:{name}", catalog=_catalog(),
+                                    expect=CheckExpectations(rendered=True,
+                                                             startup_seconds=_measured_startup(name)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -263,26 +264,26 @@ PARALLEL_MIN_PROFILES = 48
 """``check --all`` over at least this many profiles runs in one worker process per CPU."""
 
 
-def _check_profiles(names: list[str]) -> list:
-    """Findings of ``names`` in order. Many profiles: the first is checked here (loading the
-    catalog, the shared parents, the templates and the Compose schema validator once), then the
-    rest in forked worker processes that inherit all of that; the first error (a bad profile)
-    is raised as in a serial run."""
+def _check_profiles(names: list[str]) -> tuple[list[str], list]:
+    """(rendered compose texts of ``names``, their findings), in order. Many profiles: the first
+    is checked here (loading the catalog, the shared parents, the templates and the Compose
+    schema validator once), then the rest in forked worker processes that inherit all of that;
+    the first error (a bad profile) is raised as in a serial run."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
-        return [f for name in names for f in _check_profile(name)]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    findings = _check_profile(names[0])
-    rest = names[1:]
-    workers = min(cpus, 8)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    try:
-        for found in pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4))):
-            findings += found
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
-    return findings
+        results = [_check_profile(name) for name in names]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        rest = names[1:]
+        workers = min(cpus, 8)
+        results = [_check_profile(names[0])]
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        try:
+            results += pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4)))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
+    return [text for text, _ in results], [f for _, found in results for f in found]
 
 
 @task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})

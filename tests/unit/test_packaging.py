@@ -145,10 +145,11 @@ def test_check_all_in_worker_processes_gives_the_serial_findings(monkeypatch):
         cached.cache_clear()
     names = cli._store().names()
     monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 10**9)
-    serial = cli._check_profiles(names)
+    serial_texts, serial = cli._check_profiles(names)
     monkeypatch.setattr(cli, "PARALLEL_MIN_PROFILES", 2)
-    parallel = cli._check_profiles(names)
+    parallel_texts, parallel = cli._check_profiles(names)
     assert [f.model_dump() for f in parallel] == [f.model_dump() for f in serial]
+    assert parallel_texts == serial_texts == [cli._render(n).compose_text for n in names]
     assert {f.file for f in serial} == {f"profile:{n}" for n in names}
     for cached in (cli.current_project, cli._store, cli._catalog):
         cached.cache_clear()
