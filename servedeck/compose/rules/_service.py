@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -195,6 +196,11 @@ class Launch:
         flags: vLLM flags (exl3xpu passthrough, or the whole command for ``vllm``), in order.
         positionals: non-flag items the server receives (vLLM: model path).
         string_form: True when the command was a string (Compose splits it shell-style).
+        shell_script: the ``sh -c`` script item the server command was read from (None: the
+            argv itself); ``shell_split``: the items after a one-word script, which the shell
+            takes as ``$0``, ``$1``, ... (a string command split by Compose after ``sh -c``).
+        entry_unknown: an ``entrypoint`` is set and the argv it starts is not a server command
+            servedeck knows, so the command was not analysed.
     """
 
     kind: Literal["exl3xpu", "vllm"] | None
@@ -208,6 +214,9 @@ class Launch:
     flags: list[Flag] = field(default_factory=list)
     positionals: list[Token] = field(default_factory=list)
     string_form: bool = False
+    shell_script: Token | None = None
+    shell_split: list[Token] = field(default_factory=list)
+    entry_unknown: bool = False
 
 
 def _flag(arg: argv.Arg, tokens: list[Token]) -> Flag:
@@ -312,6 +321,70 @@ def _is_serve_py(tokens: list[str]) -> bool:
     return bool(tokens) and any(t.strip().endswith("serve.py") for t in tokens[:2])
 
 
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
+_OPERATOR = re.compile(r"[;&|<>()]+")
+_KEYWORDS = {"if", "for", "while", "until", "case", "function", "{", "!"}
+
+
+def _plain_command(script: str) -> list[str] | None:
+    """The words of a shell script that is one plain command (quotes removed as the shell
+    removes them), or None when it uses expansions (``$``, backquotes), operators (``;``,
+    ``&&``, ``|``, redirections, subshells) or compound commands: those are not analysed."""
+    if "$" in script or "`" in script:
+        return None
+    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    try:
+        words = list(lex)
+    except ValueError:  # an unclosed quote: the shell refuses it too
+        return None
+    if not words or words[0] in _KEYWORDS or any(_OPERATOR.fullmatch(w) for w in words):
+        return None
+    return words
+
+
+def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | None]:
+    """(number of leading items that start a server servedeck knows, its launcher) of a process
+    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]] -m
+    vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main serve`` (what the
+    ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu image's
+    ``[python3] .../serve.py``."""
+    base = [a.rsplit("/", 1)[-1] for a in argv[:2]]
+    if base[:1] == ["vllm"] and argv[1:2] == ["serve"]:
+        return 2, "vllm"
+    if base and _PYTHON.fullmatch(base[0]) and argv[1:2] == ["-m"] and len(argv) > 2:
+        if argv[2] == "vllm.entrypoints.openai.api_server":
+            return 3, "vllm"
+        if argv[2] == "vllm.entrypoints.cli.main" and argv[3:4] == ["serve"]:
+            return 4, "vllm"
+    if base and base[0].endswith("serve.py"):
+        return 1, "exl3xpu"
+    if len(base) > 1 and _PYTHON.fullmatch(base[0]) and base[1].endswith("serve.py"):
+        return 2, "exl3xpu"
+    return 0, None
+
+
+def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None]:
+    """For ``sh|bash|... -c SCRIPT [ARG0 ARGS...]``: (the SCRIPT item, the items after a one-word
+    SCRIPT, the SCRIPT's own argv when it is one plain command, ``exec`` and leading ``NAME=value``
+    words left out). (None, [], None) for any other argv; the argv is None when SCRIPT uses shell
+    syntax (expansions, operators, redirections), which is not analysed."""
+    if len(argv) < 3 or argv[0].s.rsplit("/", 1)[-1] not in _SHELLS:
+        return None, [], None
+    opt = argv[1].s
+    if not (opt.startswith("-") and not opt.startswith("--") and "c" in opt[1:]):
+        return None, [], None
+    script = argv[2]
+    words = _plain_command(script.s)
+    split = argv[3:] if len((words or script.s.split())) == 1 else []
+    if words is None:
+        return script, split, None
+    while words and (words[0] == "exec" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])):
+        words = words[1:]
+    return script, split, [Token(w, script.path) for w in words]
+
+
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
     """Number of leading command items that repeat an entrypoint (0 if none)."""
     s = [t.s for t in cmd]
@@ -342,11 +415,18 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     effective_entry = entry if "entrypoint" in data else image_entry
 
     kind: Literal["exl3xpu", "vllm"] | None = None
+    script: Token | None = None
+    split: list[Token] = []
     if "entrypoint" in data:
-        if _is_serve_py(entry):
-            kind = "exl3xpu"
-        elif entry[:2] == ["vllm", "serve"] or (entry and entry[-1] == "vllm.entrypoints.openai.api_server"):
-            kind = "vllm"
+        # Docker runs entrypoint + command as one argv; a shell's -c script is read as its argv
+        argv_tokens = entry_tokens + cmd
+        script, split, inner = _shell_script(argv_tokens)
+        if inner is not None:
+            argv_tokens = inner
+        n, kind = server_prefix([t.s for t in argv_tokens])
+        if kind is not None:
+            effective_entry = [t.s for t in argv_tokens[:n]]
+            cmd = argv_tokens[n:]
     elif facts is not None and not facts.inferred:
         kind = facts.launcher
     elif cmd and (cmd[0].s.startswith("models/") or _is_serve_py([t.s for t in cmd])):
@@ -367,6 +447,8 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
         launch = Launch(kind=None, tokens=cmd)
     launch.repeated_entrypoint = cmd[:repeat]
     launch.string_form = string_form
+    launch.shell_script, launch.shell_split = script, split
+    launch.entry_unknown = "entrypoint" in data and kind is None
 
     svc = Service(name, data, path, image, facts, launch)
     _effective(svc)

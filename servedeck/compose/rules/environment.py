@@ -20,16 +20,40 @@ _QUOTES = ("'", '"')
 _NOT_ENVS_PY = {"VLLM_API_KEY"}
 
 
-def check_environment(ctx: Ctx, svc: Service) -> None:
-    """``env/list-literal-quotes`` and ``env/not-read-by-version``."""
-    items = env_items(svc)
-    for e in items:
-        v = e.value
-        if e.list_form and v is not None and len(v) >= 2 and v[0] in _QUOTES and v[-1] == v[0]:
+def _check_quotes(ctx: Ctx, e) -> None:
+    """Quote characters at the ends of the value the container gets: both ends quoted alike
+    (``env/list-literal-quotes`` in the list form, where they were meant to be removed;
+    ``env/literal-quotes`` in the mapping form, where YAML removed one pair and left another),
+    or one end only / mismatched ends (``env/stray-quote``). A quote inside the value is fine."""
+    v = e.value
+    if not v or (v[0] not in _QUOTES and v[-1] not in _QUOTES):
+        return
+    if len(v) >= 2 and v[0] in _QUOTES and v[-1] == v[0]:
+        if e.list_form:
             ctx.error("env/list-literal-quotes", e.path,
                       f"list-form environment item {e.key}={v}: the quote characters are part of the "
                       f"value ({e.key} becomes {v}, quotes included; no shell removes them in this form)",
                       f"write - {e.key}={v[1:-1]}, or use the mapping form {e.key}: {v}")
+        else:
+            ctx.error("env/literal-quotes", e.path,
+                      f"environment {e.key}: the value the container gets is {v}, quote characters "
+                      f"included (YAML removed only the outer pair of quotes); a client sending "
+                      f"{v[1:-1]} does not match it",
+                      f"write {e.key}: {v[1:-1]}")
+        return
+    end = "starts" if v[0] in _QUOTES else "ends"
+    ctx.error("env/stray-quote", e.path,
+                f"environment {e.key}: the value {end} with a quote character that the container gets "
+                f"as part of it ({e.key} becomes {v}; no shell removes quotes in a compose file)",
+                f"remove the quote: {e.key}={v.strip(''.join(_QUOTES))}")
+
+
+def check_environment(ctx: Ctx, svc: Service) -> None:
+    """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote`` and
+    ``env/not-read-by-version``."""
+    items = env_items(svc)
+    for e in items:
+        _check_quotes(ctx, e)
     if svc.launch.kind is None:
         return
     j = judge(ctx, svc, "env_vars")

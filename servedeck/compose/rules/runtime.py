@@ -10,11 +10,33 @@ own binaries; vLLM serves ``/health`` without authentication and every ``/v1/*``
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+
 from servedeck.compose.rules._facts import (env_value, healthcheck, healthcheck_urls, published_ports,
                                             server_port)
 from servedeck.compose.rules._service import Ctx, Service
 
-_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]", "ip6-localhost"}
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``--host`` names a loopback address: any spelling of 127.0.0.0/8 the C resolver
+    accepts (``127.0.0.2``, ``127.1``), ``::1`` in any form (``[::1]``, ``0:0:0:0:0:0:0:1``,
+    ``::ffff:127.0.0.1``), or a name that Debian's ``/etc/hosts`` maps to one."""
+    h = host.strip().lower().rstrip(".")
+    if h in _LOOPBACK_NAMES:
+        return True
+    h = h[1:-1] if h.startswith("[") and h.endswith("]") else h
+    try:
+        addr = ipaddress.ip_address(h)
+    except ValueError:
+        try:
+            addr = ipaddress.IPv4Address(socket.inet_aton(h))
+        except OSError:
+            return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return addr.is_loopback or bool(mapped and mapped.is_loopback)
 
 #: seconds a vLLM server typically needs to be ready when no measured run exists (weights load +
 #: compile + CUDA-graph capture of a mid-size model); start_period below this is reported.
@@ -29,7 +51,7 @@ def check_server_container(ctx: Ctx, svc: Service) -> None:
     host = svc.eff("host")
     published = published_ports(svc)
     host_net = svc.data.get("network_mode") == "host"
-    if isinstance(host, str) and host.strip().lower() in _LOOPBACK and published and not host_net:
+    if isinstance(host, str) and is_loopback(host) and published and not host_net:
         e = svc.effective.get("host")
         ctx.error("server/host-loopback", e.path if e else svc.path,
                   f"--host {host} makes the server listen on the container's own loopback; Docker "

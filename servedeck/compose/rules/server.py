@@ -145,8 +145,26 @@ def _env_keys(svc: Service) -> dict[str, Path]:
 
 def check_launcher(ctx: Ctx, svc: Service) -> None:
     """``launcher/*``: misuse of the exl3xpu ``scripts/serve.py`` contract (and a repeated
-    ``vllm serve`` for the vllm launcher)."""
+    ``vllm serve`` for the vllm launcher), and an entrypoint that hides the server command
+    (``argv/shell-c-split``, ``argv/not-analysed``)."""
     launch = svc.launch
+    if launch.shell_split and launch.shell_script is not None:
+        rest = " ".join(t.s for t in launch.shell_split[:4]) + (" ..." if len(launch.shell_split) > 4 else "")
+        ctx.error("argv/shell-c-split", launch.shell_split[0].path,
+                  f"the shell's -c runs only {launch.shell_script.s!r}; the items after it ({rest}) "
+                  f"become the script's $0, $1, ... and never reach the program (a string command "
+                  f"is split into items by Compose before the shell sees it)",
+                  "give the whole command as the one item after -c, or drop the shell: "
+                  "entrypoint: [vllm, serve] with the flags in command")
+    elif launch.entry_unknown:
+        entry = svc.data.get("entrypoint")
+        why = ("its shell script uses shell syntax (expansions, operators or several commands)"
+               if launch.shell_script is not None else
+               "it does not start a server servedeck knows (vllm serve, python -m "
+               "vllm.entrypoints.openai.api_server, the exl3xpu serve.py)")
+        ctx.info("argv/not-analysed", svc.path + ("entrypoint",),
+                 f"entrypoint {entry!r}: {why}, so the server's flags, environment and port were not "
+                 f"checked against vLLM", "run vLLM's own command as entrypoint + command items")
     if launch.repeated_entrypoint:
         first = launch.repeated_entrypoint[0]
         words = " ".join(t.s for t in launch.repeated_entrypoint)

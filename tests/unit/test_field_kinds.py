@@ -1,0 +1,117 @@
+"""Variants of the field cases' kinds (tests/fixtures/cases/field-2): the same fault in other
+spellings and positions, and twins that must stay clean.
+
+- loopback ``--host`` in every spelling of a loopback address (case 32);
+- the server command behind an overridden ``entrypoint``: Docker runs entrypoint + command as
+  one argv, and ``sh -c SCRIPT`` runs SCRIPT (cases 32 and 34 through it);
+- quote characters that reach the container as part of an environment value (case 33).
+
+The image is case 32's pinned one, with the facts of ``images.yaml`` beside the cases.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_field2_cases import CASES, catalog  # noqa: F401  (the cases' image facts)
+
+from servedeck.compose.check import check_compose_text
+from servedeck.compose.rules.runtime import is_loopback
+
+IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"
+
+
+def _compose(service: str) -> str:
+    return (f"services:\n  llm:\n    image: {IMAGE}\n{service}"
+            "    ports:\n      - \"8000:8000\"\n"
+            "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+            "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n")
+
+
+def _rules(text: str, cat) -> dict[str, str]:
+    return {f.rule: f.severity.value for f in check_compose_text(text, file="x.yml", catalog=cat)}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.1", "localhost", "LOCALHOST",
+                                  "::1", "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "ip6-loopback"])
+def test_every_spelling_of_a_loopback_host_is_the_same_fault(host, catalog):  # noqa: F811
+    assert is_loopback(host)
+    text = _compose(f"    command: [example/model-7b, --host, \"{host}\", --port, \"8000\"]\n")
+    assert _rules(text, catalog).get("server/host-loopback") == "error"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gpu-host", "128.0.0.1"])
+def test_hosts_that_are_not_loopback_stay_clean(host, catalog):  # noqa: F811
+    assert not is_loopback(host)
+    text = _compose(f"    command: [example/model-7b, --host, \"{host}\", --port, \"8000\"]\n")
+    assert "server/host-loopback" not in _rules(text, catalog)
+
+
+@pytest.mark.parametrize("service", [
+    '    entrypoint: ["vllm"]\n    command: [serve, example/model-7b, --host, 127.0.0.1]\n',
+    '    entrypoint: ["/usr/local/bin/vllm", "serve"]\n    command: [example/model-7b, --host, 127.0.0.1]\n',
+    '    entrypoint: [python3, -m, vllm.entrypoints.cli.main, serve]\n    command: [example/model-7b, --host=127.0.0.1]\n',
+    '    entrypoint: [python3.12, -m, vllm.entrypoints.openai.api_server]\n    command: [--model, example/model-7b, --host, localhost]\n',
+    '    entrypoint: ["/bin/bash", "-c"]\n    command: ["vllm serve example/model-7b --host 127.0.0.1"]\n',
+    '    entrypoint: [sh, -c, "exec vllm serve example/model-7b --host \'127.0.0.1\'"]\n',
+    '    entrypoint: [sh, -ec, "HF_HUB_OFFLINE=1 exec vllm serve example/model-7b --host 127.0.0.1"]\n',
+], ids=["vllm+serve", "abs-path", "cli-main", "api-server", "bash-c-item", "sh-c-exec", "sh-ec-assignment"])
+def test_the_server_command_behind_an_entrypoint_is_read_as_docker_runs_it(service, catalog):  # noqa: F811
+    assert _rules(_compose(service), catalog).get("server/host-loopback") == "error"
+
+
+def test_a_removed_variable_is_found_behind_a_shell_entrypoint(catalog):  # noqa: F811
+    text = _compose('    entrypoint: [/bin/sh, -c, "exec vllm serve example/model-7b"]\n'
+                    '    environment:\n      VLLM_USE_V1: "0"\n')
+    assert _rules(text, catalog).get("env/not-read-by-version") == "warning"
+
+
+def test_a_string_command_after_sh_c_runs_only_its_first_word(catalog):  # noqa: F811
+    """Compose splits a string command into items; ``sh -c`` takes the first as its script and
+    the rest as $0, $1, ...: the server never gets its flags."""
+    found = check_compose_text(_compose('    entrypoint: [/bin/sh, -c]\n'
+                                        '    command: "vllm serve example/model-7b --port 8000"\n'),
+                               file="x.yml", catalog=catalog)
+    split = [f for f in found if f.rule == "argv/shell-c-split"]
+    assert split and split[0].severity.value == "error" and "'vllm'" in split[0].message
+    assert split[0].path == "services.llm.command"  # a string command: its items share its path
+    listed = check_compose_text(_compose('    entrypoint: [/bin/sh, -c]\n'
+                                         '    command: [vllm, serve, example/model-7b]\n'),
+                                file="x.yml", catalog=catalog)
+    assert [f.path for f in listed if f.rule == "argv/shell-c-split"] == ["services.llm.command[1]"]
+
+
+@pytest.mark.parametrize("script", ['vllm serve "$MODEL"', "vllm serve m && sleep 1", "vllm serve m > /log",
+                                    "if true; then vllm serve m; fi"])
+def test_a_shell_script_with_shell_syntax_is_said_not_analysed(script, catalog):  # noqa: F811
+    rules = _rules(_compose(f"    entrypoint: [bash, -c, {script!r}]\n"), catalog)
+    assert rules.get("argv/not-analysed") == "info" and "server/host-loopback" not in rules
+
+
+def test_an_unknown_entrypoint_is_said_not_analysed_and_a_known_one_is_not(catalog):  # noqa: F811
+    assert _rules(_compose("    entrypoint: [/opt/start-server]\n    command: [--host, 127.0.0.1]\n"),
+                  catalog).get("argv/not-analysed") == "info"
+    assert "argv/not-analysed" not in _rules(
+        _compose('    entrypoint: [vllm, serve]\n    command: [example/model-7b]\n'), catalog)
+
+
+@pytest.mark.parametrize("env, rule", [
+    ('      - VLLM_API_KEY="deploy-key-1"\n', "env/list-literal-quotes"),
+    ("      - VLLM_API_KEY='deploy-key-1'\n", "env/list-literal-quotes"),
+    ("      VLLM_API_KEY: '\"deploy-key-1\"'\n", "env/literal-quotes"),
+    ('      VLLM_API_KEY: "\\"deploy-key-1\\""\n', "env/literal-quotes"),
+    ('      - VLLM_API_KEY="deploy-key-1\n', "env/stray-quote"),
+    ("      - VLLM_API_KEY=\"deploy-key-1'\n", "env/stray-quote"),
+    ("      HF_TOKEN: hf_abc'\n", "env/stray-quote"),
+])
+def test_quote_characters_the_container_gets_in_a_value_are_an_error(env, rule, catalog):  # noqa: F811
+    text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
+    found = [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if f.rule == rule]
+    assert found and found[0].severity.value == "error" and "quote" in found[0].message
+
+
+@pytest.mark.parametrize("env", ['      - VLLM_API_KEY=deploy-key-1\n', '      - "VLLM_API_KEY=deploy-key-1"\n',
+                                 '      VLLM_API_KEY: "deploy-key-1"\n', "      GREETING: it's fine\n",
+                                 '      JSON: \'{"a": "b"}\'\n', '      - EMPTY=\n'])
+def test_values_without_quotes_at_their_ends_stay_clean(env, catalog):  # noqa: F811
+    text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
+    assert not [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if f.rule.startswith("env/")]
