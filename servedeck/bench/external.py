@@ -7,7 +7,7 @@ Formats:
   ``median_ttft_ms``, ``mean_tpot_ms``, ...) are vLLM's own statistics over the *successful*
   requests. With ``--save-detailed`` the per-request arrays (``input_lens``, ``output_lens``,
   ``ttfts``, ``itls``, ``latencies``, ``errors``, ``generated_texts``) hold *every* request in
-  send order; a failed request has a non-empty ``errors`` item, ``ttft`` 0.0 and 0 output
+  send order; a failed request has an ``errors`` item (its text may be empty), ``ttft`` 0.0 and 0 output
   tokens (``RequestFuncOutput`` defaults in ``vllm/benchmarks/lib/endpoint_request_func.py``).
   Files before vLLM's ``failed`` key (added with vllm-project/vllm PR #26478) give the failed
   count as ``num_prompts - completed``.
@@ -80,8 +80,8 @@ class ExternalBench(BaseModel):
 def _load_json(path: str | Path, what: str) -> Any:
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
+        text = p.read_text(encoding="utf-8-sig")  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
+    except (OSError, UnicodeDecodeError) as e:
         raise ServedeckError(f"cannot read {what} result: {e}", file=str(path)) from e
     try:
         return json.loads(text)
@@ -126,6 +126,16 @@ def _failure_note(counts: RequestCounts, reasons: list[dict[str, Any]], *, what:
     return f"{text}: {what} cover the {ok} successful requests only; the run is partial"
 
 
+def _unanswered(arrays: dict[str, list], i: int) -> bool:
+    """Whether request ``i`` of a ``--save-detailed`` file got no first token and no output
+    (``ttfts`` 0.0 and ``output_lens`` 0: a failed request's ``RequestFuncOutput`` defaults,
+    whatever its error text; a successful request always has a positive TTFT)."""
+    ttfts, outs = arrays.get("ttfts"), arrays.get("output_lens")
+    if ttfts is None or i >= len(ttfts) or ttfts[i]:
+        return False
+    return outs is None or (i < len(outs) and not outs[i])
+
+
 def _refuse_all_failed(path: str | Path, counts: RequestCounts, reasons: list[dict[str, Any]]) -> None:
     first = f": {reasons[0]['text']}" if reasons else ""
     raise ServedeckError(
@@ -161,10 +171,20 @@ def import_vllm_bench(path: str | Path) -> ExternalBench:
     present = {k: v for k, v in arrays.items() if isinstance(v, list) and v}
     ok_mask: list[bool] | None = None
     reasons: list[dict[str, Any]] = []
+    unmatched = False
     if isinstance(errors, list) and errors:
-        ok_mask = [not e for e in errors]
+        ok_mask = [not e and not _unanswered(present, i) for i, e in enumerate(errors)]
         reasons = [{"text": str(t), "count": c} for t, c in Counter(str(e) for e in errors if e).most_common()]
     completed, failed, num_prompts = _int(d.get("completed")), _int(d.get("failed")), _int(d.get("num_prompts"))
+    if ok_mask is not None and failed is not None and failed > ok_mask.count(False) \
+            and (completed is None or completed + failed == len(ok_mask)):
+        # more failures than items marked failed: a failure with an empty error text (vLLM's
+        # request functions write `response.reason or ""`) that answered something
+        notes.append(f"the file says {failed} requests failed but only {ok_mask.count(False)} of its "
+                     "per-request items show a failure (error text, or no first token and no output): "
+                     "servedeck follows the file's counts and takes no per-request minima and maxima")
+        completed = len(ok_mask) - failed if completed is None else completed
+        ok_mask, unmatched = None, True
     if ok_mask is not None:
         if completed is not None and completed != sum(ok_mask):
             notes.append(f"the file says {completed} requests completed, its errors array {sum(ok_mask)}: "
@@ -177,7 +197,7 @@ def import_vllm_bench(path: str | Path) -> ExternalBench:
     if completed == 0:
         _refuse_all_failed(path, counts, reasons)
 
-    usable = bool(present)
+    usable = bool(present) and not unmatched
     lengths = {len(v) for v in present.values()}
     if usable and (len(lengths) != 1 or (ok_mask is not None and lengths != {len(ok_mask)})):
         usable = False

@@ -198,3 +198,36 @@ def test_guidellm_clean_report_is_not_partial(tmp_path):
 def test_guidellm_all_errored_is_refused(tmp_path):
     with pytest.raises(ServedeckError, match="all 7 requests failed"):
         import_guidellm(_write(tmp_path, _guidellm(0, 7), "benchmarks.json"))
+
+
+def test_failures_with_an_empty_error_text_are_told_by_their_missing_answer(tmp_path):
+    """vLLM's request functions write ``response.reason or ""``: a failed request may carry an
+    empty error text; its ttft 0.0 and 0 output tokens still mark it."""
+    d = _doc(CASE_42)
+    d["errors"] = [""] * len(d["errors"])
+    ext = import_vllm_bench(_write(tmp_path, d))
+    assert (ext.requests.completed, ext.requests.failed, ext.partial) == (6, 4, True)
+    assert ext.metrics["ttft_s"]["min"] > 0 and ext.metrics["output_tokens"]["min"] > 0
+
+
+def test_more_failures_than_the_arrays_show_keeps_the_files_counts(tmp_path):
+    d = _doc(CASE_42B)
+    d.update(completed=7, failed=3)  # three failures that answered something, with empty error texts
+    ext = import_vllm_bench(_write(tmp_path, d))
+    assert (ext.requests.completed, ext.requests.failed, ext.partial) == (7, 3, True)
+    assert ext.metrics["ttft_s"]["min"] is None and "output_tokens" not in ext.metrics
+    assert any("follows the file's counts" in n for n in ext.notes)
+
+
+def test_all_failed_with_empty_error_texts_is_refused(tmp_path):
+    d = _doc(CASE_42)
+    d.update(completed=0, failed=len(d["errors"]), errors=[""] * len(d["errors"]),
+             ttfts=[0.0] * len(d["errors"]), output_lens=[0] * len(d["errors"]))
+    with pytest.raises(ServedeckError, match="no request succeeded"):
+        import_vllm_bench(_write(tmp_path, d))
+
+
+def test_a_file_saved_with_a_byte_order_mark_imports(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + CASE_42B.read_bytes())
+    assert import_vllm_bench(path).requests.completed == _doc(CASE_42B)["completed"]

@@ -12,7 +12,7 @@ The image is case 32's pinned one, with the facts of ``images.yaml`` beside the 
 from __future__ import annotations
 
 import pytest
-from test_field2_cases import CASES, catalog  # noqa: F401  (the cases' image facts)
+from test_field2_cases import catalog  # noqa: F401  (the cases' image facts)
 
 from servedeck.compose.check import check_compose_text
 from servedeck.compose.rules.runtime import is_loopback
