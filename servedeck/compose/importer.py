@@ -25,7 +25,8 @@ from servedeck.compose.document import Mount, Service, dump_yaml, interpolation_
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import Arg, LauncherArgv, SetItem, parse_launcher, parse_vllm, repeated
+from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, last_wins, parse_launcher, parse_vllm, repeated,
+                                 server_prefix)
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -110,11 +111,12 @@ class _Reader:
             kept = occurrences[-1]
             self.notes.append(f"{self.where(kept.index)}: --{dest.replace('_', '-')} is given "
                               f"{len(occurrences)} times; vLLM uses the last ({kept.value!r})")
-        last = {id(a) for a in _last_of_each(args)}
+        last = {id(a) for a in last_wins(args).values()}
+        positional: Arg | None = None
         for a in args:
             if a.name is None:
-                if self.kind == "vllm" and self.model_arg is None:
-                    self.model_arg = a.values[0]
+                if self.kind == "vllm" and positional is None:
+                    positional = a
                 else:
                     self.extra.append(argv[a.index])
                 continue
@@ -122,6 +124,13 @@ class _Reader:
                 continue  # an earlier occurrence of a typed flag: the last one wins
             if not self._take(a, argv):
                 self.extra += _tokens_of(a, argv)
+        if positional is not None:
+            if self.model_arg is not None and self.model_arg != positional.values[0]:
+                # vLLM 0.x vllm/entrypoints/cli/serve.py: args.model = args.model_tag when given
+                self.notes.append(f"{self.where(positional.index)}: the positional model "
+                                  f"{positional.values[0]!r} is what vLLM serves; --model "
+                                  f"{self.model_arg!r} is ignored by `vllm serve` and left out")
+            self.model_arg = positional.values[0]
 
     def _modelled(self, a: Arg) -> bool:
         return a.dest in {"served_model_name", "port", "model", "enable_auto_tool_choice",
@@ -222,28 +231,51 @@ class _Reader:
                                       + ", vllm.speculative_config[.KEY], env.NAME")
 
 
-def _last_of_each(args: list[Arg]) -> list[Arg]:
-    last: dict[str, Arg] = {}
-    for a in args:
-        if a.dest is not None:
-            last[a.dest] = a
-    return list(last.values())
-
-
 def _tokens_of(a: Arg, argv: list[str]) -> list[str]:
     idx = sorted({a.index, *a.value_indices})
     return [argv[i] for i in idx]
 
 
-def _launcher_kind(svc: Service, argv: list[str], facts_kind: str | None) -> str:
-    entry = svc.entrypoint or []
-    if any(t.endswith("serve.py") for t in entry[:2]):
-        return "exl3xpu"
-    if entry[:2] == ["vllm", "serve"] or (entry and entry[-1].endswith("openai.api_server")):
-        return "vllm"
-    if facts_kind:
-        return facts_kind
-    return "exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"
+def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
+                 notes: list[str]) -> tuple[str, list[str]]:
+    """(launcher kind, the launcher's own arguments) of the service. Docker runs entrypoint +
+    command as one argv: with an ``entrypoint`` it must start a server servedeck knows
+    (:func:`~servedeck.vllm.argv.server_prefix`), whose arguments are kept and whose start
+    words are left to the image's entrypoint (a note says so); without one, a command that
+    repeats the image's own entrypoint is refused, as vLLM would refuse the extra words.
+
+    Raises:
+        ServedeckError: an entrypoint that is not a known server start (a shell, a script),
+            or a command repeating the image's entrypoint.
+    """
+    if svc.entrypoint is not None:
+        whole = [literal_values(t) for t in svc.entrypoint] + argv
+        n, kind = server_prefix(whole)
+        if kind is None:
+            raise ServedeckError(
+                f"entrypoint {svc.entrypoint!r} does not start a server servedeck knows (vllm serve, "
+                "python -m vllm.entrypoints.openai.api_server, the exl3xpu serve.py), so its command "
+                "cannot become profile fields", file=file, field=f"{base}.entrypoint",
+                hint="write the server's own command as entrypoint + command items (no shell) and "
+                     "import again")
+        notes.append(f"{base}.entrypoint: {' '.join(whole[:n])!r} is left out: the profile runs the "
+                     "image's own entrypoint with the same arguments")
+        return kind, whole[n:]
+    entry = list(facts.entrypoint) if facts and facts.entrypoint else []
+    n, again = server_prefix(argv)
+    if entry and (again is not None or argv[:len(entry)] == entry):
+        words = " ".join(argv[:n or len(entry)])
+        raise ServedeckError(
+            f"command starts with {words!r}, which the image's entrypoint ({' '.join(entry)}) "
+            "already runs: the server would get those words as arguments and refuse them",
+            file=file, field=f"{base}.command[0]", hint=f"drop {words!r} from the command and import again")
+    if again is not None:  # an image servedeck has no entrypoint for
+        notes.append(f"{base}.command: {' '.join(argv[:n])!r} is left out: the profile passes the "
+                     "arguments to the image's entrypoint, which must start the server")
+        return again, argv[n:]
+    if facts and facts.launcher:
+        return facts.launcher, argv
+    return ("exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"), argv
 
 
 def import_compose(path: str | Path, name: str, catalog: Catalog,
@@ -287,7 +319,7 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         if tok != tok.strip():
             notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
         argv.append(literal_values(tok.strip()))
-    kind = _launcher_kind(svc, argv, facts.launcher if facts else None)
+    kind, argv = _server_argv(svc, argv, facts, file, base, notes)
 
     r = _Reader(file, base, kind)
     if kind == "exl3xpu":

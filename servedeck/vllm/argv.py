@@ -118,6 +118,30 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+
+
+def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | None]:
+    """(number of leading items that start a server servedeck knows, its launcher) of a process
+    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]] -m
+    vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main serve`` (what the
+    ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu image's
+    ``[python3] .../serve.py``."""
+    base = [a.rsplit("/", 1)[-1] for a in argv[:2]]
+    if base[:1] == ["vllm"] and argv[1:2] == ["serve"]:
+        return 2, "vllm"
+    if base and _PYTHON.fullmatch(base[0]) and argv[1:2] == ["-m"] and len(argv) > 2:
+        if argv[2] == "vllm.entrypoints.openai.api_server":
+            return 3, "vllm"
+        if argv[2] == "vllm.entrypoints.cli.main" and argv[3:4] == ["serve"]:
+            return 4, "vllm"
+    if base and base[0].endswith("serve.py"):
+        return 1, "exl3xpu"
+    if len(base) > 1 and _PYTHON.fullmatch(base[0]) and base[1].endswith("serve.py"):
+        return 2, "exl3xpu"
+    return 0, None
+
+
 def looks_like_flag(text: str) -> bool:
     """True for ``--x`` / ``-x`` tokens (not negative numbers such as ``-1``, not ``-``)."""
     t = text.strip()

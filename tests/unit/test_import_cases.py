@@ -293,3 +293,58 @@ def test_cli_import_then_render_and_check_carry_the_gpu_request(tmp_path):
     assert svc.gpu_requests[0].device_ids == ["GPU-5f1c2a7e-3b4d-4e8f-9a0b-1c2d3e4f5a6b",
                                               "GPU-9d8e7f60-1a2b-4c3d-8e5f-6a7b8c9d0e1f"]
     assert svc.healthcheck["retries"] == 5 and svc.extra["ulimits"]["memlock"] == -1
+
+
+# ---- variants of cases 38 / 40: the argv Docker runs (entrypoint + command) -------------------
+
+_VLLM_IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"
+
+
+def _import_service(tmp_path, service: str):
+    from test_field2_cases import CASES as FIELD
+    from ruamel.yaml import YAML
+    from servedeck.model.catalog import ImageFacts
+    cat = Catalog(tmp_path / "images.yaml")
+    for img in YAML(typ="safe").load((FIELD / "images.yaml").read_text())["images"]:
+        repo, digest = img["ref"].split("@")
+        cat.add(digest, ImageFacts(repository=repo, launcher="vllm", vllm_version=img["vllm_version"],
+                                   device="cuda", entrypoint=img["entrypoint"], cmd=img["cmd"],
+                                   default_port=img["default_port"], binaries=img["binaries"]))
+    path = tmp_path / "in.yml"
+    path.write_text(f"services:\n  llm:\n    image: {_VLLM_IMAGE}\n{service}"
+                    "    volumes:\n      - /srv/models/m:/models/m\n")
+    return import_compose(path, "imp", cat)
+
+
+@pytest.mark.parametrize("service", [
+    "    entrypoint: [vllm]\n    command: [serve, /models/m, --port, \"8000\"]\n",
+    "    entrypoint: [/usr/local/bin/vllm, serve]\n    command: [/models/m, --port, \"8000\"]\n",
+    "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n    command: [--model, /models/m, --port, \"8000\"]\n",
+])
+def test_an_entrypoint_that_starts_vllm_gives_its_arguments_to_the_profile(tmp_path, service):
+    mapping, notes = _import_service(tmp_path, service)
+    assert mapping["model"]["weights_dir"] == "/srv/models/m" and mapping["container"]["port"] == 8000
+    assert any("entrypoint" in n and "left out" in n for n in notes)
+
+
+@pytest.mark.parametrize("service, field", [
+    ("    entrypoint: [/bin/bash, -c]\n    command: [\"vllm serve /models/m\"]\n", "services.llm.entrypoint"),
+    ("    entrypoint: [/opt/start.sh]\n", "services.llm.entrypoint"),
+    ("    command: [vllm, serve, /models/m]\n", "services.llm.command[0]"),  # the image runs vllm serve
+])
+def test_an_argv_that_is_not_the_servers_own_is_refused_naming_the_field(tmp_path, service, field):
+    with pytest.raises(ServedeckError) as exc:
+        _import_service(tmp_path, service)
+    assert exc.value.field == field
+
+
+def test_the_positional_model_wins_over_model_as_vllm_serve_does(tmp_path):
+    mapping, notes = _import_service(tmp_path, "    command: [/models/m, --model, /models/other]\n")
+    assert mapping["model"]["weights_dir"] == "/srv/models/m"
+    assert any("--model '/models/other' is ignored" in n for n in notes)
+
+
+def test_dotted_speculative_config_keys_merge_into_one_config(tmp_path):
+    mapping, _ = _import_service(tmp_path, "    command: [/models/m, --speculative-config.method=ngram, "
+                                           "--speculative-config.num_speculative_tokens=3]\n")
+    assert mapping["engine"]["speculative"] == {"method": "ngram", "num_speculative_tokens": 3}

@@ -24,7 +24,7 @@ from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
 from servedeck.compose.document import split_command
 from servedeck.vllm import argv
-from servedeck.vllm.argv import ALIASES, FLAGS, LAUNCHER_OPTIONS, looks_like_flag
+from servedeck.vllm.argv import ALIASES, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
 from servedeck.yamlio import launcher_value
 
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -321,7 +321,6 @@ def _is_serve_py(tokens: list[str]) -> bool:
     return bool(tokens) and any(t.strip().endswith("serve.py") for t in tokens[:2])
 
 
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 _SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
 _OPERATOR = re.compile(r"[;&|<>()]+")
 _KEYWORDS = {"if", "for", "while", "until", "case", "function", "{", "!"}
@@ -342,27 +341,6 @@ def _plain_command(script: str) -> list[str] | None:
     if not words or words[0] in _KEYWORDS or any(_OPERATOR.fullmatch(w) for w in words):
         return None
     return words
-
-
-def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | None]:
-    """(number of leading items that start a server servedeck knows, its launcher) of a process
-    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]] -m
-    vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main serve`` (what the
-    ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu image's
-    ``[python3] .../serve.py``."""
-    base = [a.rsplit("/", 1)[-1] for a in argv[:2]]
-    if base[:1] == ["vllm"] and argv[1:2] == ["serve"]:
-        return 2, "vllm"
-    if base and _PYTHON.fullmatch(base[0]) and argv[1:2] == ["-m"] and len(argv) > 2:
-        if argv[2] == "vllm.entrypoints.openai.api_server":
-            return 3, "vllm"
-        if argv[2] == "vllm.entrypoints.cli.main" and argv[3:4] == ["serve"]:
-            return 4, "vllm"
-    if base and base[0].endswith("serve.py"):
-        return 1, "exl3xpu"
-    if len(base) > 1 and _PYTHON.fullmatch(base[0]) and base[1].endswith("serve.py"):
-        return 2, "exl3xpu"
-    return 0, None
 
 
 def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None]:
