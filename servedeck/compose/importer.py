@@ -156,8 +156,11 @@ class _Reader:
         elif self.kind == "vllm" and dest in SET_FIELDS:
             value = self.value(a, argv)
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+                why = ("auto: vLLM decides" if dest == "max_model_len" and value == -1 else
+                       "not a positive size, which the profile field needs; vLLM's own config "
+                       "checks judge it at start")
                 self.notes.append(f"{self.where(a.index)}: {' '.join(_tokens_of(a, argv))} "
-                                  f"({dest} {value}: vLLM decides) kept as a passthrough flag")
+                                  f"({dest} {value}: {why}) kept as a passthrough flag")
                 return False
             self.engine[dest] = value
         elif self.kind == "vllm" and dest == "speculative_config":

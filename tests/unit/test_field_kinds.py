@@ -115,3 +115,12 @@ def test_quote_characters_the_container_gets_in_a_value_are_an_error(env, rule, 
 def test_values_without_quotes_at_their_ends_stay_clean(env, catalog):  # noqa: F811
     text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
     assert not [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if f.rule.startswith("env/")]
+
+
+@pytest.mark.parametrize("value, bad", [("8k", False), ("8K", False), ("1.5k", False), ("-1", False),
+                                        ("1.5K", True), ("8192.0", True), ("auto", True)])
+def test_human_readable_ints_are_judged_by_the_one_grammar(value, bad, catalog):  # noqa: F811
+    """vLLM's human_readable_int (servedeck.vllm.argv): decimals only with a decimal suffix; a
+    plain int (negative too) parses, and vLLM's config checks judge it later."""
+    text = _compose(f"    command: [example/model-7b, --max-num-batched-tokens, \"{value}\"]\n")
+    assert ("flags/bad-value" in _rules(text, catalog)) is bad

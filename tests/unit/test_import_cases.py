@@ -348,3 +348,13 @@ def test_dotted_speculative_config_keys_merge_into_one_config(tmp_path):
     mapping, _ = _import_service(tmp_path, "    command: [/models/m, --speculative-config.method=ngram, "
                                            "--speculative-config.num_speculative_tokens=3]\n")
     assert mapping["engine"]["speculative"] == {"method": "ngram", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize("flag, value, says", [("--max-num-batched-tokens", "-1", "not a positive size"),
+                                               ("--max-num-batched-tokens", "0", "not a positive size"),
+                                               ("--max-model-len", "-1", "auto: vLLM decides")])
+def test_a_non_positive_size_is_kept_for_vllm_and_only_max_model_len_minus_one_is_auto(
+        tmp_path, flag, value, says):
+    mapping, notes = _import_service(tmp_path, f"    command: [/models/m, {flag}, \"{value}\"]\n")
+    assert [flag, value] == mapping["engine"]["extra_args"][-2:]
+    assert any(says in n for n in notes)

@@ -19,11 +19,11 @@ from typing import Any
 
 from servedeck.compose.rules._facts import judge, vllm_flags
 from servedeck.compose.rules._service import Ctx, Flag, Service
+from servedeck.vllm.argv import human_readable_int
 
 #: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
 _NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
 
-_HR = re.compile(r"^\d+(?:\.\d+)?[kKmMgGtT]?$")
 
 
 def _value_ok(type_name: str | None, text: str) -> bool | None:
@@ -37,10 +37,12 @@ def _value_ok(type_name: str | None, text: str) -> bool | None:
             return True
         except ValueError:
             return False
-    if type_name == "human_readable_int":
-        return _HR.match(t) is not None and not re.fullmatch(r"\d+\.\d+", t)
-    if type_name == "human_readable_int_or_auto":
-        return t == "-1" or t.lower() == "auto" or (_HR.match(t) is not None and not re.fullmatch(r"\d+\.\d+", t))
+    if type_name in ("human_readable_int", "human_readable_int_or_auto"):
+        try:
+            human_readable_int(t, auto=type_name == "human_readable_int_or_auto")
+        except ValueError:
+            return False
+        return True
     return None
 
 
