@@ -32,7 +32,22 @@ from servedeck.vllm.launcher import SET_FIELDS
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
 _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
 #: Container paths that hold the Hugging Face cache (``HF_HOME`` default, hub cache).
-_HF_CACHE_TARGETS = ("/root/.cache/huggingface", "/root/.cache/huggingface/hub")
+def hf_hub_cache(env: dict[str, str | None]) -> str:
+    """The Hugging Face hub cache directory in the container, as ``huggingface_hub`` resolves it
+    (``huggingface_hub/constants.py``): ``HF_HUB_CACHE`` (or the older ``HUGGINGFACE_HUB_CACHE``),
+    else ``$HF_HOME/hub``, else ``${XDG_CACHE_HOME:-~/.cache}/huggingface/hub``; ``~`` is
+    ``/root``, the user vLLM's images run as."""
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return hub.rstrip("/") or "/"
+    home = env.get("HF_HOME") or f"{(env.get('XDG_CACHE_HOME') or '/root/.cache').rstrip('/')}/huggingface"
+    return f"{home.rstrip('/')}/hub"
+
+
+def _holds_hf_cache(target: str, hub: str) -> bool:
+    """Whether a mount at ``target`` keeps the hub cache ``hub`` (at it or a directory above)."""
+    t = target.rstrip("/")
+    return bool(t) and (hub == t or hub.startswith(t + "/"))
 
 
 def _variables(value: Any, where: str):
@@ -397,6 +412,7 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
     hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
+    cache = hf_hub_cache(svc.environment.values)
     for j, v in enumerate(svc.volumes):
         entry = _volume_entry(v, f"{base}.volumes[{j}]", notes)
         if entry is None:
@@ -405,14 +421,14 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
             model.update(weights_dir=entry["source"], mount=entry["target"])
             if entry.get("options"):
                 model["mount_options"] = entry["options"]
-        elif hub and v.target.rstrip("/") in _HF_CACHE_TARGETS and "hf_cache" not in model:
+        elif hub and _holds_hf_cache(v.target, cache) and "hf_cache" not in model:
             model["hf_cache"] = entry
         else:
             others.append(entry)
     if hub:
         model = {"repo_id": model_arg, **model}
         if "hf_cache" not in model:
-            notes.append(f"{base}.volumes: no Hugging Face cache mount at /root/.cache/huggingface; "
+            notes.append(f"{base}.volumes: no mount keeps the Hugging Face cache ({cache}); "
                          f"vLLM downloads {model_arg} inside the container at every start")
         return model, others
     if model_arg is None:

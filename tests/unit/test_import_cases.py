@@ -122,7 +122,7 @@ def test_repo_id_without_a_cache_mount_is_imported_with_a_note(tmp_path):
     src = _compose(tmp_path, ["Qwen/Qwen3-8B"], volumes=())
     mapping, notes = import_compose(src, "t", CATALOG)
     assert mapping["model"] == {"repo_id": "Qwen/Qwen3-8B", "served_model_name": ["Qwen/Qwen3-8B"]}
-    assert any("no Hugging Face cache mount" in n for n in notes)
+    assert any("no mount keeps the Hugging Face cache (/root/.cache/huggingface/hub)" in n for n in notes)
 
 
 def test_a_local_model_path_without_its_mount_is_refused_with_both_ways_out(tmp_path):
@@ -300,7 +300,7 @@ def test_cli_import_then_render_and_check_carry_the_gpu_request(tmp_path):
 _VLLM_IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"
 
 
-def _import_service(tmp_path, service: str):
+def _import_service(tmp_path, service: str, volumes: str = "      - /srv/models/m:/models/m\n"):
     from test_field2_cases import CASES as FIELD
     from ruamel.yaml import YAML
     from servedeck.model.catalog import ImageFacts
@@ -311,8 +311,7 @@ def _import_service(tmp_path, service: str):
                                    device="cuda", entrypoint=img["entrypoint"], cmd=img["cmd"],
                                    default_port=img["default_port"], binaries=img["binaries"]))
     path = tmp_path / "in.yml"
-    path.write_text(f"services:\n  llm:\n    image: {_VLLM_IMAGE}\n{service}"
-                    "    volumes:\n      - /srv/models/m:/models/m\n")
+    path.write_text(f"services:\n  llm:\n    image: {_VLLM_IMAGE}\n{service}    volumes:\n{volumes}")
     return import_compose(path, "imp", cat)
 
 
@@ -358,3 +357,15 @@ def test_a_non_positive_size_is_kept_for_vllm_and_only_max_model_len_minus_one_i
     mapping, notes = _import_service(tmp_path, f"    command: [/models/m, {flag}, \"{value}\"]\n")
     assert [flag, value] == mapping["engine"]["extra_args"][-2:]
     assert any(says in n for n in notes)
+
+
+@pytest.mark.parametrize("env, target", [("", "/root/.cache/huggingface"), ("HF_HOME: /data/hf", "/data/hf"),
+                                         ("HF_HUB_CACHE: /data/hub", "/data/hub"),
+                                         ("HUGGINGFACE_HUB_CACHE: /data/hub", "/data"),
+                                         ("XDG_CACHE_HOME: /cache", "/cache/huggingface/hub")])
+def test_the_hf_cache_mount_is_found_where_huggingface_hub_looks(tmp_path, env, target):
+    environment = f"    environment:\n      {env}\n" if env else ""
+    mapping, notes = _import_service(tmp_path, f"    command: [example/model-7b]\n{environment}",
+                                     volumes=f"      - /srv/hf:{target}\n")
+    assert mapping["model"]["hf_cache"] == {"source": "/srv/hf", "target": target}
+    assert not any("Hugging Face cache" in n for n in notes)
