@@ -124,3 +124,16 @@ def test_human_readable_ints_are_judged_by_the_one_grammar(value, bad, catalog):
     plain int (negative too) parses, and vLLM's config checks judge it later."""
     text = _compose(f"    command: [example/model-7b, --max-num-batched-tokens, \"{value}\"]\n")
     assert ("flags/bad-value" in _rules(text, catalog)) is bad
+
+
+def test_a_list_flag_that_takes_the_model_is_an_error(catalog):  # noqa: F811
+    """``--served-model-name`` takes one or more values: a model written after it is one of
+    them, and vLLM serves its default model."""
+    swallowed = _compose("    command: [--port, \"8000\", --served-model-name, chat, example/model-7b]\n")
+    found = [f for f in check_compose_text(swallowed, file="x.yml", catalog=catalog)
+             if f.rule == "argv/model-taken-by-flag"]
+    assert found and found[0].severity.value == "error" and found[0].path == "services.llm.command[4]"
+    for fine in ("    command: [example/model-7b, --served-model-name, chat, alias]\n",
+                 "    command: [--served-model-name, chat, alias, --model, example/model-7b]\n",
+                 "    command: [--served-model-name=chat, example/model-7b]\n"):
+        assert "argv/model-taken-by-flag" not in _rules(_compose(fine), catalog), fine

@@ -17,6 +17,7 @@ from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
+from servedeck.vllm.argv import spec_for
 from servedeck.vllm.names import check_name, parse_version
 
 _QUOTES = ("'", '"')
@@ -123,7 +124,25 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
             ctx.error("argv/missing-value", flag.token.path,
                       f"--{flag.name} needs a value but is followed by {nxt}; the parser fails",
                       f"put the value right after --{flag.name}")
+    if launch.kind == "vllm":
+        _model_taken_by_a_list_flag(ctx, launch)
     _json_checks(ctx, svc)
+
+
+def _model_taken_by_a_list_flag(ctx: Ctx, launch) -> None:
+    """``argv/model-taken-by-flag``: no model reaches ``vllm serve`` because a flag that takes
+    one or more values (argparse ``nargs="+"``, e.g. ``--served-model-name``) took the item
+    meant as the model; vLLM then serves its default model."""
+    if launch.positionals or any(f.name == "model" for f in launch.flags):
+        return
+    for flag in launch.flags:
+        if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
+            last = flag.values[-1]
+            ctx.error("argv/model-taken-by-flag", last.path,
+                      f"--{flag.name} takes every item up to the next flag, so {last.s!r} becomes one "
+                      f"of its values and `vllm serve` gets no model: it serves its default model "
+                      f"instead", f"put the model first in the command ({last.s!r} before the flags)")
+            return
 
 
 # ----------------------------------------------------------------------------- launcher
