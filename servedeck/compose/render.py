@@ -100,6 +100,23 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     return env
 
 
+def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
+    """The image's vLLM argument table when the command needs one (a bool flag set false,
+    whose spelling differs between releases): the facts extracted from the image, else the
+    shipped table of its release (:func:`servedeck.vllm.facts.facts_for_version`); else None."""
+    if profile.engine.enable_prefix_caching is not False:
+        return None
+    own = catalog.vllm_facts(profile.image_ref.digest)
+    if own is not None or facts is None or not facts.vllm_version:
+        return own
+    from servedeck.errors import ServedeckError
+    from servedeck.vllm.facts import facts_for_version
+    try:
+        return facts_for_version(facts.vllm_version)[0]
+    except ServedeckError:  # a version servedeck cannot read: argparse's own default spelling
+        return None
+
+
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
                    templates_dir: Path | Sequence[Path]) -> Rendered:
     """Render ``profile`` to compose text with ``docker-compose.yml.j2``.
@@ -118,7 +135,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
-    command = build_command(profile, facts)
+    command = build_command(profile, facts, _flag_table(catalog, profile, facts))
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
     mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount

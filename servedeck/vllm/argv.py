@@ -310,21 +310,33 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def flag_tokens(dest_or_name: str, value: Any) -> list[str]:
+def flag_tokens(dest_or_name: str, value: Any, *, negative: str | None = None) -> list[str]:
     """Print one vLLM flag: ``("max_model_len", 8192)`` → ``["--max-model-len", "8192"]``.
 
-    Booleans of ``bool`` flags print ``--x`` / ``--no-x``; ``nargs="+"`` flags take a list
-    (one token each); JSON flags take dict/list (compact JSON); ``None`` prints nothing.
+    Booleans of ``bool`` flags print ``--x`` / ``negative`` (the image's own spelling of the
+    false option, :func:`negative_option`; default ``--no-x``, argparse's
+    ``BooleanOptionalAction``); ``nargs="+"`` flags take a list (one token each); JSON flags
+    take dict/list (compact JSON); ``None`` prints nothing.
     """
     name = dest_or_name.replace("_", "-")
     spec = spec_for(name)
     if value is None:
         return []
     if spec.kind == "bool" or isinstance(value, bool) and spec.kind != "json":
-        return [f"--{name}"] if value else [f"--no-{name}"]
+        return [f"--{name}"] if value else [negative or f"--no-{name}"]
     if spec.nargs_plus and isinstance(value, (list, tuple)):
         return [f"--{name}", *(format_value(v) for v in value)]
     return [f"--{name}", format_value(value)]
+
+
+def negative_option(table: Any, name: str) -> str | None:
+    """The option that sets bool flag ``name`` (no dashes) false in a release's argument table
+    (:class:`servedeck.vllm.facts.VllmFacts`): ``--no-enable-prefix-caching`` in vLLM 0.10-0.32,
+    ``--disable-prefix-caching`` in 0.33 (their tables in ``servedeck/vllm/tables/``). None when
+    the table is None or lists no other option for it."""
+    action = table.option(name) if table is not None else None
+    others = [o for o in (action.options if action else []) if o != f"--{name}" and o.startswith("--")]
+    return others[0] if others else None
 
 
 def flag(dest: str) -> str:

@@ -137,3 +137,27 @@ def test_a_list_flag_that_takes_the_model_is_an_error(catalog):  # noqa: F811
                  "    command: [--served-model-name, chat, alias, --model, example/model-7b]\n",
                  "    command: [--served-model-name=chat, example/model-7b]\n"):
         assert "argv/model-taken-by-flag" not in _rules(_compose(fine), catalog), fine
+
+
+@pytest.mark.parametrize("version, spelling", [("0.33.0", "--disable-prefix-caching"),
+                                               ("0.32.0", "--no-enable-prefix-caching")])
+def test_prefix_caching_off_is_spelled_as_the_pinned_release_spells_it(tmp_path, version, spelling):
+    """vLLM 0.33's table lists ``--disable-prefix-caching`` as the false option, 0.32's
+    ``--no-enable-prefix-caching``: the rendered command must be one the image's vLLM accepts."""
+    from pathlib import Path as P
+    from servedeck.compose.render import render_profile
+    from servedeck.model.catalog import Catalog, ImageFacts
+    from servedeck.model.profile import Profile
+    root = P(__file__).resolve().parents[2]
+    digest = "sha256:" + "ab" * 32
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add(digest, ImageFacts(repository="registry.example/vllm", launcher="vllm", vllm_version=version,
+                               device="cuda", entrypoint=["vllm", "serve"], default_port=8000))
+    profile = Profile.model_validate({
+        "name": "pc-off", "image": f"registry.example/vllm@{digest}", "launcher": {"kind": "vllm"},
+        "model": {"repo_id": "example/model-7b", "served_model_name": ["chat"]},
+        "engine": {"enable_prefix_caching": False}})
+    text = render_profile(profile, cat, root / "templates").compose_text
+    assert spelling in text
+    found = check_compose_text(text, file="r.yml", catalog=cat)
+    assert not [f for f in found if f.rule.startswith("flags/")], [f.render() for f in found]
