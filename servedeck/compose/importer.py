@@ -25,8 +25,8 @@ from servedeck.compose.document import Mount, Service, dump_yaml, interpolation_
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, last_wins, parse_launcher, parse_vllm, repeated,
-                                 server_prefix)
+from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, dotted_replaces, last_wins, merge_json,
+                                 parse_launcher, parse_vllm, repeated, server_prefix)
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -106,6 +106,8 @@ class _Reader:
         self.served: list[str] = []
         self.port: int | None = None
         self.model_arg: str | None = None
+        self.speculative_keys: dict[str, Any] = {}
+        self.spec_by_keys = False
         self.extra: list[str] = []
         self.speculative: dict[str, Any] | None | str = "unset"
         self.notes: list[str] = []
@@ -127,6 +129,11 @@ class _Reader:
             self.notes.append(f"{self.where(kept.index)}: --{dest.replace('_', '-')} is given "
                               f"{len(occurrences)} times; vLLM uses the last ({kept.value!r})")
         last = {id(a) for a in last_wins(args).values()}
+        for dest, (whole, subs) in dotted_replaces(args).items():
+            self.notes.append(f"{self.where(whole.index)}: --{dest.replace('_', '-')} {whole.value} is "
+                              f"dropped: vLLM builds one value from the {len(subs)} "
+                              f"--{dest.replace('_', '-')}.KEY flags and it replaces the whole one")
+        self.spec_by_keys = any(a.subkey and a.dest == "speculative_config" for a in args)
         positional: Arg | None = None
         for a in args:
             if a.name is None:
@@ -183,10 +190,11 @@ class _Reader:
             if not isinstance(value, dict):
                 raise ServedeckError(f"speculative_config value {a.value!r} is not a mapping",
                                      file=self.file, field=self.where(a.index))
-            if a.subkey:
-                merged = dict(self.speculative) if isinstance(self.speculative, dict) else {}
-                merged.update(value)
-                value = merged
+            if a.subkey:  # vLLM: the sub-keys form one value that replaces a whole JSON one
+                merge_json(self.speculative_keys, value)
+                value = self.speculative_keys
+            elif self.spec_by_keys:
+                return True  # a whole JSON value the sub-keys replace (noted in vllm_flags)
             self.speculative = value
         else:
             return False

@@ -530,9 +530,15 @@ def repeated(args: Iterable[Arg]) -> dict[str, list[Arg]]:
 
 
 def settings(args: Iterable[Arg], *, strict: bool = False) -> dict[str, Any]:
-    """Flags → ``{dest: value}`` as vLLM holds them, last occurrence winning; JSON sub-key
-    flags merge into their dict. ``strict`` raises on values vLLM refuses (else the text)."""
+    """Flags → ``{dest: value}`` as vLLM holds them, last occurrence winning. The JSON sub-key
+    flags of one dest (``--speculative-config.KEY V``) merge into one dict, and that dict
+    *replaces* a whole JSON value of the same flag wherever it stands: vLLM's
+    ``FlexibleArgumentParser`` gathers the dotted keys into one value placed after the others
+    (seen with vLLM 0.32's own parser: ``--speculative-config '{"method":"ngram",...}'
+    --speculative-config.num_speculative_tokens 5`` gives ``{"num_speculative_tokens": 5}``).
+    ``strict`` raises on values vLLM refuses (else the text)."""
     out: dict[str, Any] = {}
+    dotted: dict[str, dict[str, Any]] = {}
     for key, a in last_wins(args).items():
         if a.missing_value:
             continue
@@ -543,19 +549,34 @@ def settings(args: Iterable[Arg], *, strict: bool = False) -> dict[str, Any]:
                 raise
             value = a.value
         if a.subkey:
-            base = out.get(a.dest or "")
-            merged = dict(base) if isinstance(base, dict) else {}
-            _merge(merged, value)
-            out[a.dest or ""] = merged
+            merge_json(dotted.setdefault(a.dest or "", {}), value)
         else:
             out[key] = value
+    out.update(dotted)
     return out
 
 
-def _merge(base: dict[str, Any], new: dict[str, Any]) -> None:
+def dotted_replaces(args: Iterable[Arg]) -> dict[str, tuple[Arg, list[Arg]]]:
+    """JSON flags given both whole and by sub-keys: dest → (the whole value's last occurrence,
+    the sub-key occurrences). vLLM keeps only the sub-keys' dict (:func:`settings`)."""
+    whole: dict[str, Arg] = {}
+    subs: dict[str, list[Arg]] = {}
+    for a in args:
+        if a.dest is None or a.missing_value:
+            continue
+        if a.subkey:
+            subs.setdefault(a.dest, []).append(a)
+        elif spec_for(a.base or "").kind == "json":
+            whole[a.dest] = a
+    return {d: (whole[d], subs[d]) for d in whole if d in subs}
+
+
+def merge_json(base: dict[str, Any], new: dict[str, Any]) -> None:
+    """Merge JSON object ``new`` into ``base`` in place, nested objects key by key (how vLLM
+    combines the dotted sub-key flags of one JSON flag)."""
     for k, v in new.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _merge(base[k], v)
+            merge_json(base[k], v)
         else:
             base[k] = v
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from servedeck.errors import ServedeckError
-from servedeck.vllm.argv import (convert, flag_tokens, human_readable_int, meaning, parse_launcher,
+from servedeck.vllm.argv import (convert, dotted_replaces, flag_tokens, human_readable_int, meaning, parse_launcher,
                                  parse_vllm, print_args, repeated, settings)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +83,15 @@ def test_nargs_plus_json_and_dotted_json_keys():
                        "--compilation-config.mode=VLLM_COMPILE"])
     s = settings(args)
     assert s["served_model_name"] == ["a", "b"]
-    assert s["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    # vLLM's FlexibleArgumentParser gathers the dotted keys into ONE value that replaces the whole
+    # JSON one, in either order (vLLM 0.32's own make_arg_parser, run in the CPU image, gave
+    # {'num_speculative_tokens': 5} for '{"method":"ngram",...}' + .num_speculative_tokens 5)
+    assert s["speculative_config"] == {"prompt_lookup_max": 4}
     assert s["compilation_config"] == {"mode": "VLLM_COMPILE"}
+    assert list(dotted_replaces(args)) == ["speculative_config"]
+    both = parse_vllm(["--speculative-config.method", "ngram", "--speculative-config", '{"method":"mtp"}',
+                       "--speculative-config.num_speculative_tokens", "2"])
+    assert settings(both)["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 2}
 
 
 def test_attached_short_option_value_does_not_swallow_the_next_token():

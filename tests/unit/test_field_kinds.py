@@ -161,3 +161,14 @@ def test_prefix_caching_off_is_spelled_as_the_pinned_release_spells_it(tmp_path,
     assert spelling in text
     found = check_compose_text(text, file="r.yml", catalog=cat)
     assert not [f for f in found if f.rule.startswith("flags/")], [f.render() for f in found]
+
+
+def test_a_whole_json_flag_beside_its_sub_key_flags_is_said_dropped(catalog):  # noqa: F811
+    text = _compose("    command: [example/model-7b, --speculative-config, "
+                    "'{\"method\":\"ngram\",\"num_speculative_tokens\":3}', "
+                    "--speculative-config.num_speculative_tokens, \"5\"]\n")
+    found = [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if f.rule == "argv/json-replaced"]
+    assert found and found[0].severity.value == "warning" and found[0].path == "services.llm.command[1]"
+    only_keys = _compose("    command: [example/model-7b, --speculative-config.method, ngram, "
+                         "--speculative-config.num_speculative_tokens, \"5\"]\n")
+    assert "argv/json-replaced" not in _rules(only_keys, catalog)

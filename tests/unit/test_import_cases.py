@@ -369,3 +369,15 @@ def test_the_hf_cache_mount_is_found_where_huggingface_hub_looks(tmp_path, env, 
                                      volumes=f"      - /srv/hf:{target}\n")
     assert mapping["model"]["hf_cache"] == {"source": "/srv/hf", "target": target}
     assert not any("Hugging Face cache" in n for n in notes)
+
+
+@pytest.mark.parametrize("command", [
+    "[/models/m, --speculative-config, '{\"method\":\"ngram\",\"num_speculative_tokens\":3}', "
+    "--speculative-config.num_speculative_tokens, \"5\"]",
+    "[/models/m, --speculative-config.num_speculative_tokens, \"5\", --speculative-config, "
+    "'{\"method\":\"ngram\",\"num_speculative_tokens\":3}']"])
+def test_sub_key_flags_replace_a_whole_speculative_config_as_vllm_reads_them(tmp_path, command):
+    """Seen with vLLM 0.32's parser: both orders give {"num_speculative_tokens": 5}."""
+    mapping, notes = _import_service(tmp_path, f"    command: {command}\n")
+    assert mapping["engine"]["speculative"] == {"num_speculative_tokens": 5}
+    assert any("is dropped: vLLM builds one value" in n for n in notes)

@@ -72,6 +72,18 @@ def _item_checks(ctx: Ctx, tok: Token) -> None:
 
 def _json_checks(ctx: Ctx, svc: Service) -> None:
     launch = svc.launch
+    whole = {f.name: f for f in launch.flags if f.name in JSON_FLAGS}
+    keyed = {}
+    for f in launch.flags:
+        base, dot, _ = f.name.partition(".")
+        if dot and base in whole:
+            keyed.setdefault(base, f)
+    for base, first in keyed.items():  # vLLM: the sub-keys form one value replacing the whole one
+        ctx.warning("argv/json-replaced", whole[base].token.path,
+                    f"--{base} {whole[base].value} is dropped: vLLM builds one value from the "
+                    f"--{base}.KEY flags (from {first.token.s!r} on) and it replaces the whole JSON "
+                    f"value, wherever each stands", f"put every key in one --{base} JSON value, or "
+                    f"give them all as --{base}.KEY flags")
     for flag in launch.flags:
         if flag.name not in JSON_FLAGS or flag.value is None:
             continue
