@@ -284,9 +284,17 @@ def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
                 "cannot become profile fields", file=file, field=f"{base}.entrypoint",
                 hint="write the server's own command as entrypoint + command items (no shell) and "
                      "import again")
+        rest = whole[n:]
+        if whole[n - 1].endswith("vllm.entrypoints.openai.api_server") and rest \
+                and any(a.name is None for a in parse_vllm(rest)):
+            # its __main__ reads --model; the parser's model_tag positional is not copied over
+            raise ServedeckError(
+                "python -m vllm.entrypoints.openai.api_server does not serve a positional model "
+                "(it runs its default model, or refuses the extra argument in older releases)",
+                file=file, field=f"{base}.command", hint="give the model as --model MODEL and import again")
         notes.append(f"{base}.entrypoint: {' '.join(whole[:n])!r} is left out: the profile runs the "
                      "image's own entrypoint with the same arguments")
-        return kind, whole[n:]
+        return kind, rest
     entry = list(facts.entrypoint) if facts and facts.entrypoint else []
     n, again = server_prefix(argv)
     if entry and (again is not None or argv[:len(entry)] == entry):

@@ -121,24 +121,64 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+_PYTHON_OPT_WITH_VALUE = {"-X", "-W", "-Q"}
+
+
+def _wrappers(argv: list[str]) -> int:
+    """Number of leading items that only wrap the program they run: ``env`` (with its options
+    and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
+    ``--``), ``nice -n N``."""
+    i = 0
+    while i < len(argv):
+        base = argv[i].rsplit("/", 1)[-1]
+        if base == "env":
+            i += 1
+            while i < len(argv) and (_ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
+                i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
+        elif base in ("tini", "dumb-init"):
+            i += 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+                if argv[i - 1] == "--":
+                    break
+        elif base == "nice":
+            i += 1
+            if i < len(argv) and argv[i] == "-n":
+                i += 2
+            elif i < len(argv) and re.fullmatch(r"-n?-?\d+", argv[i]):
+                i += 1
+        else:
+            return i
+    return i
+
+
 def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | None]:
     """(number of leading items that start a server servedeck knows, its launcher) of a process
-    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]] -m
-    vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main serve`` (what the
-    ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu image's
-    ``[python3] .../serve.py``."""
-    base = [a.rsplit("/", 1)[-1] for a in argv[:2]]
-    if base[:1] == ["vllm"] and argv[1:2] == ["serve"]:
-        return 2, "vllm"
-    if base and _PYTHON.fullmatch(base[0]) and argv[1:2] == ["-m"] and len(argv) > 2:
-        if argv[2] == "vllm.entrypoints.openai.api_server":
-            return 3, "vllm"
-        if argv[2] == "vllm.entrypoints.cli.main" and argv[3:4] == ["serve"]:
-            return 4, "vllm"
+    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]]
+    [OPTIONS] -m vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main
+    serve`` (what the ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu
+    image's ``[python3] .../serve.py``; after wrappers that run them (``env NAME=value``,
+    ``tini --``, ``dumb-init``, ``nice``)."""
+    w = _wrappers(argv)
+    rest = argv[w:]
+    base = [a.rsplit("/", 1)[-1] for a in rest[:2]]
+    if base[:1] == ["vllm"] and rest[1:2] == ["serve"]:
+        return w + 2, "vllm"
+    if base and _PYTHON.fullmatch(base[0]):
+        i = 1
+        while i < len(rest) and rest[i].startswith("-") and not rest[i].startswith("-m") and rest[i] != "--":
+            i += 2 if rest[i] in _PYTHON_OPT_WITH_VALUE else 1
+        module, after = (rest[i][2:], i + 1) if i < len(rest) and len(rest[i]) > 2 and rest[i].startswith("-m") \
+            else ((rest[i + 1], i + 2) if rest[i:i + 1] == ["-m"] and i + 1 < len(rest) else (None, i))
+        if module == "vllm.entrypoints.openai.api_server":
+            return w + after, "vllm"
+        if module == "vllm.entrypoints.cli.main" and rest[after:after + 1] == ["serve"]:
+            return w + after + 1, "vllm"
+        if module is None and i < len(rest) and rest[i].endswith("serve.py"):
+            return w + i + 1, "exl3xpu"
     if base and base[0].endswith("serve.py"):
-        return 1, "exl3xpu"
-    if len(base) > 1 and _PYTHON.fullmatch(base[0]) and base[1].endswith("serve.py"):
-        return 2, "exl3xpu"
+        return w + 1, "exl3xpu"
     return 0, None
 
 

@@ -54,7 +54,15 @@ def test_hosts_that_are_not_loopback_stay_clean(host, catalog):  # noqa: F811
     '    entrypoint: ["/bin/bash", "-c"]\n    command: ["vllm serve example/model-7b --host 127.0.0.1"]\n',
     '    entrypoint: [sh, -c, "exec vllm serve example/model-7b --host \'127.0.0.1\'"]\n',
     '    entrypoint: [sh, -ec, "HF_HUB_OFFLINE=1 exec vllm serve example/model-7b --host 127.0.0.1"]\n',
-], ids=["vllm+serve", "abs-path", "cli-main", "api-server", "bash-c-item", "sh-c-exec", "sh-ec-assignment"])
+    '    entrypoint: [bash, --login, -o, pipefail, -e, -c, "exec -a vllm vllm serve m --host 127.0.0.1"]\n',
+    '    entrypoint: [/usr/bin/env, HF_HUB_OFFLINE=1, vllm, serve]\n    command: [m, --host, 127.0.0.1]\n',
+    '    entrypoint: [tini, -g, --, vllm, serve]\n    command: [m, --host, 127.0.0.1]\n',
+    '    entrypoint: [dumb-init, --single-child, vllm, serve, m, --host, 127.0.0.1]\n',
+    '    entrypoint: [python3, -u, -X, dev, -mvllm.entrypoints.openai.api_server]\n    command: [--host, 127.0.0.1]\n',
+    '    entrypoint: [sh, -c]\n    command: ["vllm serve m --api-key abc#1 --host 127.0.0.1 # loopback on purpose"]\n',
+    '    entrypoint: null\n    command: [example/model-7b, --host, 127.0.0.1]\n',
+], ids=["vllm+serve", "abs-path", "cli-main", "api-server", "bash-c-item", "sh-c-exec", "sh-ec-assignment",
+        "bash-options-exec-a", "env", "tini", "dumb-init", "python-options", "hash-in-word", "null-is-unset"])
 def test_the_server_command_behind_an_entrypoint_is_read_as_docker_runs_it(service, catalog):  # noqa: F811
     assert _rules(_compose(service), catalog).get("server/host-loopback") == "error"
 
@@ -99,9 +107,9 @@ def test_an_unknown_entrypoint_is_said_not_analysed_and_a_known_one_is_not(catal
     ("      - VLLM_API_KEY='deploy-key-1'\n", "env/list-literal-quotes"),
     ("      VLLM_API_KEY: '\"deploy-key-1\"'\n", "env/literal-quotes"),
     ('      VLLM_API_KEY: "\\"deploy-key-1\\""\n', "env/literal-quotes"),
-    ('      - VLLM_API_KEY="deploy-key-1\n', "env/stray-quote"),
-    ("      - VLLM_API_KEY=\"deploy-key-1'\n", "env/stray-quote"),
-    ("      HF_TOKEN: hf_abc'\n", "env/stray-quote"),
+    ("      - 'VLLM_API_KEY=\"deploy-key-1\" '\n", "env/list-literal-quotes"),
+    ("      VLLM_API_KEY: ' \"deploy-key-1\"'\n", "env/literal-quotes"),
+    ("      - '\"VLLM_API_KEY\"=deploy-key-1'\n", "env/quoted-name"),
 ])
 def test_quote_characters_the_container_gets_in_a_value_are_an_error(env, rule, catalog):  # noqa: F811
     text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
@@ -109,9 +117,17 @@ def test_quote_characters_the_container_gets_in_a_value_are_an_error(env, rule, 
     assert found and found[0].severity.value == "error" and "quote" in found[0].message
 
 
+@pytest.mark.parametrize("env", ['      - VLLM_API_KEY="deploy-key-1\n', "      - VLLM_API_KEY=\"deploy-key-1'\n",
+                                 "      HF_TOKEN: hf_abc'\n", "      GREETING: rock 'n' roll'\n"])
+def test_an_unpaired_quote_at_one_end_is_a_warning(env, catalog):  # noqa: F811
+    text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
+    assert _rules(text, catalog).get("env/stray-quote") == "warning"
+
+
 @pytest.mark.parametrize("env", ['      - VLLM_API_KEY=deploy-key-1\n', '      - "VLLM_API_KEY=deploy-key-1"\n',
                                  '      VLLM_API_KEY: "deploy-key-1"\n', "      GREETING: it's fine\n",
-                                 '      JSON: \'{"a": "b"}\'\n', '      - EMPTY=\n'])
+                                 '      JSON: \'{"a": "b"}\'\n', '      - EMPTY=\n',
+                                 "      SQL_FILTER: \"name = 'x'\"\n"])
 def test_values_without_quotes_at_their_ends_stay_clean(env, catalog):  # noqa: F811
     text = _compose("    command: [example/model-7b]\n    environment:\n" + env)
     assert not [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if f.rule.startswith("env/")]
@@ -172,3 +188,21 @@ def test_a_whole_json_flag_beside_its_sub_key_flags_is_said_dropped(catalog):  #
     only_keys = _compose("    command: [example/model-7b, --speculative-config.method, ngram, "
                          "--speculative-config.num_speculative_tokens, \"5\"]\n")
     assert "argv/json-replaced" not in _rules(only_keys, catalog)
+
+
+def test_a_multi_line_shell_script_is_the_shells_to_read_not_an_argv_item(catalog):  # noqa: F811
+    text = _compose("    entrypoint: [sh, -c]\n    command:\n      - |\n"
+                    "        exec vllm serve example/model-7b \\\n          --port 8000\n")
+    rules = _rules(text, catalog)
+    assert "argv/whitespace" not in rules and "argv/not-analysed" not in rules
+
+
+def test_a_config_file_may_give_the_model(catalog):  # noqa: F811
+    text = _compose("    command: [--config, /cfg/serve.yaml, --served-model-name, chat, gpt-4o]\n")
+    assert "argv/model-taken-by-flag" not in _rules(text, catalog)
+
+
+def test_a_plain_script_that_is_not_a_server_is_said_so_not_shell_syntax(catalog):  # noqa: F811
+    found = [f for f in check_compose_text(_compose("    entrypoint: [sh, -c, /start.sh]\n"), file="x.yml",
+                                           catalog=catalog) if f.rule == "argv/not-analysed"]
+    assert found and "does not start a server" in found[0].message

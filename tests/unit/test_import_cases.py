@@ -381,3 +381,10 @@ def test_sub_key_flags_replace_a_whole_speculative_config_as_vllm_reads_them(tmp
     mapping, notes = _import_service(tmp_path, f"    command: {command}\n")
     assert mapping["engine"]["speculative"] == {"num_speculative_tokens": 5}
     assert any("is dropped: vLLM builds one value" in n for n in notes)
+
+
+def test_a_positional_model_after_the_api_server_module_is_refused(tmp_path):
+    with pytest.raises(ServedeckError, match="does not serve a positional model") as exc:
+        _import_service(tmp_path, "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
+                                  "    command: [/models/m, --port, \"8000\"]\n")
+    assert exc.value.field == "services.llm.command"

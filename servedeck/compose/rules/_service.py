@@ -199,6 +199,7 @@ class Launch:
         shell_script: the ``sh -c`` script item the server command was read from (None: the
             argv itself); ``shell_split``: the items after a one-word script, which the shell
             takes as ``$0``, ``$1``, ... (a string command split by Compose after ``sh -c``).
+        shell_plain: the ``sh -c`` script is one plain command (read as its argv).
         entry_unknown: an ``entrypoint`` is set and the argv it starts is not a server command
             servedeck knows, so the command was not analysed.
     """
@@ -216,6 +217,7 @@ class Launch:
     string_form: bool = False
     shell_script: Token | None = None
     shell_split: list[Token] = field(default_factory=list)
+    shell_plain: bool = False
     entry_unknown: bool = False
 
 
@@ -334,32 +336,53 @@ def _plain_command(script: str) -> list[str] | None:
         return None
     lex = shlex.shlex(script, posix=True, punctuation_chars=True)
     lex.whitespace_split = True
+    lex.commenters = ""  # `#` starts a comment only at the start of a word (POSIX 2.3), not in abc#1
     try:
         words = list(lex)
     except ValueError:  # an unclosed quote: the shell refuses it too
         return None
+    comment = next((k for k, w in enumerate(words) if w.startswith("#")), None)
+    words = words[:comment] if comment is not None else words
     if not words or words[0] in _KEYWORDS or any(_OPERATOR.fullmatch(w) for w in words):
         return None
     return words
 
 
+def _script_index(argv: list[Token]) -> int | None:
+    """Index of the script item of ``sh|bash|... [OPTIONS] -c SCRIPT [ARG0 ARGS...]`` (options
+    such as ``-e``, ``-o pipefail``, ``--login`` before it; ``-c`` alone or in a cluster such as
+    ``-lc``), or None."""
+    if not argv or argv[0].s.rsplit("/", 1)[-1] not in _SHELLS:
+        return None
+    i = 1
+    while i < len(argv) and argv[i].s[:1] in ("-", "+") and argv[i].s != "--":
+        opt = argv[i].s
+        if opt[:2] != "--" and "c" in opt[1:]:
+            return i + 1 if i + 1 < len(argv) else None
+        i += 2 if opt in ("-o", "+o", "-O", "+O") else 1
+    return None
+
+
 def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None]:
-    """For ``sh|bash|... -c SCRIPT [ARG0 ARGS...]``: (the SCRIPT item, the items after a one-word
-    SCRIPT, the SCRIPT's own argv when it is one plain command, ``exec`` and leading ``NAME=value``
-    words left out). (None, [], None) for any other argv; the argv is None when SCRIPT uses shell
-    syntax (expansions, operators, redirections), which is not analysed."""
-    if len(argv) < 3 or argv[0].s.rsplit("/", 1)[-1] not in _SHELLS:
+    """For a shell's ``-c SCRIPT [ARG0 ARGS...]`` (:func:`_script_index`): (the SCRIPT item, the
+    items after a one-word SCRIPT, the SCRIPT's own argv when it is one plain command: leading
+    ``NAME=value`` words, then ``exec`` and its options, left out). (None, [], None) for any
+    other argv; the argv is None when SCRIPT uses shell syntax (expansions, operators,
+    redirections), which is not analysed."""
+    i = _script_index(argv)
+    if i is None:
         return None, [], None
-    opt = argv[1].s
-    if not (opt.startswith("-") and not opt.startswith("--") and "c" in opt[1:]):
-        return None, [], None
-    script = argv[2]
+    script = argv[i]
     words = _plain_command(script.s)
-    split = argv[3:] if len((words or script.s.split())) == 1 else []
+    split = argv[i + 1:] if len(words if words is not None else script.s.split()) == 1 else []
     if words is None:
         return script, split, None
-    while words and (words[0] == "exec" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])):
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
         words = words[1:]
+    if words[:1] == ["exec"]:
+        words = words[1:]
+        while words and words[0] in ("-a", "-c", "-l", "-cl", "-lc"):
+            words = words[2:] if words[0] == "-a" else words[1:]
     return script, split, [Token(w, script.path) for w in words]
 
 
@@ -390,12 +413,13 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     entry = [t.s for t in entry_tokens]
     cmd, string_form = _tokens(data.get("command"), path + ("command",))
     image_entry = list(facts.entrypoint) if facts else []
-    effective_entry = entry if "entrypoint" in data else image_entry
+    effective_entry = entry if data.get("entrypoint") is not None else image_entry
 
     kind: Literal["exl3xpu", "vllm"] | None = None
     script: Token | None = None
     split: list[Token] = []
-    if "entrypoint" in data:
+    inner: list[Token] | None = None
+    if data.get("entrypoint") is not None:
         # Docker runs entrypoint + command as one argv; a shell's -c script is read as its argv
         argv_tokens = entry_tokens + cmd
         script, split, inner = _shell_script(argv_tokens)
@@ -426,7 +450,8 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     launch.repeated_entrypoint = cmd[:repeat]
     launch.string_form = string_form
     launch.shell_script, launch.shell_split = script, split
-    launch.entry_unknown = "entrypoint" in data and kind is None
+    launch.entry_unknown = data.get("entrypoint") is not None and kind is None
+    launch.shell_plain = script is not None and inner is not None
 
     svc = Service(name, data, path, image, facts, launch)
     _effective(svc)

@@ -23,9 +23,16 @@ _NOT_ENVS_PY = {"VLLM_API_KEY"}
 def _check_quotes(ctx: Ctx, e) -> None:
     """Quote characters at the ends of the value the container gets: both ends quoted alike
     (``env/list-literal-quotes`` in the list form, where they were meant to be removed;
-    ``env/literal-quotes`` in the mapping form, where YAML removed one pair and left another),
-    or one end only / mismatched ends (``env/stray-quote``). A quote inside the value is fine."""
-    v = e.value
+    ``env/literal-quotes`` in the mapping form, where YAML removed one pair and left another;
+    spaces around them included), an unpaired quote at one end (``env/stray-quote``, a warning:
+    ``rock 'n' roll'`` may be meant), a quote in the name (``env/quoted-name``). Balanced
+    quotes inside the value are fine."""
+    if any(q in e.key for q in _QUOTES):
+        ctx.error("env/quoted-name", e.path,
+                  f"environment name {e.key}: the quote characters are part of the variable's name, "
+                  f"so nothing reads {e.key.strip(''.join(_QUOTES))}",
+                  f"write {e.key.strip(''.join(_QUOTES))}=VALUE")
+    v = (e.value or "").strip()  # quotes behind spaces reach the container all the same
     if not v or (v[0] not in _QUOTES and v[-1] not in _QUOTES):
         return
     if len(v) >= 2 and v[0] in _QUOTES and v[-1] == v[0]:
@@ -41,15 +48,18 @@ def _check_quotes(ctx: Ctx, e) -> None:
                       f"{v[1:-1]} does not match it",
                       f"write {e.key}: {v[1:-1]}")
         return
+    q = v[0] if v[0] in _QUOTES else v[-1]
+    if v.count(q) % 2 == 0:
+        return  # balanced quotes inside the value (name = 'x'): part of what it means
     end = "starts" if v[0] in _QUOTES else "ends"
-    ctx.error("env/stray-quote", e.path,
+    ctx.warning("env/stray-quote", e.path,
                 f"environment {e.key}: the value {end} with a quote character that the container gets "
                 f"as part of it ({e.key} becomes {v}; no shell removes quotes in a compose file)",
                 f"remove the quote: {e.key}={v.strip(''.join(_QUOTES))}")
 
 
 def check_environment(ctx: Ctx, svc: Service) -> None:
-    """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote`` and
+    """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote``, ``env/quoted-name`` and
     ``env/not-read-by-version``."""
     items = env_items(svc)
     for e in items:

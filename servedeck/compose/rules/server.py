@@ -120,9 +120,10 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
                         f"no $VAR expansion by a shell); item-level checks are skipped",
                         f"write {key} as a YAML list, one argv item per entry")
         elif isinstance(value, list):
+            script = svc.launch.shell_script
             for i, item in enumerate(value):
-                if isinstance(item, str):
-                    _item_checks(ctx, Token(item, path + (i,)))
+                if isinstance(item, str) and not (script is not None and script.path == path + (i,)):
+                    _item_checks(ctx, Token(item, path + (i,)))  # a shell script is the shell's to read
     launch = svc.launch
     if launch.kind is None:
         return
@@ -145,8 +146,8 @@ def _model_taken_by_a_list_flag(ctx: Ctx, launch) -> None:
     """``argv/model-taken-by-flag``: no model reaches ``vllm serve`` because a flag that takes
     one or more values (argparse ``nargs="+"``, e.g. ``--served-model-name``) took the item
     meant as the model; vLLM then serves its default model."""
-    if launch.positionals or any(f.name == "model" for f in launch.flags):
-        return
+    if launch.positionals or any(f.name in ("model", "config") for f in launch.flags):
+        return  # --config: the model may come from the file (vLLM then skips this check itself)
     for flag in launch.flags:
         if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
             last = flag.values[-1]
@@ -190,7 +191,7 @@ def check_launcher(ctx: Ctx, svc: Service) -> None:
     elif launch.entry_unknown:
         entry = svc.data.get("entrypoint")
         why = ("its shell script uses shell syntax (expansions, operators or several commands)"
-               if launch.shell_script is not None else
+               if launch.shell_script is not None and not launch.shell_plain else
                "it does not start a server servedeck knows (vllm serve, python -m "
                "vllm.entrypoints.openai.api_server, the exl3xpu serve.py)")
         ctx.info("argv/not-analysed", svc.path + ("entrypoint",),
