@@ -262,6 +262,23 @@ def _tokens_of(a: Arg, argv: list[str]) -> list[str]:
     return [argv[i] for i in idx]
 
 
+def _refuse_invalid(path: Path, file: str) -> None:
+    """Refuse a file that Compose itself refuses (the Compose Specification schema servedeck
+    checks against, ``schema/*`` findings of :func:`~servedeck.compose.check.check_compose_text`),
+    e.g. ``command: [serve, --port, 8000]``: "services.s.command.2 must be a string".
+
+    Raises:
+        ServedeckError: the first violation, naming its field.
+    """
+    from servedeck.compose.check import check_compose_text
+    bad = [f for f in check_compose_text(path.read_text(encoding="utf-8"), file=file)
+           if f.rule.startswith("schema/") and f.severity.value == "error"]
+    if bad:
+        raise ServedeckError(f"Compose refuses this file: {bad[0].message}", file=file, field=bad[0].path,
+                             hint=(bad[0].hint or "") + "; fix it (docker compose config says the same) "
+                                  "and import again")
+
+
 def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
                  notes: list[str]) -> tuple[str, list[str]]:
     """(launcher kind, the launcher's own arguments) of the service. Docker runs entrypoint +
@@ -337,6 +354,7 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
     svc = doc.service(service)
     base = f"services.{svc.name}"
     _refuse_variables(svc, file, base)
+    _refuse_invalid(path, file)
     notes: list[str] = []
     image = svc.image or ""
     m = IMAGE_RE.match(image)
