@@ -133,8 +133,12 @@ def check_schema(ctx: Ctx) -> None:
                 ctx.error("schema/unknown-key", path, message, hint, key=True)
                 continue
         if keyword in ("oneOf", "anyOf") and err.context:
+            # the branch that got furthest into the value says what is wrong (an item of a
+            # list, not "is not of type 'null'"), and where
             from jsonschema.exceptions import best_match
-            sub = best_match(err.context)
+            deepest = max(err.context, key=lambda e: len(e.absolute_path))
+            sub = deepest if len(deepest.absolute_path) > len(err.absolute_path) else best_match(err.context)
+            path = tuple(sub.absolute_path)
             message = f"{_short(err.instance)} is not valid here: {sub.message}"
         elif len(message) > 240:
             message = message[:237] + "..."
