@@ -31,7 +31,8 @@ from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
 _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
-#: Container paths that hold the Hugging Face cache (``HF_HOME`` default, hub cache).
+
+
 def hf_hub_cache(env: dict[str, str | None]) -> str:
     """The Hugging Face hub cache directory in the container, as ``huggingface_hub`` resolves it
     (``huggingface_hub/constants.py``): ``HF_HUB_CACHE`` (or the older ``HUGGINGFACE_HUB_CACHE``),
