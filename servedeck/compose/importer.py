@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servedeck.compose.document import Mount, Service, dump_yaml, interpolation_refs, literal_values, load_document
+from servedeck.compose.document import (Mount, Service, dump_yaml, interpolation_refs, literal_values,
+                                        load_document, shell_script)
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
@@ -294,6 +295,19 @@ def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
     """
     if svc.entrypoint is not None:
         whole = [literal_values(t) for t in svc.entrypoint] + argv
+        shell = shell_script(whole)
+        if shell is not None:
+            _, split, words = shell
+            if words is None or split:
+                raise ServedeckError(
+                    "the entrypoint's shell script " + ("uses shell syntax (expansions, operators or "
+                                                        "several commands)" if words is None else
+                                                        "is one word: the items after it become its $0, $1, ...")
+                    + ", so it cannot become profile fields", file=file, field=f"{base}.entrypoint",
+                    hint="write the server's own command as entrypoint + command items (no shell) and "
+                         "import again")
+            notes.append(f"{base}.entrypoint: the shell's -c script is read as the command it runs")
+            whole = words
         n, kind = server_prefix(whole)
         if kind is None:
             raise ServedeckError(

@@ -319,6 +319,7 @@ def _import_service(tmp_path, service: str, volumes: str = "      - /srv/models/
     "    entrypoint: [vllm]\n    command: [serve, /models/m, --port, \"8000\"]\n",
     "    entrypoint: [/usr/local/bin/vllm, serve]\n    command: [/models/m, --port, \"8000\"]\n",
     "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n    command: [--model, /models/m, --port, \"8000\"]\n",
+    "    entrypoint: [/bin/bash, -c]\n    command: [\"exec vllm serve /models/m --port 8000\"]\n",
 ])
 def test_an_entrypoint_that_starts_vllm_gives_its_arguments_to_the_profile(tmp_path, service):
     mapping, notes = _import_service(tmp_path, service)
@@ -327,7 +328,8 @@ def test_an_entrypoint_that_starts_vllm_gives_its_arguments_to_the_profile(tmp_p
 
 
 @pytest.mark.parametrize("service, field", [
-    ("    entrypoint: [/bin/bash, -c]\n    command: [\"vllm serve /models/m\"]\n", "services.llm.entrypoint"),
+    ("    entrypoint: [/bin/bash, -c]\n    command: [\"vllm serve $$MODEL\"]\n", "services.llm.entrypoint"),
+    ("    entrypoint: [/bin/sh, -c]\n    command: \"vllm serve /models/m\"\n", "services.llm.entrypoint"),
     ("    entrypoint: [/opt/start.sh]\n", "services.llm.entrypoint"),
     ("    command: [vllm, serve, /models/m]\n", "services.llm.command[0]"),  # the image runs vllm serve
 ])

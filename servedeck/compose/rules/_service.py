@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
-from servedeck.compose.document import split_command
+from servedeck.compose.document import shell_script, split_command
 from servedeck.vllm import argv
 from servedeck.vllm.argv import ALIASES, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
 from servedeck.yamlio import launcher_value
@@ -323,67 +322,15 @@ def _is_serve_py(tokens: list[str]) -> bool:
     return bool(tokens) and any(t.strip().endswith("serve.py") for t in tokens[:2])
 
 
-_SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
-_OPERATOR = re.compile(r"[;&|<>()]+")
-_KEYWORDS = {"if", "for", "while", "until", "case", "function", "{", "!"}
-
-
-def _plain_command(script: str) -> list[str] | None:
-    """The words of a shell script that is one plain command (quotes removed as the shell
-    removes them), or None when it uses expansions (``$``, backquotes), operators (``;``,
-    ``&&``, ``|``, redirections, subshells) or compound commands: those are not analysed."""
-    if "$" in script or "`" in script:
-        return None
-    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
-    lex.whitespace_split = True
-    lex.commenters = ""  # `#` starts a comment only at the start of a word (POSIX 2.3), not in abc#1
-    try:
-        words = list(lex)
-    except ValueError:  # an unclosed quote: the shell refuses it too
-        return None
-    comment = next((k for k, w in enumerate(words) if w.startswith("#")), None)
-    words = words[:comment] if comment is not None else words
-    if not words or words[0] in _KEYWORDS or any(_OPERATOR.fullmatch(w) for w in words):
-        return None
-    return words
-
-
-def _script_index(argv: list[Token]) -> int | None:
-    """Index of the script item of ``sh|bash|... [OPTIONS] -c SCRIPT [ARG0 ARGS...]`` (options
-    such as ``-e``, ``-o pipefail``, ``--login`` before it; ``-c`` alone or in a cluster such as
-    ``-lc``), or None."""
-    if not argv or argv[0].s.rsplit("/", 1)[-1] not in _SHELLS:
-        return None
-    i = 1
-    while i < len(argv) and argv[i].s[:1] in ("-", "+") and argv[i].s != "--":
-        opt = argv[i].s
-        if opt[:2] != "--" and "c" in opt[1:]:
-            return i + 1 if i + 1 < len(argv) else None
-        i += 2 if opt in ("-o", "+o", "-O", "+O") else 1
-    return None
-
-
 def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None]:
-    """For a shell's ``-c SCRIPT [ARG0 ARGS...]`` (:func:`_script_index`): (the SCRIPT item, the
-    items after a one-word SCRIPT, the SCRIPT's own argv when it is one plain command: leading
-    ``NAME=value`` words, then ``exec`` and its options, left out). (None, [], None) for any
-    other argv; the argv is None when SCRIPT uses shell syntax (expansions, operators,
-    redirections), which is not analysed."""
-    i = _script_index(argv)
-    if i is None:
+    """:func:`~servedeck.compose.document.shell_script` on argv items: (the SCRIPT item, the
+    items after a one-word SCRIPT, the SCRIPT's argv as items at the SCRIPT's path, or None)."""
+    found = shell_script([t.s for t in argv])
+    if found is None:
         return None, [], None
+    i, split, words = found
     script = argv[i]
-    words = _plain_command(script.s)
-    split = argv[i + 1:] if len(words if words is not None else script.s.split()) == 1 else []
-    if words is None:
-        return script, split, None
-    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-        words = words[1:]
-    if words[:1] == ["exec"]:
-        words = words[1:]
-        while words and words[0] in ("-a", "-c", "-l", "-cl", "-lc"):
-            words = words[2:] if words[0] == "-a" else words[1:]
-    return script, split, [Token(w, script.path) for w in words]
+    return script, argv[i + 1:i + 1 + split], (None if words is None else [Token(w, script.path) for w in words])
 
 
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
