@@ -73,15 +73,9 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     Raises:
         Nothing for bad input; exceptions are bugs.
     """
-    try:
-        doc = parse(text, file)
-    except DocError as exc:
-        return [exc.finding]
-    ctx = Ctx(doc=doc, file=file, catalog=catalog, expect=expect or CheckExpectations())
-    if not isinstance(doc.data, dict):
-        ctx.error("schema/type", (), "a compose file is a mapping (services:, volumes:, ...)",
-                  "start the file with `services:`")
-        return ctx.findings
+    ctx = _document_context(text, file, catalog, expect)
+    if isinstance(ctx, list):
+        return ctx
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
@@ -91,6 +85,32 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
             rule(ctx, svc)
     resources.check_shared_gpus(ctx, svcs)
     return _tidy(ctx.findings)
+
+
+def schema_findings(text: str, *, file: str | None = None) -> list[Finding]:
+    """Only what Compose itself refuses in a document: the ``yaml/syntax`` and ``schema/*``
+    findings of :func:`check_compose_text` (the Compose Specification schema), sorted by line."""
+    ctx = _document_context(text, file, None, None)
+    if isinstance(ctx, list):
+        return ctx
+    document.check_schema(ctx)
+    return _tidy(ctx.findings)
+
+
+def _document_context(text: str, file: str | None, catalog: Catalog | None,
+                      expect: CheckExpectations | None) -> Ctx | list[Finding]:
+    """The check context of a parsed document, or the findings that end the check: a YAML
+    syntax error, or a document that is not a mapping."""
+    try:
+        doc = parse(text, file)
+    except DocError as exc:
+        return [exc.finding]
+    ctx = Ctx(doc=doc, file=file, catalog=catalog, expect=expect or CheckExpectations())
+    if not isinstance(doc.data, dict):
+        ctx.error("schema/type", (), "a compose file is a mapping (services:, volumes:, ...)",
+                  "start the file with `services:`")
+        return ctx.findings
+    return ctx
 
 
 def _tidy(findings: list[Finding]) -> list[Finding]:

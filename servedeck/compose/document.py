@@ -33,6 +33,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
+from servedeck.vllm.argv import ASSIGNMENT
 from servedeck.yamlio import to_plain
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
@@ -383,7 +384,6 @@ def split_command(value: Any) -> list[str] | None:
 _SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
 _OPERATOR = re.compile(r"[;&|<>()]+")
 _KEYWORDS = {"if", "for", "while", "until", "case", "function", "{", "!"}
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 
 
 def plain_command(script: str) -> list[str] | None:
@@ -430,7 +430,7 @@ def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None] | None:
     words = plain_command(script)
     split = len(argv) - i - 2 if len(words if words is not None else script.split()) == 1 else 0
     if words is not None:
-        while words and _ASSIGNMENT.fullmatch(words[0]):
+        while words and ASSIGNMENT.fullmatch(words[0]):
             words = words[1:]
         if words[:1] == ["exec"]:
             words = words[1:]

@@ -26,8 +26,8 @@ from servedeck.compose.document import (Mount, Service, dump_yaml, interpolation
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, dotted_replaces, last_wins, merge_json,
-                                 parse_launcher, parse_vllm, repeated, server_prefix)
+from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, dotted_replaces, last_wins, parse_launcher,
+                                 parse_vllm, repeated, server_prefix, settings)
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -108,8 +108,7 @@ class _Reader:
         self.served: list[str] = []
         self.port: int | None = None
         self.model_arg: str | None = None
-        self.speculative_keys: dict[str, Any] = {}
-        self.spec_by_keys = False
+        self.settings: dict[str, Any] = {}
         self.extra: list[str] = []
         self.speculative: dict[str, Any] | None | str = "unset"
         self.notes: list[str] = []
@@ -135,7 +134,7 @@ class _Reader:
             self.notes.append(f"{self.where(whole.index)}: --{dest.replace('_', '-')} {whole.value} is "
                               f"dropped: vLLM builds one value from the {len(subs)} "
                               f"--{dest.replace('_', '-')}.KEY flags and it replaces the whole one")
-        self.spec_by_keys = any(a.subkey and a.dest == "speculative_config" for a in args)
+        self.settings = settings(args)
         positional: Arg | None = None
         for a in args:
             if a.name is None:
@@ -192,12 +191,7 @@ class _Reader:
             if not isinstance(value, dict):
                 raise ServedeckError(f"speculative_config value {a.value!r} is not a mapping",
                                      file=self.file, field=self.where(a.index))
-            if a.subkey:  # vLLM: the sub-keys form one value that replaces a whole JSON one
-                merge_json(self.speculative_keys, value)
-                value = self.speculative_keys
-            elif self.spec_by_keys:
-                return True  # a whole JSON value the sub-keys replace (noted in vllm_flags)
-            self.speculative = value
+            self.speculative = self.settings["speculative_config"]  # vLLM's one value (argv.settings)
         else:
             return False
         return True
@@ -265,15 +259,15 @@ def _tokens_of(a: Arg, argv: list[str]) -> list[str]:
 
 
 def _refuse_invalid(path: Path, file: str) -> None:
-    """Refuse a file that Compose itself refuses (the Compose Specification schema servedeck
-    checks against, ``schema/*`` findings of :func:`~servedeck.compose.check.check_compose_text`),
-    e.g. ``command: [serve, --port, 8000]``: "services.s.command.2 must be a string".
+    """Refuse a file that Compose itself refuses (:func:`~servedeck.compose.check.schema_findings`:
+    the Compose Specification schema), e.g. ``command: [serve, --port, 8000]``:
+    "services.s.command.2 must be a string".
 
     Raises:
         ServedeckError: the first violation, naming its field.
     """
-    from servedeck.compose.check import check_compose_text
-    bad = [f for f in check_compose_text(path.read_text(encoding="utf-8"), file=file)
+    from servedeck.compose.check import schema_findings
+    bad = [f for f in schema_findings(path.read_text(encoding="utf-8"), file=file)
            if f.rule.startswith("schema/") and f.severity.value == "error"]
     if bad:
         raise ServedeckError(f"Compose refuses this file: {bad[0].message}", file=file, field=bad[0].path,

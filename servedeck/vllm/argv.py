@@ -119,9 +119,8 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-
-
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+"""A ``NAME=value`` word: a variable assignment before a command (POSIX shell, and ``env``)."""
 _PYTHON_OPT_WITH_VALUE = {"-X", "-W", "-Q"}
 
 
@@ -134,7 +133,7 @@ def _wrappers(argv: list[str]) -> int:
         base = argv[i].rsplit("/", 1)[-1]
         if base == "env":
             i += 1
-            while i < len(argv) and (_ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
+            while i < len(argv) and (ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
                 i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
         elif base in ("tini", "dumb-init"):
             i += 1
@@ -350,20 +349,20 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def flag_tokens(dest_or_name: str, value: Any, *, negative: str | None = None) -> list[str]:
+def flag_tokens(dest_or_name: str, value: Any, *, table: Any = None) -> list[str]:
     """Print one vLLM flag: ``("max_model_len", 8192)`` → ``["--max-model-len", "8192"]``.
 
-    Booleans of ``bool`` flags print ``--x`` / ``negative`` (the image's own spelling of the
-    false option, :func:`negative_option`; default ``--no-x``, argparse's
-    ``BooleanOptionalAction``); ``nargs="+"`` flags take a list (one token each); JSON flags
-    take dict/list (compact JSON); ``None`` prints nothing.
+    Booleans of ``bool`` flags print ``--x`` / the false option as ``table`` (the image's
+    argument table, :class:`servedeck.vllm.facts.VllmFacts`) spells it (:func:`negative_option`;
+    without one, ``--no-x``: argparse's ``BooleanOptionalAction``); ``nargs="+"`` flags take a
+    list (one token each); JSON flags take dict/list (compact JSON); ``None`` prints nothing.
     """
     name = dest_or_name.replace("_", "-")
     spec = spec_for(name)
     if value is None:
         return []
     if spec.kind == "bool" or isinstance(value, bool) and spec.kind != "json":
-        return [f"--{name}"] if value else [negative or f"--no-{name}"]
+        return [f"--{name}"] if value else [negative_option(table, name) or f"--no-{name}"]
     if spec.nargs_plus and isinstance(value, (list, tuple)):
         return [f"--{name}", *(format_value(v) for v in value)]
     return [f"--{name}", format_value(value)]
@@ -589,7 +588,7 @@ def settings(args: Iterable[Arg], *, strict: bool = False) -> dict[str, Any]:
                 raise
             value = a.value
         if a.subkey:
-            merge_json(dotted.setdefault(a.dest or "", {}), value)
+            _merge(dotted.setdefault(a.dest or "", {}), value)
         else:
             out[key] = value
     out.update(dotted)
@@ -611,12 +610,12 @@ def dotted_replaces(args: Iterable[Arg]) -> dict[str, tuple[Arg, list[Arg]]]:
     return {d: (whole[d], subs[d]) for d in whole if d in subs}
 
 
-def merge_json(base: dict[str, Any], new: dict[str, Any]) -> None:
+def _merge(base: dict[str, Any], new: dict[str, Any]) -> None:
     """Merge JSON object ``new`` into ``base`` in place, nested objects key by key (how vLLM
     combines the dotted sub-key flags of one JSON flag)."""
     for k, v in new.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
-            merge_json(base[k], v)
+            _merge(base[k], v)
         else:
             base[k] = v
 

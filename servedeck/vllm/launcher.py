@@ -29,7 +29,7 @@ from typing import Any
 from servedeck.model.catalog import ImageFacts
 from servedeck.model.profile import Profile
 from servedeck.compose.yaml11 import yaml11_type
-from servedeck.vllm.argv import compact_json, flag_tokens, negative_option, set_item
+from servedeck.vllm.argv import compact_json, flag_tokens, set_item
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.
 SET_FIELDS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",
@@ -97,7 +97,6 @@ def build_command(profile: Profile, facts: ImageFacts | None = None, table: Any 
     port = flag_tokens("port", profile.container.port)
     reasoning = flag_tokens("reasoning_parser", e.reasoning_parser or None)
     names = flag_tokens("served_model_name", list(profile.model.served_model_name))
-    no_prefix_caching = negative_option(table, "enable-prefix-caching")
 
     if profile.launcher.kind == "exl3xpu":
         defaults = facts.defaults_for(profile.launcher.config) if facts else None
@@ -122,15 +121,14 @@ def build_command(profile: Profile, facts: ImageFacts | None = None, table: Any 
             cmd += set_item(*item.split("=", 1))
         cmd += frontend + port + reasoning + names
         if e.enable_prefix_caching is False:
-            cmd += flag_tokens("enable_prefix_caching", False, negative=no_prefix_caching)
+            cmd += flag_tokens("enable_prefix_caching", False, table=table)
         if e.extra_args:
             cmd += ["--", *e.extra_args]
         return cmd
 
     cmd = [profile.model.argument, *names, *port]
     for name in SET_FIELDS:
-        cmd += flag_tokens(name, getattr(e, name),
-                           negative=no_prefix_caching if name == "enable_prefix_caching" else None)
+        cmd += flag_tokens(name, getattr(e, name), table=table)
     if e.speculative_state == "set":
         assert e.speculative is not None
         cmd += flag_tokens("speculative_config", e.speculative.as_config())
