@@ -102,19 +102,15 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
 
 def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
     """The image's vLLM argument table when the command needs one (a bool flag set false,
-    whose spelling differs between releases): the facts extracted from the image, else the
-    shipped table of its release (:func:`servedeck.vllm.facts.facts_for_version`); else None."""
+    whose spelling differs between releases), chosen as the check chooses it
+    (:func:`servedeck.vllm.facts.table_for`); None when nothing fits (argparse's own default
+    spelling is then used)."""
     if profile.engine.enable_prefix_caching is not False:
         return None
-    own = catalog.vllm_facts(profile.image_ref.digest)
-    if own is not None or facts is None or not facts.vllm_version:
-        return own
-    from servedeck.errors import ServedeckError
-    from servedeck.vllm.facts import facts_for_version
-    try:
-        return facts_for_version(facts.vllm_version)[0]
-    except ServedeckError:  # a version servedeck cannot read: argparse's own default spelling
-        return None
+    from servedeck.vllm.facts import table_for
+    choice = table_for(facts.vllm_version if facts else None, "serve_args",
+                       catalog.vllm_facts(profile.image_ref.digest))
+    return choice.facts if choice else None
 
 
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,

@@ -231,9 +231,9 @@ def _shipped() -> tuple[dict[str, FlagSpec], dict[str, str]]:
     global _SHIPPED
     if _SHIPPED is None:
         try:
-            from servedeck.vllm.facts import shipped_tables  # type: ignore[import-not-found]
-            tables = [f for f in shipped_tables().values() if getattr(f, "serve_args", None)]
-            _SHIPPED = table_from_serve_args(tables[-1].serve_args) if tables else ({}, {})
+            from servedeck.vllm.facts import newest_table  # type: ignore[import-not-found]
+            newest = newest_table("serve_args")
+            _SHIPPED = table_from_serve_args(newest.serve_args) if newest else ({}, {})
         except ImportError:
             _SHIPPED = ({}, {})
     return _SHIPPED

@@ -4,13 +4,14 @@ JSON-valued config fields and the ``VLLM_*`` variables it reads.
 Produced by :mod:`servedeck.vllm.introspect` (run inside an image) and stored per digest in the
 catalog, or shipped as tables under ``servedeck/vllm/tables/vllm-<version>.json`` (each with its
 ``source``): extracted from the project's CPU image (``invoke image-facts IMAGE --table``), or
-from a release's own wheel by the same extractor (``python -m devtools.release_tables``). Rules ask :func:`facts_for_version` for the table nearest to an image's version
-when no per-digest facts exist.
+from a release's own wheel by the same extractor (``python -m devtools.release_tables``). Rules and the renderer ask :func:`table_for` for the facts of an image: its own per-digest
+facts, else the shipped table of its release or the nearest older one.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,23 +142,66 @@ def shipped_tables() -> dict[tuple[int, int, int], VllmFacts]:
     return dict(sorted(out.items()))
 
 
-def facts_for_version(version: str) -> tuple[VllmFacts | None, str]:
-    """The shipped table for ``version``: the same release, else the nearest older one, else the
-    nearest newer one. Returns (facts or None, basis text such as ``"vLLM 0.32.0 (nearest older)"``).
+def newest_table(need: str = "serve_args") -> VllmFacts | None:
+    """The newest shipped table whose ``need`` field is filled, or None."""
+    tables = [f for f in shipped_tables().values() if getattr(f, need)]
+    return tables[-1] if tables else None
 
-    Raises:
-        ServedeckError: ``version`` is not ``MAJOR.MINOR[.PATCH]``.
+
+@dataclass(frozen=True)
+class TableChoice:
+    """The vLLM release facts that judge (or spell) an image's command.
+
+    Attributes:
+        facts: :class:`VllmFacts`.
+        basis: human text naming the release and where its facts come from.
+        exact: True when the facts belong to the image itself or to the same vLLM release
+            (a rejection is then certain: error); False for the nearest other release (warning).
+        newer: for an inexact choice, the nearest NEWER shipped table with the same facts (None
+            when there is none): a name it knows may have been added between the two releases,
+            so rules do not call it unknown.
     """
+
+    facts: VllmFacts
+    basis: str
+    exact: bool
+    newer: VllmFacts | None = None
+
+    def maybe_added(self, known: Any) -> bool:
+        """True when the choice is inexact and ``known(newer_facts)`` holds: the name may exist
+        in the image's release (added after the older table's), so it is not judged."""
+        return not self.exact and self.newer is not None and bool(known(self.newer))
+
+
+def table_for(version: str | None, need: str, own: VllmFacts | None = None) -> TableChoice | None:
+    """The one selection of the facts for an image, used by the check rules and the renderer.
+
+    Args:
+        version: the image's vLLM version (``"0.32.0"``), or None when unknown.
+        need: the :class:`VllmFacts` field that must be filled (``serve_args``, ``env_vars``,
+            ``json_configs``, ``reasoning_parsers`` ...).
+        own: the facts extracted from the image itself (the catalog's, per digest), if any.
+
+    Returns:
+        ``own`` when it has ``need``; else the shipped table of the same release; else the
+        nearest OLDER shipped table (a newer one would judge names that the image's older
+        release still had); None when nothing fits or ``version`` cannot be read.
+    """
+    if own is not None and getattr(own, need):
+        return TableChoice(own, f"vLLM {own.vllm_version} ({own.source})", True)
+    if version is None:
+        return None
     from servedeck.vllm.names import parse_version
-    want = parse_version(version)
-    tables = shipped_tables()
-    if not tables:
-        return None, "no shipped table"
-    if want in tables:
-        return tables[want], f"vLLM {tables[want].vllm_version}"
-    older = [v for v in tables if v < want]
-    if older:
-        f = tables[older[-1]]
-        return f, f"vLLM {f.vllm_version} (nearest older shipped table)"
-    f = tables[min(tables)]
-    return f, f"vLLM {f.vllm_version} (nearest newer shipped table)"
+    try:
+        want = parse_version(version)
+    except ServedeckError:
+        return None
+    tables = [(v, f) for v, f in shipped_tables().items() if getattr(f, need)]
+    older = [(v, f) for v, f in tables if v <= want]
+    if not older:
+        return None
+    v, f = older[-1]
+    exact = v == want
+    how = "" if exact else f", the nearest older release with a table, for {version}"
+    newer = None if exact else next((g for w, g in tables if w > want), None)
+    return TableChoice(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact, newer)

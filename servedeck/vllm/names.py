@@ -55,11 +55,11 @@ RENDERED_SETTINGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched
 def vllm_defaults() -> dict[str, Any]:
     """vLLM's argparse defaults for :data:`RENDERED_SETTINGS` from the newest shipped table with
     an argument surface (``""`` read as None); None = decided at run time by vLLM."""
-    from servedeck.vllm.facts import shipped_tables
-    tables = [f for f in shipped_tables().values() if f.serve_args]
-    if not tables:
+    from servedeck.vllm.facts import newest_table
+    newest = newest_table("serve_args")
+    if newest is None:
         return {}
-    by_dest = {a.dest: a.default for a in tables[-1].serve_args}
+    by_dest = {a.dest: a.default for a in newest.serve_args}
     return {d: None if by_dest.get(d) == "" else by_dest.get(d) for d in RENDERED_SETTINGS}
 
 

@@ -328,8 +328,13 @@ def test_launcher_env_overridden(catalog):
     assert rules(found) == ["launcher/env-overridden"]
 
 
-@pytest.mark.parametrize("prefix", ["- python3\n- scripts/serve.py", "- vllm\n- serve"])
+@pytest.mark.parametrize("prefix", ["- python3\n- scripts/serve.py", "- vllm\n- serve",
+                                    "- /opt/venv/bin/vllm\n- serve", "- python3.12\n- -u\n- /app/serve.py",
+                                    "- python\n- -m\n- vllm.entrypoints.openai.api_server",
+                                    "- env\n- A=1\n- vllm\n- serve"])
 def test_launcher_entrypoint_repeated(catalog, prefix):
+    """A command that starts the server again after the image's entrypoint (the same server
+    starts :func:`servedeck.vllm.argv.server_prefix` knows, by any path or wrapper)."""
     text = xpu().replace("      - models/qwen3.8", "".join(f"      {p}\n" for p in prefix.splitlines())
                          + "      - models/qwen3.8")
     assert "launcher/entrypoint-repeated" in rules(run(text, catalog), "error")

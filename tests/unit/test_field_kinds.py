@@ -156,10 +156,14 @@ def test_a_list_flag_that_takes_the_model_is_an_error(catalog):  # noqa: F811
 
 
 @pytest.mark.parametrize("version, spelling", [("0.33.0", "--disable-prefix-caching"),
-                                               ("0.32.0", "--no-enable-prefix-caching")])
+                                               ("0.34.1", "--disable-prefix-caching"),
+                                               ("0.32.0", "--no-enable-prefix-caching"),
+                                               ("0.9.2", "--no-enable-prefix-caching")])
 def test_prefix_caching_off_is_spelled_as_the_pinned_release_spells_it(tmp_path, version, spelling):
     """vLLM 0.33's table lists ``--disable-prefix-caching`` as the false option, 0.32's
-    ``--no-enable-prefix-caching``: the rendered command must be one the image's vLLM accepts."""
+    ``--no-enable-prefix-caching``: the rendered command must be one the image's vLLM accepts.
+    The renderer picks the table as the check does (0.34 by 0.33, the nearest older; 0.9, older
+    than every table, gets argparse's own ``--no-`` spelling), so what it writes passes."""
     from pathlib import Path as P
     from servedeck.compose.render import render_profile
     from servedeck.model.catalog import Catalog, ImageFacts

@@ -11,35 +11,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._service import Ctx, Flag, Service
 
-
-@dataclass(frozen=True)
-class Judge:
-    """The vLLM release facts a service is judged by.
-
-    Attributes:
-        facts: :class:`servedeck.vllm.facts.VllmFacts`.
-        basis: human text naming the release and where its facts come from.
-        exact: True when the facts belong to the image itself or to the same vLLM release
-            (a rejection is then certain: error); False for the nearest other release (warning).
-        newer: for an inexact judge, the nearest NEWER shipped table with the same facts (None
-            when there is none): a name it knows may have been added between the two releases,
-            so rules do not call it unknown.
-    """
-
-    facts: Any
-    basis: str
-    exact: bool
-    newer: Any = None
-
-    def maybe_added(self, known: Any) -> bool:
-        """True when the judge is inexact and ``known(newer_facts)`` holds: the name may exist
-        in the image's release (added after the older table's), so it is not judged."""
-        return not self.exact and self.newer is not None and bool(known(self.newer))
+if TYPE_CHECKING:
+    from servedeck.vllm.facts import TableChoice
 
 
 def version_tuple(svc: Service) -> tuple[int, int, int] | None:
@@ -54,33 +32,18 @@ def version_tuple(svc: Service) -> tuple[int, int, int] | None:
         return None
 
 
-def judge(ctx: Ctx, svc: Service, need: str) -> Judge | None:
-    """Facts that can judge ``need`` (``serve_args``, ``env_vars``, ``json_configs``) for ``svc``:
-    the facts extracted from the image (catalog), else the shipped table of the same release,
-    else the nearest OLDER shipped table (a newer one would judge names that the image's older
-    release still had). None when nothing fits."""
+def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
+    """:func:`servedeck.vllm.facts.table_for` of ``svc``'s image for ``need`` (``serve_args``,
+    ``env_vars``, ``json_configs`` ...), memoised per check run. None when nothing fits."""
     cache = ctx.memo
     key = ("judge", svc.name, need)
-    if key in cache:
-        return cache[key]
-    out = None
-    if svc.image is not None and svc.image.digest and ctx.catalog is not None:
-        own = ctx.catalog.vllm_facts(svc.image.digest)
-        if own is not None and getattr(own, need):
-            out = Judge(own, f"vLLM {own.vllm_version} ({own.source})", True)
-    want = version_tuple(svc)
-    if out is None and want is not None:
-        from servedeck.vllm.facts import shipped_tables
-        usable = [(v, f) for v, f in shipped_tables().items() if v <= want and getattr(f, need)]
-        if usable:
-            v, f = usable[-1]
-            exact = v == want
-            how = "" if exact else f", the nearest older release with a table, for {svc.facts.vllm_version}"
-            newer = None if exact else next((g for w, g in shipped_tables().items()
-                                             if w > want and getattr(g, need)), None)
-            out = Judge(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact, newer)
-    cache[key] = out
-    return out
+    if key not in cache:
+        from servedeck.vllm.facts import table_for
+        own = None
+        if svc.image is not None and svc.image.digest and ctx.catalog is not None:
+            own = ctx.catalog.vllm_facts(svc.image.digest)
+        cache[key] = table_for(svc.facts.vllm_version if svc.facts else None, need, own)
+    return cache[key]
 
 
 def vllm_flags(svc: Service) -> list[Flag]:

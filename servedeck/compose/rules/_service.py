@@ -334,14 +334,13 @@ def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[To
 
 
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
-    """Number of leading command items that repeat an entrypoint (0 if none)."""
+    """Number of leading command items that repeat an entrypoint (0 if none): a server start
+    servedeck knows (:func:`~servedeck.vllm.argv.server_prefix`), or the effective entrypoint
+    itself."""
     s = [t.s for t in cmd]
-    if len(s) >= 2 and s[0] in ("python", "python3") and s[1].endswith("serve.py"):
-        return 2
-    if s and s[0].endswith("serve.py"):
-        return 1
-    if len(s) >= 2 and s[0] == "vllm" and s[1] == "serve":
-        return 2
+    n, kind = server_prefix(s)
+    if kind is not None:
+        return n
     if entry and s[: len(entry)] == entry:
         return len(entry)
     return 0
