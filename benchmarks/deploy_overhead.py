@@ -40,7 +40,13 @@ servedeck's own share is the overhead minus the medians of two peers (the CLI st
 compose's replace), the part that servedeck's code decides. A timeline gives the median time
 from the process start to the first output line of each phase and to the exit.
 
-The package is byte-compiled first, as ``pip install`` leaves it.
+The package is byte-compiled first, as ``pip install`` leaves it. By default (``--python
+wheel``) the processes run on the interpreter of a plain virtualenv holding the wheel built from
+this checkout and its dependencies (:func:`devtools.wheelenv.wheel_venv`), as a user installs
+servedeck: no ``.pth`` start-up hooks of the base interpreter's site-packages (this machine's has
+two: an editable-install finder and a CA-bundle hook, ~50 ms of every start) and ``invoke -r``
+imports the checkout's byte-compiled sources as before. ``--python current`` runs them on this
+process's interpreter (the development environment).
 
 Targets (printed with pass/miss, nothing asserted): overhead at most 1.0 s, readiness noticed
 within 0.5 s of the server serving.
@@ -78,6 +84,8 @@ READY_LINE = "Application startup complete."
 CONTAINER_NAME = "sd-bench-overhead"
 TARGET_OVERHEAD_S = 1.0
 TARGET_LATE_S = 0.5
+PYTHON = sys.executable
+"""The interpreter of the measured processes (``--python``)."""
 
 
 def docker_time(value: str) -> float:
@@ -134,7 +142,7 @@ def invoke(project: Path, *args: str, cprofile: Path | None = None, trace: Path 
                                                           env.get("PYTHONPATH")]))
     prof = ["-m", "cProfile", "-o", str(cprofile)] if cprofile else []
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
+    proc = subprocess.Popen([PYTHON, *prof, "-m", "invoke", "-r", str(ROOT), *args], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
@@ -177,7 +185,11 @@ def main() -> int:
                          "milliseconds from its process start to each phase's calls)")
     ap.add_argument("--cprofile", type=Path, help="write each counted deploy's cProfile stats into this "
                                                   "directory (deploy-N.prof; the profiler inflates the figures)")
+    ap.add_argument("--python", choices=("wheel", "current"), default="wheel",
+                    help="run the deploys on a plain virtualenv with the wheel installed (default), or "
+                         "on this interpreter")
     args = ap.parse_args()
+    global PYTHON
 
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,
                    capture_output=True)
@@ -188,6 +200,10 @@ def main() -> int:
     rows, trace_text = [], ""
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         project = Path(tmp)
+        if args.python == "wheel":
+            from devtools.wheelenv import wheel_venv
+            venv = Path(tempfile.mkdtemp(prefix="venv-", dir=tmp))
+            PYTHON = str(wheel_venv(ROOT, venv, compile_bytecode=True) / "python")
         make_project(project, args.port, args.startup_s)
         inventory = project / "deploy" / "bench-hosts.yaml"
         inventory.write_text(
@@ -248,7 +264,8 @@ def main() -> int:
             host.close()
 
     print(f"stand-in {standin.split('@')[1][:19]}, STANDIN_STARTUP_S={args.startup_s:g}, port "
-          f"{args.port}, replace mode, whole `invoke deploy` processes; "
+          f"{args.port}, replace mode, whole `invoke deploy` processes on "
+          f"{'a virtualenv with the wheel' if args.python == 'wheel' else sys.executable}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
     f = lambda v: "     -" if v is None else f"{v:6.3f}"  # noqa: E731
     print(f"{'#':>2} {'outcome':<8} {'wall':>6} {'server':>6} {'overhead':>8} {'listen':>6} "

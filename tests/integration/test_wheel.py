@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,27 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     """A plain virtualenv with the wheel built from this checkout installed; returns its bin/."""
-    base = tmp_path_factory.mktemp("wheel")
-    dist = base / "dist"
-    # the build runs from a copy: setuptools leaves build/ and *.egg-info beside the sources,
-    # and an egg-info on a PYTHONPATH would make pip think servedeck is installed already
-    src = base / "src"
-    def ignore(directory: str, names: list[str]) -> list[str]:
-        top = {".git", "runs", "build", "dist", ".pytest_cache", ".demo"} if Path(directory) == ROOT else set()
-        return [n for n in names if n in top or n == "__pycache__" or n.endswith(".egg-info")]
-    shutil.copytree(ROOT, src, ignore=ignore)
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    clean["PIP_COMPILE"] = "0"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
-                   check=True, cwd=base, env=clean)
-    wheels = list(dist.glob("servedeck-*.whl"))
-    assert len(wheels) == 1, wheels
-    env_dir = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
-    bin_dir = env_dir / "bin"
-    subprocess.run([str(bin_dir / "pip"), "install", "-q", str(wheels[0])], check=True, cwd=base,
-                   env=clean)
-    return bin_dir
+    from devtools.wheelenv import wheel_venv
+    return wheel_venv(ROOT, tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture
