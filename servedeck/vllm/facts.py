@@ -98,13 +98,6 @@ class VllmFacts(BaseModel):
             hit = self.by_option.get(name.replace("_", "-"))
         return hit
 
-    def names(self, kind: str) -> list[str]:
-        """A registry by kind: ``tool_call_parser``, ``reasoning_parser``, ``speculative_method``,
-        ``kv_cache_dtype``."""
-        return {"tool_call_parser": self.tool_call_parsers, "reasoning_parser": self.reasoning_parsers,
-                "speculative_method": self.speculative_methods,
-                "kv_cache_dtype": self.kv_cache_dtypes}[kind]
-
 
 def load_facts(path: Path) -> VllmFacts:
     """Read one facts JSON file.
@@ -146,6 +139,15 @@ def newest_table(need: str = "serve_args") -> VllmFacts | None:
     """The newest shipped table whose ``need`` field is filled, or None."""
     tables = [f for f in shipped_tables().values() if getattr(f, need)]
     return tables[-1] if tables else None
+
+
+def bracket(want: tuple[int, int, int], need: str) -> tuple[VllmFacts | None, VllmFacts | None]:
+    """The shipped tables with ``need`` filled around release ``want``: (the same release or the
+    nearest older one, the nearest newer one); None where there is none."""
+    tables = [(v, f) for v, f in shipped_tables().items() if getattr(f, need)]
+    older = [f for v, f in tables if v <= want]
+    newer = [f for v, f in tables if v > want]
+    return (older[-1] if older else None), (newer[0] if newer else None)
 
 
 @dataclass(frozen=True)
@@ -196,12 +198,9 @@ def table_for(version: str | None, need: str, own: VllmFacts | None = None) -> T
         want = parse_version(version)
     except ServedeckError:
         return None
-    tables = [(v, f) for v, f in shipped_tables().items() if getattr(f, need)]
-    older = [(v, f) for v, f in tables if v <= want]
-    if not older:
+    f, newer = bracket(want, need)
+    if f is None:
         return None
-    v, f = older[-1]
-    exact = v == want
+    exact = parse_version(f.vllm_version) == want
     how = "" if exact else f", the nearest older release with a table, for {version}"
-    newer = None if exact else next((g for w, g in tables if w > want), None)
-    return TableChoice(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact, newer)
+    return TableChoice(f, f"vLLM {f.vllm_version} ({f.source}{how})", exact, None if exact else newer)

@@ -16,33 +16,9 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 
-_KIND_NAMES = ("tool_call_parser", "reasoning_parser", "speculative_method", "kv_cache_dtype")
-
-
-@dataclass(frozen=True)
-class NameSet:
-    """Names one vLLM release accepts for one option.
-
-    Attributes:
-        version: the checked vLLM release, as a tuple (0, 33, 0).
-        names: the accepted names.
-    """
-
-    version: tuple[int, int, int]
-    names: frozenset[str]
-
-
-@functools.lru_cache(maxsize=None)
-def kinds() -> dict[str, list[NameSet]]:
-    """Kind → the releases whose table lists names of that kind, oldest first."""
-    from servedeck.vllm.facts import shipped_tables
-    out: dict[str, list[NameSet]] = {k: [] for k in _KIND_NAMES}
-    for version, facts in shipped_tables().items():
-        for kind in _KIND_NAMES:
-            names = facts.names(kind)
-            if names:
-                out[kind].append(NameSet(version, frozenset(names)))
-    return out
+_KIND_FIELDS = {"tool_call_parser": "tool_call_parsers", "reasoning_parser": "reasoning_parsers",
+                "speculative_method": "speculative_methods", "kv_cache_dtype": "kv_cache_dtypes"}
+"""Name kind → the :class:`servedeck.vllm.facts.VllmFacts` registry field that lists its names."""
 
 
 #: the settings servedeck renders (vLLM dests) whose defaults :func:`vllm_defaults` gives
@@ -64,11 +40,9 @@ def vllm_defaults() -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    """``VLLM_DEFAULTS`` and ``KINDS`` are computed from the tables on first use."""
+    """``VLLM_DEFAULTS`` is computed from the tables on first use."""
     if name == "VLLM_DEFAULTS":
         return vllm_defaults()
-    if name == "KINDS":
-        return kinds()
     raise AttributeError(name)
 
 
@@ -101,10 +75,12 @@ class NameCheck:
     """Outcome of :func:`check_name`.
 
     Attributes:
-        status: ``"valid"`` (accepted by the bracketing checked releases), ``"uncertain"``
-            (accepted by only one of them), or ``"invalid"``.
-        valid_names: the names of the nearest newer checked release (for hints).
-        basis: human-readable releases used, e.g. ``"0.11.0..0.33.0"``.
+        status: ``"valid"`` (accepted by the image's own registry, or by every checked release
+            bracketing its version), ``"uncertain"`` (accepted by only one of them), or
+            ``"invalid"``.
+        valid_names: the names of the image's own registry, else of the nearest newer checked
+            release (for hints).
+        basis: human-readable releases used, e.g. ``"0.11.0..0.33.0"``, or the image's facts.
     """
 
     status: str
@@ -112,25 +88,31 @@ class NameCheck:
     basis: str
 
 
-def check_name(kind: str, name: str, vllm_version: str) -> NameCheck:
-    """Judge ``name`` for option ``kind`` (a key of :func:`kinds`) in ``vllm_version``.
+def check_name(kind: str, name: str, vllm_version: str, own: Any = None) -> NameCheck | None:
+    """Judge ``name`` for option ``kind`` (a key of :data:`_KIND_FIELDS`) in ``vllm_version``:
+    by the image's own facts ``own`` (:class:`servedeck.vllm.facts.VllmFacts`, per digest) when
+    they list that registry, else by the shipped tables that bracket the version
+    (:func:`servedeck.vllm.facts.bracket`). None when no table lists the registry.
 
     Raises:
         KeyError: for an unknown ``kind`` (a bug, not user input).
         ServedeckError: when ``vllm_version`` cannot be parsed.
     """
-    sets = kinds()[kind]
-    version = parse_version(vllm_version)
-    older = [s for s in sets if s.version <= version]
-    newer = [s for s in sets if s.version >= version]
-    lo = older[-1] if older else None
-    hi = newer[0] if newer else None
-    bracket = [s for s in (lo, hi) if s is not None]
-    ok = [name in s.names for s in bracket]
-    basis = "..".join(".".join(map(str, s.version)) for s in dict.fromkeys(bracket))
-    names = (hi or lo).names  # type: ignore[union-attr]
-    if all(ok):
-        return NameCheck("valid", names, basis)
-    if any(ok):
-        return NameCheck("uncertain", names, basis)
-    return NameCheck("invalid", names, basis)
+    from servedeck.vllm.facts import bracket
+    need = _KIND_FIELDS[kind]
+    if own is not None and getattr(own, need):
+        names = frozenset(getattr(own, need))
+        return NameCheck("valid" if name in names else "invalid", names,
+                         f"{own.vllm_version} ({own.source})")
+    want = parse_version(vllm_version)
+    lo, hi = bracket(want, need)
+    if lo is not None and parse_version(lo.vllm_version) == want:
+        hi = None  # the release's own table decides
+    found = [f for f in (lo, hi) if f is not None]
+    if not found:
+        return None
+    ok = [name in getattr(f, need) for f in found]
+    basis = "..".join(dict.fromkeys(f.vllm_version for f in found))
+    names = frozenset(getattr(hi or lo, need))
+    status = "valid" if all(ok) else "uncertain" if any(ok) else "invalid"
+    return NameCheck(status, names, basis)

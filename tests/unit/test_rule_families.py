@@ -358,6 +358,29 @@ def test_per_digest_facts_judge_before_shipped_tables(tmp_path):
     assert f.severity.value == "error" and "extracted from image example/llm (test)" in f.message
 
 
+def test_per_digest_facts_judge_names_before_shipped_tables(tmp_path):
+    """A tool-call parser registered in the image itself (a plugin, a vendor build) is judged by the
+    image's own registry, as flags are: accepted there, it is no error; missing there, it is one
+    even though the shipped 0.32 table lists it."""
+    from servedeck.vllm.facts import shipped_tables
+    table = shipped_tables()[(0, 32, 0)]
+    own = table.model_copy(update={"source": "extracted from image example/llm (test)",
+                                   "tool_call_parsers": ["vendor_xml"]})
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add_with_vllm_facts(D, ImageFacts(repository="example/llm", launcher="vllm", vllm_version="0.32.0",
+                                          device="cuda", entrypoint=["vllm", "serve"]), own)
+    args = ["--enable-auto-tool-choice", "--tool-call-parser"]
+    assert "vllm/unknown-tool-call-parser" not in rules(check(svc([*args, "vendor_xml"]), cat))
+    f = next(f for f in check(svc([*args, "hermes"]), cat) if f.rule == "vllm/unknown-tool-call-parser")
+    assert f.severity.value == "error" and "extracted from image example/llm (test)" in f.message
+    # without the image's own facts, the shipped 0.32 table judges: hermes is valid, vendor_xml not
+    shipped = Catalog(tmp_path / "other.yaml")
+    shipped.add(D, ImageFacts(repository="example/llm", launcher="vllm", vllm_version="0.32.0",
+                              device="cuda", entrypoint=["vllm", "serve"]))
+    assert "vllm/unknown-tool-call-parser" not in rules(check(svc([*args, "hermes"]), shipped))
+    assert "vllm/unknown-tool-call-parser" in rules(check(svc([*args, "vendor_xml"]), shipped), "error")
+
+
 def test_nearest_older_table_gives_warnings_not_errors(tmp_path):
     cat = Catalog(tmp_path / "images.yaml")
     cat.add(D, ImageFacts(repository="example/llm", launcher="vllm", vllm_version="0.34.1", device="cuda",

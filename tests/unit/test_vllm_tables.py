@@ -24,8 +24,8 @@ def test_each_table_is_extracted_and_names_its_source(path):
     assert len(facts.serve_args) > 100 and facts.json_configs and facts.env_vars
     assert facts.option("model") is None or facts.option("model").dest == "model"
     assert facts.option("max-model-len") is not None
-    for kind in ("tool_call_parser", "reasoning_parser", "speculative_method", "kv_cache_dtype"):
-        assert facts.names(kind), kind
+    for registry in ("tool_call_parsers", "reasoning_parsers", "speculative_methods", "kv_cache_dtypes"):
+        assert getattr(facts, registry), registry
 
 
 def test_releases_differ_where_vllm_changed():

@@ -39,11 +39,15 @@ def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
     key = ("judge", svc.name, need)
     if key not in cache:
         from servedeck.vllm.facts import table_for
-        own = None
-        if svc.image is not None and svc.image.digest and ctx.catalog is not None:
-            own = ctx.catalog.vllm_facts(svc.image.digest)
-        cache[key] = table_for(svc.facts.vllm_version if svc.facts else None, need, own)
+        cache[key] = table_for(svc.facts.vllm_version if svc.facts else None, need, own_facts(ctx, svc))
     return cache[key]
+
+
+def own_facts(ctx: Ctx, svc: Service) -> Any:
+    """The vLLM facts extracted from ``svc``'s image itself (the catalog's, by digest), or None."""
+    if svc.image is not None and svc.image.digest and ctx.catalog is not None:
+        return ctx.catalog.vllm_facts(svc.image.digest)
+    return None
 
 
 def vllm_flags(svc: Service) -> list[Flag]:

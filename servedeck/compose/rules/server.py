@@ -346,13 +346,15 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
     if e_spec and method_given and isinstance(spec, dict) and isinstance(spec.get("method"), str):
         names.append(("speculative_method", spec["method"], e_spec.path))
     if version is not None:
+        from servedeck.compose.rules._facts import own_facts
+        own = own_facts(ctx, svc)
         for kind, name, path in names:
             try:
-                res = check_name(kind, name, version)
+                res = check_name(kind, name, version, own)
             except ServedeckError:
                 break
             label = _NAME_KINDS[kind]
-            if res.status == "valid":
+            if res is None or res.status == "valid":
                 continue
             close = difflib.get_close_matches(name, sorted(res.valid_names), n=3)
             hint = f"did you mean {', '.join(close)}?" if close else \
