@@ -27,7 +27,7 @@ from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, dotted_replaces, last_wins, parse_launcher,
-                                 parse_vllm, repeated, server_prefix, settings)
+                                 parse_vllm, repeated, server_prefix, settings, spec_for)
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -164,6 +164,12 @@ class _Reader:
         dest = a.dest
         if a.missing_value:
             return False
+        if a.inline and a.base and spec_for(a.base).kind == "bool":
+            # argparse refuses an explicit value for a flag that takes none (vLLM exits 2)
+            raise ServedeckError(f"{a.written}={a.value}: --{a.name} takes no value; vLLM exits with "
+                                 f"'argument --{a.name}: ignored explicit argument {a.value!r}'",
+                                 file=self.file, field=self.where(a.index),
+                                 hint=f"write --{a.name} alone (or its --no- form to turn it off), then import")
         if dest == "served_model_name":
             self.served = [v for v in a.values]
         elif dest == "port":

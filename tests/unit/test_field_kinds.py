@@ -210,3 +210,69 @@ def test_a_plain_script_that_is_not_a_server_is_said_so_not_shell_syntax(catalog
     found = [f for f in check_compose_text(_compose("    entrypoint: [sh, -c, /start.sh]\n"), file="x.yml",
                                            catalog=catalog) if f.rule == "argv/not-analysed"]
     assert found and "does not start a server" in found[0].message
+
+
+@pytest.mark.parametrize("flag, bad", [("--enable-prefix-caching=false", True), ("--enforce-eager=1", True),
+                                       ("--enable-prefix-caching", False), ("--no-enable-prefix-caching", False),
+                                       ("--max-model-len=8192", False)])
+def test_a_value_given_to_a_flag_that_takes_none_is_an_error(catalog, flag, bad):  # noqa: F811
+    text = _compose(f"    command: [example/model-7b, \"{flag}\"]\n")
+    assert (_rules(text, catalog).get("flags/bool-with-value") == "error") is bad
+
+
+def _gpu_service(request: str, tp: int = 2) -> str:
+    return (f"services:\n  llm:\n    image: {IMAGE}\n"
+            f"    command: [example/model-7b, --tensor-parallel-size, \"{tp}\"]\n"
+            "    ports:\n      - \"8000:8000\"\n    ipc: host\n" + request)
+
+
+_RESERVE = "    deploy:\n      resources:\n        reservations:\n          devices:\n            - "
+
+
+@pytest.mark.parametrize("request_text, short", [
+    # driver: cdi with a VENDOR/CLASS=all name takes every device (moby daemon/cdi.go)
+    (_RESERVE + "driver: cdi\n              device_ids: [\"nvidia.com/gpu=all\"]\n"
+                "              capabilities: [gpu]\n", False),
+    (_RESERVE + "driver: cdi\n              device_ids: [\"nvidia.com/gpu=0\"]\n"
+                "              capabilities: [gpu]\n", True),
+    # compose-go reads a quoted count as the number; -1 is all
+    (_RESERVE + "driver: nvidia\n              count: \"1\"\n              capabilities: [gpu]\n", True),
+    (_RESERVE + "driver: nvidia\n              count: \"2\"\n              capabilities: [gpu]\n", False),
+    (_RESERVE + "driver: nvidia\n              count: -1\n              capabilities: [gpu]\n", False),
+    (_RESERVE + "driver: nvidia\n              count: all\n              capabilities: [gpu]\n", False),
+])
+def test_gpu_count_as_compose_and_the_engine_read_it(catalog, request_text, short):  # noqa: F811
+    assert ("gpu/fewer-than-parallel" in _rules(_gpu_service(request_text), catalog)) is short
+
+
+def test_a_long_syntax_device_without_target_is_refused_as_compose_refuses_it(catalog):  # noqa: F811
+    """`docker compose config` (v2.40.3): "service device services.llm.devices.[0] is missing a
+    mount target"; with a target, or in the short syntax, the CDI device is accepted."""
+    bad = _rules(_gpu_service("    devices:\n      - source: nvidia.com/gpu=all\n"), catalog)
+    assert bad.get("devices/missing-target") == "error"
+    for fine in ("    devices:\n      - source: nvidia.com/gpu=all\n        target: nvidia.com/gpu=all\n",
+                 "    devices:\n      - nvidia.com/gpu=all\n"):
+        rules = _rules(_gpu_service(fine), catalog)
+        assert "devices/missing-target" not in rules and "gpu/no-device" not in rules, fine
+
+
+@pytest.mark.parametrize("item, rule", [
+    ("      - VLLM_API_KEY=\u201cdeploy-key-1\u201d\n", "env/list-literal-quotes"),
+    ("      VLLM_API_KEY: \u201cdeploy-key-1\u201d\n", "env/literal-quotes"),
+    ("      VLLM_API_KEY: \u2018deploy-key-1\u2019\n", "env/literal-quotes"),
+    ("      - VLLM_API_KEY=\\\"deploy-key-1\\\"\n", "env/list-literal-quotes"),
+    ("      VLLM_API_KEY: \\'deploy-key-1\\'\n", "env/literal-quotes"),
+])
+def test_typographic_and_escaped_quotes_reach_the_container(catalog, item, rule):  # noqa: F811
+    """Neither YAML nor Compose removes typographic quotes or a backslash before a quote, and no
+    shell runs: the container's value keeps them, and a client's key does not match."""
+    text = _compose("    command: [example/model-7b]\n    environment:\n" + item)
+    assert _rules(text, catalog).get(rule) == "error"
+
+
+@pytest.mark.parametrize("item", ["      - VLLM_API_KEY=it\u2019s-a-key\n", "      VLLM_API_KEY: a\\\"b\n",
+                                  "      - NAME=caf\u00e9\n"])
+def test_a_quote_inside_a_value_is_not_a_wrapping_pair(catalog, item):  # noqa: F811
+    text = _compose("    command: [example/model-7b]\n    environment:\n" + item)
+    rules = _rules(text, catalog)
+    assert not {"env/literal-quotes", "env/list-literal-quotes"} & set(rules), rules

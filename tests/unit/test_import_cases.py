@@ -392,8 +392,32 @@ def test_a_positional_model_after_the_api_server_module_is_refused(tmp_path):
     assert exc.value.field == "services.llm.command"
 
 
-def test_a_file_compose_refuses_is_refused_naming_the_item(tmp_path):
-    """`docker compose config`: "services.s.command.2 must be a string" (an unquoted 8000)."""
+@pytest.mark.parametrize("command", ["    command: [/models/m, --port, 8000]\n",
+                                     "    command:\n      - /models/m\n      - --port\n      - 8000\n"])
+def test_a_file_compose_refuses_is_refused_naming_the_item(tmp_path, command):
+    """`docker compose config`: "services.s.command.2 must be a string" (an unquoted 8000), in
+    flow and block style; not "unknown key 'command'" (the schema's unevaluatedProperties also
+    lists a known key whose value failed)."""
     with pytest.raises(ServedeckError, match="Compose refuses this file") as exc:
-        _import_service(tmp_path, "    command: [/models/m, --port, 8000]\n")
+        _import_service(tmp_path, command)
     assert exc.value.field == "services.llm.command[2]" and "8000 is not of type 'string'" in exc.value.message
+    assert "unknown key" not in exc.value.message
+
+
+def test_an_unknown_key_beside_a_failing_known_key_is_still_named():
+    from servedeck.compose.check import check_compose_text
+    text = ("services:\n  llm:\n    image: example/llm:1\n    comand: [x]\n"
+            "    command:\n      - /models/m\n      - 8000\n")
+    found = [(f.rule, f.path) for f in check_compose_text(text, file="x.yml") if f.rule.startswith("schema/")]
+    assert ("schema/unknown-key", "services.llm.comand") in found
+    assert not [p for r, p in found if r == "schema/unknown-key" and p != "services.llm.comand"], found
+
+
+@pytest.mark.parametrize("flag", ["--enable-prefix-caching=false", "--enforce-eager=true",
+                                  "--no-enable-prefix-caching=1", "--enable-auto-tool-choice=True"])
+def test_a_bool_flag_given_a_value_is_refused_not_inverted(tmp_path, flag):
+    """argparse refuses ``--flag=value`` for a flag that takes none ("ignored explicit argument"):
+    vLLM exits, so the import must not turn it into a setting (``=false`` read as on)."""
+    with pytest.raises(ServedeckError, match="ignored explicit argument") as exc:
+        _import_service(tmp_path, f"    command: [/models/m, --served-model-name, chat, \"{flag}\"]\n")
+    assert exc.value.field == "services.llm.command[3]"

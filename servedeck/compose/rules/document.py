@@ -122,11 +122,15 @@ def check_schema(ctx: Ctx) -> None:
         key = False
         if keyword in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
             names = re.findall(r"'([^']+)'", message)
-            extra = [n for n in names if n in err.instance]
+            allowed = sorted(_allowed_keys(err.schema, validator.schema))
+            # unevaluatedProperties also lists known keys whose value failed (a failed subschema
+            # evaluates nothing): their own error says what is wrong, so only unknown keys count
+            extra = [n for n in names if n in err.instance and n not in allowed]
+            if keyword == "unevaluatedProperties" and allowed and not extra:
+                continue
             if extra:
                 path = path + (extra[0],)
                 key = True
-                allowed = sorted(_allowed_keys(err.schema, validator.schema))
                 close = difflib.get_close_matches(extra[0], allowed, n=1)
                 message = f"unknown key {extra[0]!r}"
                 hint = f"did you mean {close[0]!r}?" if close else "remove it or prefix it with x-"

@@ -15,6 +15,11 @@ from servedeck.compose.rules._facts import env_items, judge, version_tuple
 from servedeck.compose.rules._service import Ctx, Service
 
 _QUOTES = ("'", '"')
+#: quote pairs that reach the container as characters when they wrap a value: the ASCII quotes,
+#: the same behind a backslash (no shell removes the escape), and typographic quotes (not quotes
+#: to YAML or Compose at all; copied from web pages and word processors)
+_PAIRS = (('\\"', '\\"'), ("\\'", "\\'"), ('"', '"'), ("'", "'"), ("\u201c", "\u201d"),
+          ("\u2018", "\u2019"), ("\u201e", "\u201c"), ("\u00ab", "\u00bb"))
 
 #: vLLM variables read by launchers or images rather than by vllm/envs.py; never reported.
 _NOT_ENVS_PY = {"VLLM_API_KEY"}
@@ -33,6 +38,17 @@ def _check_quotes(ctx: Ctx, e) -> None:
                   f"so nothing reads {e.key.strip(''.join(_QUOTES))}",
                   f"write {e.key.strip(''.join(_QUOTES))}=VALUE")
     v = (e.value or "").strip()  # quotes behind spaces reach the container all the same
+    pair = next((p for p in _PAIRS if len(v) >= len(p[0]) + len(p[1]) and v.startswith(p[0])
+                 and v.endswith(p[1])), None)
+    if pair is not None and pair[0] not in _QUOTES:
+        inner = v[len(pair[0]):len(v) - len(pair[1])]
+        kind = "backslash-escaped quotes" if pair[0].startswith("\\") else "typographic quotes"
+        rule = "env/list-literal-quotes" if e.list_form else "env/literal-quotes"
+        ctx.error(rule, e.path,
+                  f"environment {e.key}: the value the container gets is {v}, {kind} included "
+                  f"(neither YAML nor Compose removes them, and no shell runs); a client sending "
+                  f"{inner} does not match it", f"write {e.key}: {inner}")
+        return
     if not v or (v[0] not in _QUOTES and v[-1] not in _QUOTES):
         return
     if len(v) >= 2 and v[0] in _QUOTES and v[-1] == v[0]:

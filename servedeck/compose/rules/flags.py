@@ -55,7 +55,7 @@ def _spelling(type_name: str | None) -> str:
 
 
 def check_flags(ctx: Ctx, svc: Service) -> None:
-    """``flags/unknown``, ``flags/deprecated``, ``flags/bad-value``, ``flags/bad-choice``,
+    """``flags/unknown``, ``flags/deprecated``, ``flags/bool-with-value``, ``flags/bad-value``, ``flags/bad-choice``,
     ``flags/repeated`` and the ``json/*`` key checks."""
     flags = vllm_flags(svc)
     if not flags:
@@ -89,6 +89,15 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
             ctx.warning("flags/deprecated", flag.token.path,
                         f"--{flag.name} is deprecated in {j.basis} and will be removed",
                         "see `vllm serve --help` for its replacement")
+        if not action.takes_value and flag.inline is not None:
+            # argparse (Python 3.11+ argparse.py, _parse_optional/consume_optional): an explicit
+            # value for an action that takes none is an error, "ignored explicit argument"
+            opposite = [o for o in action.options if o.startswith("--") and o != f"--{flag.name}"]
+            report("flags/bool-with-value", flag.token.path,
+                   f"--{flag.name}={flag.inline}: --{flag.name} takes no value in {j.basis}; vLLM "
+                   f"exits with 'argument --{flag.name}: ignored explicit argument {flag.inline!r}'",
+                   f"write --{flag.name} alone" + (f", or {opposite[0]} to turn it off" if opposite else ""))
+            continue
         if flag.value is None or not action.takes_value:
             continue
         text = flag.value

@@ -12,6 +12,8 @@ its multi-GPU workers exchange tensors through ``/dev/shm`` (vLLM docs "Using Do
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -55,11 +57,16 @@ def _device_request(ctx: Ctx, item: dict, path: Path, via: str, out: list[GpuReq
     caps = item.get("capabilities") or []
     flat = {str(c) for c in caps} if isinstance(caps, list) else set()
     vendor: Vendor = "nvidia" if driver == "nvidia" or "gpu" in flat else "any"
+    if isinstance(count, str) and re.fullmatch(r"\s*-?\d+\s*", count):
+        count = int(count)  # compose-go reads a quoted number as the number ("1" -> count: 1)
     if isinstance(ids, list):
-        out.append(GpuRequest(vendor, len(ids), via, path, [str(i) for i in ids]))
-    elif isinstance(count, int) and not isinstance(count, bool):
+        names = [str(i) for i in ids]
+        # driver: cdi takes CDI device names; VENDOR/CLASS=all is every device of the class
+        every = any(_is_cdi(n) and n.endswith("=all") for n in names)
+        out.append(GpuRequest(vendor, None if every else len(ids), via, path, names))
+    elif isinstance(count, int) and not isinstance(count, bool) and count >= 0:
         out.append(GpuRequest(vendor, count, via, path))
-    else:
+    else:  # "all", -1 (all), or not countable
         out.append(GpuRequest(vendor, None, via, path))
 
 
@@ -88,6 +95,13 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
             continue
         host = src.split(":", 1)[0] if not _is_cdi(src) else src
         path = svc.path + ("devices", i)
+        if isinstance(d, dict) and not d.get("target"):
+            # compose-go loader (v2.40): the long syntax needs a target, CDI names included
+            sink.error("devices/missing-target", path,
+                       f"device {src!r} in the long syntax has no target: Compose refuses the file "
+                       f"(\"service device services.{svc.name}.devices.[{i}] is missing a mount target\")",
+                       f"write it in the short syntax (devices: [\"{src}\"]) or add target:")
+            continue
         if _is_cdi(src):
             kind, _, name = src.partition("=")
             vendor: Vendor = "nvidia" if kind.startswith("nvidia.com/") else (
