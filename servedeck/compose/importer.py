@@ -16,6 +16,7 @@ plus ``model.hf_cache``.
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -456,20 +457,48 @@ def _volume_entry(v: Mount, where: str, notes: list[str]) -> dict[str, Any] | No
     return {"source": literal_values(v.source), "target": v.target, **({"options": options} if options else {})}
 
 
+def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]]) -> tuple[int, str] | None:
+    """(index, path of the model inside it: ``""`` for the mount itself) of the mount that holds
+    local model path ``model_arg``: its target, else the deepest bind mount of a host path above
+    it (Docker cleans the paths: a trailing ``/`` or ``//`` does not matter); None when none does.
+    A named volume's subdirectory has no host path, so only the exact target counts for it."""
+    if not model_arg.startswith("/"):
+        return None
+    want = posixpath.normpath(model_arg)
+    best: tuple[int, str] | None = None
+    depth = -1
+    for j, v, entry in entries:
+        target = posixpath.normpath(v.target or "")
+        if target == want:
+            return j, ""
+        bind = isinstance(entry["source"], str) and entry["source"].startswith(("/", ".", "~"))
+        if bind and want.startswith(target.rstrip("/") + "/") and target.count("/") > depth:
+            best, depth = (j, posixpath.relpath(want, target)), target.count("/")
+    return best
+
+
 def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
                        notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
     hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
     cache = hf_hub_cache(svc.environment.values)
-    for j, v in enumerate(svc.volumes):
-        entry = _volume_entry(v, f"{base}.volumes[{j}]", notes)
-        if entry is None:
-            continue
-        if not hub and model_arg is not None and v.target == model_arg and "weights_dir" not in model:
-            model.update(weights_dir=entry["source"], mount=entry["target"])
+    entries = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
+    entries = [(j, v, e) for j, v, e in entries if e is not None]
+    holder = None if hub or model_arg is None else _model_mount(model_arg, entries)
+    for j, v, entry in entries:
+        if holder is not None and j == holder[0]:
+            rel = holder[1]
+            model_dir = posixpath.normpath(model_arg) if rel else entry["target"]
+            model.update(weights_dir=posixpath.join(entry["source"], rel) if rel else entry["source"],
+                         mount=model_dir)
             if entry.get("options"):
                 model["mount_options"] = entry["options"]
+            if rel:  # the whole mount stays too: other files, and links out of the model's directory
+                others.append(entry)  # (a Hugging Face snapshot links into ../../blobs), resolve as before
+                notes.append(f"{base}.volumes[{j}]: the model {model_arg!r} is {rel!r} inside the mount "
+                             f"{entry['source']}:{entry['target']}; imported as the weights "
+                             f"{model['weights_dir']} at {model_dir}, and the whole mount is kept")
         elif hub and _holds_hf_cache(v.target, cache) and "hf_cache" not in model:
             model["hf_cache"] = entry
         else:

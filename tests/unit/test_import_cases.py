@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import posixpath
 import pytest
 
 from servedeck.compose.check import CheckExpectations, check_compose_text
@@ -421,3 +422,31 @@ def test_a_bool_flag_given_a_value_is_refused_not_inverted(tmp_path, flag):
     with pytest.raises(ServedeckError, match="ignored explicit argument") as exc:
         _import_service(tmp_path, f"    command: [/models/m, --served-model-name, chat, \"{flag}\"]\n")
     assert exc.value.field == "services.llm.command[3]"
+
+
+@pytest.mark.parametrize("model, volume, weights, mount", [
+    ("/models/m", "      - /srv/models:/models:ro\n", "/srv/models/m", "/models/m"),
+    ("/models/m/", "      - /srv/models/m:/models/m\n", "/srv/models/m", "/models/m"),
+    ("/models/m", "      - /srv/models/m/:/models/m/\n", "/srv/models/m/", "/models/m/"),
+    ("/data/hf/hub/models--o--m/snapshots/abc", "      - /srv/hf:/data/hf\n",
+     "/srv/hf/hub/models--o--m/snapshots/abc", "/data/hf/hub/models--o--m/snapshots/abc"),
+])
+def test_a_model_inside_a_mount_is_imported_with_the_mount_kept(tmp_path, model, volume, weights, mount):
+    """A bind mount of a parent directory exposes the model's directory (the most common layout:
+    a models folder): the import names the weights and keeps the whole mount, so other files and
+    the links of a Hugging Face snapshot (into ../../blobs) resolve as before. Docker cleans the
+    paths, so a trailing slash on either side matches."""
+    mapping, notes = _import_service(tmp_path, f"    command: [\"{model}\", --served-model-name, chat]\n",
+                                     volumes=volume)
+    assert mapping["model"]["weights_dir"] == weights and mapping["model"]["mount"] == mount
+    parent = volume.strip()[2:].split(":")
+    if posixpath.normpath(parent[1]) != posixpath.normpath(model):
+        assert {"source": parent[0], "target": parent[1], **({"options": "ro"} if len(parent) > 2 else {})} \
+            in mapping["container"]["volumes"]
+        assert any("the whole mount is kept" in n for n in notes)
+
+
+def test_a_named_volume_above_the_model_does_not_hold_it(tmp_path):
+    """A named volume has no host path for a subdirectory: only its exact target holds the model."""
+    with pytest.raises(ServedeckError, match="no volume is mounted at the model path"):
+        _import_service(tmp_path, "    command: [/models/m]\n", volumes="      - models:/models\n")
