@@ -216,7 +216,10 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if not path.exists():
             raise ServedeckError("file not found", file=compose)
         text = path.read_text(encoding="utf-8")
-        findings = check_compose_text(text, file=compose, catalog=_catalog())
+        from servedeck.compose.check import CheckExpectations
+        from servedeck.compose.document import dotenv_variables
+        findings = check_compose_text(text, file=compose, catalog=_catalog(),
+                                      expect=CheckExpectations(variables=dotenv_variables(path)))
         if in_image:
             from servedeck.compose.check import check_in_image
             findings += check_in_image(text, file=compose)

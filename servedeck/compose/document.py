@@ -27,7 +27,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -351,6 +351,100 @@ def interpolation_refs(text: str) -> tuple[list[str], str | None]:
         refs.append(m.group(0))
         i = m.end()
     return refs, None
+
+
+def interpolate(text: str, variables: Mapping[str, str]) -> str | None:
+    """``text`` as Compose substitutes it with ``variables`` set (and nothing else), or None when
+    a reference cannot be resolved that way (a variable not in ``variables`` without a default,
+    a ``${VAR?err}`` form, or invalid syntax): then what Compose gives depends on the shell of
+    whoever runs it.
+
+    Source: compose-spec ``interpolation.md`` (``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``
+    default when unset or empty, ``${VAR-default}`` when unset, ``${VAR:?err}``, ``${VAR?err}``,
+    ``${VAR:+alt}``, ``${VAR+alt}``; defaults may hold references themselves, as in compose-go
+    ``template/template.go`` v2).
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c != "$":
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1] if i + 1 < n else ""
+        if nxt == "$":
+            out.append("$")
+            i += 2
+            continue
+        if nxt != "{":
+            m = _VAR_NAME.match(text, i + 1)
+            if not m or m.group(0) not in variables:
+                return None
+            out.append(variables[m.group(0)])
+            i = m.end()
+            continue
+        depth, j = 1, i + 2
+        while j < n and depth:
+            if text[j] == "{" and text[j - 1] == "$":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth:
+            return None
+        inner = text[i + 2:j - 1]
+        m = _VAR_NAME.match(inner)
+        if not m:
+            return None
+        value, rest = variables.get(m.group(0)), inner[m.end():]
+        op = rest[:2] if rest[:2] in (":-", ":?", ":+") else rest[:1]
+        if rest and op not in (":-", "-", ":?", "?", ":+", "+"):
+            return None
+        unset = value is None or (op.startswith(":") and value == "")
+        if not rest or op.endswith("?"):
+            if unset and (rest or value is None):
+                return None
+            out.append(value or "")
+        elif op.endswith("-"):
+            sub = interpolate(rest[len(op):], variables) if unset else value
+            if sub is None:
+                return None
+            out.append(sub)
+        else:  # + : the alternative when set
+            sub = "" if unset else interpolate(rest[len(op):], variables)
+            if sub is None:
+                return None
+            out.append(sub)
+        i = j
+    return "".join(out)
+
+
+def interpolated(value: Any, variables: Mapping[str, str]) -> Any:
+    """:func:`interpolate` applied to every string of a plain value (mappings keep their keys);
+    a string that cannot be resolved is kept as written."""
+    if isinstance(value, str):
+        if "$" not in value:
+            return value
+        done = interpolate(value, variables)
+        return value if done is None else done
+    if isinstance(value, dict):
+        return {k: interpolated(v, variables) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolated(v, variables) for v in value]
+    return value
+
+
+def dotenv_variables(compose_file: Path) -> dict[str, str]:
+    """The variables of the ``.env`` file in ``compose_file``'s directory (Compose's project
+    directory by default, compose-spec ``env-file``/"project directory"), read by python-dotenv
+    without substituting references; empty when there is none. Names without a value are left
+    out (Compose reads them from the shell)."""
+    env = compose_file.resolve().parent / ".env"
+    if not env.is_file():
+        return {}
+    from dotenv import dotenv_values
+    return {k: v for k, v in dotenv_values(env, interpolate=False).items() if v is not None}
 
 
 def literal_values(value: Any) -> Any:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
@@ -39,6 +39,11 @@ class CheckExpectations(BaseModel):
         startup_seconds: measured time to ready (s) of the last run of this profile, if any.
         hf_config: the served model's Hugging Face ``config.json`` (as a dict), if known.
         gpu_memory_gib: memory of one GPU of the card host (GiB), if known.
+        variables: the variables Compose substitutes (``${VAR}``) when it reads the file, as far
+            as the file's own directory says: its ``.env``
+            (:func:`servedeck.compose.document.dotenv_variables`). The service rules judge the
+            values Compose would give (defaults of ``${VAR:-default}`` included); a value that
+            needs the shell of whoever runs Compose is judged as written.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -48,6 +53,7 @@ class CheckExpectations(BaseModel):
     startup_seconds: float | None = None
     hf_config: dict[str, Any] | None = None
     gpu_memory_gib: float | None = None
+    variables: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass
@@ -468,8 +474,13 @@ def services(ctx: Ctx) -> list[Service]:
     data = ctx.doc.data
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         return []
-    return [analyse_service(ctx, name, svc) for name, svc in data["services"].items()
-            if isinstance(svc, dict)]
+    from servedeck.compose.document import interpolated
+    variables = ctx.expect.variables
+    # the values Compose gives after interpolation; the image is judged as written (its pinning
+    # must not depend on a variable: image/interpolated)
+    return [analyse_service(ctx, name, {k: v if k == "image" else interpolated(v, variables)
+                                        for k, v in svc.items()})
+            for name, svc in data["services"].items() if isinstance(svc, dict)]
 
 
 __all__ = ["CheckExpectations", "Ctx", "ImageRef", "Launch", "Flag", "SetArg", "Token", "Service",

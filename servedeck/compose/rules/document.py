@@ -21,7 +21,7 @@ import re
 from pathlib import Path as Path_
 from typing import Any
 
-from servedeck.compose.document import interpolation_refs, literal_values
+from servedeck.compose.document import interpolate, interpolation_refs, literal_values
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
 from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
@@ -291,7 +291,10 @@ def check_interpolation(ctx: Ctx) -> None:
         # out by Compose; ${NAME} or a value that is only $NAME passes a variable on purpose
         env_embedded = field_name == "environment" and re.search(r"\S\$[A-Za-z_]", sc.raw.split("=", 1)[-1]) \
             is not None and "${" not in sc.raw
-        if argv_like or json_like or env_embedded:
+        # every reference with a default (${VAR:-x}) or set by the file's .env: substitution
+        # by Compose is what the author meant
+        meant = interpolate(sc.raw, ctx.expect.variables) is not None
+        if (argv_like or json_like or env_embedded) and not meant:
             names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
             ctx.warning("interpolation/unintended", path,
                         f"Compose substitutes {names} from the environment of whoever runs "

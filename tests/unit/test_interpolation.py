@@ -1,0 +1,93 @@
+"""Compose interpolation as the check reads it (servedeck.compose.document.interpolate): the
+values a service gets when Compose reads the file with only its own defaults and its ``.env``
+set; what needs the shell of whoever runs Compose stays as written.
+
+Semantics: compose-spec ``interpolation.md``; seen with ``docker compose config`` (v2.40.3).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from test_field2_cases import CASES, catalog  # noqa: F401  (the cases' image facts)
+
+from servedeck.compose.check import CheckExpectations, check_compose_text
+from servedeck.compose.document import dotenv_variables, interpolate
+
+
+@pytest.mark.parametrize("text, variables, out", [
+    ("${A:-x}", {}, "x"), ("${A:-x}", {"A": ""}, "x"), ("${A-x}", {"A": ""}, ""),
+    ("${A-x}", {}, "x"), ("${A:-x}", {"A": "y"}, "y"), ("${A}", {"A": "y"}, "y"), ("$A/b", {"A": "y"}, "y/b"),
+    ("${A:+alt}", {"A": "y"}, "alt"), ("${A:+alt}", {}, ""), ("${A+alt}", {"A": ""}, "alt"),
+    ("${A:?need A}", {"A": "y"}, "y"), ("$$A", {}, "$A"), ("${A:-${B:-z}}", {}, "z"),
+    ("${A:-${B}}", {"B": "b"}, "b"), ("--host=${H:-0.0.0.0}", {}, "--host=0.0.0.0"),
+    ('${K:-"key"}', {}, '"key"'),
+    # not resolvable without the shell: unset and no default, an error form, bad syntax
+    ("${A}", {}, None), ("$A", {}, None), ("${A:?need A}", {}, None), ("${A?x}", {}, None),
+    ("${A:-${B}}", {}, None), ("${A", {}, None), ("${1A}", {}, None),
+])
+def test_interpolate_as_compose(text, variables, out):
+    assert interpolate(text, variables) == out
+
+
+IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"
+
+
+def _svc(command: str, extra: str = "", ports: str = '      - "8000:8000"\n') -> str:
+    return (f"services:\n  llm:\n    image: {IMAGE}\n    command: {command}\n    ports:\n{ports}"
+            "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+            "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n" + extra)
+
+
+def _rules(text, catalog, variables=None):  # noqa: F811
+    found = check_compose_text(text, file="x.yml", catalog=catalog,
+                               expect=CheckExpectations(variables=variables or {}))
+    return {f.rule: f.severity.value for f in found}
+
+
+@pytest.mark.parametrize("command, variables, loopback", [
+    ('[example/model-7b, --host, "${VLLM_BIND:-127.0.0.1}"]', {}, True),
+    ('[example/model-7b, "--host=${HOST:-localhost}"]', {}, True),
+    ('[example/model-7b, --host, "${BIND}"]', {"BIND": "127.0.0.1"}, True),
+    ('[example/model-7b, --host, "${BIND:-0.0.0.0}"]', {}, False),
+    ('[example/model-7b, --host, "${BIND:-127.0.0.1}"]', {"BIND": "0.0.0.0"}, False),
+    ('[example/model-7b, --host, "${BIND}"]', {"BIND": "0.0.0.0"}, False),
+])
+def test_the_server_host_is_judged_as_compose_substitutes_it(catalog, command, variables, loopback):  # noqa: F811
+    rules = _rules(_svc(command), catalog, variables)
+    assert (rules.get("server/host-loopback") == "error") is loopback
+    assert "interpolation/unintended" not in rules  # a default or the .env: substitution is meant
+
+
+def test_a_reference_only_the_shell_can_give_is_still_said(catalog):  # noqa: F811
+    rules = _rules(_svc('[example/model-7b, --host, "${BIND}"]'), catalog)
+    assert rules.get("interpolation/unintended") == "warning" and "server/host-loopback" not in rules
+
+
+def test_an_interpolated_container_port_is_read(catalog):  # noqa: F811
+    text = _svc("[example/model-7b, --host, 127.0.0.1]", ports='      - "8000:${PORT:-8000}"\n')
+    assert _rules(text, catalog).get("server/host-loopback") == "error"
+
+
+def test_quotes_inside_a_default_reach_the_container(catalog):  # noqa: F811
+    """Compose interpolation is no shell: ``${API_KEY:-"k"}`` gives ``"k"``, quotes included."""
+    for env in ('    environment:\n      - VLLM_API_KEY=${API_KEY:-"deploy-key-1"}\n',
+                '    environment:\n      VLLM_API_KEY: ${API_KEY:-"deploy-key-1"}\n'):
+        rules = _rules(_svc("[example/model-7b]", extra=env), catalog)
+        assert {"env/literal-quotes", "env/list-literal-quotes"} & set(rules), env
+    clean = _svc("[example/model-7b]", extra="    environment:\n      VLLM_API_KEY: ${API_KEY:-deploy-key-1}\n")
+    assert not {"env/literal-quotes", "env/list-literal-quotes"} & set(_rules(clean, catalog))
+
+
+def test_the_check_command_reads_the_files_dotenv(tmp_path):
+    """``servedeck check --compose FILE`` reads FILE's directory's ``.env``, as Compose does."""
+    case = (CASES / "32-server-binds-loopback.yml").read_text().replace("      - 127.0.0.1\n", "      - ${BIND}\n")
+    case = case.replace(IMAGE, "vllm/vllm-openai@sha256:" + "ab" * 32)  # facts inferred from the name
+    (tmp_path / "docker-compose.yml").write_text(case)
+    (tmp_path / ".env").write_text("# the address\nexport BIND=127.0.0.1\nOTHER='x y'\n")
+    assert dotenv_variables(tmp_path / "docker-compose.yml") == {"BIND": "127.0.0.1", "OTHER": "x y"}
+    res = subprocess.run([sys.executable, "-m", "servedeck.cli", "check", "--compose", "docker-compose.yml"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert "server/host-loopback" in res.stdout + res.stderr, res.stdout + res.stderr
