@@ -276,3 +276,25 @@ def test_a_quote_inside_a_value_is_not_a_wrapping_pair(catalog, item):  # noqa: 
     text = _compose("    command: [example/model-7b]\n    environment:\n" + item)
     rules = _rules(text, catalog)
     assert not {"env/literal-quotes", "env/list-literal-quotes"} & set(rules), rules
+
+
+@pytest.mark.parametrize("argv", [
+    "    entrypoint: [/bin/sh, -c]\n    command: [\"VLLM_USE_V1=0 vllm serve example/model-7b\"]\n",
+    "    entrypoint: [/bin/sh, -c]\n    command: [\"VLLM_USE_V1=0 exec vllm serve example/model-7b\"]\n",
+    "    entrypoint: [env, VLLM_USE_V1=0, vllm, serve]\n    command: [example/model-7b]\n",
+    "    entrypoint: [/usr/bin/env, A=1, VLLM_USE_V1=0, vllm, serve, example/model-7b]\n",
+])
+def test_a_variable_set_in_the_command_is_read_as_the_servers_environment(catalog, argv):  # noqa: F811
+    """``env NAME=v`` and a shell's leading assignment set the server's environment as
+    ``environment:`` does (case 34: a variable the pinned vLLM no longer reads)."""
+    found = [f for f in check_compose_text(_compose(argv), file="x.yml", catalog=catalog)
+             if "VLLM_USE_V1" in f.message]
+    assert found and found[0].severity.value == "warning" and found[0].path.startswith("services.llm.")
+
+
+def test_a_quoted_value_behind_env_reaches_the_server_quoted(catalog):  # noqa: F811
+    """No shell runs an exec-form ``env``: its ``NAME="v"`` keeps the quotes; a shell's removes them."""
+    bad = _compose('    entrypoint: [env, "VLLM_API_KEY=\\"k\\"", vllm, serve]\n    command: [example/model-7b]\n')
+    assert _rules(bad, catalog).get("env/list-literal-quotes") == "error"
+    fine = _compose("    entrypoint: [sh, -c]\n    command: [\"VLLM_API_KEY='k' exec vllm serve example/model-7b\"]\n")
+    assert "env/list-literal-quotes" not in _rules(fine, catalog)

@@ -73,7 +73,8 @@ class EnvItem:
 
 
 def env_items(svc: Service) -> list[EnvItem]:
-    """The service's ``environment`` (mapping or list form), in order."""
+    """The service's ``environment`` (mapping or list form), in order, then the ``NAME=value``
+    words its argv sets for the server (:attr:`Launch.env_words`: they override it)."""
     env = svc.data.get("environment")
     base = svc.path + ("environment",)
     out: list[EnvItem] = []
@@ -85,6 +86,9 @@ def env_items(svc: Service) -> list[EnvItem]:
             if isinstance(item, str):
                 k, eq, v = item.partition("=")
                 out.append(EnvItem(k, v if eq else None, base + (i,), True))
+    for t in svc.launch.env_words:
+        k, _, v = t.s.partition("=")
+        out.append(EnvItem(k, v, t.path, True))
     return out
 
 

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
-from servedeck.compose.document import shell_script, split_command
+from servedeck.compose.document import plain_command, shell_script, split_command
 from servedeck.vllm import argv
-from servedeck.vllm.argv import ALIASES, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
+from servedeck.vllm.argv import ALIASES, ASSIGNMENT, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
 from servedeck.yamlio import launcher_value
 
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -207,6 +207,9 @@ class Launch:
         shell_plain: the ``sh -c`` script is one plain command (read as its argv).
         entry_unknown: an ``entrypoint`` is set and the argv it starts is not a server command
             servedeck knows, so the command was not analysed.
+        env_words: ``NAME=value`` words the argv sets for the server itself (``env NAME=v vllm
+            serve``, ``sh -c "NAME=v exec vllm serve"``), in order: they add to (and override)
+            the service's ``environment``.
     """
 
     kind: Literal["exl3xpu", "vllm"] | None
@@ -224,6 +227,7 @@ class Launch:
     shell_split: list[Token] = field(default_factory=list)
     shell_plain: bool = False
     entry_unknown: bool = False
+    env_words: list[Token] = field(default_factory=list)
 
 
 def _flag(arg: argv.Arg, tokens: list[Token]) -> Flag:
@@ -371,16 +375,21 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     script: Token | None = None
     split: list[Token] = []
     inner: list[Token] | None = None
+    env_words: list[Token] = []
     if data.get("entrypoint") is not None:
         # Docker runs entrypoint + command as one argv; a shell's -c script is read as its argv
         argv_tokens = entry_tokens + cmd
         script, split, inner = _shell_script(argv_tokens)
-        if inner is not None:
+        if inner is not None and script is not None:
             argv_tokens = inner
+            words = plain_command(script.s) or []
+            env_words = [Token(w, script.path) for w in words[:next(
+                (k for k, w in enumerate(words) if not ASSIGNMENT.fullmatch(w)), len(words))]]
         n, kind = server_prefix([t.s for t in argv_tokens])
         if kind is not None:
             effective_entry = [t.s for t in argv_tokens[:n]]
             cmd = argv_tokens[n:]
+            env_words += [t for t in argv_tokens[:n] if ASSIGNMENT.fullmatch(t.s)]  # env NAME=v
     elif facts is not None and not facts.inferred:
         kind = facts.launcher
     elif cmd and (cmd[0].s.startswith("models/") or _is_serve_py([t.s for t in cmd])):
@@ -404,6 +413,7 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     launch.shell_script, launch.shell_split = script, split
     launch.entry_unknown = data.get("entrypoint") is not None and kind is None
     launch.shell_plain = script is not None and inner is not None
+    launch.env_words = env_words
 
     svc = Service(name, data, path, image, facts, launch)
     _effective(svc)
