@@ -217,9 +217,14 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
             raise ServedeckError("file not found", file=compose)
         text = path.read_text(encoding="utf-8")
         from servedeck.compose.check import CheckExpectations
-        from servedeck.compose.document import dotenv_variables
-        findings = check_compose_text(text, file=compose, catalog=_catalog(),
-                                      expect=CheckExpectations(variables=dotenv_variables(path)))
+        from servedeck.compose.document import dotenv_variables, env_file_variables
+        from servedeck.yamlio import load_data
+        try:  # what Compose reads beside the file: its .env, and the env_file files it names
+            env_files = env_file_variables(path, load_data(text))
+        except Exception:  # noqa: BLE001 - a YAML error is the check's own first finding
+            env_files = {}
+        findings = check_compose_text(text, file=compose, catalog=_catalog(), expect=CheckExpectations(
+            variables=dotenv_variables(path), env_files=env_files))
         if in_image:
             from servedeck.compose.check import check_in_image
             findings += check_in_image(text, file=compose)

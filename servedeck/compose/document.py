@@ -447,6 +447,42 @@ def dotenv_variables(compose_file: Path) -> dict[str, str]:
     return {k: v for k, v in dotenv_values(env, interpolate=False).items() if v is not None}
 
 
+def env_file_paths(value: Any) -> list[tuple[int, str, bool]]:
+    """A service's ``env_file`` → (index, path as written, required) per entry: a string, a list
+    of strings, or long-syntax items ``{path, required}`` (compose-spec ``05-services.md``
+    ``env_file``; ``required`` defaults to true)."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            out.append((i, item, True))
+        elif isinstance(item, dict) and isinstance(item.get("path"), str):
+            out.append((i, item["path"], item.get("required", True) is not False))
+    return out
+
+
+def env_file_variables(compose_file: Path, data: Any) -> dict[str, dict[str, str] | None]:
+    """Every ``env_file`` the services of ``data`` (a parsed compose document) name, read as
+    Compose reads it: relative to ``compose_file``'s directory (the project directory), dotenv
+    syntax (python-dotenv, references not substituted). Returns path as written → its variables,
+    or None for a file that cannot be read (Compose refuses a missing required file)."""
+    out: dict[str, dict[str, str] | None] = {}
+    services = data.get("services") if isinstance(data, dict) else None
+    for svc in (services or {}).values():
+        if not isinstance(svc, dict):
+            continue
+        for _, name, _ in env_file_paths(svc.get("env_file")):
+            if name in out:
+                continue
+            path = compose_file.resolve().parent / Path(name).expanduser()
+            if not path.is_file():
+                out[name] = None
+                continue
+            from dotenv import dotenv_values
+            out[name] = {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
+    return out
+
+
 def literal_values(value: Any) -> Any:
     """Compose text values → the values a container gets, for a string or the strings nested
     in a mapping/list (keys kept): ``$$`` is a literal ``$`` (compose-spec

@@ -91,3 +91,39 @@ def test_the_check_command_reads_the_files_dotenv(tmp_path):
     res = subprocess.run([sys.executable, "-m", "servedeck.cli", "check", "--compose", "docker-compose.yml"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert "server/host-loopback" in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+def _case34_with_env_file(tmp_path, env_file: str, files: dict[str, str]):
+    text = (CASES / "34-env-var-removed-for-version.yml").read_text().replace(
+        '      VLLM_USE_V1: "0"\n', "").replace("    environment:\n", env_file + "    environment:\n")
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text)
+    return path, text
+
+
+@pytest.mark.parametrize("env_file", ["    env_file: vllm.env\n", "    env_file: [vllm.env]\n",
+                                      "    env_file:\n      - path: ./vllm.env\n        required: true\n"])
+def test_an_env_file_is_the_servers_environment_as_compose_reads_it(tmp_path, catalog, env_file):  # noqa: F811
+    """``docker compose config`` puts an env_file's variables into the container's environment
+    (``environment:`` overrides them): case 34's removed variable, and quotes dotenv keeps."""
+    from servedeck.compose.document import env_file_variables
+    from servedeck.yamlio import load_data
+    path, text = _case34_with_env_file(tmp_path, env_file, {"vllm.env": "VLLM_USE_V1=0\nVLLM_API_KEY='\"k\"'\n"})
+    files = env_file_variables(path, load_data(text))
+    found = check_compose_text(text, file=str(path), catalog=catalog, expect=CheckExpectations(env_files=files))
+    removed = [f for f in found if "VLLM_USE_V1" in f.message]
+    assert removed and removed[0].severity.value == "warning" and removed[0].path.startswith("services.llm.env_file")
+    assert any(f.rule == "env/list-literal-quotes" for f in found)
+    # the same file, not read: not judged
+    assert not [f for f in check_compose_text(text, file="x.yml", catalog=catalog) if "VLLM_USE_V1" in f.message]
+
+
+def test_a_missing_required_env_file_is_an_error_from_the_check_command(tmp_path):
+    path, _ = _case34_with_env_file(tmp_path, "    env_file:\n      - vllm.env\n      - path: opt.env\n"
+                                              "        required: false\n", {})
+    res = subprocess.run([sys.executable, "-m", "servedeck.cli", "check", "--compose", path.name],
+                         cwd=tmp_path, capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert "env/file-missing" in out and "services.llm.env_file[0]" in out and "env_file[1]" not in out, out

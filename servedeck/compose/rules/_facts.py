@@ -72,12 +72,21 @@ class EnvItem:
     list_form: bool
 
 
-def env_items(svc: Service) -> list[EnvItem]:
-    """The service's ``environment`` (mapping or list form), in order, then the ``NAME=value``
-    words its argv sets for the server (:attr:`Launch.env_words`: they override it)."""
+def env_items(svc: Service, ctx: Ctx | None = None) -> list[EnvItem]:
+    """The service's environment as the server gets it, in order (a later item overrides an
+    earlier one): its ``env_file`` files (when ``ctx`` has read them,
+    ``CheckExpectations.env_files``), its ``environment`` (mapping or list form), then the
+    ``NAME=value`` words its argv sets (:attr:`Launch.env_words`)."""
+    from servedeck.compose.document import env_file_paths
     env = svc.data.get("environment")
     base = svc.path + ("environment",)
     out: list[EnvItem] = []
+    files = ctx.expect.env_files if ctx is not None else {}
+    for i, name, _ in env_file_paths(svc.data.get("env_file")):
+        values = files.get(name)
+        where = svc.path + (("env_file", i) if isinstance(svc.data.get("env_file"), list) else ("env_file",))
+        for k, v in (values or {}).items():
+            out.append(EnvItem(k, v, where, True))
     if isinstance(env, dict):
         for k, v in env.items():
             out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))

@@ -44,6 +44,9 @@ class CheckExpectations(BaseModel):
             (:func:`servedeck.compose.document.dotenv_variables`). The service rules judge the
             values Compose would give (defaults of ``${VAR:-default}`` included); a value that
             needs the shell of whoever runs Compose is judged as written.
+        env_files: the ``env_file`` files the services name, path as written → their variables
+            (None: not readable), as :func:`servedeck.compose.document.env_file_variables`
+            reads them beside the file; a file not listed here is not judged.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +57,7 @@ class CheckExpectations(BaseModel):
     hf_config: dict[str, Any] | None = None
     gpu_memory_gib: float | None = None
     variables: dict[str, str] = Field(default_factory=dict)
+    env_files: dict[str, dict[str, str] | None] = Field(default_factory=dict)
 
 
 @dataclass

@@ -76,8 +76,16 @@ def _check_quotes(ctx: Ctx, e) -> None:
 
 def check_environment(ctx: Ctx, svc: Service) -> None:
     """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote``, ``env/quoted-name`` and
-    ``env/not-read-by-version``."""
-    items = env_items(svc)
+    ``env/not-read-by-version``; ``env/file-missing`` for a required ``env_file`` that is not
+    there (when the caller read the files)."""
+    from servedeck.compose.document import env_file_paths
+    for i, name, required in env_file_paths(svc.data.get("env_file")):
+        if required and name in ctx.expect.env_files and ctx.expect.env_files[name] is None:
+            where = svc.path + (("env_file", i) if isinstance(svc.data.get("env_file"), list) else ("env_file",))
+            ctx.error("env/file-missing", where,
+                      f"env_file {name!r} is not there (relative to the compose file's directory): "
+                      f"Compose refuses to run the file", f"create {name}, or mark it required: false")
+    items = env_items(svc, ctx)
     for e in items:
         _check_quotes(ctx, e)
     if svc.launch.kind is None:
