@@ -174,7 +174,9 @@ def _tok(x: int | None) -> str:
 
 _SIGNAL_WORDS = {"server_address": "vLLM's server address line", "route_list": "vLLM's route list",
                  "uvicorn_running": "uvicorn's \"Uvicorn running on\" line",
-                 "uvicorn_startup_complete": "uvicorn's \"Application startup complete.\""}
+                 "uvicorn_startup_complete": "uvicorn's \"Application startup complete.\"",
+                 "request_served": "a request answered (uvicorn's access log; the start-up lines are not in the log)",
+                 "engine_stats": "vLLM's engine stats line (the start-up lines are not in the log)"}
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -35,7 +35,8 @@ describes the **latest** start, the container's current state; the history is ke
 Readiness. ``ready`` is True once the latest start printed any line :func:`serving_signal`
 recognises: vLLM's own ``Starting vLLM server on ADDRESS`` and route list, or uvicorn's
 ``Uvicorn running on`` / ``Application startup complete.`` (uvicorn INFO lines, absent when
-uvicorn logs at warning level). ``ready_signal`` names the first such line, ``ready_ts`` its
+uvicorn logs at warning level); in a log tail that has lost the start-up lines, a request
+answered (an access-log line) or vLLM's periodic engine stats line. ``ready_signal`` names the first such line, ``ready_ts`` its
 time stamp (for uvicorn lines, which carry none, the last vLLM time stamp before it).
 ``application_startup_complete`` still says whether uvicorn's line itself was printed.
 
@@ -297,7 +298,16 @@ def _read_line(raw: str) -> _Line | None:
 # ``uvicorn/lifespan/on.py``: "Application startup complete."), which an image running uvicorn
 # at ``--uvicorn-log-level warning`` never prints.
 _SERVER_START_RE = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)")
-_SERVING_SIGNALS = ("server_address", "route_list", "uvicorn_running", "uvicorn_startup_complete")
+_SERVING_SIGNALS = ("server_address", "route_list", "uvicorn_running", "uvicorn_startup_complete",
+                    "request_served", "engine_stats")
+# A request answered: uvicorn's access log (``uvicorn/protocols/http/h11_impl.py``:
+# '%s - "%s %s HTTP/%s" %d'), e.g. ``127.0.0.1:51022 - "GET /health HTTP/1.1" 200 OK``; and
+# vLLM's periodic stats line (``vllm/v1/metrics/loggers.py`` LoggingStatLogger, "Engine 000: Avg
+# prompt throughput: ..."), logged by the API server's output handler, which runs once requests
+# arrive. Either is what a log tail (``docker logs --tail``, a rotated json-file log) of a
+# serving server holds when its start-up lines are gone.
+_ACCESS_RE = re.compile(r'^\S+ - "[A-Z]+ \S+ HTTP/[\d.]+" \d{3}\b')
+_ENGINE_STATS_RE = re.compile(r"^Engine \d+: Avg prompt throughput: ")
 
 
 def _serving_signal(v: _Line) -> str | None:
@@ -306,6 +316,8 @@ def _serving_signal(v: _Line) -> str | None:
             return "uvicorn_startup_complete"
         if v.msg.startswith("Uvicorn running on "):
             return "uvicorn_running"
+        if _ACCESS_RE.match(v.msg):
+            return "request_served"
         return None
     if not v.enveloped:
         return None
@@ -314,6 +326,8 @@ def _serving_signal(v: _Line) -> str | None:
         return "server_address"
     if body.startswith(("Available routes are", "Route: ")):
         return "route_list"
+    if _ENGINE_STATS_RE.match(body):
+        return "engine_stats"
     return None
 
 
@@ -329,7 +343,9 @@ def serving_signal(line: str) -> str | None:
         ``"server_address"`` (vLLM's ``Starting vLLM server on http://HOST:PORT``, 0.10.2-0.24
         ``Starting vLLM API server N on ...``), ``"route_list"`` (``Available routes are:`` /
         ``Route: /health, Methods: GET``), ``"uvicorn_running"`` (``Uvicorn running on ...``),
-        ``"uvicorn_startup_complete"`` (``Application startup complete.``). The two uvicorn
+        ``"uvicorn_startup_complete"`` (``Application startup complete.``), ``"request_served"``
+        (a uvicorn access-log line: a request was answered), ``"engine_stats"`` (vLLM's periodic
+        ``Engine 000: Avg prompt throughput`` line: requests are being served). The uvicorn
         lines are INFO records and are absent when uvicorn logs at warning level; the vLLM
         lines are printed by vLLM's own logger in every version from 0.10.2 to 0.33.0
         (``vllm/entrypoints/launchers/launcher.py``, ``vllm/entrypoints/openai/api_server.py``).

@@ -99,7 +99,7 @@ def test_case_36b_uvicorn_line_recorded_but_vllm_line_came_first():
     ("llm-1  | INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", "uvicorn_running"),
     ("INFO:     Started server process [1]", None),
     ("INFO:     Waiting for application startup.", None),
-    ('INFO:     127.0.0.1:51022 - "GET /health HTTP/1.1" 200 OK', None),
+    ('INFO:     127.0.0.1:51022 - "GET /health HTTP/1.1" 200 OK', "request_served"),  # it answered
     ("(EngineCore pid=97) INFO 11-12 08:14:15 [core.py:118] Initializing a V1 LLM engine (v0.33.0)", None),
     ("Starting vLLM server on http://0.0.0.0:8000", None),  # not a vLLM logger record
     ("", None),
@@ -314,3 +314,35 @@ def test_recorded_runs_are_refreshed_from_their_log_so_the_ab_report_has_compile
     assert record_facts(None, _text(a / "startup.log"))["kv_cache_tokens"] == 1_048_576
     m = compare_metrics(a, b).metric("torch_compile_total_s")
     assert (m.a, m.b, m.verdict) == (25.0, 27.0, "higher")
+
+
+@pytest.mark.parametrize("cut_at, signal", [
+    ("Engine 000: Avg prompt throughput: 1204.6", "engine_stats"),
+    ("EngineCore encountered a fatal error", None),
+])
+def test_a_log_tail_without_the_start_up_lines(cut_at, signal):
+    """What ``docker logs --tail`` or a rotated json-file log leaves of case 36: the stats line of
+    a serving server, then the 10:47 crash. Serving is shown by the stats line (or a request in
+    the access log), so the crash is a runtime error, not a failed start; a tail holding only the
+    crash shows no serving, and the crash is that start's error."""
+    lines = (CASES / "36-uvicorn-warning-no-ready-line.log").read_text().splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if cut_at in ln)
+    facts = parse_startup_log("".join(lines[start:]))
+    assert facts.ready is (signal is not None) and facts.ready_signal == signal
+    if signal:
+        assert facts.error is None and facts.runtime_errors
+    else:
+        assert facts.error is not None
+
+
+@pytest.mark.parametrize("line, signal", [
+    ('INFO:     10.0.0.5:40112 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "request_served"),
+    ('(APIServer pid=1) INFO:     127.0.0.1:51022 - "GET /health HTTP/1.1" 503 Service Unavailable',
+     "request_served"),
+    ("(APIServer pid=1) INFO 11-12 09:02:40 [loggers.py:236] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+     "Avg generation throughput: 9.0 tokens/s, Running: 1 reqs", "engine_stats"),
+    ('INFO:     Started server process [1]', None),
+    ("(APIServer pid=1) INFO 11-12 09:02:40 [api_server.py:1] Avg prompt throughput is high", None),
+])
+def test_request_and_stats_lines_are_serving_signals(line, signal):
+    assert serving_signal(line) == signal
