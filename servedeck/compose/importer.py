@@ -408,7 +408,9 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         r.engine["extra_args"] = r.extra
     notes += r.notes
 
-    model, other_volumes = _model_and_volumes(svc, r.model_arg, kind, file, base, notes)
+    download_dir = r.settings.get("download_dir") if kind == "vllm" else None
+    model, other_volumes = _model_and_volumes(svc, r.model_arg, kind, file, base, notes,
+                                              download_dir=download_dir if isinstance(download_dir, str) else None)
     model["served_model_name"] = r.served or [r.model_arg or "model"]
     if not r.served:
         notes.append(f"no --served-model-name: using {model['served_model_name'][0]!r} "
@@ -478,7 +480,8 @@ def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]
 
 
 def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
-                       notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                       notes: list[str], *, download_dir: str | None = None
+                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
     hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
@@ -505,7 +508,11 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
             others.append(entry)
     if hub:
         model = {"repo_id": model_arg, **model}
-        if "hf_cache" not in model:
+        if download_dir is not None:  # vLLM downloads into --download-dir instead of the cache
+            if not any(_holds_hf_cache(e["target"], download_dir) for e in others):
+                notes.append(f"{base}.volumes: no mount keeps --download-dir {download_dir}; vLLM "
+                             f"downloads {model_arg} inside the container at every start")
+        elif "hf_cache" not in model:
             notes.append(f"{base}.volumes: no mount keeps the Hugging Face cache ({cache}); "
                          f"vLLM downloads {model_arg} inside the container at every start")
         return model, others

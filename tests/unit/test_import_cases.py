@@ -450,3 +450,16 @@ def test_a_named_volume_above_the_model_does_not_hold_it(tmp_path):
     """A named volume has no host path for a subdirectory: only its exact target holds the model."""
     with pytest.raises(ServedeckError, match="no volume is mounted at the model path"):
         _import_service(tmp_path, "    command: [/models/m]\n", volumes="      - models:/models\n")
+
+
+@pytest.mark.parametrize("volume, noted", [("      - /srv/weights:/data/weights\n", False),
+                                           ("      - /srv/weights:/data\n", False),
+                                           ("      - /srv/other:/srv/other\n", True)])
+def test_a_download_dir_on_a_volume_keeps_the_downloads(tmp_path, volume, noted):
+    """vLLM downloads a repo id into ``--download-dir`` (not the Hugging Face cache) when one is
+    given: a volume holding it keeps the weights, so no note says they are downloaded again."""
+    mapping, notes = _import_service(tmp_path, "    command: [example/model-7b, --served-model-name, chat, "
+                                               "--download-dir, /data/weights]\n", volumes=volume)
+    assert mapping["model"]["repo_id"] == "example/model-7b"
+    assert "--download-dir" in mapping["engine"]["extra_args"]
+    assert any("no mount keeps --download-dir /data/weights" in n for n in notes) is noted
