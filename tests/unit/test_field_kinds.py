@@ -298,3 +298,27 @@ def test_a_quoted_value_behind_env_reaches_the_server_quoted(catalog):  # noqa: 
     assert _rules(bad, catalog).get("env/list-literal-quotes") == "error"
     fine = _compose("    entrypoint: [sh, -c]\n    command: [\"VLLM_API_KEY='k' exec vllm serve example/model-7b\"]\n")
     assert "env/list-literal-quotes" not in _rules(fine, catalog)
+
+
+def _two_services(llm_extra: str, host: str, other: str) -> str:
+    return (f"services:\n  llm:\n    image: {IMAGE}\n"
+            f"    command: [example/model-7b, --host, \"{host}\"]\n{llm_extra}"
+            "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+            "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n"
+            f"  webui:\n    image: example/webui@sha256:{'cd' * 32}\n{other}")
+
+
+@pytest.mark.parametrize("llm_extra, host, other, loopback, no_ports", [
+    # a sibling on the project network connects to llm's address: refused on loopback
+    ("    expose: [\"8000\"]\n", "127.0.0.1", "    environment:\n      API: http://llm:8000/v1\n", True, False),
+    ("", "127.0.0.1", "    ports: [\"3000:8080\"]\n", True, False),
+    ("", "0.0.0.0", "    ports: [\"3000:8080\"]\n", False, False),
+    # sharing llm's network namespace: the sibling reaches its loopback
+    ("", "127.0.0.1", "    network_mode: service:llm\n", False, True),
+    # llm in a gateway's namespace: the gateway's ports are its ports
+    ("    network_mode: service:webui\n", "0.0.0.0", "    ports: [\"8000:8000\"]\n", False, False),
+])
+def test_loopback_and_no_ports_with_sibling_services(catalog, llm_extra, host, other, loopback, no_ports):  # noqa: F811
+    rules = _rules(_two_services(llm_extra, host, other), catalog)
+    assert (rules.get("server/host-loopback") == "error") is loopback
+    assert ("ports/none" in rules) is no_ports

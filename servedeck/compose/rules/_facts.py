@@ -202,3 +202,25 @@ def int_setting(svc: Service, dest: str, default: int = 1) -> int:
     if isinstance(v, str) and v.strip().isdigit():
         return int(v)
     return default
+
+
+def network_siblings(ctx: Ctx, svc: Service) -> list[str]:
+    """The other services of the document that reach ``svc`` over a network (Compose puts a
+    project's services on its ``default`` network, where they connect by service name): every
+    service except those sharing ``svc``'s network namespace (``network_mode: service:NAME``,
+    which reach its loopback) or without a network (``network_mode: none``). ``svc`` itself on
+    the host network or another's namespace has none."""
+    mode = str(svc.data.get("network_mode") or "")
+    services = ctx.doc.data.get("services") if isinstance(ctx.doc.data, dict) else None
+    if mode == "host" or mode.startswith(("service:", "container:")) or mode == "none" \
+            or not isinstance(services, dict):
+        return []
+    out = []
+    for name, other in services.items():
+        if name == svc.name or not isinstance(other, dict):
+            continue
+        theirs = str(other.get("network_mode") or "")
+        if theirs in (f"service:{svc.name}", "none"):
+            continue
+        out.append(str(name))
+    return out

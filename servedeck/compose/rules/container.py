@@ -15,6 +15,7 @@ from typing import Any
 
 from servedeck.compose import document
 from servedeck.compose.rules._doc import Path
+from servedeck.compose.rules._facts import network_siblings
 from servedeck.compose.rules._service import Ctx, Service
 
 # ----------------------------------------------------------------------------- image
@@ -131,7 +132,9 @@ def check_ports(ctx: Ctx, svc: Service) -> None:
         return
     if svc.launch.kind is None:
         return
-    if not ports and not host_net:
+    mode = str(svc.data.get("network_mode") or "")
+    if not ports and not host_net and not svc.data.get("expose") \
+            and not mode.startswith(("service:", "container:")) and not network_siblings(ctx, svc):
         ctx.warning("ports/none", svc.path,
                     "the server publishes no ports and does not use the host network; nothing outside "
                     "the container can reach it", "add ports: [\"PORT:PORT\"]", key=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from servedeck.compose.rules._facts import (env_value, healthcheck, healthcheck_urls, published_ports,
+from servedeck.compose.rules._facts import (env_value, healthcheck, healthcheck_urls, network_siblings, published_ports,
                                             server_port)
 from servedeck.compose.rules._service import Ctx, Service
 
@@ -50,14 +50,19 @@ def check_server_container(ctx: Ctx, svc: Service) -> None:
         return
     host = svc.eff("host")
     published = published_ports(svc)
-    host_net = svc.data.get("network_mode") == "host"
-    if isinstance(host, str) and is_loopback(host) and published and not host_net:
+    mode = str(svc.data.get("network_mode") or "")
+    siblings = network_siblings(ctx, svc)
+    if isinstance(host, str) and is_loopback(host) and mode != "host" \
+            and (published or siblings or svc.data.get("expose")):
         e = svc.effective.get("host")
+        how = ("Docker forwards the published port to the container's bridge address, so every "
+               "request from outside gets 'connection reset'" if published else
+               f"the other services of the project ({', '.join(siblings)}) connect to its address on "
+               f"the project network and are refused" if siblings else
+               "containers that reach its exposed port connect to its network address and are refused")
         ctx.error("server/host-loopback", e.path if e else svc.path,
-                  f"--host {host} makes the server listen on the container's own loopback; Docker "
-                  f"forwards the published port to the container's bridge address, so every request "
-                  f"from outside gets 'connection reset' while a healthcheck inside the container "
-                  f"(127.0.0.1) still passes",
+                  f"--host {host} makes the server listen on the container's own loopback; {how}, "
+                  f"while a healthcheck inside the container (127.0.0.1) still passes",
                   "drop --host (vLLM listens on all interfaces by default) or use --host 0.0.0.0")
     port = server_port(svc)
     hc = healthcheck(svc)
