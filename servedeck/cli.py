@@ -217,14 +217,15 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
             raise ServedeckError("file not found", file=compose)
         text = path.read_text(encoding="utf-8")
         from servedeck.compose.check import CheckExpectations
-        from servedeck.compose.document import dotenv_variables, env_file_variables
+        from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
         from servedeck.yamlio import load_data
-        try:  # what Compose reads beside the file: its .env, and the env_file files it names
-            env_files = env_file_variables(path, load_data(text))
+        try:  # what Compose reads beside the file: its .env, its env_file and extends files
+            data = load_data(text)
         except Exception:  # noqa: BLE001 - a YAML error is the check's own first finding
-            env_files = {}
+            data = None
         findings = check_compose_text(text, file=compose, catalog=_catalog(), expect=CheckExpectations(
-            variables=dotenv_variables(path), env_files=env_files))
+            variables=dotenv_variables(path), env_files=env_file_variables(path, data),
+            extends_files=extends_files(path, data)))
         if in_image:
             from servedeck.compose.check import check_in_image
             findings += check_in_image(text, file=compose)

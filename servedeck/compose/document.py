@@ -483,6 +483,117 @@ def env_file_variables(compose_file: Path, data: Any) -> dict[str, dict[str, str
     return out
 
 
+_REPLACED = ("command", "entrypoint")
+"""Service keys a merge replaces instead of appending to (compose-spec ``13-merge.md``)."""
+
+
+def _volume_target(item: Any) -> Any:
+    if isinstance(item, dict):
+        return item.get("target")
+    if isinstance(item, str):
+        parts = item.split(":")
+        return parts[1] if len(parts) > 1 else parts[0]
+    return item
+
+
+def _as_mapping(value: Any) -> dict[str, Any] | None:
+    """``environment`` / ``labels`` in either form as a mapping (``K=V`` → ``{K: V}``, a bare
+    ``K`` → ``{K: None}``), or None for anything else."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return {k: (v if eq else None) for k, eq, v in (item.partition("=") for item in value)}
+    return None
+
+
+def merge_service(base: dict[str, Any], local: dict[str, Any], key: str = "") -> dict[str, Any]:
+    """``local`` merged over ``base`` as Compose merges a service with the one it ``extends``
+    (compose-spec ``13-merge.md``): mappings merged entry by entry, sequences appended,
+    ``command``/``entrypoint``/``healthcheck.test`` replaced, ``volumes`` unique by target and
+    ``ports`` by value, ``environment``/``labels`` merged by name whichever form each side uses.
+    Plain values (no ruamel nodes) in, a new mapping out."""
+    out = dict(base)
+    for k, v in local.items():
+        if k not in out or k in _REPLACED or (key == "healthcheck" and k == "test"):
+            out[k] = v
+            continue
+        old = out[k]
+        if k in ("environment", "labels", "annotations") and not key:
+            a, b = _as_mapping(old), _as_mapping(v)
+            out[k] = {**a, **b} if a is not None and b is not None else v
+        elif isinstance(old, dict) and isinstance(v, dict):
+            out[k] = merge_service(old, v, k)
+        elif isinstance(old, list) and isinstance(v, list):
+            if k == "volumes" and not key:
+                targets = {_volume_target(x) for x in v}
+                out[k] = [x for x in old if _volume_target(x) not in targets] + v
+            else:
+                out[k] = old + [x for x in v if not (k == "ports" and x in old)]
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every service of ``services`` with its ``extends`` (``NAME``, ``{service: NAME}`` or
+    ``{file: F, service: NAME}``) merged in (:func:`merge_service`), bases first, as Compose
+    reads it. ``files``: other compose documents by the path the ``file`` key gives; a base that
+    cannot be found (unknown service, a file not in ``files``, a cycle) leaves the service as
+    written."""
+    files = files or {}
+
+    def base_of(spec: Any, pool: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]] | None:
+        name = spec if isinstance(spec, str) else spec.get("service") if isinstance(spec, dict) else None
+        if not isinstance(name, str):
+            return None
+        if isinstance(spec, dict) and isinstance(spec.get("file"), str):
+            doc = files.get(spec["file"])
+            pool = doc.get("services") if isinstance(doc, dict) else None
+            if not isinstance(pool, dict):
+                return None
+        found = pool.get(name)
+        return (found, name, pool) if isinstance(found, dict) else None
+
+    def resolve(svc: dict[str, Any], pool: dict[str, Any], seen: tuple[int, ...]) -> dict[str, Any] | None:
+        spec = svc.get("extends")
+        if spec is None:
+            return svc
+        hit = base_of(spec, pool)
+        if hit is None or id(hit[0]) in seen:
+            return None
+        base = resolve(hit[0], hit[2], seen + (id(hit[0]),))
+        if base is None:
+            return None
+        merged = merge_service(base, {k: v for k, v in svc.items() if k != "extends"})
+        merged.pop("extends", None)
+        return merged
+
+    out = {}
+    for name, svc in services.items():
+        done = resolve(svc, services, (id(svc),)) if isinstance(svc, dict) else None
+        out[name] = svc if done is None else done
+    return out
+
+
+def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
+    """The other compose documents the services of ``data`` extend (``extends: {file: F}``),
+    read relative to ``compose_file``'s directory as Compose reads them: path as written →
+    parsed document. A file that cannot be read or parsed is left out (Compose refuses it)."""
+    from servedeck.yamlio import read_yaml_file
+    out: dict[str, Any] = {}
+    services = data.get("services") if isinstance(data, dict) else None
+    for svc in (services or {}).values():
+        spec = svc.get("extends") if isinstance(svc, dict) else None
+        name = spec.get("file") if isinstance(spec, dict) else None
+        if not isinstance(name, str) or name in out:
+            continue
+        try:
+            out[name] = read_yaml_file(compose_file.resolve().parent / Path(name).expanduser())
+        except (OSError, ServedeckError, ValueError):
+            continue
+    return out
+
+
 def literal_values(value: Any) -> Any:
     """Compose text values → the values a container gets, for a string or the strings nested
     in a mapping/list (keys kept): ``$$`` is a literal ``$`` (compose-spec

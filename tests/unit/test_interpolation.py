@@ -127,3 +127,54 @@ def test_a_missing_required_env_file_is_an_error_from_the_check_command(tmp_path
                          cwd=tmp_path, capture_output=True, text=True)
     out = res.stdout + res.stderr
     assert "env/file-missing" in out and "services.llm.env_file[0]" in out and "env_file[1]" not in out, out
+
+
+_GPU = ("    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n")
+
+
+def test_extends_in_the_same_file_is_merged_as_compose_merges_it(catalog):  # noqa: F811
+    """`docker compose config` (v2.40.3) puts the base's GPU reservation, ports and environment on
+    the service that extends it; the service's own command replaces the base's."""
+    text = (f"services:\n  gpubase:\n    image: {IMAGE}\n    command: [other/model]\n    ports:\n"
+            f"      - \"8000:8000\"\n    environment:\n      VLLM_USE_V1: \"0\"\n{_GPU}"
+            "  llm:\n    extends: gpubase\n    command: [example/model-7b, --host, 127.0.0.1]\n")
+    found = {(f.rule, f.path) for f in check_compose_text(text, file="x.yml", catalog=catalog)}
+    rules = {r for r, _ in found}
+    assert ("gpu/no-device", "services.llm") not in found
+    assert ("server/host-loopback", "services.llm.command[2]") in found
+    assert any(r == "env/not-read-by-version" and p.startswith("services.llm.") for r, p in found), rules
+
+
+def test_extends_from_another_file_is_merged_when_it_was_read(tmp_path, catalog):  # noqa: F811
+    from servedeck.compose.document import extends_files
+    from servedeck.yamlio import load_data
+    (tmp_path / "gpu.yml").write_text(f"services:\n  gpu:\n    image: {IMAGE}\n{_GPU}")
+    text = ("services:\n  llm:\n    extends:\n      file: gpu.yml\n      service: gpu\n"
+            "    command: [example/model-7b]\n    ports:\n      - \"8000:8000\"\n")
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text)
+    files = extends_files(path, load_data(text))
+    assert list(files) == ["gpu.yml"]
+    found = check_compose_text(text, file=str(path), catalog=catalog, expect=CheckExpectations(extends_files=files))
+    assert not [f for f in found if f.severity.value == "error"], [f.render() for f in found]
+
+
+def test_merge_rules():
+    from servedeck.compose.document import merge_service, resolve_extends
+    base = {"command": ["a"], "volumes": ["/h:/m:ro", "/x:/y"], "ports": ["8000:8000"],
+            "environment": ["A=1", "B=2"], "healthcheck": {"test": ["CMD", "a"], "interval": "5s"},
+            "deploy": {"resources": {"reservations": {"devices": [{"count": 1}]}}}}
+    local = {"command": ["b"], "volumes": ["/h2:/m"], "ports": ["8000:8000", "9000:9000"],
+             "environment": {"B": "3"}, "healthcheck": {"test": ["CMD", "b"]},
+             "deploy": {"resources": {"reservations": {"devices": [{"device_ids": ["0"]}]}}}}
+    out = merge_service(base, local)
+    assert out["command"] == ["b"] and out["volumes"] == ["/x:/y", "/h2:/m"]
+    assert out["ports"] == ["8000:8000", "9000:9000"] and out["environment"] == {"A": "1", "B": "3"}
+    assert out["healthcheck"] == {"test": ["CMD", "b"], "interval": "5s"}
+    assert out["deploy"]["resources"]["reservations"]["devices"] == [{"count": 1}, {"device_ids": ["0"]}]
+    # chains resolve bases first; a cycle or a missing base leaves the service as written
+    chain = resolve_extends({"a": {"image": "i"}, "b": {"extends": "a", "x": 1}, "c": {"extends": {"service": "b"}}})
+    assert chain["c"] == {"image": "i", "x": 1}
+    loop = {"a": {"extends": "b", "k": 1}, "b": {"extends": "a"}, "d": {"extends": "nope", "k": 2}}
+    assert resolve_extends(loop) == loop

@@ -47,6 +47,9 @@ class CheckExpectations(BaseModel):
         env_files: the ``env_file`` files the services name, path as written → their variables
             (None: not readable), as :func:`servedeck.compose.document.env_file_variables`
             reads them beside the file; a file not listed here is not judged.
+        extends_files: other compose documents that services ``extends`` (``file:``), by the
+            path as written, parsed (:func:`servedeck.compose.document.extends_files` reads
+            them beside the file); a base in a file not given here is not merged.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +61,7 @@ class CheckExpectations(BaseModel):
     gpu_memory_gib: float | None = None
     variables: dict[str, str] = Field(default_factory=dict)
     env_files: dict[str, dict[str, str] | None] = Field(default_factory=dict)
+    extends_files: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass
@@ -488,13 +492,15 @@ def services(ctx: Ctx) -> list[Service]:
     data = ctx.doc.data
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         return []
-    from servedeck.compose.document import interpolated
+    from servedeck.compose.document import interpolated, resolve_extends
     variables = ctx.expect.variables
-    # the values Compose gives after interpolation; the image is judged as written (its pinning
-    # must not depend on a variable: image/interpolated)
+    # the service as Compose reads it: its extends merged in, then the values interpolation
+    # gives; the image is judged as written (its pinning must not depend on a variable:
+    # image/interpolated)
+    resolved = resolve_extends(data["services"], ctx.expect.extends_files)
     return [analyse_service(ctx, name, {k: v if k == "image" else interpolated(v, variables)
                                         for k, v in svc.items()})
-            for name, svc in data["services"].items() if isinstance(svc, dict)]
+            for name, svc in resolved.items() if isinstance(svc, dict)]
 
 
 __all__ = ["CheckExpectations", "Ctx", "ImageRef", "Launch", "Flag", "SetArg", "Token", "Service",
