@@ -125,7 +125,21 @@ class _Reader:
                                  hint=exc.hint) from None
 
     def vllm_flags(self, args: list[Arg], argv: list[str]) -> None:
-        """Typed fields for the flags servedeck models; the rest stays verbatim."""
+        """Typed fields for the flags servedeck models; the rest stays verbatim.
+
+        Raises:
+            ServedeckError: ``--config FILE`` is given: its settings are not read here, and vLLM
+                puts them before the command line's (vLLM ``FlexibleArgumentParser``
+                ``load_config_file``), so the rendered command's own ``--served-model-name``,
+                ``--port`` and model would silently override them.
+        """
+        config = next((a for a in args if a.dest == "config" and self.kind == "vllm"), None)
+        if config is not None:
+            raise ServedeckError(f"--config {config.value or ''}: the settings in that file are not read by the "
+                                 "import, and the rendered command's own flags (served name, port, model) "
+                                 "would override them, as vLLM puts a config file's settings before the "
+                                 "command line", file=self.file, field=self.where(config.index),
+                                 hint="write the file's settings as flags in the command, then import")
         for dest, occurrences in repeated(args).items():
             kept = occurrences[-1]
             self.notes.append(f"{self.where(kept.index)}: --{dest.replace('_', '-')} is given "

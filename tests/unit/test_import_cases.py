@@ -463,3 +463,13 @@ def test_a_download_dir_on_a_volume_keeps_the_downloads(tmp_path, volume, noted)
     assert mapping["model"]["repo_id"] == "example/model-7b"
     assert "--download-dir" in mapping["engine"]["extra_args"]
     assert any("no mount keeps --download-dir /data/weights" in n for n in notes) is noted
+
+
+@pytest.mark.parametrize("command", ["    command: [/models/m, --config, /cfg/vllm.yaml]\n",
+                                     "    command: [--config=/cfg/vllm.yaml]\n"])
+def test_a_config_file_is_refused_naming_it(tmp_path, command):
+    """vLLM reads ``--config FILE`` and puts its settings before the command line's, so the
+    rendered command's own served name, port and model would override what the file sets."""
+    with pytest.raises(ServedeckError, match="--config /cfg/vllm.yaml") as exc:
+        _import_service(tmp_path, command)
+    assert exc.value.field.startswith("services.llm.command[")
