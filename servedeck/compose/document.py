@@ -27,7 +27,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -312,6 +312,54 @@ def _env_text(value: Any) -> str:
 _VAR_NAME = re.compile(r"[_A-Za-z][_A-Za-z0-9]*")
 
 
+def _scan(text: str) -> Iterator[tuple[str, str, str, str]]:
+    """The pieces of ``text`` as Compose's interpolation reads it, in order: ``("text", s, "", "")``
+    (``$$`` gives ``"$"``), ``("ref", NAME, OP, ARG)`` for ``$NAME`` / ``${NAME}`` (OP ``""``) and
+    ``${NAME<OP>ARG}`` (OP one of ``:-`` ``-`` ``:?`` ``?`` ``:+`` ``+``, ARG unparsed), and a
+    last ``("bad", FRAGMENT, "", "")`` at the first invalid ``$`` use."""
+    i, n = 0, len(text)
+    while i < n:
+        j = text.find("$", i)
+        if j < 0:
+            yield "text", text[i:], "", ""
+            return
+        if j > i:
+            yield "text", text[i:j], "", ""
+        i = j
+        nxt = text[i + 1] if i + 1 < n else ""
+        if nxt == "$":
+            yield "text", "$", "", ""
+            i += 2
+            continue
+        if nxt != "{":
+            m = _VAR_NAME.match(text, i + 1)
+            if not m:
+                yield "bad", text[i:i + 2], "", ""
+                return
+            yield "ref", m.group(0), "", ""
+            i = m.end()
+            continue
+        depth, j = 1, i + 2
+        while j < n and depth:
+            if text[j] == "{" and text[j - 1] == "$":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth:
+            yield "bad", text[i:], "", ""
+            return
+        inner = text[i + 2:j - 1]
+        m = _VAR_NAME.match(inner)
+        rest = inner[m.end():] if m else ""
+        op = rest[:2] if rest[:2] in (":-", ":?", ":+") else rest[:1]
+        if not m or (rest and op not in ("-", "?", "+", ":-", ":?", ":+")):
+            yield "bad", text[i:j], "", ""
+            return
+        yield "ref", m.group(0), op, rest[len(op):]
+        i = j
+
+
 def interpolation_refs(text: str) -> tuple[list[str], str | None]:
     """Variables Compose would substitute in ``text``, and the first invalid ``$`` use (or None).
 
@@ -319,37 +367,11 @@ def interpolation_refs(text: str) -> tuple[list[str], str | None]:
     ``${VAR-default}``, ``${VAR:?err}``, ``${VAR?err}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``).
     """
     refs: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text[i] != "$":
-            i += 1
-            continue
-        nxt = text[i + 1] if i + 1 < n else ""
-        if nxt == "$":
-            i += 2
-            continue
-        if nxt == "{":
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text[j] == "{" and text[j - 1] == "$":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                j += 1
-            if depth:
-                return refs, text[i:]
-            inner = text[i + 2: j - 1]
-            m = _VAR_NAME.match(inner)
-            if not m or (m.end() < len(inner) and not re.match(r":?[-?+]", inner[m.end():])):
-                return refs, text[i:j]
-            refs.append(m.group(0))
-            i = j
-            continue
-        m = _VAR_NAME.match(text, i + 1)
-        if not m:
-            return refs, text[i: i + 2]
-        refs.append(m.group(0))
-        i = m.end()
+    for kind, name, _, _ in _scan(text):
+        if kind == "bad":
+            return refs, name
+        if kind == "ref":
+            refs.append(name)
     return refs, None
 
 
@@ -365,58 +387,25 @@ def interpolate(text: str, variables: Mapping[str, str]) -> str | None:
     ``template/template.go`` v2).
     """
     out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c != "$":
-            out.append(c)
-            i += 1
-            continue
-        nxt = text[i + 1] if i + 1 < n else ""
-        if nxt == "$":
-            out.append("$")
-            i += 2
-            continue
-        if nxt != "{":
-            m = _VAR_NAME.match(text, i + 1)
-            if not m or m.group(0) not in variables:
-                return None
-            out.append(variables[m.group(0)])
-            i = m.end()
-            continue
-        depth, j = 1, i + 2
-        while j < n and depth:
-            if text[j] == "{" and text[j - 1] == "$":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-            j += 1
-        if depth:
+    for kind, name, op, arg in _scan(text):
+        if kind == "bad":
             return None
-        inner = text[i + 2:j - 1]
-        m = _VAR_NAME.match(inner)
-        if not m:
-            return None
-        value, rest = variables.get(m.group(0)), inner[m.end():]
-        op = rest[:2] if rest[:2] in (":-", ":?", ":+") else rest[:1]
-        if rest and op not in (":-", "-", ":?", "?", ":+", "+"):
-            return None
+        if kind == "text":
+            out.append(name)
+            continue
+        value = variables.get(name)
         unset = value is None or (op.startswith(":") and value == "")
-        if not rest or op.endswith("?"):
-            if unset and (rest or value is None):
+        if op in ("", "?", ":?"):
+            if (op and unset) or value is None:
                 return None
-            out.append(value or "")
+            sub: str | None = value
         elif op.endswith("-"):
-            sub = interpolate(rest[len(op):], variables) if unset else value
-            if sub is None:
-                return None
-            out.append(sub)
+            sub = interpolate(arg, variables) if unset else value
         else:  # + : the alternative when set
-            sub = "" if unset else interpolate(rest[len(op):], variables)
-            if sub is None:
-                return None
-            out.append(sub)
-        i = j
+            sub = "" if unset else interpolate(arg, variables)
+        if sub is None:
+            return None
+        out.append(sub)
     return "".join(out)
 
 
@@ -441,23 +430,29 @@ def dotenv_variables(compose_file: Path) -> dict[str, str]:
     without substituting references; empty when there is none. Names without a value are left
     out (Compose reads them from the shell)."""
     env = compose_file.resolve().parent / ".env"
-    if not env.is_file():
-        return {}
+    return _read_dotenv(env) if env.is_file() else {}
+
+
+def _read_dotenv(path: Path) -> dict[str, str]:
+    """A dotenv file's ``NAME=value`` pairs (python-dotenv, references not substituted; names
+    without a value left out)."""
     from dotenv import dotenv_values
-    return {k: v for k, v in dotenv_values(env, interpolate=False).items() if v is not None}
+    return {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
 
 
-def env_file_paths(value: Any) -> list[tuple[int, str, bool]]:
-    """A service's ``env_file`` → (index, path as written, required) per entry: a string, a list
-    of strings, or long-syntax items ``{path, required}`` (compose-spec ``05-services.md``
-    ``env_file``; ``required`` defaults to true)."""
-    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
-    out = []
-    for i, item in enumerate(items):
+def env_file_paths(value: Any) -> list[tuple[tuple[str | int, ...], str, bool]]:
+    """A service's ``env_file`` → (its document path under the service: ``("env_file",)`` or
+    ``("env_file", i)``, path as written, required) per entry: a string, a list of strings, or
+    long-syntax items ``{path, required}`` (compose-spec ``05-services.md`` ``env_file``;
+    ``required`` defaults to true)."""
+    if isinstance(value, str):
+        return [(("env_file",), value, True)]
+    out: list[tuple[tuple[str | int, ...], str, bool]] = []
+    for i, item in enumerate(value if isinstance(value, list) else []):
         if isinstance(item, str):
-            out.append((i, item, True))
+            out.append((("env_file", i), item, True))
         elif isinstance(item, dict) and isinstance(item.get("path"), str):
-            out.append((i, item["path"], item.get("required", True) is not False))
+            out.append((("env_file", i), item["path"], item.get("required", True) is not False))
     return out
 
 
@@ -475,11 +470,7 @@ def env_file_variables(compose_file: Path, data: Any) -> dict[str, dict[str, str
             if name in out:
                 continue
             path = compose_file.resolve().parent / Path(name).expanduser()
-            if not path.is_file():
-                out[name] = None
-                continue
-            from dotenv import dotenv_values
-            out[name] = {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
+            out[name] = _read_dotenv(path) if path.is_file() else None
     return out
 
 

@@ -82,11 +82,9 @@ def env_items(svc: Service, ctx: Ctx | None = None) -> list[EnvItem]:
     base = svc.path + ("environment",)
     out: list[EnvItem] = []
     files = ctx.expect.env_files if ctx is not None else {}
-    for i, name, _ in env_file_paths(svc.data.get("env_file")):
-        values = files.get(name)
-        where = svc.path + (("env_file", i) if isinstance(svc.data.get("env_file"), list) else ("env_file",))
-        for k, v in (values or {}).items():
-            out.append(EnvItem(k, v, where, True))
+    for where, name, _ in env_file_paths(svc.data.get("env_file")):
+        for k, v in (files.get(name) or {}).items():
+            out.append(EnvItem(k, v, svc.path + where, True))
     if isinstance(env, dict):
         for k, v in env.items():
             out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))

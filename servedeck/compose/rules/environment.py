@@ -79,10 +79,9 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
     ``env/not-read-by-version``; ``env/file-missing`` for a required ``env_file`` that is not
     there (when the caller read the files)."""
     from servedeck.compose.document import env_file_paths
-    for i, name, required in env_file_paths(svc.data.get("env_file")):
+    for where, name, required in env_file_paths(svc.data.get("env_file")):
         if required and name in ctx.expect.env_files and ctx.expect.env_files[name] is None:
-            where = svc.path + (("env_file", i) if isinstance(svc.data.get("env_file"), list) else ("env_file",))
-            ctx.error("env/file-missing", where,
+            ctx.error("env/file-missing", svc.path + where,
                       f"env_file {name!r} is not there (relative to the compose file's directory): "
                       f"Compose refuses to run the file", f"create {name}, or mark it required: false")
     items = env_items(svc, ctx)
