@@ -16,8 +16,10 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``ports/*``        published port vs the server's ``--port``
 ``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; NVIDIA requests:
                    deploy.resources / gpus / CDI), GPUs vs parallel sizes, shared GPUs, /dev/shm
+``devices/*``      ``devices`` entries Compose refuses (long syntax without a target)
 ``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
-``env/*``          list-form quotes, VLLM_* variables the release does not read
+``env/*``          quotes that reach the container, VLLM_* variables the release does not read,
+                   a missing env_file
 ``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
 ``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
 ``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
@@ -25,6 +27,11 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``restart/*``      restart policies that loop on a failed start
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
 =================  ===============================================================
+
+The service rules judge each service as Compose reads it: its ``extends`` merged in, and its
+values interpolated with the file's own defaults and, when the caller read them, its ``.env`` and
+``env_file`` files (``CheckExpectations``); what only the shell of whoever runs Compose can give
+is judged as written.
 
 Severity: ``error`` for what will break or silently change meaning, ``warning`` for likely
 mistakes, ``info`` for facts worth knowing.
