@@ -639,13 +639,13 @@ def plain_command(script: str) -> list[str] | None:
     return words
 
 
-def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None] | None:
+def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None, list[str]] | None:
     """For a process argv ``sh|bash|... [OPTIONS] -c SCRIPT [ARG0 ARGS...]`` (options such as
     ``-e``, ``-o pipefail``, ``--login``; ``-c`` alone or in a cluster such as ``-lc``): (index
     of SCRIPT, how many items follow a one-word SCRIPT (the shell takes them as ``$0``, ``$1``,
     ...: 0 otherwise), the command SCRIPT runs when it is one plain command (:func:`plain_command`;
-    leading ``NAME=value`` words, then ``exec`` and its options, left out) or None). None for any
-    other argv."""
+    leading ``NAME=value`` words, then ``exec`` and its options, left out) or None, and those
+    leading ``NAME=value`` words (the command's environment)). None for any other argv."""
     if not argv or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
         return None
     i = 1
@@ -661,14 +661,16 @@ def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None] | None:
     script = argv[i + 1]
     words = plain_command(script)
     split = len(argv) - i - 2 if len(words if words is not None else script.split()) == 1 else 0
+    assignments: list[str] = []
     if words is not None:
         while words and ASSIGNMENT.fullmatch(words[0]):
+            assignments.append(words[0])
             words = words[1:]
         if words[:1] == ["exec"]:
             words = words[1:]
             while words and words[0] in ("-a", "-c", "-l", "-cl", "-lc"):
                 words = words[2:] if words[0] == "-a" else words[1:]
-    return i + 1, split, words
+    return i + 1, split, words, assignments
 
 
 # --------------------------------------------------------------------------- service, document

@@ -312,7 +312,7 @@ def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
         whole = [literal_values(t) for t in svc.entrypoint] + argv
         shell = shell_script(whole)
         if shell is not None:
-            _, split, words = shell
+            _, split, words, _ = shell
             if words is None or split:
                 raise ServedeckError(
                     "the entrypoint's shell script " + ("uses shell syntax (expansions, operators or "
@@ -487,7 +487,7 @@ def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]
         target = posixpath.normpath(v.target or "")
         if target == want:
             return j, ""
-        bind = isinstance(entry["source"], str) and entry["source"].startswith(("/", ".", "~"))
+        bind = isinstance(entry["source"], str) and _is_path(entry["source"])
         if bind and want.startswith(target.rstrip("/") + "/") and target.count("/") > depth:
             best, depth = (j, posixpath.relpath(want, target)), target.count("/")
     return best

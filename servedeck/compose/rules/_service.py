@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servedeck.model.catalog import Catalog, ImageFacts, LauncherDefaults, infer_facts
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
-from servedeck.compose.document import plain_command, shell_script, split_command
+from servedeck.compose.document import shell_script, split_command
 from servedeck.vllm import argv
 from servedeck.vllm.argv import ALIASES, ASSIGNMENT, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
 from servedeck.yamlio import launcher_value
@@ -340,15 +340,17 @@ def _is_serve_py(tokens: list[str]) -> bool:
     return bool(tokens) and any(t.strip().endswith("serve.py") for t in tokens[:2])
 
 
-def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None]:
+def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None, list[Token]]:
     """:func:`~servedeck.compose.document.shell_script` on argv items: (the SCRIPT item, the
-    items after a one-word SCRIPT, the SCRIPT's argv as items at the SCRIPT's path, or None)."""
+    items after a one-word SCRIPT, the SCRIPT's argv as items at the SCRIPT's path, or None, its
+    leading ``NAME=value`` words as items at the SCRIPT's path)."""
     found = shell_script([t.s for t in argv])
     if found is None:
-        return None, [], None
-    i, split, words = found
+        return None, [], None, []
+    i, split, words, assignments = found
     script = argv[i]
-    return script, argv[i + 1:i + 1 + split], (None if words is None else [Token(w, script.path) for w in words])
+    return (script, argv[i + 1:i + 1 + split], None if words is None else [Token(w, script.path) for w in words],
+            [Token(w, script.path) for w in assignments])
 
 
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
@@ -387,12 +389,9 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     if data.get("entrypoint") is not None:
         # Docker runs entrypoint + command as one argv; a shell's -c script is read as its argv
         argv_tokens = entry_tokens + cmd
-        script, split, inner = _shell_script(argv_tokens)
-        if inner is not None and script is not None:
+        script, split, inner, env_words = _shell_script(argv_tokens)
+        if inner is not None:
             argv_tokens = inner
-            words = plain_command(script.s) or []
-            env_words = [Token(w, script.path) for w in words[:next(
-                (k for k, w in enumerate(words) if not ASSIGNMENT.fullmatch(w)), len(words))]]
         n, kind = server_prefix([t.s for t in argv_tokens])
         if kind is not None:
             effective_entry = [t.s for t in argv_tokens[:n]]

@@ -19,7 +19,7 @@ from typing import Any
 
 from servedeck.compose.rules._facts import judge, vllm_flags
 from servedeck.compose.rules._service import Ctx, Flag, Service
-from servedeck.vllm.argv import human_readable_int
+from servedeck.vllm.argv import human_readable_int, negative_option
 
 #: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
 _NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
@@ -92,11 +92,11 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
         if not action.takes_value and flag.inline is not None:
             # argparse (Python 3.11+ argparse.py, _parse_optional/consume_optional): an explicit
             # value for an action that takes none is an error, "ignored explicit argument"
-            opposite = [o for o in action.options if o.startswith("--") and o != f"--{flag.name}"]
+            opposite = negative_option(facts, flag.name)
             report("flags/bool-with-value", flag.token.path,
                    f"--{flag.name}={flag.inline}: --{flag.name} takes no value in {j.basis}; vLLM "
                    f"exits with 'argument --{flag.name}: ignored explicit argument {flag.inline!r}'",
-                   f"write --{flag.name} alone" + (f", or {opposite[0]} to turn it off" if opposite else ""))
+                   f"write --{flag.name} alone" + (f", or {opposite} to turn it off" if opposite else ""))
             continue
         if flag.value is None or not action.takes_value:
             continue
