@@ -178,3 +178,20 @@ def test_merge_rules():
     assert chain["c"] == {"image": "i", "x": 1}
     loop = {"a": {"extends": "b", "k": 1}, "b": {"extends": "a"}, "d": {"extends": "nope", "k": 2}}
     assert resolve_extends(loop) == loop
+
+
+def test_an_api_key_from_an_env_file_is_the_servers_key(tmp_path, catalog):  # noqa: F811
+    """Every rule reads the environment the same way: a VLLM_API_KEY set only in an env_file
+    still makes a /v1/ healthcheck without a key fail with 401."""
+    from servedeck.compose.document import env_file_variables
+    from servedeck.yamlio import load_data
+    text = _svc("[example/model-7b]", extra=(
+        "    env_file: [keys.env]\n    healthcheck:\n      test: [\"CMD\", \"curl\", \"-f\", "
+        "\"http://127.0.0.1:8000/v1/models\"]\n"))
+    (tmp_path / "keys.env").write_text("VLLM_API_KEY=k1\n")
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text)
+    read = CheckExpectations(env_files=env_file_variables(path, load_data(text)))
+    assert "server/healthcheck-needs-api-key" in {f.rule for f in check_compose_text(
+        text, file=str(path), catalog=catalog, expect=read)}
+    assert "server/healthcheck-needs-api-key" not in _rules(text, catalog)  # the file not read

@@ -72,19 +72,14 @@ class EnvItem:
     list_form: bool
 
 
-def env_items(svc: Service, ctx: Ctx | None = None) -> list[EnvItem]:
+def env_items(svc: Service) -> list[EnvItem]:
     """The service's environment as the server gets it, in order (a later item overrides an
-    earlier one): its ``env_file`` files (when ``ctx`` has read them,
-    ``CheckExpectations.env_files``), its ``environment`` (mapping or list form), then the
-    ``NAME=value`` words its argv sets (:attr:`Launch.env_words`)."""
-    from servedeck.compose.document import env_file_paths
+    earlier one): its ``env_file`` files (:attr:`Service.env_files`, when the caller read them),
+    its ``environment`` (mapping or list form), then the ``NAME=value`` words its argv sets
+    (:attr:`Launch.env_words`)."""
     env = svc.data.get("environment")
     base = svc.path + ("environment",)
-    out: list[EnvItem] = []
-    files = ctx.expect.env_files if ctx is not None else {}
-    for where, name, _ in env_file_paths(svc.data.get("env_file")):
-        for k, v in (files.get(name) or {}).items():
-            out.append(EnvItem(k, v, svc.path + where, True))
+    out: list[EnvItem] = [EnvItem(k, v, where, True) for where, k, v in svc.env_files]
     if isinstance(env, dict):
         for k, v in env.items():
             out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))
@@ -100,7 +95,8 @@ def env_items(svc: Service, ctx: Ctx | None = None) -> list[EnvItem]:
 
 
 def env_value(svc: Service, key: str) -> str | None:
-    """The last value given to ``key`` in ``environment`` (None when absent)."""
+    """The last value the server gets for ``key`` (:func:`env_items`: env_file, environment, argv;
+    None when absent)."""
     val = None
     for e in env_items(svc):
         if e.key == key:

@@ -308,7 +308,11 @@ class Eff:
 
 @dataclass
 class Service:
-    """One compose service as the rules see it."""
+    """One compose service as the rules see it.
+
+    ``env_files``: the variables of the ``env_file`` files it names, as (document path of the
+    entry, name, value) in file order, from ``CheckExpectations.env_files`` (empty when the
+    caller read none)."""
 
     name: str
     data: dict[str, Any]
@@ -318,6 +322,7 @@ class Service:
     launch: Launch
     defaults: LauncherDefaults | None = None
     effective: dict[str, Eff] = field(default_factory=dict)
+    env_files: list[tuple[Path, str, str]] = field(default_factory=list)
 
     @property
     def device(self) -> str | None:
@@ -422,7 +427,10 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     launch.shell_plain = script is not None and inner is not None
     launch.env_words = env_words
 
-    svc = Service(name, data, path, image, facts, launch)
+    from servedeck.compose.document import env_file_paths
+    env_files = [(path + where, k, v) for where, file, _ in env_file_paths(data.get("env_file"))
+                 for k, v in (ctx.expect.env_files.get(file) or {}).items()]
+    svc = Service(name, data, path, image, facts, launch, env_files=env_files)
     _effective(svc)
     return svc
 

@@ -84,7 +84,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
             ctx.error("env/file-missing", svc.path + where,
                       f"env_file {name!r} is not there (relative to the compose file's directory): "
                       f"Compose refuses to run the file", f"create {name}, or mark it required: false")
-    items = env_items(svc, ctx)
+    items = env_items(svc)
     for e in items:
         _check_quotes(ctx, e)
     if svc.launch.kind is None:
