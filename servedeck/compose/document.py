@@ -211,16 +211,18 @@ class Device:
 
     @property
     def is_cdi(self) -> bool:
-        """A CDI device name (``vendor.com/class=name``), not a path."""
-        return not self.source.startswith("/") and "=" in self.source
+        """A CDI device name (``vendor.com/class=name``, :func:`is_cdi_name`), not a path."""
+        return is_cdi_name(self.source)
 
     @classmethod
     def parse(cls, item: Any) -> "Device":
+        """Read the short syntax ``SOURCE[:TARGET[:PERMISSIONS]]`` or a CDI name (compose-go
+        ``loader`` v2: a qualified CDI name is kept whole), or the long syntax mapping."""
         if isinstance(item, dict):
             item = to_plain(item)
             return cls(str(item.get("source", "")), item.get("target"), item.get("permissions"), long=True)
         text = str(item)
-        if not text.startswith("/") and "=" in text:
+        if is_cdi_name(text):
             return cls(text)
         parts = text.split(":")
         return cls(parts[0], parts[1] if len(parts) > 1 else None,
@@ -242,11 +244,14 @@ class Device:
 
 @dataclass
 class DeviceRequest:
-    """One ``deploy.resources.reservations.devices`` entry (a GPU request).
+    """One GPU device request: an entry of ``deploy.resources.reservations.devices`` or of
+    ``gpus`` (Compose Specification ``deploy.md`` "devices", ``05-services.md`` "gpus").
 
     Attributes:
-        capabilities: e.g. ``["gpu"]``. driver: ``nvidia``, ... count: an int or ``"all"``.
-        device_ids: GPU indices or UUIDs. options: driver options. extra: other keys.
+        capabilities: e.g. ``["gpu"]``. driver: ``nvidia``, ``cdi``, ... (None: not given).
+        count: as written: an int, ``"all"``, a quoted number, or None.
+        device_ids: GPU indices, UUIDs or (``driver: cdi``) CDI names; None when absent.
+        options: driver options. extra: other keys.
     """
 
     capabilities: list[str] = field(default_factory=list)
@@ -258,12 +263,71 @@ class DeviceRequest:
 
     @classmethod
     def parse(cls, item: Any) -> "DeviceRequest":
+        """Read one request mapping; anything but a mapping reads as an empty request."""
         item = to_plain(item) if isinstance(item, dict) else {}
         ids = item.get("device_ids")
+        caps = item.get("capabilities")
         known = ("capabilities", "driver", "count", "device_ids", "options")
-        return cls([str(c) for c in item.get("capabilities") or []], item.get("driver"),
-                   item.get("count"), None if ids is None else [str(i) for i in ids],
+        return cls([str(c) for c in caps] if isinstance(caps, list) else [], item.get("driver"),
+                   item.get("count"),
+                   None if ids is None else [str(i) for i in ids] if isinstance(ids, list) else [str(ids)],
                    item.get("options"), {k: v for k, v in item.items() if k not in known})
+
+    @property
+    def is_nvidia(self) -> bool:
+        """True when the request goes to NVIDIA's driver: ``driver: nvidia``, no driver (Docker's
+        default device driver for ``capabilities: [gpu]``), or the ``gpu`` capability."""
+        return str(self.driver or "nvidia").lower() == "nvidia" or "gpu" in self.capabilities
+
+    @property
+    def gpu_count(self) -> int | None:
+        """How many GPUs the request takes; None for all of them (``all``, ``-1``, a CDI
+        ``VENDOR/CLASS=all`` id) or a count that is not a number.
+
+        compose-go reads a quoted number as the number (``"1"`` → 1); Docker Engine takes
+        ``-1`` as all GPUs (moby ``api/types/container`` ``DeviceRequest.Count``).
+        """
+        if self.device_ids is not None:
+            every = any(is_cdi_name(n) and n.endswith("=all") for n in self.device_ids)
+            return None if every else len(self.device_ids)
+        count = self.count
+        if isinstance(count, str) and re.fullmatch(r"\s*-?\d+\s*", count):
+            count = int(count)
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            return count
+        return None
+
+
+def device_requests(service: dict[str, Any]) -> list[tuple[tuple[str | int, ...], DeviceRequest]]:
+    """The GPU device requests of one service mapping, each with its key path under the
+    service: ``deploy.resources.reservations.devices`` entries, then ``gpus`` entries (``gpus:
+    all`` reads as one NVIDIA request for all GPUs, as compose-go's ``gpus`` loader does).
+
+    Entries that are not mappings are skipped (the schema reports them). Example item:
+    ``(("deploy", "resources", "reservations", "devices", 0), DeviceRequest(...))``.
+    """
+    out: list[tuple[tuple[str | int, ...], DeviceRequest]] = []
+    deploy = service.get("deploy")
+    res = deploy.get("resources") if isinstance(deploy, dict) else None
+    res = res.get("reservations") if isinstance(res, dict) else None
+    devs = res.get("devices") if isinstance(res, dict) else None
+    for i, d in enumerate(devs if isinstance(devs, list) else []):
+        if isinstance(d, dict):
+            out.append((("deploy", "resources", "reservations", "devices", i), DeviceRequest.parse(d)))
+    gpus = service.get("gpus")
+    if gpus == "all":
+        out.append((("gpus",), DeviceRequest(driver="nvidia", count="all")))
+    for i, d in enumerate(gpus if isinstance(gpus, list) else []):
+        if isinstance(d, dict):
+            out.append((("gpus", i), DeviceRequest.parse(d)))
+    return out
+
+
+def is_cdi_name(text: str) -> bool:
+    """True for a CDI fully qualified device name ``vendor.com/class=name`` (CDI spec
+    ``SPEC.md`` v0.6 "Fully qualified device name")."""
+    kind, eq, _ = text.partition("=")
+    return bool(eq) and "/" in kind and "." in kind.split("/", 1)[0] and not text.startswith("/")
 
 
 # --------------------------------------------------------------------------- environment, command
@@ -710,9 +774,8 @@ class Service:
 
     @property
     def gpu_requests(self) -> list[DeviceRequest]:
-        """``deploy.resources.reservations.devices`` entries."""
-        devs = (((self.extra.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
-        return [DeviceRequest.parse(d) for d in devs or []]
+        """The service's GPU requests (:func:`device_requests`), without their paths."""
+        return [r for _, r in device_requests(self.extra)]
 
     @property
     def healthcheck(self) -> dict[str, Any] | None:

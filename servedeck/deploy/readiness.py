@@ -4,7 +4,11 @@ Two independent sources, so that a frozen SSH connection cannot stall the wait o
 for a dead container:
 
 * the served API, polled every :data:`HEALTH_POLL_S` directly over HTTP (``/health`` then
-  ``/v1/models`` with the profile's API key): this alone decides *ready*;
+  ``/v1/models`` with the profile's API key): this alone decides *ready*. Once the followed log
+  shows a line that vLLM or uvicorn prints as it starts serving
+  (:func:`~servedeck.vllm.startup_log.serving_signal`), the poll runs at once and then every
+  :data:`FAST_POLL_S` for :data:`FAST_POLL_FOR_S`, so readiness is noticed milliseconds after the
+  socket is bound rather than up to a poll interval later;
 * the container, watched over the Docker Engine (through SSH) by a background thread every
   :data:`STATE_POLL_S`: it decides *exited* / *restarting* / *gone*, and when the Engine
   cannot be reached the thread reconnects (a fresh SSH connection) and keeps trying.
@@ -25,8 +29,13 @@ from typing import Any, Callable
 from servedeck.deploy.console import Reporter
 from servedeck.host.docker import container_state
 from servedeck.host.remote import RemoteHost
+from servedeck.vllm.startup_log import serving_signal
 
 HEALTH_POLL_S = 0.1
+FAST_POLL_S = 0.01
+FAST_POLL_FOR_S = 5.0
+"""After a serving line in the log, poll every FAST_POLL_S for this long (vLLM prints its route
+list, and uvicorn "Application startup complete.", just before uvicorn binds the socket)."""
 STATE_POLL_S = 1.0
 ENGINE_STALL_S = 3.0
 """An Engine call (milliseconds normally) pending longer than this means the host is not
@@ -79,6 +88,8 @@ class _Watcher(threading.Thread):
         self.last_error = ""
         self.last_line = ""
         self.log_chunks: list[str] = []
+        self.serving = threading.Event()           # set by a serving line (cleared by the waiter)
+        self.serving_seen_at: float | None = None  # epoch seconds of the last serving line
         self.stop = threading.Event()
         self._container = None
         self._follower: threading.Thread | None = None
@@ -126,6 +137,7 @@ class _Watcher(threading.Thread):
     def _follow(self, container) -> None:
         def follow() -> None:
             buf = ""
+            partial = ""
             try:
                 for chunk in container.logs(stream=True, follow=True):
                     text = chunk.decode("utf-8", "replace")
@@ -134,6 +146,11 @@ class _Watcher(threading.Thread):
                     lines = [ln for ln in buf.replace("\r", "\n").split("\n") if ln.strip()]
                     if lines:
                         self.last_line = lines[-1][-200:]
+                    *complete, partial = (partial + text).replace("\r", "\n").split("\n")
+                    partial = partial[-4000:]
+                    if any(serving_signal(ln) for ln in complete):
+                        self.serving_seen_at = time.time()
+                        self.serving.set()
                     if self.stop.is_set():
                         return
             except Exception:  # noqa: BLE001 - the stream ends with the container/connection
@@ -221,7 +238,11 @@ def wait_ready(host: RemoteHost, *, service: str, base_url: str, served_name: st
                 reason, diagnosis = _timeout_reason(watch, timeout_s, clock())
                 break
             reporter.waiting(phase, now - start, watch.last_line)
-            time.sleep(HEALTH_POLL_S)
+            seen = watch.serving_seen_at
+            fast = seen is not None and time.time() - seen < FAST_POLL_FOR_S
+            delay = min(FAST_POLL_S if fast else HEALTH_POLL_S, max(0.0, deadline - clock()))
+            if watch.serving.wait(delay):
+                watch.serving.clear()
     finally:
         watch.stop.set()
         reporter.done_waiting()

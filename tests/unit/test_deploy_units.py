@@ -4,8 +4,12 @@ against a fake host at the one seam (``RemoteHost``: ``engine`` + ``server_api``
 from __future__ import annotations
 
 import threading
+import time
+
+import pytest
 
 from servedeck.deploy.console import QuietReporter
+from servedeck.deploy import readiness
 from servedeck.deploy.readiness import wait_ready
 from servedeck.deploy.secrets import find_secrets
 from servedeck.host import history as hist
@@ -166,6 +170,48 @@ def test_a_frozen_engine_is_cannot_reach_the_host_at_the_deadline() -> None:
         hang.set()
     assert not r.ready and r.diagnosis == "unreachable"
     assert "cannot reach the host" in r.reason and "never seen" in r.reason
+
+
+class _StartingContainer(_Container):
+    """Streams a start-up log whose last line is uvicorn's, then serves (``api.health``)."""
+
+    def __init__(self, api, serving_line):
+        super().__init__()
+        self.api, self.serving_line = api, serving_line
+
+    def logs(self, stream=False, follow=False):
+        if not stream:
+            return b"INFO starting\n"
+
+        def lines():
+            yield b"INFO 12-01 10:00:00 [loader.py:1] loading\n"
+            time.sleep(0.3)
+            self.api.health, self.api.models = 200, (200, ["m"])
+            yield self.serving_line
+        return lines()
+
+
+@pytest.mark.parametrize("line", [
+    b"(APIServer pid=1) INFO:     Application startup complete.\n",
+    b"(APIServer pid=1) INFO 12-01 10:00:01 [launcher.py:47] Route: /health, Methods: GET\n",
+])
+def test_a_serving_line_in_the_log_wakes_the_poll_at_once(monkeypatch, line) -> None:
+    """With the HTTP poll interval at 30 s, only the log's serving line can make the wait see the
+    server within the 10 s deadline."""
+    monkeypatch.setattr(readiness, "HEALTH_POLL_S", 30.0)
+    api = _Api()
+    r = _wait(_Host(_Engine(_StartingContainer(api, line)), api), timeout_s=10.0)
+    assert r.ready and r.waited_s < 10.0
+
+
+def test_other_log_lines_do_not_wake_the_poll(monkeypatch) -> None:
+    """The server serves from 0.3 s but logs no serving line: the next poll is the one at the
+    1 s deadline (the wait's sleep never passes its deadline)."""
+    monkeypatch.setattr(readiness, "HEALTH_POLL_S", 30.0)
+    api = _Api()
+    r = _wait(_Host(_Engine(_StartingContainer(api, b"INFO 12-01 10:00:01 [x.py:1] still loading\n")), api),
+              timeout_s=1.0)
+    assert r.ready and 1.0 <= r.waited_s < 10.0
 
 
 # ------------------------------------------------------------------ rollback target

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.compose.document import (Device, Environment, Mount, Port, parse_document,
-                                        split_command)
+from servedeck.compose.document import (Device, DeviceRequest, Environment, Mount, Port,
+                                        device_requests, parse_document, split_command)
 from servedeck.errors import ServedeckError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -86,6 +86,42 @@ def test_gpu_requests_healthcheck_and_unmodelled_keys_survive_parse_and_dump():
     again = parse_document(doc.dumps())
     assert again.dump() == doc.dump()
     assert list(again.service().dump()) == svc.order
+
+
+@pytest.mark.parametrize("item, count, nvidia", [
+    ({"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}, 2, True),
+    ({"driver": "nvidia", "count": "2"}, 2, True),          # compose-go reads a quoted number
+    ({"driver": "nvidia", "count": "all"}, None, True),
+    ({"driver": "nvidia", "count": -1}, None, True),        # Docker Engine: -1 is every GPU
+    ({"capabilities": ["gpu"], "device_ids": ["0", "1", "2"]}, 3, True),
+    ({"driver": "cdi", "device_ids": ["intel.com/gpu=all"]}, None, False),
+    ({"driver": "cdi", "device_ids": ["intel.com/gpu=0"]}, 1, False),
+    ({"driver": "cdi", "capabilities": ["gpu"], "device_ids": ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]}, 2, True),
+])
+def test_a_device_request_counts_gpus_as_compose_and_the_engine_read_it(item, count, nvidia):
+    req = DeviceRequest.parse(item)
+    assert (req.gpu_count, req.is_nvidia) == (count, nvidia)
+
+
+def test_device_requests_come_from_deploy_and_gpus_with_their_paths():
+    svc = {"deploy": {"resources": {"reservations": {"devices": [{"count": 1}, "junk"]}}},
+           "gpus": [{"driver": "nvidia", "count": 2}]}
+    found = device_requests(svc)
+    assert [(p, r.gpu_count) for p, r in found] == [
+        (("deploy", "resources", "reservations", "devices", 0), 1), (("gpus", 0), 2)]
+    ((path, every),) = device_requests({"gpus": "all"})
+    assert path == ("gpus",) and every.gpu_count is None and every.is_nvidia
+
+
+@pytest.mark.parametrize("text, source, cdi", [
+    ("nvidia.com/gpu=all", "nvidia.com/gpu=all", True),
+    ("intel.com/gpu=0", "intel.com/gpu=0", True),
+    ("/dev/dri/renderD128:/dev/dri/renderD128:rwm", "/dev/dri/renderD128", False),
+    ("/dev/a=b", "/dev/a=b", False),                         # a path with '=' is not a CDI name
+])
+def test_a_device_entry_is_a_cdi_name_only_when_qualified(text, source, cdi):
+    d = Device.parse(text)
+    assert (d.source, d.is_cdi) == (source, cdi)
 
 
 def test_errors_name_the_entry():

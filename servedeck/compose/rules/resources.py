@@ -12,11 +12,10 @@ its multi-GPU workers exchange tensors through ``/dev/shm`` (vLLM docs "Using Do
 
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass, field
 from typing import Literal
 
+from servedeck.compose.document import Device, device_requests
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import int_setting, judge
 from servedeck.compose.rules._service import Ctx, Service
@@ -43,72 +42,42 @@ class GpuRequest:
     ids: list[str] = field(default_factory=list)
 
 
-def _device_request(ctx: Ctx, item: dict, path: Path, via: str, out: list[GpuRequest]) -> None:
-    count = item.get("count")
-    ids = item.get("device_ids")
-    if count is not None and ids is not None:
-        ctx.error("gpu/count-and-device-ids", path,
-                  f"the GPU request sets both count ({count}) and device_ids ({', '.join(map(str, ids)) if isinstance(ids, list) else ids}); "
-                  f"they are exclusive: Compose refuses the file (\"count\" and \"device_ids\" are "
-                  f"exclusive) and older engines fail at container create (\"cannot set both Count "
-                  f"and DeviceIDs on device request\")",
-                  "keep device_ids to pin particular GPUs, or count to take any N; not both")
-    driver = str(item.get("driver") or "nvidia").lower()
-    caps = item.get("capabilities") or []
-    flat = {str(c) for c in caps} if isinstance(caps, list) else set()
-    vendor: Vendor = "nvidia" if driver == "nvidia" or "gpu" in flat else "any"
-    if isinstance(count, str) and re.fullmatch(r"\s*-?\d+\s*", count):
-        count = int(count)  # compose-go reads a quoted number as the number ("1" -> count: 1)
-    if isinstance(ids, list):
-        names = [str(i) for i in ids]
-        # driver: cdi takes CDI device names; VENDOR/CLASS=all is every device of the class
-        every = any(_is_cdi(n) and n.endswith("=all") for n in names)
-        out.append(GpuRequest(vendor, None if every else len(ids), via, path, names))
-    elif isinstance(count, int) and not isinstance(count, bool) and count >= 0:
-        out.append(GpuRequest(vendor, count, via, path))
-    else:  # "all", -1 (all), or not countable
-        out.append(GpuRequest(vendor, None, via, path))
-
-
 def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest]:
     """Every GPU request of ``svc`` (reporting malformed device requests when ``report``)."""
     sink = ctx if report else _Silent()
     data = svc.data
     out: list[GpuRequest] = []
-    res = ((data.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
-    devs = res.get("devices") if isinstance(res, dict) else None
-    if isinstance(devs, list):
-        for i, item in enumerate(devs):
-            if isinstance(item, dict):
-                _device_request(sink, item, svc.path + ("deploy", "resources", "reservations", "devices", i),
-                                "deploy.resources", out)
-    gpus = data.get("gpus")
-    if gpus == "all":
-        out.append(GpuRequest("nvidia", None, "gpus", svc.path + ("gpus",)))
-    elif isinstance(gpus, list):
-        for i, item in enumerate(gpus):
-            if isinstance(item, dict):
-                _device_request(sink, item, svc.path + ("gpus", i), "gpus", out)
-    for i, d in enumerate(data.get("devices") or []):
-        src = d if isinstance(d, str) else (d.get("source") if isinstance(d, dict) else None)
-        if not isinstance(src, str):
+    for sub, req in device_requests(data):
+        path = svc.path + sub
+        if req.count is not None and req.device_ids is not None:
+            sink.error("gpu/count-and-device-ids", path,
+                       f"the GPU request sets both count ({req.count}) and device_ids "
+                       f"({', '.join(req.device_ids)}); they are exclusive: Compose refuses the file "
+                       f"(\"count\" and \"device_ids\" are exclusive) and older engines fail at "
+                       f"container create (\"cannot set both Count and DeviceIDs on device request\")",
+                       "keep device_ids to pin particular GPUs, or count to take any N; not both")
+        via = "gpus" if sub[0] == "gpus" else "deploy.resources"
+        out.append(GpuRequest("nvidia" if req.is_nvidia else "any", req.gpu_count, via, path,
+                              req.device_ids or []))
+    for i, item in enumerate(data.get("devices") or []):
+        if not isinstance(item, (str, dict)) or (isinstance(item, dict) and not isinstance(item.get("source"), str)):
             continue
-        host = src.split(":", 1)[0] if not _is_cdi(src) else src
+        d = Device.parse(item)
         path = svc.path + ("devices", i)
-        if isinstance(d, dict) and not d.get("target"):
+        if d.long and not d.target:
             # compose-go loader (v2.40): the long syntax needs a target, CDI names included
             sink.error("devices/missing-target", path,
-                       f"device {src!r} in the long syntax has no target: Compose refuses the file "
+                       f"device {d.source!r} in the long syntax has no target: Compose refuses the file "
                        f"(\"service device services.{svc.name}.devices.[{i}] is missing a mount target\")",
-                       f"write it in the short syntax (devices: [\"{src}\"]) or add target:")
+                       f"write it in the short syntax (devices: [\"{d.source}\"]) or add target:")
             continue
-        if _is_cdi(src):
-            kind, _, name = src.partition("=")
+        if d.is_cdi:
+            kind, _, name = d.source.partition("=")
             vendor: Vendor = "nvidia" if kind.startswith("nvidia.com/") else (
                 "intel" if kind.startswith("intel.com/") else "any")
             out.append(GpuRequest(vendor, None if name == "all" else 1, "cdi", path, [name]))
-        elif host == "/dev/dri" or host.startswith("/dev/dri/"):
-            out.append(GpuRequest("intel", None if host == "/dev/dri" else 1, "dri", path))
+        elif d.source == "/dev/dri" or d.source.startswith("/dev/dri/"):
+            out.append(GpuRequest("intel", None if d.source == "/dev/dri" else 1, "dri", path))
     if data.get("runtime") == "nvidia":
         out.append(GpuRequest("nvidia", None, "runtime", svc.path + ("runtime",)))
     if data.get("privileged") is True:
@@ -119,11 +88,6 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
 class _Silent:
     def error(self, *a, **k) -> None:
         pass
-
-
-def _is_cdi(text: str) -> bool:
-    kind, eq, _ = text.partition("=")
-    return bool(eq) and "/" in kind and "." in kind.split("/", 1)[0] and not text.startswith("/")
 
 
 def requested_count(reqs: list[GpuRequest], vendor: str) -> int | None:
