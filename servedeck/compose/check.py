@@ -9,7 +9,9 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``schema/*``       Compose Specification JSON Schema (``compose/compose-spec.json``)
 ``image/*``        digest pinning, malformed digests, catalog knowledge
 ``yaml11/*``       plain scalars YAML 1.1 readers take differently (``2122:22``, ``yes``, ``0123``)
-``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON
+``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON;
+                   the model as the image's vLLM reads it (twice, refused --model, not first,
+                   none: ``servedeck.vllm.argv.model_argument``)
 ``launcher/*``     exl3xpu ``scripts/serve.py`` contract (``--set``, passthrough, env merge)
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
@@ -23,7 +25,8 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
 ``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
 ``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
-``entrypoint/*``   entrypoint replacing an image wrapper, legacy api_server positional model
+``entrypoint/*``   entrypoint replacing an image wrapper; a positional model the api_server
+                   module parses and never uses
 ``restart/*``      restart policies that loop on a failed start
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
 =================  ===============================================================

@@ -27,8 +27,10 @@ from servedeck.compose.document import (Mount, Service, dump_yaml, interpolation
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import (Arg, LauncherArgv, SetItem, dotted_replaces, last_wins, parse_launcher,
-                                 parse_vllm, repeated, server_prefix, settings, spec_for)
+from servedeck.vllm.argv import (Arg, LauncherArgv, ServerStyle, SetItem, dotted_replaces, last_wins,
+                                 model_argument, parse_launcher, parse_vllm, repeated, server_prefix,
+                                 server_style, settings, spec_for)
+from servedeck.vllm.names import parse_version
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -162,13 +164,8 @@ class _Reader:
                 continue  # an earlier occurrence of a typed flag: the last one wins
             if not self._take(a, argv):
                 self.extra += _tokens_of(a, argv)
-        if positional is not None:
-            if self.model_arg is not None and self.model_arg != positional.values[0]:
-                # vLLM 0.x vllm/entrypoints/cli/serve.py: args.model = args.model_tag when given
-                self.notes.append(f"{self.where(positional.index)}: the positional model "
-                                  f"{positional.values[0]!r} is what vLLM serves; --model "
-                                  f"{self.model_arg!r} is ignored by `vllm serve` and left out")
-            self.model_arg = positional.values[0]
+        if positional is not None and self.model_arg is None:
+            self.model_arg = positional.values[0]  # import_compose decides with model_argument
 
     def _modelled(self, a: Arg) -> bool:
         return a.dest in {"served_model_name", "port", "model", "enable_auto_tool_choice",
@@ -297,8 +294,9 @@ def _refuse_invalid(path: Path, file: str) -> None:
 
 
 def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
-                 notes: list[str]) -> tuple[str, list[str]]:
-    """(launcher kind, the launcher's own arguments) of the service. Docker runs entrypoint +
+                 notes: list[str]) -> tuple[str, list[str], ServerStyle | None]:
+    """(launcher kind, the launcher's own arguments, how vLLM is started: ``serve``,
+    ``api_server`` or None when unknown) of the service. Docker runs entrypoint +
     command as one argv: with an ``entrypoint`` it must start a server servedeck knows
     (:func:`~servedeck.vllm.argv.server_prefix`), whose arguments are kept and whose start
     words are left to the image's entrypoint (a note says so); without one, a command that
@@ -331,17 +329,9 @@ def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
                 "cannot become profile fields", file=file, field=f"{base}.entrypoint",
                 hint="write the server's own command as entrypoint + command items (no shell) and "
                      "import again")
-        rest = whole[n:]
-        if whole[n - 1].endswith("vllm.entrypoints.openai.api_server") and rest \
-                and any(a.name is None for a in parse_vllm(rest)):
-            # its __main__ reads --model; the parser's model_tag positional is not copied over
-            raise ServedeckError(
-                "python -m vllm.entrypoints.openai.api_server does not serve a positional model "
-                "(it runs its default model, or refuses the extra argument in older releases)",
-                file=file, field=f"{base}.command", hint="give the model as --model MODEL and import again")
         notes.append(f"{base}.entrypoint: {' '.join(whole[:n])!r} is left out: the profile runs the "
                      "image's own entrypoint with the same arguments")
-        return kind, rest
+        return kind, whole[n:], server_style(whole[:n])
     entry = list(facts.entrypoint) if facts and facts.entrypoint else []
     n, again = server_prefix(argv)
     if entry and (again is not None or argv[:len(entry)] == entry):
@@ -353,10 +343,10 @@ def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
     if again is not None:  # an image servedeck has no entrypoint for
         notes.append(f"{base}.command: {' '.join(argv[:n])!r} is left out: the profile passes the "
                      "arguments to the image's entrypoint, which must start the server")
-        return again, argv[n:]
+        return again, argv[n:], server_style(argv[:n])
     if facts and facts.launcher:
-        return facts.launcher, argv
-    return ("exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"), argv
+        return facts.launcher, argv, server_style(entry)
+    return ("exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"), argv, None
 
 
 def import_compose(path: str | Path, name: str, catalog: Catalog,
@@ -401,13 +391,15 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         if tok != tok.strip():
             notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
         argv.append(literal_values(tok.strip()))
-    kind, argv = _server_argv(svc, argv, facts, file, base, notes)
+    kind, argv, style = _server_argv(svc, argv, facts, file, base, notes)
 
     r = _Reader(file, base, kind)
     if kind == "exl3xpu":
         r.launcher_argv(parse_launcher(argv), argv)
     else:
         r.vllm_flags(parse_vllm(argv), argv)
+        # an image without catalog facts: read as `vllm serve`, the start of vLLM's own images
+        r.model_arg = _served_model(argv, style or "serve", facts, r.where, file, base, notes)
     if r.speculative != "unset":
         if r.speculative is None:
             r.engine["speculative"] = None
@@ -471,6 +463,50 @@ def _volume_entry(v: Mount, where: str, notes: list[str]) -> dict[str, Any] | No
                      f"kept as {v.short()!r}")
     options = v.mode if v.mode is not None else ("ro" if v.read_only else None)
     return {"source": literal_values(v.source), "target": v.target, **({"options": options} if options else {})}
+
+
+def _served_model(argv: list[str], style: ServerStyle, facts, where, file: str, base: str,
+                  notes: list[str]) -> str | None:
+    """The model the command makes vLLM serve (:func:`~servedeck.vllm.argv.model_argument`,
+    read for the image's release); a note when the file as written would not start that way
+    and the profile, which renders the model first, fixes it.
+
+    Raises:
+        ServedeckError: the model is given twice, or only as a positional the api_server
+            module never uses.
+    """
+    version = None
+    if facts is not None and facts.vllm_version:
+        try:
+            version = parse_version(facts.vllm_version)
+        except ServedeckError:
+            version = None
+    release = f"vLLM {facts.vllm_version}" if version else "vLLM"
+    found = model_argument(argv, style, version)
+    refused = found.fault == "model-option-refused"
+    if refused:
+        found = model_argument(argv, style, None)  # what the file means: --model's value
+    at = where(found.fault_index) if found.fault_index is not None else f"{base}.command"
+    bad = argv[found.fault_index] if found.fault_index is not None else ""
+    if found.fault == "model-twice":
+        raise ServedeckError(f"the command gives the model twice ({bad!r} and --model {found.model!r}); "
+                             f"`vllm serve` ({release}) moves --model to the front and exits with "
+                             f"'unrecognized arguments: {bad}'", file=file, field=at,
+                             hint="keep one model, as the first item, and import again")
+    if found.fault == "no-model" and found.fault_index is not None:
+        raise ServedeckError(f"python -m vllm.entrypoints.openai.api_server parses the positional {bad!r} "
+                             "and never uses it: it serves its default model", file=file, field=at,
+                             hint=f"give the model as --model {bad} and import again")
+    if found.fault == "positional-ignored":
+        notes.append(f"{at}: {bad!r} is left out: the api_server module parses it and never uses it; "
+                     f"the profile serves --model {found.model!r}, as the file does")
+    elif refused:
+        notes.append(f"{at}: `vllm serve` in {release} refuses --model and would exit; the profile "
+                     f"gives {found.model!r} as the model argument, which it accepts")
+    elif found.fault == "model-not-first" and found.model is not None:
+        notes.append(f"{at}: `vllm serve` in {release} refuses --served-model-name unless the model "
+                     f"comes first and would exit; the profile renders {found.model!r} first")
+    return found.model
 
 
 def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]]) -> tuple[int, str] | None:

@@ -219,6 +219,8 @@ class DryRunResult:
         image_id: the image id judged.
         cached: True when this verdict came from the cache.
         seconds: wall time spent (0 for a memory-cache hit).
+        model: for an accepted command, the model vLLM would serve (its ``args.model``).
+        style: how vLLM is started: ``serve`` (the ``vllm`` console script) or ``api_server``.
     """
 
     ok: bool
@@ -228,6 +230,8 @@ class DryRunResult:
     image_id: str
     cached: bool = False
     seconds: float = 0.0
+    model: str | None = None
+    style: str | None = None
 
 
 def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
@@ -253,12 +257,15 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
 
 
 def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]], *,
-                 use_cache: bool = True, image_id: str | None = None) -> list[DryRunResult]:
+                 use_cache: bool = True, image_id: str | None = None,
+                 entrypoint: list[str] | None = None) -> list[DryRunResult]:
     """Judge several server commands for one image: the cached verdicts are read, and all
     the others come from ONE throw-away container (one vLLM import, ~10 s on the test
     machines, instead of one per command).
 
-    Args and Raises: as :func:`dry_run`; ``commands`` is a list of compose ``command`` lists.
+    Args and Raises: as :func:`dry_run`; ``commands`` is a list of compose ``command`` lists;
+    ``entrypoint``: the start the commands are arguments to (a compose ``entrypoint`` such as
+    ``["vllm", "serve"]``), instead of the image's own ENTRYPOINT.
 
     Returns:
         One :class:`DryRunResult` per command, in order (``seconds``: the time of the call that
@@ -270,7 +277,8 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
         client = _client(client_or_host)
         image = _image(client, image_ref)
         image_id = image.id
-    keys = [hashlib.sha256(json.dumps([image_id, list(c)]).encode()).hexdigest()[:32] for c in commands]
+    keys = [hashlib.sha256(json.dumps([_script_sha(), image_id, entrypoint, list(c)]).encode()).hexdigest()[:32]
+            for c in commands]
     results = [_cached(key, t0) if use_cache else None for key in keys]
     # the first of each distinct command without a cached verdict
     todo = [i for i, key in enumerate(keys) if results[i] is None and key not in keys[:i]]
@@ -283,7 +291,8 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
     if image is None:
         client = _client(client_or_host)
         image = _image(client, image_ref)
-    entry = list((image.attrs.get("Config") or {}).get("Entrypoint") or [])
+    entry = list(entrypoint) if entrypoint is not None else list(
+        (image.attrs.get("Config") or {}).get("Entrypoint") or [])
     try:
         out = _introspect(client, image, ["launch-dryrun-each", json.dumps(entry),
                                           json.dumps([list(commands[i]) for i in todo])])
@@ -296,7 +305,8 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
     for i, verdict in zip(todo, out.get("verdicts") or []):
         res = fresh[keys[i]] = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")),
                                             str(verdict.get("message")), list(verdict.get("argv") or []),
-                                            image.id, seconds=seconds)
+                                            image.id, seconds=seconds, model=verdict.get("model"),
+                                            style=verdict.get("style"))
         if use_cache:
             _MEMO[keys[i]] = res
             path = _verdict_path(keys[i])
@@ -309,6 +319,18 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
                                      f"{' '.join(commands[i])[:200]}")
             results[i] = fresh[key] if i in todo else DryRunResult(**{**asdict(fresh[key]), "cached": True})
     return results  # type: ignore[return-value]
+
+
+def _script_sha() -> str:
+    """The sha256 of :mod:`servedeck.vllm.introspect`'s text: a cached verdict is one that
+    script gave (a changed dry run judges again)."""
+    global _SCRIPT_SHA
+    if _SCRIPT_SHA is None:
+        _SCRIPT_SHA = hashlib.sha256(_SCRIPT.read_bytes()).hexdigest()
+    return _SCRIPT_SHA
+
+
+_SCRIPT_SHA: str | None = None
 
 
 def _verdict_path(key: str) -> Path:

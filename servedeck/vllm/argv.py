@@ -741,6 +741,147 @@ def parse_launcher(tokens: Iterable[str], offset: int = 0) -> LauncherArgv:
     return out
 
 
+# --------------------------------------------------------------------------- the model argument
+
+ServerStyle = Literal["serve", "api_server"]
+"""How a vLLM server is started: ``serve`` is the ``vllm`` console script's ``serve``
+subcommand (``vllm serve``, ``python -m vllm.entrypoints.cli.main serve``); ``api_server`` is
+``python -m vllm.entrypoints.openai.api_server``."""
+
+MODEL_OPTION_REFUSED_UNTIL = (0, 11, 0)
+"""Up to vLLM 0.11.0, ``vllm serve`` refuses a ``--model`` item anywhere in its argv
+(``vllm/utils/__init__.py`` ``FlexibleArgumentParser.parse_args``, 0.10.2 and 0.11.0: "With
+`vllm serve`, you should provide the model as a positional argument or in a config file instead
+of via the `--model` option."); ``--model=X`` is not that item and sets the model."""
+
+MODEL_MOVED_SINCE = (0, 11, 1)
+"""From vLLM 0.11.1, ``vllm serve`` moves the first ``--model X`` / ``--model=X`` to the front as
+the positional model, with a warning (``vllm/utils/argparse_utils.py``
+``FlexibleArgumentParser.parse_args``, 0.11.1 to 0.32.0): a positional model beside it is then
+an extra item, "unrecognized arguments"."""
+
+MODEL_FIRST_SINCE = (0, 17, 0)
+"""From vLLM 0.17.0, after that move, ``vllm serve`` refuses ``--served-model-name`` when the
+first item is not the model and no ``--config`` is given (same function, 0.17.0 to 0.32.0:
+"`model` should be provided as the first positional argument when using `vllm serve`")."""
+
+_MODEL_RE = re.compile(r"^--model(=.+|$)")
+_SERVED_RE = re.compile(r"^--served[-_]model[-_]name(=.+|$)")
+_CONFIG_RE = re.compile(r"^--config(=.+|$)")
+
+
+@dataclass(frozen=True)
+class ModelArgument:
+    """The model a vLLM server start serves, read as vLLM reads its argv.
+
+    Attributes:
+        model: the model vLLM serves (a repo id or path as written); None: vLLM's default
+            model (the ``--model`` default of its release), or the ``--config`` file's.
+        index: token index of the item that gives ``model`` (None when none does).
+        fault: None, or why the server does not serve what the argv means:
+            ``model-option-refused`` (``--model`` with ``vllm serve`` up to 0.11.0: vLLM exits),
+            ``model-twice`` (a positional model and ``--model``, from 0.11.1: vLLM exits),
+            ``model-not-first`` (``--served-model-name`` with the model not first, from 0.17.0:
+            vLLM exits), ``positional-ignored`` (the api_server module parses a positional model
+            and never uses it), ``no-model`` (vLLM serves its default model).
+        fault_index: token index the fault is about (None for ``no-model``).
+        from_config: a ``--config`` file is given (it may hold the model).
+        ignored: token indices of model items vLLM parses and does not serve.
+    """
+
+    model: str | None
+    index: int | None
+    fault: str | None = None
+    fault_index: int | None = None
+    from_config: bool = False
+    ignored: tuple[int, ...] = ()
+
+
+def model_argument(tokens: list[str], style: ServerStyle,
+                   version: tuple[int, int, int] | None = None) -> ModelArgument:
+    """Which model a vLLM server start serves, and whether vLLM accepts the argv's way of
+    giving it.
+
+    Args:
+        tokens: the server's arguments after the start (``vllm serve`` / the module).
+        style: :data:`ServerStyle`.
+        version: the image's vLLM release; None when unknown (the newest release's rules
+            then apply; callers say so with less certainty).
+
+    Returns:
+        :class:`ModelArgument`. The ``serve`` rules are vLLM's ``FlexibleArgumentParser.
+        parse_args`` pre-pass (:data:`MODEL_OPTION_REFUSED_UNTIL`, :data:`MODEL_MOVED_SINCE`,
+        :data:`MODEL_FIRST_SINCE`) and ``vllm/entrypoints/cli/serve.py`` (``args.model =
+        args.model_tag`` when a positional is given); the ``api_server`` module's ``main`` parses
+        ``model_tag`` (every release from 0.10.2 to 0.32.0, ``make_arg_parser``) and reads only
+        ``--model``.
+    """
+    toks = [str(t).strip() for t in tokens]
+    config = any(_CONFIG_RE.match(t) for t in toks)
+    parsed = parse_vllm(toks)
+    positionals = [a for a in parsed if a.name is None]
+    options = [a for a in parsed if a.name == "model" and a.values and not a.missing_value]
+    if style == "api_server":
+        if options:
+            m = options[-1]
+            fault = "positional-ignored" if positionals else None
+            return ModelArgument(m.values[0], m.value_indices[0], fault,
+                                 positionals[0].index if positionals else None, config,
+                                 tuple(p.index for p in positionals))
+        if positionals:
+            return ModelArgument(None, None, "positional-ignored" if config else "no-model",
+                                 positionals[0].index, config, tuple(p.index for p in positionals))
+        return ModelArgument(None, None, None if config else "no-model", None, config)
+    old = version is not None and version <= MODEL_OPTION_REFUSED_UNTIL
+    if old:
+        bare = next((i for i, t in enumerate(toks) if t == "--model"), None)
+        if bare is not None:
+            return ModelArgument(None, None, "model-option-refused", bare, config)
+        if positionals:  # serve.py: the positional model wins over --model=X
+            return ModelArgument(positionals[0].values[0], positionals[0].index, None, None, config,
+                                 tuple(a.index for a in options))
+        if options:
+            return ModelArgument(options[-1].values[0], options[-1].value_indices[0], None, None, config)
+        return ModelArgument(None, None, None if config else "no-model", None, config)
+    moved = next((i for i, t in enumerate(toks) if _MODEL_RE.match(t)), None)
+    if moved is not None:
+        value_at = moved if toks[moved].startswith("--model=") else moved + 1
+        model = toks[moved].removeprefix("--model=") if value_at == moved else (
+            toks[value_at] if value_at < len(toks) else None)
+        if positionals:
+            return ModelArgument(model, value_at, "model-twice", positionals[0].index, config)
+        return ModelArgument(model, value_at, None, None, config)
+    first_is_flag = bool(toks) and toks[0].startswith("-")
+    if (first_is_flag and not config and any(_SERVED_RE.match(t) for t in toks)
+            and (version is None or version >= MODEL_FIRST_SINCE)):
+        served = next(i for i, t in enumerate(toks) if _SERVED_RE.match(t))
+        if positionals:
+            return ModelArgument(positionals[0].values[0], positionals[0].index, "model-not-first",
+                                 positionals[0].index, config)
+        # no positional: the model may be the last value a list flag took (--served-model-name x M)
+        taken = next((a for a in parsed if a.name and not a.inline and len(a.values) > 1
+                      and spec_for(a.name).nargs_plus), None)
+        at = taken.value_indices[-1] if taken else served
+        return ModelArgument(None, None, "model-not-first", at, config)
+    if positionals:
+        return ModelArgument(positionals[0].values[0], positionals[0].index, None, None, config)
+    return ModelArgument(None, None, None if config else "no-model", None, config)
+
+
+def server_style(start: list[str]) -> ServerStyle | None:
+    """The :data:`ServerStyle` of the items that start a vLLM server (the part of an argv that
+    :func:`server_prefix` counts, or an image's ENTRYPOINT), or None when they are not a vLLM
+    start servedeck knows."""
+    if not start:
+        return None
+    last = start[-1]
+    if last == "serve" and server_prefix(start)[1] == "vllm":
+        return "serve"
+    if last.removeprefix("-m") == "vllm.entrypoints.openai.api_server":
+        return "api_server"
+    return None
+
+
 def set_item(key: str, value_text: str) -> list[str]:
     """Print one launcher ``--set``: ``["--set", "vllm.max_model_len=8192"]``."""
     return ["--set", f"{key}={value_text}"]
@@ -749,7 +890,8 @@ def set_item(key: str, value_text: str) -> list[str]:
 __all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem", "LauncherArgv",
            "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
            "convert_lenient", "table_from_serve_args", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
-           "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item"]
+           "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item",
+           "ServerStyle", "ModelArgument", "model_argument", "server_style"]
 
 
 def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, Any]:

@@ -26,9 +26,11 @@ copies it into a throw-away container (``servedeck.host.inimage``) and runs::
   (``CacheDType`` of ``vllm/config/cache.py``);
 * the ``VLLM_*`` variables that release reads (keys of ``vllm.envs.environment_variables``).
 
-``dryrun`` parses the argv with the same parser, runs ``validate_parsed_serve_args`` and builds
-each JSON-valued config from its dict (unknown keys and wrong types are rejected by the config's
-own constructor), all without a GPU and without loading a model.
+``dryrun`` parses the argv with the same parser (for a ``vllm serve`` start, under the ``vllm``
+console script's own top-level parser, whose ``serve`` pre-pass reorders or refuses the model
+argument), runs ``validate_parsed_serve_args`` and builds each JSON-valued config from its dict
+(unknown keys and wrong types are rejected by the config's own constructor), all without a GPU
+and without loading a model; the verdict names the model vLLM would serve.
 """
 
 import json
@@ -81,7 +83,19 @@ def _parser():
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-    return parser, validate
+    return parser, validate, make_arg_parser, FlexibleArgumentParser
+
+
+def _cli_parser(make_arg_parser, flexible):
+    """The ``vllm`` console script's parser with its ``serve`` subcommand, built as
+    ``vllm/entrypoints/cli/main.py`` builds it: a top-level ``FlexibleArgumentParser`` whose
+    ``parse_args`` does the ``serve`` pre-pass (``--model`` moved to the front, or refused up to
+    0.11.0; the model-first rule of 0.17+), and ``make_arg_parser`` on the ``serve`` subparser."""
+    top = flexible(prog="vllm")
+    sub = top.add_subparsers(dest="subparser")
+    serve = sub.add_parser("serve", usage="vllm serve [model_tag] [options]")
+    make_arg_parser(serve)
+    return top, serve
 
 
 def _literal(name, modules):
@@ -140,7 +154,7 @@ def facts():
     import os
     import shutil
     import vllm
-    parser, _ = _parser()
+    parser = _parser()[0]
     deprecated = getattr(parser, "_deprecated", set())
     args = []
     for action in parser._actions:
@@ -220,15 +234,27 @@ class _Reject(Exception):
     pass
 
 
-def dryrun(argv):
-    parser, validate = _parser()
+def dryrun(argv, style="api_server"):
+    """vLLM's verdict on ``argv``, the arguments after the server start; ``style`` is how the
+    server is started: ``serve`` (the ``vllm`` console script: its ``serve`` pre-pass applies and a
+    positional model wins, ``vllm/entrypoints/cli/serve.py``) or ``api_server`` (the module, whose
+    ``main`` parses the same arguments and reads only ``--model``). The verdict's ``model`` is the
+    model vLLM would serve."""
+    parser, validate, make_arg_parser, flexible = _parser()
 
     def _error(message):
         raise _Reject(message)
 
-    parser.error = _error  # argparse would print and exit(2); keep vLLM's message instead
+    parsers = [parser]
+    if style == "serve":
+        top, serve = _cli_parser(make_arg_parser, flexible)
+        parsers = [top, serve]
+    for p in parsers:
+        p.error = _error  # argparse would print and exit(2); keep vLLM's message instead
     try:
-        args = parser.parse_args(argv)
+        args = parsers[0].parse_args(["serve", *argv] if style == "serve" else argv)
+        if style == "serve" and getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
     except _Reject as exc:
         return {"ok": False, "stage": "parse", "message": str(exc)}
     except SystemExit as exc:
@@ -268,7 +294,8 @@ def dryrun(argv):
                             "message": f"{cls.__name__}.{e['loc'][0]}: {e['msg']} "
                                        f"(got {e.get('input')!r})"}
             # other errors need the model/device context that a dry run does not have
-    return {"ok": True, "stage": "done", "message": "accepted by vLLM's parser and serve-args validation"}
+    return {"ok": True, "stage": "done", "model": getattr(args, "model", None),
+            "message": "accepted by vLLM's parser and serve-args validation"}
 
 
 def vllm_argv_from_print(line):
@@ -298,13 +325,26 @@ def launch_and_dryrun(entrypoint, command):
             return {"ok": False, "stage": "launcher", "argv": [],
                     "message": f"the launcher refused the command (exit {proc.returncode}): {tail}"}
         argv = vllm_argv_from_print(lines[-1])
+        style = "serve" if _starts_serve(lines[-1]) else "api_server"
     elif entrypoint[-1:] == ["vllm"] and command[:1] == ["serve"]:
-        argv = list(command[1:])
+        argv, style = list(command[1:]), "serve"
     else:
         argv = list(command)
-    out = dryrun(argv)
-    out["argv"] = argv
+        style = "serve" if entrypoint[-1:] == ["serve"] else "api_server"
+    out = dryrun(argv, style)
+    out["argv"], out["style"] = argv, style
     return out
+
+
+def _starts_serve(line):
+    """True when a launcher's printed command runs ``vllm serve`` (not the api_server module)."""
+    import shlex
+    for i, w in enumerate(shlex.split(line)):
+        if w.endswith("api_server") or w.endswith("api_server.py"):
+            return False
+        if w == "serve" and i > 0:
+            return True
+    return False
 
 
 def main(argv):

@@ -147,3 +147,38 @@ def test_dry_run_through_the_card_host_leaves_the_running_server_alone(cpu_ref, 
         assert left == []  # the throw-away dry-run container is removed
     finally:
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
+MODEL_CASES = [
+    # (start, arguments): vLLM 0.32's own verdict and served model against model_argument's reading
+    ("serve", ["org/a", "--model", "org/b"]),
+    ("serve", ["--port", "8000", "--model", "org/b"]),
+    ("serve", ["--port", "8000", "--model=org/b", "--served-model-name", "x"]),
+    ("serve", ["--port", "8000", "org/a", "--served-model-name", "x"]),
+    ("serve", ["--served_model_name=x", "org/a"]),
+    ("serve", ["org/a", "--served-model-name", "x", "y"]),
+    ("serve", ["--port", "8000"]),
+    ("api_server", ["org/a"]),
+    ("api_server", ["org/a", "--model", "org/b"]),
+    ("api_server", ["--served-model-name", "x", "--model", "org/b"]),
+]
+START = {"serve": ["vllm", "serve"], "api_server": ["python3", "-m", "vllm.entrypoints.openai.api_server"]}
+
+
+def test_the_model_argument_is_read_as_vllm_in_the_image_reads_it(cpu_ref):
+    """The real vLLM 0.32 parser of the CPU image, under the start each style runs (the ``vllm``
+    console script's serve pre-pass, or the api_server module), against
+    :func:`servedeck.vllm.argv.model_argument`: the same refusals and the same served model."""
+    from servedeck.host.inimage import dry_run_each
+    from servedeck.vllm.argv import model_argument
+    from servedeck.vllm.facts import table_for
+    default = table_for("0.32.0", "serve_args").facts.option("model").default
+    for style in START:
+        cases = [args for s, args in MODEL_CASES if s == style]
+        verdicts = dry_run_each(None, cpu_ref, cases, entrypoint=START[style])
+        for args, res in zip(cases, verdicts):
+            ours = model_argument(args, style, (0, 32, 0))
+            refused = ours.fault in ("model-twice", "model-not-first", "model-option-refused")
+            assert res.style == style and res.ok is not refused, (args, ours, res)
+            if res.ok:
+                assert res.model == (ours.model or default), (args, ours, res)

@@ -90,8 +90,10 @@ def xpu(cmd: str = "", extra: str = "", image: str = EXL3) -> str:
     return body + textwrap.dedent(extra)
 
 
-def vsvc(cmd: str, digest: str = D_VLLM, extra: str = "", port: str = "8000:8000") -> str:
-    """A vllm-launcher service with the given command items."""
+def vsvc(cmd: str, digest: str = D_VLLM, extra: str = "", port: str = "8000:8000",
+         model: str | None = "example/model-7b") -> str:
+    """A vllm-launcher service with the given command items (after ``model``, its first item,
+    unless None)."""
     body = textwrap.dedent(f"""\
     services:
       v:
@@ -103,6 +105,8 @@ def vsvc(cmd: str, digest: str = D_VLLM, extra: str = "", port: str = "8000:8000
         shm_size: "4g"
         command:
     """)
+    if model is not None:
+        body += f"      - {model}\n"
     for line in textwrap.dedent(cmd).splitlines():
         if line.strip():
             body += f"      {line}\n"

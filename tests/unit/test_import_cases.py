@@ -340,10 +340,19 @@ def test_an_argv_that_is_not_the_servers_own_is_refused_naming_the_field(tmp_pat
     assert exc.value.field == field
 
 
-def test_the_positional_model_wins_over_model_as_vllm_serve_does(tmp_path):
-    mapping, notes = _import_service(tmp_path, "    command: [/models/m, --model, /models/other]\n")
+def test_a_model_given_twice_is_refused_as_vllm_serve_refuses_it(tmp_path):
+    """vLLM 0.11.1+ moves --model to the front: the positional is then 'unrecognized arguments'."""
+    with pytest.raises(ServedeckError, match="gives the model twice") as exc:
+        _import_service(tmp_path, "    command: [/models/m, --model, /models/other]\n")
+    assert exc.value.field == "services.llm.command[0]" and "unrecognized arguments: /models/m" in exc.value.message
+
+
+@pytest.mark.parametrize("command", ["[--model, /models/m, --port, \"8000\"]",
+                                     "[--port, \"8000\", --model=/models/m]",
+                                     "[--port, \"8000\", /models/m, --served-model-name, chat]"])
+def test_the_model_is_what_vllm_serves_wherever_the_command_puts_it(tmp_path, command):
+    mapping, notes = _import_service(tmp_path, f"    command: {command}\n")
     assert mapping["model"]["weights_dir"] == "/srv/models/m"
-    assert any("--model '/models/other' is ignored" in n for n in notes)
 
 
 def test_dotted_speculative_config_keys_merge_into_one_config(tmp_path):
@@ -387,10 +396,17 @@ def test_sub_key_flags_replace_a_whole_speculative_config_as_vllm_reads_them(tmp
 
 
 def test_a_positional_model_after_the_api_server_module_is_refused(tmp_path):
-    with pytest.raises(ServedeckError, match="does not serve a positional model") as exc:
+    with pytest.raises(ServedeckError, match="never uses it: it serves its default model") as exc:
         _import_service(tmp_path, "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
                                   "    command: [/models/m, --port, \"8000\"]\n")
-    assert exc.value.field == "services.llm.command"
+    assert exc.value.field == "services.llm.command[0]" and exc.value.hint.startswith("give the model as --model")
+
+
+def test_a_positional_beside_model_after_the_api_server_module_is_left_out(tmp_path):
+    mapping, notes = _import_service(tmp_path, "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
+                                               "    command: [/models/x, --model, /models/m]\n")
+    assert mapping["model"]["weights_dir"] == "/srv/models/m"
+    assert any("'/models/x' is left out" in n for n in notes)
 
 
 @pytest.mark.parametrize("command", ["    command: [/models/m, --port, 8000]\n",

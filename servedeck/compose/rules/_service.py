@@ -218,6 +218,8 @@ class Launch:
         env_words: ``NAME=value`` words the argv sets for the server itself (``env NAME=v vllm
             serve``, ``sh -c "NAME=v exec vllm serve"``), in order: they add to (and override)
             the service's ``environment``.
+        style: for ``vllm``, how the server is started (:data:`~servedeck.vllm.argv.ServerStyle`:
+            ``serve`` or ``api_server``), from the start the container runs; None when unknown.
     """
 
     kind: Literal["exl3xpu", "vllm"] | None
@@ -236,6 +238,7 @@ class Launch:
     shell_plain: bool = False
     entry_unknown: bool = False
     env_words: list[Token] = field(default_factory=list)
+    style: argv.ServerStyle | None = None
 
 
 def _flag(arg: argv.Arg, tokens: list[Token]) -> Flag:
@@ -426,6 +429,9 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     launch.entry_unknown = data.get("entrypoint") is not None and kind is None
     launch.shell_plain = script is not None and inner is not None
     launch.env_words = env_words
+    if kind == "vllm" and (data.get("entrypoint") is not None or repeat or (facts and not facts.inferred)):
+        # the start is known: written in the file, or the image's own (not guessed from its name)
+        launch.style = argv.server_style([t.s for t in cmd[:repeat]] if repeat else effective_entry)
 
     from servedeck.compose.document import env_file_paths
     env_files = [(path + where, k, v) for where, file, _ in env_file_paths(data.get("env_file"))

@@ -4,16 +4,13 @@
 Facts: vLLM's ``validate_parsed_serve_args`` (``vllm/entrypoints/launchers/cli_args.py``)
 refuses ``--enable-auto-tool-choice`` without ``--tool-call-parser``; without
 ``--reasoning-parser`` the thinking text stays in ``content``; Compose replaces the image's
-ENTRYPOINT with ``entrypoint:`` and passes ``command:`` as its arguments (Compose Specification);
-the legacy ``python3 -m vllm.entrypoints.openai.api_server`` takes the model only as
-``--model`` (a positional is "unrecognized arguments").
+ENTRYPOINT with ``entrypoint:`` and passes ``command:`` as its arguments (Compose Specification).
 """
 
 from __future__ import annotations
 
 import json
 
-from servedeck.compose.rules._facts import vllm_flags
 from servedeck.compose.rules._service import Ctx, Service
 
 _THINKING_KEYS = ("enable_thinking", "thinking")
@@ -134,7 +131,8 @@ def _is_wrapper(entry: list[str]) -> bool:
 
 
 def check_entrypoint(ctx: Ctx, svc: Service) -> None:
-    """``entrypoint/replaces-wrapper`` and ``entrypoint/api-server-positional``."""
+    """``entrypoint/replaces-wrapper`` (``entrypoint/api-server-positional`` is judged with the
+    model argument, :func:`servedeck.compose.rules.server.check_model_argument`)."""
     data = svc.data
     if "entrypoint" in data and svc.facts is not None and _is_wrapper(svc.facts.entrypoint):
         image_entry = " ".join(svc.facts.entrypoint)
@@ -143,13 +141,3 @@ def check_entrypoint(ctx: Ctx, svc: Service) -> None:
                     f"entrypoint: replaces the image's wrapper script {image_entry!r}{why}; whatever it "
                     f"prepares is skipped", "drop entrypoint: and put the server arguments in command:",
                     key=True)
-    entry = data.get("entrypoint")
-    words = entry.split() if isinstance(entry, str) else [str(x) for x in entry or []]
-    if not any(w.endswith("vllm.entrypoints.openai.api_server") for w in words):
-        return
-    if svc.launch.positionals and not any(f.name == "model" for f in vllm_flags(svc)):
-        tok = svc.launch.positionals[0]
-        ctx.error("entrypoint/api-server-positional", tok.path,
-                  f"the legacy api_server entrypoint takes the model only as --model; the positional "
-                  f"{tok.s!r} is rejected ('unrecognized arguments')",
-                  f"write --model {tok.s}, or use the `vllm serve` entrypoint")

@@ -17,7 +17,7 @@ from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
-from servedeck.vllm.argv import spec_for
+from servedeck.vllm.argv import model_argument, spec_for
 from servedeck.vllm.names import check_name, parse_version
 
 _QUOTES = ("'", '"')
@@ -138,24 +138,89 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
                       f"--{flag.name} needs a value but is followed by {nxt}; the parser fails",
                       f"put the value right after --{flag.name}")
     if launch.kind == "vllm":
-        _model_taken_by_a_list_flag(ctx, launch)
+        check_model_argument(ctx, svc)
     _json_checks(ctx, svc)
 
 
-def _model_taken_by_a_list_flag(ctx: Ctx, launch) -> None:
-    """``argv/model-taken-by-flag``: no model reaches ``vllm serve`` because a flag that takes
-    one or more values (argparse ``nargs="+"``, e.g. ``--served-model-name``) took the item
-    meant as the model; vLLM then serves its default model."""
-    if launch.positionals or any(f.name in ("model", "config") for f in launch.flags):
-        return  # --config: the model may come from the file (vLLM then skips this check itself)
-    for flag in launch.flags:
-        if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
-            last = flag.values[-1]
-            ctx.error("argv/model-taken-by-flag", last.path,
-                      f"--{flag.name} takes every item up to the next flag, so {last.s!r} becomes one "
-                      f"of its values and `vllm serve` gets no model: it serves its default model "
-                      f"instead", f"put the model first in the command ({last.s!r} before the flags)")
+def _version(svc: Service) -> tuple[int, int, int] | None:
+    try:
+        return parse_version(svc.facts.vllm_version) if svc.facts and svc.facts.vllm_version else None
+    except ServedeckError:
+        return None
+
+
+def check_model_argument(ctx: Ctx, svc: Service) -> None:
+    """The model a ``vllm serve`` / api_server start serves, as vLLM reads its argv
+    (:func:`servedeck.vllm.argv.model_argument`): ``argv/model-option-refused``,
+    ``argv/model-twice``, ``argv/model-not-first`` (vLLM exits), ``argv/model-taken-by-flag``
+    and ``argv/no-model`` (vLLM serves its default model), and
+    ``entrypoint/api-server-positional`` (the api_server module ignores a positional model).
+    The version-bound faults are errors when the image's vLLM release is known, warnings
+    otherwise."""
+    launch = svc.launch
+    if launch.style is None:
+        return
+    toks = launch.tokens
+    version = _version(svc)
+    found = model_argument([t.s for t in toks], launch.style, version)
+    if found.fault is None:
+        return
+    at = toks[found.fault_index] if found.fault_index is not None else None
+    sure = version is not None
+    release = f"vLLM {svc.facts.vllm_version}" if sure and svc.facts else "recent vLLM releases"
+    report = ctx.error if sure else ctx.warning
+    if found.fault == "model-option-refused":
+        report("argv/model-option-refused", at.path,
+               f"`vllm serve` in {release} refuses --model and exits (\"With `vllm serve`, you should "
+               f"provide the model as a positional argument or in a config file instead of via the "
+               f"`--model` option\"; up to vLLM 0.11.0)", "give the model as the first item: "
+               "vllm serve MODEL --flags ...")
+    elif found.fault == "model-twice":
+        model = toks[found.index].s if found.index is not None and found.index < len(toks) else "--model's value"
+        report("argv/model-twice", at.path,
+               f"the command gives the model twice: {at.s!r} and --model {model!r}; `vllm serve` "
+               f"({release}, since 0.11.1) moves --model to the front, so {at.s!r} becomes an extra "
+               f"item and vLLM exits with 'unrecognized arguments: {at.s}'",
+               "keep one: the model as the first item (vllm serve MODEL ...), without --model")
+    elif found.fault == "model-not-first":
+        what = (f"the model {at.s!r} comes after flags" if found.model else "no model is given"
+                if looks_like_flag(at.s) else f"{at.s!r}, the model it seems, comes after flags (a value of "
+                f"the list flag before it)")
+        report("argv/model-not-first", at.path,
+               f"{what} while --served-model-name is set: `vllm serve` ({release}, since 0.17.0) exits "
+               f"with \"`model` should be provided as the first positional argument when using `vllm "
+               f"serve`\"", "put the model first: vllm serve MODEL --served-model-name NAME ...")
+    elif found.fault == "positional-ignored":
+        ctx.warning("entrypoint/api-server-positional", at.path,
+                    f"python -m vllm.entrypoints.openai.api_server parses the positional {at.s!r} and "
+                    f"never uses it: it serves the --model value", f"drop {at.s!r}")
+    elif found.fault == "no-model":
+        default = _default_model(ctx, svc)
+        serves = f"its default model ({default})" if default else "its default model"
+        if at is not None:  # api_server: the positional is parsed and ignored
+            ctx.error("entrypoint/api-server-positional", at.path,
+                      f"python -m vllm.entrypoints.openai.api_server takes the model only as --model: "
+                      f"it parses the positional {at.s!r} and never uses it, and serves {serves}",
+                      f"write --model {at.s}, or use the `vllm serve` entrypoint")
             return
+        for flag in launch.flags:
+            if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
+                last = flag.values[-1]
+                ctx.error("argv/model-taken-by-flag", last.path,
+                          f"--{flag.name} takes every item up to the next flag, so {last.s!r} becomes one "
+                          f"of its values and the server gets no model: it serves {serves} instead",
+                          f"put the model first in the command ({last.s!r} before the flags)")
+                return
+        how = "vllm serve MODEL ..." if launch.style == "serve" else "--model MODEL"
+        ctx.error("argv/no-model", svc.path + ("command",) if "command" in svc.data else svc.path,
+                  f"the server command gives no model (no positional, no --model, no --config): vLLM "
+                  f"serves {serves}", f"give the model: {how}")
+
+
+def _default_model(ctx: Ctx, svc: Service) -> str | None:
+    j = judge(ctx, svc, "serve_args")
+    opt = j.facts.option("model") if j is not None else None
+    return opt.default if opt is not None and isinstance(opt.default, str) else None
 
 
 # ----------------------------------------------------------------------------- launcher
