@@ -415,8 +415,11 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
     notes += r.notes
 
     download_dir = r.settings.get("download_dir") if kind == "vllm" else None
-    model, other_volumes = _model_and_volumes(svc, r.model_arg, kind, file, base, notes,
-                                              download_dir=download_dir if isinstance(download_dir, str) else None)
+    working_dir = svc.extra.get("working_dir")
+    model, other_volumes = _model_and_volumes(
+        svc, r.model_arg, kind, file, base, notes,
+        download_dir=download_dir if isinstance(download_dir, str) else None,
+        workdir=working_dir if isinstance(working_dir, str) else (facts.workdir if facts else None))
     model["served_model_name"] = r.served or [r.model_arg or "model"]
     if not r.served:
         notes.append(f"no --served-model-name: using {model['served_model_name'][0]!r} "
@@ -530,14 +533,24 @@ def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]
 
 
 def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
-                       notes: list[str], *, download_dir: str | None = None
+                       notes: list[str], *, download_dir: str | None = None, workdir: str | None = None
                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
-    hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
     cache = hf_hub_cache(svc.environment.values)
     entries = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
     entries = [(j, v, e) for j, v, e in entries if e is not None]
+    if model_arg is not None and not model_arg.startswith(("/", "~")):
+        # a relative path is read from the server's working directory: vLLM (transformers) takes
+        # the model as a local directory when one exists there, else as a Hugging Face repo id
+        inside = posixpath.normpath(posixpath.join(workdir or "/", model_arg))
+        if _model_mount(inside, entries) is not None:
+            notes.append(f"{base}.command: the model {model_arg!r} is {inside} in the container (working "
+                         f"directory {workdir or '/'}), which a volume mounts: a local path, not a repo id")
+            model_arg = inside
+        elif model_arg.startswith("."):
+            model_arg = inside
+    hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
     holder = None if hub or model_arg is None else _model_mount(model_arg, entries)
     for j, v, entry in entries:
         if holder is not None and j == holder[0]:

@@ -489,3 +489,26 @@ def test_a_config_file_is_refused_naming_it(tmp_path, command):
     with pytest.raises(ServedeckError, match="--config /cfg/vllm.yaml") as exc:
         _import_service(tmp_path, command)
     assert exc.value.field.startswith("services.llm.command[")
+
+
+@pytest.mark.parametrize("service, volumes, weights, mount", [
+    ("    working_dir: /app\n    command: [models/m]\n", "      - /srv/models/m:/app/models/m\n",
+     "/srv/models/m", "/app/models/m"),
+    ("    working_dir: /app\n    command: [./models/m]\n", "      - /srv/models:/app/models\n",
+     "/srv/models/m", "/app/models/m"),
+    ("    command: [models/m]\n", "      - /srv/models:/models\n", "/srv/models/m", "/models/m"),
+])
+def test_a_relative_model_path_is_read_from_the_working_directory(tmp_path, service, volumes, weights, mount):
+    """vLLM takes the model as a local directory when one exists at that path in the server's
+    working directory (compose working_dir, else the image's WorkingDir, else /): a mount there
+    makes ``models/m`` a path, not the Hugging Face repo ``models/m``."""
+    mapping, notes = _import_service(tmp_path, service, volumes)
+    assert (mapping["model"].get("weights_dir"), mapping["model"].get("mount")) == (weights, mount)
+    assert "repo_id" not in mapping["model"]
+    assert mapping["model"]["served_model_name"] == [service.split("[")[1].split("]")[0]]
+
+
+def test_a_relative_model_without_a_mount_there_is_a_repo_id(tmp_path):
+    mapping, _ = _import_service(tmp_path, "    working_dir: /app\n    command: [org/model-7b]\n",
+                                 "      - /srv/hf:/root/.cache/huggingface\n")
+    assert mapping["model"]["repo_id"] == "org/model-7b"

@@ -50,6 +50,30 @@ def own_facts(ctx: Ctx, svc: Service) -> Any:
     return None
 
 
+def release_version(svc: Service) -> tuple[int, int, int] | None:
+    """The image's vLLM release as ``(major, minor, patch)``, or None when unknown or unreadable."""
+    from servedeck.errors import ServedeckError
+    from servedeck.vllm.names import parse_version
+    try:
+        return parse_version(svc.facts.vllm_version) if svc.facts and svc.facts.vllm_version else None
+    except ServedeckError:
+        return None
+
+
+def served_model(svc: Service) -> str | None:
+    """The model (path or repo id, as written) the service's server serves: the exl3xpu
+    launcher's ``--model-path``; for vLLM, :func:`servedeck.vllm.argv.model_argument` for the
+    image's release. None when none is given or the start is unknown."""
+    launch = svc.launch
+    if launch.kind == "exl3xpu":
+        f = launch.serve_opts.get("model-path")
+        return f.value if f else None
+    if launch.kind == "vllm":
+        from servedeck.vllm.argv import model_argument
+        return model_argument([t.s for t in launch.tokens], launch.style or "serve", release_version(svc)).model
+    return None
+
+
 def vllm_flags(svc: Service) -> list[Flag]:
     """``vllm serve`` flag occurrences in order (exl3xpu passthrough or the whole command)."""
     return list(svc.launch.flags) if svc.launch.kind is not None else []

@@ -15,7 +15,7 @@ from typing import Any
 
 from servedeck.compose import document
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import network_siblings
+from servedeck.compose.rules._facts import network_siblings, served_model
 from servedeck.compose.rules._service import Ctx, Service
 
 # ----------------------------------------------------------------------------- image
@@ -289,23 +289,9 @@ def mounts(svc: Service) -> list[Mount]:
     return out
 
 
-def _model_path(svc: Service) -> str | None:
-    launch = svc.launch
-    if launch.kind == "exl3xpu":
-        f = launch.serve_opts.get("model-path")
-        return f.value if f else None
-    if launch.kind == "vllm":
-        for f in launch.flags:
-            if f.name == "model" and f.value:
-                return f.value
-        if launch.positionals:
-            return launch.positionals[0].s
-    return None
-
-
 def check_paths(ctx: Ctx, svc: Service) -> None:
     """``paths/*``: bind-mount sources that depend on the machine or are dangerous."""
-    model = _model_path(svc)
+    model = served_model(svc)
     for m in mounts(svc):
         src = m.source
         if m.bind and src:

@@ -14,7 +14,7 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import judge
+from servedeck.compose.rules._facts import judge, release_version
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
 from servedeck.vllm.argv import model_argument, spec_for
@@ -142,13 +142,6 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
     _json_checks(ctx, svc)
 
 
-def _version(svc: Service) -> tuple[int, int, int] | None:
-    try:
-        return parse_version(svc.facts.vllm_version) if svc.facts and svc.facts.vllm_version else None
-    except ServedeckError:
-        return None
-
-
 def check_model_argument(ctx: Ctx, svc: Service) -> None:
     """The model a ``vllm serve`` / api_server start serves, as vLLM reads its argv
     (:func:`servedeck.vllm.argv.model_argument`): ``argv/model-option-refused``,
@@ -161,7 +154,7 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
     if launch.style is None:
         return
     toks = launch.tokens
-    version = _version(svc)
+    version = release_version(svc)
     found = model_argument([t.s for t in toks], launch.style, version)
     if found.fault is None:
         return
