@@ -63,10 +63,14 @@ def card(test_services):
     entry = HostEntry(ssh=host.ssh_target, workdir=workdir, render_gid="992", port=PORT,
                       ready_timeout_s=120, api_host="127.0.0.1")
     yield host, entry
-    host.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans "
-             f"-t 1; true", check=False)
-    host.run(["rm", "-rf", workdir], check=False)
-    host.close()
+    host.close()  # the test may have left its session broken (an interrupted deploy): clean up in a new one
+    cleanup = RemoteHost("b70", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
+    try:
+        cleanup.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans "
+                    f"-t 1; true", check=False)
+        cleanup.run(["rm", "-rf", workdir], check=False)
+    finally:
+        cleanup.close()
 
 
 def _fast(project: Project, name: str = "fast", parent: str = "batch-8192", mode: str | None = None,
