@@ -29,7 +29,6 @@ from typing import Any, Callable
 from servedeck.deploy.console import Reporter
 from servedeck.host.docker import container_state
 from servedeck.host.remote import RemoteHost
-from servedeck.vllm.startup_log import serving_signal
 
 HEALTH_POLL_S = 0.1
 FAST_POLL_S = 0.01
@@ -136,6 +135,7 @@ class _Watcher(threading.Thread):
 
     def _follow(self, container) -> None:
         def follow() -> None:
+            from servedeck.vllm.startup_log import serving_signal  # imported while compose runs (preload)
             buf = ""
             partial = ""
             try:
