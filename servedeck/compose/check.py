@@ -178,7 +178,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
     from servedeck.host.inimage import dry_run_each
-    jobs: list[tuple[Ctx, tuple, str, list[str]]] = []  # (document, path, image, command)
+    from servedeck.vllm.argv import server_prefix
+    jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None]] = []
+    # (document, path, image, command, the vLLM start an entrypoint: gives, None: the image's own)
     per_document: list[list[Finding]] = []
     for text, file in documents:
         try:
@@ -192,17 +194,29 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
         for name, svc in (data.get("services") or {}).items():
             if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
                 continue
-            if "entrypoint" in svc:
-                ctx.info("inimage/skipped", ("services", name, "entrypoint"),
-                         "entrypoint: replaces the image's launcher; the in-image dry run judges only the "
-                         "image's own entrypoint")
-                continue
             command = svc.get("command") or []
-            if isinstance(command, list):
-                jobs.append((ctx, ("services", name, "command"), svc["image"], [str(c) for c in command]))
-    for image in dict.fromkeys(job[2] for job in jobs):
-        mine = [job for job in jobs if job[2] == image]
-        for (ctx, path, _, _), res in zip(mine, dry_run_each(client, image, [job[3] for job in mine])):
+            if not isinstance(command, list):
+                continue
+            command = [str(c) for c in command]
+            start = None
+            if "entrypoint" in svc:
+                entry = svc["entrypoint"]
+                whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
+                n, kind = server_prefix(whole)
+                if kind != "vllm" or whole[0].rsplit("/", 1)[-1] not in ("vllm", "python", "python3") \
+                        and not whole[0].rsplit("/", 1)[-1].startswith("python3."):
+                    ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                             "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
+                             "launcher replaced by another program); the in-image dry run judges vLLM "
+                             "started by the image's own entrypoint or by `vllm serve` / the api_server module")
+                    continue
+                start, command = tuple(whole[:n]), whole[n:]
+            jobs.append((ctx, ("services", name, "command"), svc["image"], command, start))
+    for image, start in dict.fromkeys((job[2], job[4]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4]) == (image, start)]
+        verdicts = dry_run_each(client, image, [job[3] for job in mine],
+                                entrypoint=list(start) if start is not None else None)
+        for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:
                 ctx.info("inimage/accepted", path, f"vLLM in {image} accepts the command{how}")

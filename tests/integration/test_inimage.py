@@ -182,3 +182,20 @@ def test_the_model_argument_is_read_as_vllm_in_the_image_reads_it(cpu_ref):
             assert res.style == style and res.ok is not refused, (args, ours, res)
             if res.ok:
                 assert res.model == (ours.model or default), (args, ours, res)
+
+
+def test_check_in_image_judges_a_vllm_start_written_as_entrypoint(cpu_ref):
+    """A compose ``entrypoint`` that starts vLLM itself is judged under that start (here the
+    ``vllm`` console script's serve pre-pass refuses a model given twice); a shell is skipped."""
+    from servedeck.compose.check import check_in_image_each
+    serve = (f"services:\n  llm:\n    image: {cpu_ref}\n    entrypoint: [vllm, serve]\n"
+             f"    command: [org/a, --model, org/b]\n")
+    module = (f"services:\n  llm:\n    image: {cpu_ref}\n"
+              f"    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
+              f"    command: [org/a, --model, org/b]\n")
+    shell = f"services:\n  llm:\n    image: {cpu_ref}\n    entrypoint: [sh, -c, 'exec vllm serve org/a']\n"
+    found = check_in_image_each([(serve, "serve.yml"), (module, "module.yml"), (shell, "shell.yml")])
+    got = [(f.file, f.rule) for f in found]
+    assert got == [("serve.yml", "inimage/rejected"), ("module.yml", "inimage/accepted"),
+                   ("shell.yml", "inimage/skipped")], got
+    assert "unrecognized arguments: org/a" in found[0].message
