@@ -11,7 +11,7 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``yaml11/*``       plain scalars YAML 1.1 readers take differently (``2122:22``, ``yes``, ``0123``)
 ``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON;
                    the model as the image's vLLM reads it (twice, refused --model, not first,
-                   none: ``servedeck.vllm.argv.model_argument``)
+                   a second positional, none: ``servedeck.vllm.argv.model_argument``)
 ``launcher/*``     exl3xpu ``scripts/serve.py`` contract (``--set``, passthrough, env merge)
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution

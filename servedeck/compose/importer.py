@@ -475,8 +475,8 @@ def _served_model(argv: list[str], style: ServerStyle, facts, where, file: str, 
     and the profile, which renders the model first, fixes it.
 
     Raises:
-        ServedeckError: the model is given twice, or only as a positional the api_server
-            module never uses.
+        ServedeckError: the model is given twice, a second positional item follows it, or the
+            model is only a positional the api_server module never uses.
     """
     version = None
     if facts is not None and facts.vllm_version:
@@ -496,6 +496,11 @@ def _served_model(argv: list[str], style: ServerStyle, facts, where, file: str, 
                              f"`vllm serve` ({release}) moves --model to the front and exits with "
                              f"'unrecognized arguments: {bad}'", file=file, field=at,
                              hint="keep one model, as the first item, and import again")
+    if found.fault == "extra-positional":
+        raise ServedeckError(f"{bad!r} is a second positional item after the model {found.model!r}: vLLM "
+                             f"takes one and exits with 'unrecognized arguments: {bad}'", file=file, field=at,
+                             hint=(f"write {bad!r} as two items, flag and value," if bad.startswith("-")
+                                   else f"drop {bad!r} (or give it to its flag)") + " and import again")
     if found.fault == "no-model" and found.fault_index is not None:
         raise ServedeckError(f"python -m vllm.entrypoints.openai.api_server parses the positional {bad!r} "
                              "and never uses it: it serves its default model", file=file, field=at,

@@ -782,6 +782,7 @@ class ModelArgument:
             ``model-option-refused`` (``--model`` with ``vllm serve`` up to 0.11.0: vLLM exits),
             ``model-twice`` (a positional model and ``--model``, from 0.11.1: vLLM exits),
             ``model-not-first`` (``--served-model-name`` with the model not first, from 0.17.0:
+            vLLM exits), ``extra-positional`` (a second positional: "unrecognized arguments",
             vLLM exits), ``positional-ignored`` (the api_server module parses a positional model
             and never uses it), ``no-model`` (vLLM serves its default model).
         fault_index: token index the fault is about (None for ``no-model``).
@@ -811,61 +812,76 @@ def model_argument(tokens: list[str], style: ServerStyle,
     Returns:
         :class:`ModelArgument`. The ``serve`` rules are vLLM's ``FlexibleArgumentParser.
         parse_args`` pre-pass (:data:`MODEL_OPTION_REFUSED_UNTIL`, :data:`MODEL_MOVED_SINCE`,
-        :data:`MODEL_FIRST_SINCE`) and ``vllm/entrypoints/cli/serve.py`` (``args.model =
-        args.model_tag`` when a positional is given); the ``api_server`` module's ``main`` parses
-        ``model_tag`` (every release from 0.10.2 to 0.32.0, ``make_arg_parser``) and reads only
-        ``--model``.
+        :data:`MODEL_FIRST_SINCE`), then argparse on the reordered items (one positional,
+        ``model_tag``: a further one is "unrecognized arguments", ``extra-positional``), then
+        ``vllm/entrypoints/cli/serve.py`` (``args.model = args.model_tag`` when a positional is
+        given); the ``api_server`` module's ``main`` parses the same ``model_tag`` (every release
+        from 0.10.2 to 0.32.0, ``make_arg_parser``) and reads only ``--model``.
     """
     toks = [str(t).strip() for t in tokens]
     config = any(_CONFIG_RE.match(t) for t in toks)
-    parsed = parse_vllm(toks)
-    positionals = [a for a in parsed if a.name is None]
-    options = [a for a in parsed if a.name == "model" and a.values and not a.missing_value]
-    if style == "api_server":
-        if options:
-            m = options[-1]
-            fault = "positional-ignored" if positionals else None
-            return ModelArgument(m.values[0], m.value_indices[0], fault,
-                                 positionals[0].index if positionals else None, config,
-                                 tuple(p.index for p in positionals))
-        if positionals:
-            return ModelArgument(None, None, "positional-ignored" if config else "no-model",
-                                 positionals[0].index, config, tuple(p.index for p in positionals))
-        return ModelArgument(None, None, None if config else "no-model", None, config)
-    old = version is not None and version <= MODEL_OPTION_REFUSED_UNTIL
+    old = style == "serve" and version is not None and version <= MODEL_OPTION_REFUSED_UNTIL
     if old:
         bare = next((i for i, t in enumerate(toks) if t == "--model"), None)
         if bare is not None:
             return ModelArgument(None, None, "model-option-refused", bare, config)
-        if positionals:  # serve.py: the positional model wins over --model=X
-            return ModelArgument(positionals[0].values[0], positionals[0].index, None, None, config,
-                                 tuple(a.index for a in options))
+    # the items argparse sees, with their indices in ``tokens``: vllm serve (0.11.1+) first
+    # moves the first --model X / --model=X to the front as the positional model
+    items = list(enumerate(toks))
+    moved = None
+    if style == "serve" and not old:
+        moved = next((i for i, t in enumerate(toks) if _MODEL_RE.match(t)), None)
+        if moved is not None:
+            inline = toks[moved].startswith("--model=")
+            value_at = moved if inline else moved + 1
+            value = toks[moved].removeprefix("--model=") if inline else (
+                toks[value_at] if value_at < len(toks) else "")
+            taken = {moved, value_at}
+            items = [(value_at, value)] + [(i, t) for i, t in items if i not in taken]
+        elif (toks and toks[0].startswith("-") and not config and any(_SERVED_RE.match(t) for t in toks)
+              and (version is None or version >= MODEL_FIRST_SINCE)):
+            return _model_not_first(toks, config)
+    parsed = parse_vllm([t for _, t in items])
+    where = [i for i, _ in items]
+    positionals = [(where[a.index], a.values[0]) for a in parsed if a.name is None]
+    options = [a for a in parsed if a.name == "model" and a.values and not a.missing_value]
+    if len(positionals) > 1:  # argparse: one model_tag; the next is "unrecognized arguments"
+        return ModelArgument(positionals[0][1], positionals[0][0],
+                             "model-twice" if moved is not None else "extra-positional",
+                             positionals[1][0], config)
+    positional = positionals[0] if positionals else None
+    if style == "api_server":
         if options:
-            return ModelArgument(options[-1].values[0], options[-1].value_indices[0], None, None, config)
+            m = options[-1]
+            return ModelArgument(m.values[0], where[m.value_indices[0]],
+                                 "positional-ignored" if positional else None,
+                                 positional[0] if positional else None, config,
+                                 (positional[0],) if positional else ())
+        if positional:
+            return ModelArgument(None, None, "positional-ignored" if config else "no-model",
+                                 positional[0], config, (positional[0],))
         return ModelArgument(None, None, None if config else "no-model", None, config)
-    moved = next((i for i, t in enumerate(toks) if _MODEL_RE.match(t)), None)
-    if moved is not None:
-        value_at = moved if toks[moved].startswith("--model=") else moved + 1
-        model = toks[moved].removeprefix("--model=") if value_at == moved else (
-            toks[value_at] if value_at < len(toks) else None)
-        if positionals:
-            return ModelArgument(model, value_at, "model-twice", positionals[0].index, config)
-        return ModelArgument(model, value_at, None, None, config)
-    first_is_flag = bool(toks) and toks[0].startswith("-")
-    if (first_is_flag and not config and any(_SERVED_RE.match(t) for t in toks)
-            and (version is None or version >= MODEL_FIRST_SINCE)):
-        served = next(i for i, t in enumerate(toks) if _SERVED_RE.match(t))
-        if positionals:
-            return ModelArgument(positionals[0].values[0], positionals[0].index, "model-not-first",
-                                 positionals[0].index, config)
-        # no positional: the model may be the last value a list flag took (--served-model-name x M)
-        taken = next((a for a in parsed if a.name and not a.inline and len(a.values) > 1
-                      and spec_for(a.name).nargs_plus), None)
-        at = taken.value_indices[-1] if taken else served
-        return ModelArgument(None, None, "model-not-first", at, config)
-    if positionals:
-        return ModelArgument(positionals[0].values[0], positionals[0].index, None, None, config)
+    if positional:  # serve.py: the positional model wins over --model=X (up to 0.11.0)
+        return ModelArgument(positional[1], positional[0], None, None, config,
+                             tuple(where[a.index] for a in options))
+    if options:
+        m = options[-1]
+        return ModelArgument(m.values[0], where[m.value_indices[0]], None, None, config)
     return ModelArgument(None, None, None if config else "no-model", None, config)
+
+
+def _model_not_first(toks: list[str], config: bool) -> ModelArgument:
+    """The ``model-not-first`` fault (:data:`MODEL_FIRST_SINCE`): at the first positional, else
+    at the last value a list flag took (``--served-model-name x MODEL``), else at the flag."""
+    parsed = parse_vllm(toks)
+    positionals = [a for a in parsed if a.name is None]
+    if positionals:
+        return ModelArgument(positionals[0].values[0], positionals[0].index, "model-not-first",
+                             positionals[0].index, config)
+    taken = next((a for a in parsed if a.name and not a.inline and len(a.values) > 1
+                  and spec_for(a.name).nargs_plus), None)
+    served = next(i for i, t in enumerate(toks) if _SERVED_RE.match(t))
+    return ModelArgument(None, None, "model-not-first", taken.value_indices[-1] if taken else served, config)
 
 
 def server_style(start: list[str]) -> ServerStyle | None:

@@ -36,6 +36,11 @@ OLD, MOVED, FIRST = (0, 11, 0), (0, 16, 0), (0, 32, 0)
     (["--port", "8000"], FIRST, None, "no-model"),
     (["--port", "8000"], OLD, None, "no-model"),
     (["A", "--served-model-name", "x"], None, "A", None),
+    (["A", "--port", "8000", "C"], FIRST, "A", "extra-positional"),
+    (["A", "C"], OLD, "A", "extra-positional"),
+    # after the move --served-model-name takes both x and A: vLLM 0.32 accepts it, serving B
+    (["--served-model-name", "x", "--model", "B", "A"], FIRST, "B", None),
+    (["--served-model-name", "x", "y", "A", "--model", "B"], FIRST, "B", None),
     (["--port", "1", "A", "--served-model-name", "x"], None, "A", "model-not-first"),  # unknown: newest
 ])
 def test_vllm_serve_reads_the_model_as_each_release_does(tokens, version, model, fault):
@@ -49,6 +54,7 @@ def test_vllm_serve_reads_the_model_as_each_release_does(tokens, version, model,
     (["A", "--model", "B"], "B", "positional-ignored", 0),
     (["--port", "8000"], None, "no-model", None),
     (["--served-model-name", "x", "--model=B"], "B", None, None),   # no reordering, no first rule
+    (["A", "C", "--model", "B"], "A", "extra-positional", 1),
 ])
 def test_the_api_server_module_reads_only_the_model_option(tokens, model, fault, at):
     found = model_argument(tokens, "api_server", FIRST)
@@ -84,7 +90,7 @@ def _found(catalog, version: str, service: str) -> list[tuple[str, str, str]]:
     text = (f"services:\n  llm:\n    image: registry.example/vllm@{D[version]}\n{service}"
             "    ports: [\"8000:8000\"]\n")
     return [(f.rule, f.severity.value, f.path) for f in check_compose_text(text, file="x.yml", catalog=catalog)
-            if f.rule.startswith(("argv/model", "argv/no-model", "entrypoint/api-server"))]
+            if f.rule.startswith(("argv/model", "argv/no-model", "argv/extra-positional", "entrypoint/api-server"))]
 
 
 @pytest.mark.parametrize("version, command, expected", [
@@ -98,6 +104,7 @@ def _found(catalog, version: str, service: str) -> list[tuple[str, str, str]]:
     ("0.16.0", "[--port, \"8000\", --served-model-name, chat, org/m]",
      [("argv/model-taken-by-flag", "error", "services.llm.command[4]")]),
     ("0.32.0", "[org/m, --served-model-name, chat]", []),
+    ("0.32.0", "[org/m, --port, \"8000\", org/other]", [("argv/extra-positional", "error", "services.llm.command[3]")]),
     ("0.32.0", "\"org/m --served-model-name chat\"", []),                     # a string command
     ("0.32.0", "\"--served-model-name chat org/m\"", [("argv/model-not-first", "error", "services.llm.command")]),
 ])

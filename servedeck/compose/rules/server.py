@@ -145,7 +145,7 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
 def check_model_argument(ctx: Ctx, svc: Service) -> None:
     """The model a ``vllm serve`` / api_server start serves, as vLLM reads its argv
     (:func:`servedeck.vllm.argv.model_argument`): ``argv/model-option-refused``,
-    ``argv/model-twice``, ``argv/model-not-first`` (vLLM exits), ``argv/model-taken-by-flag``
+    ``argv/model-twice``, ``argv/model-not-first``, ``argv/extra-positional`` (vLLM exits), ``argv/model-taken-by-flag``
     and ``argv/no-model`` (vLLM serves its default model), and
     ``entrypoint/api-server-positional`` (the api_server module ignores a positional model).
     The version-bound faults are errors when the image's vLLM release is known, warnings
@@ -175,6 +175,13 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
                f"({release}, since 0.11.1) moves --model to the front, so {at.s!r} becomes an extra "
                f"item and vLLM exits with 'unrecognized arguments: {at.s}'",
                "keep one: the model as the first item (vllm serve MODEL ...), without --model")
+    elif found.fault == "extra-positional":
+        if not looks_like_flag(at.s):  # a flag and its value in one item: argv/flag-value-joined says it
+            first = toks[found.index].s if found.index is not None else ""
+            ctx.error("argv/extra-positional", at.path,
+                      f"{at.s!r} is a second positional item after the model {first!r}: vLLM takes one "
+                      f"and exits with 'unrecognized arguments: {at.s}'",
+                      f"drop {at.s!r}, or give it to the flag it belongs to")
     elif found.fault == "model-not-first":
         what = (f"the model {at.s!r} comes after flags" if found.model else "no model is given"
                 if looks_like_flag(at.s) else f"{at.s!r}, the model it seems, comes after flags (a value of "
