@@ -202,3 +202,35 @@ def test_check_in_image_judges_a_vllm_start_written_as_entrypoint(cpu_ref):
     assert got == [("serve.yml", "inimage/rejected"), ("module.yml", "inimage/accepted"),
                    ("shell.yml", "inimage/skipped")], got
     assert "unrecognized arguments: org/a" in found[0].message
+
+
+def _generated_model_commands(n: int = 200) -> list[list[str]]:
+    """``n`` commands from permutations of up to four pieces that give, move or shadow the model
+    (seeded: the same commands every run)."""
+    import itertools
+    import random
+    pieces = [["org/a"], ["--model", "org/b"], ["--model=org/b"], ["--served-model-name", "x"],
+              ["--served_model_name=x"], ["--served-model-name", "x", "y"], ["--port", "8000"],
+              ["--enforce-eager"], ["--max-model-len", "1k"], ["org/c"], ["--model", "org/d"]]
+    cases = sorted({tuple(t for i in combo for t in pieces[i])
+                    for k in range(1, 5) for combo in itertools.permutations(range(len(pieces)), k)})
+    random.Random(7).shuffle(cases)
+    return [list(c) for c in cases[:n]]
+
+
+def test_generated_model_commands_are_read_as_vllm_in_the_image_reads_them(cpu_ref):
+    """200 generated commands under each start: every refusal and every served model of
+    :func:`servedeck.vllm.argv.model_argument` matches vLLM 0.32's own parser."""
+    from servedeck.host.inimage import dry_run_each
+    from servedeck.vllm.argv import model_argument
+    from servedeck.vllm.facts import table_for
+    default = table_for("0.32.0", "serve_args").facts.option("model").default
+    cases = _generated_model_commands()
+    wrong = []
+    for style in START:
+        for args, res in zip(cases, dry_run_each(None, cpu_ref, cases, entrypoint=START[style])):
+            ours = model_argument(args, style, (0, 32, 0))
+            refused = ours.fault in ("model-twice", "model-not-first", "model-option-refused", "extra-positional")
+            if res.ok == refused or (res.ok and res.model != (ours.model or default)):
+                wrong.append((style, args, res.message, ours))
+    assert not wrong, wrong[:5]
