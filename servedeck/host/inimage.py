@@ -261,7 +261,8 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
                  entrypoint: list[str] | None = None) -> list[DryRunResult]:
     """Judge several server commands for one image: the cached verdicts are read, and all
     the others come from ONE throw-away container (one vLLM import, ~10 s on the test
-    machines, instead of one per command).
+    machines, instead of one per command), or one per :data:`ARGUMENT_LIMIT` bytes of commands
+    (:func:`argument_batches`).
 
     Args and Raises: as :func:`dry_run`; ``commands`` is a list of compose ``command`` lists;
     ``entrypoint``: the start the commands are arguments to (a compose ``entrypoint`` such as
@@ -293,16 +294,18 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
         image = _image(client, image_ref)
     entry = list(entrypoint) if entrypoint is not None else list(
         (image.attrs.get("Config") or {}).get("Entrypoint") or [])
+    verdicts: list[dict[str, Any]] = []
     try:
-        out = _introspect(client, image, ["launch-dryrun-each", json.dumps(entry),
-                                          json.dumps([list(commands[i]) for i in todo])])
+        for batch in argument_batches([list(commands[i]) for i in todo]):
+            out = _introspect(client, image, ["launch-dryrun-each", json.dumps(entry), batch])
+            verdicts += out.get("verdicts") or []
     except ServedeckError as exc:
         if use_cache:
             atomic_write(unable, exc.message + "\n")
         raise
     seconds = time.perf_counter() - t0
     fresh: dict[str, DryRunResult] = {}
-    for i, verdict in zip(todo, out.get("verdicts") or []):
+    for i, verdict in zip(todo, verdicts):
         res = fresh[keys[i]] = DryRunResult(bool(verdict.get("ok")), str(verdict.get("stage")),
                                             str(verdict.get("message")), list(verdict.get("argv") or []),
                                             image.id, seconds=seconds, model=verdict.get("model"),
@@ -319,6 +322,33 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
                                      f"{' '.join(commands[i])[:200]}")
             results[i] = fresh[key] if i in todo else DryRunResult(**{**asdict(fresh[key]), "cached": True})
     return results  # type: ignore[return-value]
+
+
+ARGUMENT_LIMIT = 100_000
+"""Bytes of one JSON argument of the dry run's container command. Linux refuses a single
+argument string over ``MAX_ARG_STRLEN`` (32 pages, 131,072 bytes: ``include/uapi/linux/binfmts.h``)
+with E2BIG, "argument list too long"."""
+
+
+def argument_batches(commands: list[list[str]], limit: int | None = None) -> list[str]:
+    """``commands`` as JSON lists, in order, each at most ``limit`` bytes (UTF-8; default
+    :data:`ARGUMENT_LIMIT`) unless one command alone is longer (it then goes alone): one
+    container judges each batch."""
+    limit = ARGUMENT_LIMIT if limit is None else limit
+    out: list[str] = []
+    batch: list[str] = []
+    size = 2
+    for c in commands:
+        item = json.dumps(c)
+        n = len(item.encode()) + (1 if batch else 0)
+        if batch and size + n > limit:
+            out.append("[" + ",".join(batch) + "]")
+            batch, size, n = [], 2, len(item.encode())
+        batch.append(item)
+        size += n
+    if batch:
+        out.append("[" + ",".join(batch) + "]")
+    return out
 
 
 def _script_sha() -> str:

@@ -48,11 +48,14 @@ class FlagSpec:
         name: long name without dashes (``max-num-batched-tokens``).
         kind: value type as vLLM converts it (``bool`` takes no value).
         nargs_plus: True when argparse takes one or more values (``nargs="+"``).
+        optional: the type is vLLM's ``optional_type`` wrapper (``vllm/engine/arg_utils.py``):
+            ``""`` and ``"None"`` give None, any other text goes to ``kind``'s conversion.
     """
 
     name: str
     kind: Kind = "str"
     nargs_plus: bool = False
+    optional: bool = False
 
     @property
     def dest(self) -> str:
@@ -215,7 +218,8 @@ def table_from_serve_args(serve_args: Iterable[Any]) -> tuple[dict[str, FlagSpec
         kind: Kind | None = "bool" if not a.takes_value else _TYPE_KINDS.get(a.type or "")
         for name in longs:
             base = FLAGS.get(name)
-            flags[name] = FlagSpec(name, kind or (base.kind if base else "str"), a.nargs == "+")
+            flags[name] = FlagSpec(name, kind or (base.kind if base else "str"), a.nargs == "+",
+                                   optional=a.type == "_optional_type")
         for o in a.options:
             if o.startswith("-") and not o.startswith("--"):
                 aliases[o[1:]] = longs[0]
@@ -303,6 +307,8 @@ def convert(name: str, text: str | None) -> Any:
     if text is None:
         return True
     spec = spec_for(name)
+    if spec.optional and text in ("", "None"):
+        return None
     try:
         if spec.kind == "json":
             return json.loads(text)
@@ -485,6 +491,17 @@ def _flag_name(token: str) -> tuple[str, str, bool, str | None]:
     return name, ("--" if long else "-") + written, bool(eq), inline if eq else None
 
 
+def _known_with_value(token: str) -> bool:
+    """``--name=VALUE`` with a known option before the ``=``: argparse reads it as that option
+    with VALUE even when VALUE has spaces (Python ``argparse.py`` ``_parse_optional`` tests the
+    ``=`` split before its "a space means a positional" rule)."""
+    if "=" not in token:
+        return False
+    name = _flag_name(token)[0]
+    base = name.partition(".")[0]
+    return name in _shipped()[0] or name in FLAGS or (base != name and spec_for(base).kind == "json")
+
+
 def parse_vllm(tokens: Iterable[str], offset: int = 0) -> list[Arg]:
     """Parse ``vllm serve`` argv the way vLLM's argparse does.
 
@@ -494,7 +511,8 @@ def parse_vllm(tokens: Iterable[str], offset: int = 0) -> list[Arg]:
 
     Returns:
         items in order: flags and positionals (the model). ``--`` separators are dropped.
-        A token containing a space is a positional (argparse would not read it as a flag).
+        A token containing a space is a positional (argparse would not read it as a flag),
+        unless it is ``--known-option=VALUE`` (:func:`_known_with_value`).
     """
     toks = [str(t) for t in tokens]
     out: list[Arg] = []
@@ -504,7 +522,7 @@ def parse_vllm(tokens: Iterable[str], offset: int = 0) -> list[Arg]:
         if t == "--":
             i += 1
             continue
-        if not looks_like_flag(t) or " " in t:
+        if not looks_like_flag(t) or (" " in t and not _known_with_value(t)):
             out.append(Arg(None, offset + i, [t], [offset + i], written=t))
             i += 1
             continue

@@ -11,6 +11,8 @@ The image is case 32's pinned one, with the facts of ``images.yaml`` beside the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_field2_cases import catalog  # noqa: F401  (the cases' image facts)
 
@@ -323,3 +325,25 @@ def test_loopback_and_no_ports_with_sibling_services(catalog, llm_extra, host, o
     rules = _rules(_two_services(llm_extra, host, other), catalog)
     assert (rules.get("server/host-loopback") == "error") is loopback
     assert ("ports/none" in rules) is no_ports
+
+
+@pytest.mark.parametrize("flag, value, bad", [
+    # argparse runs the type on the raw item: Python's int takes "8_000", "+8" and " 8"
+    ("--max-num-seqs", "8_000", False), ("--max-num-seqs", "+8", False), ("--max-num-seqs", "8k", True),
+    # choices are compared after the type ran: "+8" is the int 8
+    ("--max-lora-rank", "+8", False), ("--max-lora-rank", "08", False), ("--max-lora-rank", "9", True),
+    # vLLM's optional_type: "" and "None" are None (a choice of its own here)
+    ("--mm-encoder-attn-dtype", "", False), ("--mm-encoder-attn-dtype", "None", False),
+    ("--mm-encoder-attn-dtype", "fp16", True),
+    ("--speculative-config", "None", False), ("--speculative-config", "", False),
+    ("--speculative-config", "{method: ngram}", True),
+    # union_dict_and_str: a text that is not JSON is a plain string
+    ("--additional-config", "8k", False),
+])
+def test_flag_values_are_judged_as_vllms_argparse_reads_them(flag, value, bad, catalog):  # noqa: F811
+    """Found by generated commands against vLLM 0.32's parser in the CPU image (every value of
+    every flag that takes one: no error here where that parser accepts)."""
+    item = json.dumps(f"{flag}={value}")
+    found = check_compose_text(_compose(f"    command: [example/model-7b, {item}]\n"), file="x.yml", catalog=catalog)
+    errors = [f.rule for f in found if f.severity.value == "error" and f.rule.startswith(("flags/", "argv/"))]
+    assert bool(errors) is bad, errors

@@ -64,3 +64,22 @@ def test_an_answer_without_a_verdict_is_an_error(runs, monkeypatch) -> None:
     monkeypatch.setattr(inimage, "_introspect", lambda client, image, args: {"verdicts": []})
     with pytest.raises(ServedeckError, match="gave no verdict"):
         inimage.dry_run_each(None, "img", [["m"]])
+
+
+def test_commands_past_one_argument_string_go_to_more_containers_in_order(runs, monkeypatch) -> None:
+    """Linux refuses one argument string over 128 KiB ("argument list too long"): the commands
+    are split into JSON arguments of at most ARGUMENT_LIMIT bytes, and the verdicts keep their order."""
+    monkeypatch.setattr(inimage, "ARGUMENT_LIMIT", 200)
+    commands = [["m", f"--x{i}", "v" * 40] for i in range(12)]
+    results = inimage.dry_run_each(None, "img", commands)
+    assert len(runs) > 1 and [c for run in runs for c in run] == commands
+    assert [r.message for r in results] == [" ".join(c) for c in commands]
+
+
+@pytest.mark.parametrize("sizes, limit", [([10] * 30, 100), ([5, 500, 5], 100), ([1], 10), ([], 100)])
+def test_argument_batches_stay_under_the_limit_unless_one_command_is_longer(sizes, limit) -> None:
+    commands = [["x" * n] for n in sizes]
+    batches = inimage.argument_batches(commands, limit)
+    assert [c for b in batches for c in json.loads(b)] == commands
+    for b in batches:
+        assert len(b.encode()) <= limit or len(json.loads(b)) == 1

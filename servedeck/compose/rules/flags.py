@@ -26,24 +26,48 @@ _NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
 
 
 
+_OPTIONAL = "_optional_type"
+"""vLLM's ``optional_type`` wrapper (``vllm/engine/arg_utils.py``): ``""`` and ``"None"`` give
+None; the shipped tables do not record the type it wraps."""
+
+
+def _typed(type_name: str | None, text: str) -> Any:
+    """``text`` converted as argparse converts it with vLLM's type function ``type_name``
+    (argparse calls ``type(text)`` on the raw item: Python's ``int``/``float`` take ``" 8"``,
+    ``"+8"`` and ``"8_000"``); ``text`` itself for a type it cannot run.
+
+    Raises:
+        ValueError: the type function refuses the text.
+    """
+    if type_name == _OPTIONAL and text in ("", "None"):
+        return None
+    if type_name == "int":
+        return int(text)
+    if type_name == "float":
+        return float(text)
+    if type_name in ("human_readable_int", "human_readable_int_or_auto"):
+        return human_readable_int(text.strip(), auto=type_name == "human_readable_int_or_auto")
+    return text
+
+
 def _value_ok(type_name: str | None, text: str) -> bool | None:
     """Whether vLLM's type function ``type_name`` accepts ``text`` (None: cannot tell)."""
-    t = text.strip()
-    if type_name == "int":
-        return re.fullmatch(r"[-+]?\d+", t) is not None
-    if type_name == "float":
-        try:
-            float(t)
-            return True
-        except ValueError:
-            return False
-    if type_name in ("human_readable_int", "human_readable_int_or_auto"):
-        try:
-            human_readable_int(t, auto=type_name == "human_readable_int_or_auto")
-        except ValueError:
-            return False
-        return True
-    return None
+    if type_name not in ("int", "float", "human_readable_int", "human_readable_int_or_auto"):
+        return None
+    try:
+        _typed(type_name, text)
+    except ValueError:
+        return False
+    return True
+
+
+def _in_choices(action: Any, text: str) -> bool:
+    """argparse's choice test: the converted value is one of the choices."""
+    try:
+        value = _typed(action.type, text)
+    except ValueError:
+        return True  # flags/bad-value says it
+    return value in action.choices or (isinstance(value, str) and value in [str(c) for c in action.choices])
 
 
 def _spelling(type_name: str | None) -> str:
@@ -108,7 +132,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"{_spelling(action.type)}; vLLM exits with 'invalid {action.type} value'",
                    f"write e.g. --{flag.name} 8192")
         if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") \
-                and text not in [str(c) for c in action.choices] \
+                and not _in_choices(action, text) \
                 and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):
             close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
             report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
@@ -121,7 +145,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
 def _is_choice(facts: Any, name: str, text: str) -> bool:
     """True when ``text`` is one of ``--name``'s choices in ``facts``."""
     action = facts.option(name)
-    return action is not None and text in [str(c) for c in action.choices or []]
+    return action is not None and bool(action.choices) and _in_choices(action, text)
 
 
 def _rename_hint(name: str, options: list[str]) -> str:

@@ -84,12 +84,17 @@ def _json_checks(ctx: Ctx, svc: Service) -> None:
                     f"--{base}.KEY flags (from {first.token.s!r} on) and it replaces the whole JSON "
                     f"value, wherever each stands", f"put every key in one --{base} JSON value, or "
                     f"give them all as --{base}.KEY flags")
+    j = judge(ctx, svc, "serve_args")
     for flag in launch.flags:
         if flag.name not in JSON_FLAGS or flag.value is None:
             continue
         value = flag.value
         if _leaked_quotes(value):
             continue  # argv/leaked-quotes
+        action = j.facts.option(flag.name) if j is not None else None
+        if action is not None and (action.type == "union_dict_and_str"  # a non-JSON text is a string
+                                   or action.type == "_optional_type" and value in ("", "None")):
+            continue
         try:
             json.loads(value)
         except ValueError as exc:
