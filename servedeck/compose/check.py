@@ -178,7 +178,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
     from servedeck.host.inimage import dry_run_each
-    from servedeck.vllm.argv import server_prefix
+    from servedeck.vllm.argv import server_prefix, wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None]] = []
     # (document, path, image, command, the vLLM start an entrypoint: gives, None: the image's own)
     per_document: list[list[Finding]] = []
@@ -203,8 +203,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
                 entry = svc["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
                 n, kind = server_prefix(whole)
-                if kind != "vllm" or whole[0].rsplit("/", 1)[-1] not in ("vllm", "python", "python3") \
-                        and not whole[0].rsplit("/", 1)[-1].startswith("python3."):
+                if kind != "vllm" or wrapper_length(whole):
                     ctx.info("inimage/skipped", ("services", name, "entrypoint"),
                              "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
                              "launcher replaced by another program); the in-image dry run judges vLLM "

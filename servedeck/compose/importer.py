@@ -30,7 +30,7 @@ from servedeck.model.profile import IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, LauncherArgv, ServerStyle, SetItem, dotted_replaces, last_wins,
                                  model_argument, parse_launcher, parse_vllm, repeated, server_prefix,
                                  server_style, settings, spec_for)
-from servedeck.vllm.names import parse_version
+from servedeck.vllm.names import release_of
 from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -156,7 +156,7 @@ class _Reader:
         for a in args:
             if a.name is None:
                 if self.kind == "vllm" and positional is None:
-                    positional = a
+                    positional = a  # the model: import_compose reads it with model_argument
                 else:
                     self.extra.append(argv[a.index])
                 continue
@@ -164,8 +164,6 @@ class _Reader:
                 continue  # an earlier occurrence of a typed flag: the last one wins
             if not self._take(a, argv):
                 self.extra += _tokens_of(a, argv)
-        if positional is not None and self.model_arg is None:
-            self.model_arg = positional.values[0]  # import_compose decides with model_argument
 
     def _modelled(self, a: Arg) -> bool:
         return a.dest in {"served_model_name", "port", "model", "enable_auto_tool_choice",
@@ -187,7 +185,7 @@ class _Reader:
         elif dest == "port":
             self.port = self.value(a, argv)
         elif dest == "model" and self.kind == "vllm":
-            self.model_arg = a.value
+            pass  # the model: import_compose reads it with model_argument (_served_model)
         elif dest == "enable_auto_tool_choice":
             self.engine["enable_auto_tool_choice"] = not a.negated
         elif dest in ("tool_call_parser", "reasoning_parser"):
@@ -478,12 +476,7 @@ def _served_model(argv: list[str], style: ServerStyle, facts, where, file: str, 
         ServedeckError: the model is given twice, a second positional item follows it, or the
             model is only a positional the api_server module never uses.
     """
-    version = None
-    if facts is not None and facts.vllm_version:
-        try:
-            version = parse_version(facts.vllm_version)
-        except ServedeckError:
-            version = None
+    version = release_of(facts.vllm_version) if facts is not None else None
     release = f"vLLM {facts.vllm_version}" if version else "vLLM"
     found = model_argument(argv, style, version)
     refused = found.fault == "model-option-refused"

@@ -127,7 +127,7 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 _PYTHON_OPT_WITH_VALUE = {"-X", "-W", "-Q"}
 
 
-def _wrappers(argv: list[str]) -> int:
+def wrapper_length(argv: list[str]) -> int:
     """Number of leading items that only wrap the program they run: ``env`` (with its options
     and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
     ``--``), ``nice -n N``."""
@@ -162,7 +162,7 @@ def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | No
     serve`` (what the ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu
     image's ``[python3] .../serve.py``; after wrappers that run them (``env NAME=value``,
     ``tini --``, ``dumb-init``, ``nice``)."""
-    w = _wrappers(argv)
+    w = wrapper_length(argv)
     rest = argv[w:]
     base = [a.rsplit("/", 1)[-1] for a in rest[:2]]
     if base[:1] == ["vllm"] and rest[1:2] == ["serve"]:
@@ -307,21 +307,39 @@ def convert(name: str, text: str | None) -> Any:
     if text is None:
         return True
     spec = spec_for(name)
-    if spec.optional and text in ("", "None"):
-        return None
     try:
-        if spec.kind == "json":
-            return json.loads(text)
-        if spec.kind in ("human_int", "human_int_auto"):
-            return human_readable_int(text, auto=spec.kind == "human_int_auto")
-        if spec.kind == "int":
-            return int(text)
-        if spec.kind == "float":
-            return float(text)
+        return convert_kind(spec.kind, text, optional=spec.optional)
     except ValueError as exc:
         raise ServedeckError(f"--{name} {text!r}: vLLM refuses this value ({exc})",
                              hint=_value_hint(spec)) from None
+
+
+def convert_kind(kind: Kind, text: str, *, optional: bool = False) -> Any:
+    """``text`` converted as argparse converts it with a type function of ``kind`` (argparse
+    calls ``type(text)`` on the raw item: Python's ``int``/``float`` take ``" 8"``, ``"+8"`` and
+    ``"8_000"``); ``optional`` (vLLM's ``optional_type``): ``""`` and ``"None"`` give None.
+    Kinds without a conversion (``str``, ``bool``) give ``text``.
+
+    Raises:
+        ValueError: the type function refuses the text (``json.JSONDecodeError`` included).
+    """
+    if optional and text in ("", "None"):
+        return None
+    if kind == "json":
+        return json.loads(text)
+    if kind in ("human_int", "human_int_auto"):
+        return human_readable_int(text, auto=kind == "human_int_auto")
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
     return text
+
+
+def kind_of_type(type_name: str | None) -> Kind | None:
+    """The :data:`Kind` of the argparse type function a shipped vLLM table names (``int``,
+    ``human_readable_int``, ``loads`` ...), or None for one it cannot name (``_optional_type``)."""
+    return _TYPE_KINDS.get(type_name or "")
 
 
 def _value_hint(spec: FlagSpec) -> str:
@@ -925,7 +943,8 @@ __all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem",
            "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
            "convert_lenient", "table_from_serve_args", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
            "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item",
-           "ServerStyle", "ModelArgument", "model_argument", "server_style"]
+           "ServerStyle", "ModelArgument", "model_argument", "server_style", "wrapper_length", "convert_kind",
+           "kind_of_type"]
 
 
 def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, Any]:

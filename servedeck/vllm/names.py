@@ -70,6 +70,16 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return (parts[0], parts[1], parts[2])
 
 
+def release_of(text: str | None) -> tuple[int, int, int] | None:
+    """:func:`parse_version` of ``text``, or None when ``text`` is None, empty or unreadable."""
+    if not text:
+        return None
+    try:
+        return parse_version(text)
+    except ServedeckError:
+        return None
+
+
 @dataclass(frozen=True)
 class NameCheck:
     """Outcome of :func:`check_name`.

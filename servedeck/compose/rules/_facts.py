@@ -21,15 +21,9 @@ if TYPE_CHECKING:
 
 
 def version_tuple(svc: Service) -> tuple[int, int, int] | None:
-    """The image's vLLM version as (major, minor, patch), or None when unknown."""
-    if svc.facts is None:
-        return None
-    from servedeck.errors import ServedeckError
-    from servedeck.vllm.names import parse_version
-    try:
-        return parse_version(svc.facts.vllm_version)
-    except ServedeckError:
-        return None
+    """The image's vLLM version as (major, minor, patch), or None when unknown or unreadable."""
+    from servedeck.vllm.names import release_of
+    return release_of(svc.facts.vllm_version) if svc.facts is not None else None
 
 
 def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
@@ -50,28 +44,15 @@ def own_facts(ctx: Ctx, svc: Service) -> Any:
     return None
 
 
-def release_version(svc: Service) -> tuple[int, int, int] | None:
-    """The image's vLLM release as ``(major, minor, patch)``, or None when unknown or unreadable."""
-    from servedeck.errors import ServedeckError
-    from servedeck.vllm.names import parse_version
-    try:
-        return parse_version(svc.facts.vllm_version) if svc.facts and svc.facts.vllm_version else None
-    except ServedeckError:
-        return None
-
-
 def served_model(svc: Service) -> str | None:
     """The model (path or repo id, as written) the service's server serves: the exl3xpu
-    launcher's ``--model-path``; for vLLM, :func:`servedeck.vllm.argv.model_argument` for the
-    image's release. None when none is given or the start is unknown."""
+    launcher's ``--model-path``; for vLLM, ``Launch.model`` (the model argument as the image's
+    release reads it). None when none is given or the start is unknown."""
     launch = svc.launch
     if launch.kind == "exl3xpu":
         f = launch.serve_opts.get("model-path")
         return f.value if f else None
-    if launch.kind == "vllm":
-        from servedeck.vllm.argv import model_argument
-        return model_argument([t.s for t in launch.tokens], launch.style or "serve", release_version(svc)).model
-    return None
+    return launch.model.model if launch.model is not None else None
 
 
 def vllm_flags(svc: Service) -> list[Flag]:

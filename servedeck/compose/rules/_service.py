@@ -23,6 +23,7 @@ from servedeck.findings import Finding, Severity
 from servedeck.compose.rules._doc import Doc, Path, path_str
 from servedeck.compose.document import shell_script, split_command
 from servedeck.vllm import argv
+from servedeck.vllm.names import release_of
 from servedeck.vllm.argv import ALIASES, ASSIGNMENT, FLAGS, LAUNCHER_OPTIONS, looks_like_flag, server_prefix
 from servedeck.yamlio import launcher_value
 
@@ -220,6 +221,9 @@ class Launch:
             the service's ``environment``.
         style: for ``vllm``, how the server is started (:data:`~servedeck.vllm.argv.ServerStyle`:
             ``serve`` or ``api_server``), from the start the container runs; None when unknown.
+        model: for ``vllm``, the model argument as the image's release reads ``tokens``
+            (:func:`~servedeck.vllm.argv.model_argument`; read as ``vllm serve`` when ``style``
+            is unknown); None for other launchers.
     """
 
     kind: Literal["exl3xpu", "vllm"] | None
@@ -239,6 +243,7 @@ class Launch:
     entry_unknown: bool = False
     env_words: list[Token] = field(default_factory=list)
     style: argv.ServerStyle | None = None
+    model: argv.ModelArgument | None = None
 
 
 def _flag(arg: argv.Arg, tokens: list[Token]) -> Flag:
@@ -429,9 +434,12 @@ def analyse_service(ctx: Ctx, name: str, data: dict[str, Any]) -> Service:
     launch.entry_unknown = data.get("entrypoint") is not None and kind is None
     launch.shell_plain = script is not None and inner is not None
     launch.env_words = env_words
-    if kind == "vllm" and (data.get("entrypoint") is not None or repeat or (facts and not facts.inferred)):
-        # the start is known: written in the file, or the image's own (not guessed from its name)
-        launch.style = argv.server_style([t.s for t in cmd[:repeat]] if repeat else effective_entry)
+    if kind == "vllm":
+        if data.get("entrypoint") is not None or repeat or (facts and not facts.inferred):
+            # the start is known: written in the file, or the image's own (not guessed from its name)
+            launch.style = argv.server_style([t.s for t in cmd[:repeat]] if repeat else effective_entry)
+        launch.model = argv.model_argument([t.s for t in launch.tokens], launch.style or "serve",
+                                           release_of(facts.vllm_version) if facts else None)
 
     from servedeck.compose.document import env_file_paths
     env_files = [(path + where, k, v) for where, file, _ in env_file_paths(data.get("env_file"))

@@ -19,7 +19,7 @@ from typing import Any
 
 from servedeck.compose.rules._facts import judge, vllm_flags
 from servedeck.compose.rules._service import Ctx, Flag, Service
-from servedeck.vllm.argv import human_readable_int, negative_option
+from servedeck.vllm.argv import convert_kind, kind_of_type, negative_option
 
 #: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
 _NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
@@ -32,22 +32,16 @@ None; the shipped tables do not record the type it wraps."""
 
 
 def _typed(type_name: str | None, text: str) -> Any:
-    """``text`` converted as argparse converts it with vLLM's type function ``type_name``
-    (argparse calls ``type(text)`` on the raw item: Python's ``int``/``float`` take ``" 8"``,
-    ``"+8"`` and ``"8_000"``); ``text`` itself for a type it cannot run.
+    """``text`` converted by vLLM's type function ``type_name`` as argparse runs it
+    (:func:`servedeck.vllm.argv.convert_kind`); ``text`` itself for a type it cannot run.
 
     Raises:
         ValueError: the type function refuses the text.
     """
-    if type_name == _OPTIONAL and text in ("", "None"):
-        return None
-    if type_name == "int":
-        return int(text)
-    if type_name == "float":
-        return float(text)
-    if type_name in ("human_readable_int", "human_readable_int_or_auto"):
-        return human_readable_int(text.strip(), auto=type_name == "human_readable_int_or_auto")
-    return text
+    kind = kind_of_type(type_name)
+    if kind == "json":
+        return text  # the json/* rules judge JSON values
+    return convert_kind(kind or "str", text, optional=type_name == _OPTIONAL)
 
 
 def _value_ok(type_name: str | None, text: str) -> bool | None:

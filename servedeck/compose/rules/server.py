@@ -14,10 +14,10 @@ from typing import Any
 
 from servedeck.errors import ServedeckError
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import judge, release_version
+from servedeck.compose.rules._facts import judge, version_tuple
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
-from servedeck.vllm.argv import model_argument, spec_for
+from servedeck.vllm.argv import spec_for
 from servedeck.vllm.names import check_name, parse_version
 
 _QUOTES = ("'", '"')
@@ -156,13 +156,11 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
     The version-bound faults are errors when the image's vLLM release is known, warnings
     otherwise."""
     launch = svc.launch
-    if launch.style is None:
+    found = launch.model
+    if launch.style is None or found is None or found.fault is None:
         return
     toks = launch.tokens
-    version = release_version(svc)
-    found = model_argument([t.s for t in toks], launch.style, version)
-    if found.fault is None:
-        return
+    version = version_tuple(svc)
     at = toks[found.fault_index] if found.fault_index is not None else None
     sure = version is not None
     release = f"vLLM {svc.facts.vllm_version}" if sure and svc.facts else "recent vLLM releases"
