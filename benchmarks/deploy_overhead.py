@@ -159,6 +159,41 @@ def invoke(project: Path, *args: str, cprofile: Path | None = None, trace: Path 
     return wall, subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err)), phases
 
 
+FLOOR_PY = r"""
+import subprocess, sys
+when, root, script, ssh = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+if when == "start":
+    session = subprocess.Popen(ssh, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+def call(command):
+    session.stdin.write(command.encode() + b"; echo sd-floor-done\n")
+    session.stdin.flush()
+    while (line := session.stdout.readline()) != b"sd-floor-done\n":
+        if not line:
+            sys.exit("the session ended early")
+
+import contextlib, io
+from invoke.main import program  # the CLI's start-up beside the login shell, as a deploy has it
+with contextlib.redirect_stdout(io.StringIO()):
+    program.run(["invoke", "-r", root, "--list"], exit=False)
+if when == "tasks":
+    session = subprocess.Popen(ssh, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+call(script)                                   # the login, then one round trip: the preflight
+call("(sd_compose up -d --force-recreate --pull never --no-build) </dev/null >/dev/null 2>&1")  # the switch
+call("true")                                   # one round trip: the finish
+session.stdin.close()
+session.wait()
+"""
+"""The least a deploy can do, as a process of its own (``floor`` peer): the CLI's start-up
+(``invoke --list``) and an SSH session, one round trip once its login shell has run (where a
+deploy runs its preflight), compose's replace in that session (the switch), one more round trip
+(the finish). No servedeck code runs, nothing is rendered, checked or recorded, and the server's
+start-up is not waited for: its wall time is what a deploy that did nothing of its own would
+still cost beyond the server's start. First argument ``start``: the session is opened at the
+process start, beside the CLI's start-up; ``tasks``: once invoke has loaded its tasks, the
+earliest point at which ``invoke deploy`` runs any of servedeck's code."""
+
+
 def latest_run(project: Path) -> dict:
     import json
     runs = sorted(p for p in (project / "runs").iterdir() if (p / "run.json").exists())
@@ -245,8 +280,13 @@ def main() -> int:
                              "outcome": meta.get("outcome")})
             # peers on the same host: one SSH round trip over the shared connection (the host's
             # login shell included), and compose's own replace of the running container
-            ssh_s, session_s, up_s = [], [], []
+            ssh_s, session_s, up_s, floor_s, floor_tasks_s = [], [], [], [], []
             for _ in range(3):
+                for when, into in (("start", floor_s), ("tasks", floor_tasks_s)):
+                    t = time.perf_counter()
+                    subprocess.run([PYTHON, "-c", FLOOR_PY, when, str(ROOT), COMPOSE_SH + f"cd {workdir}",
+                                    *host.transport.argv("sh")], cwd=project, check=True)
+                    into.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 host.transport.run_alone(["true"])
                 ssh_s.append(time.perf_counter() - t)
@@ -282,6 +322,10 @@ def main() -> int:
     print(f"peer: `docker compose up -d --force-recreate` of the deployed file over SSH, Compose run as "
           f"a deploy runs it (`sd_compose`: compose's own replace of the running container) median "
           f"{statistics.median(up_s):.3f} s")
+    print(f"peer: the floor (`invoke --list` beside a session opened at the process start, one round "
+          f"trip, compose's replace in the session, one round trip; no servedeck code, no wait) median "
+          f"{statistics.median(floor_s):.3f} s; with the session opened once invoke has loaded its tasks "
+          f"(where `invoke deploy` first runs servedeck's code) median {statistics.median(floor_tasks_s):.3f} s")
     if timelines:
         names = [n for n in (*PHASES, "exit") if all(n in tl for tl in timelines)]
         print("timeline of a deploy, median seconds from the process start to each phase's first line: "
@@ -300,7 +344,8 @@ def main() -> int:
               f"{TARGET_OVERHEAD_S:g} s: {'pass' if med <= TARGET_OVERHEAD_S else 'MISS'}")
         floor = peer + statistics.median(up_s)
         print(f"servedeck's own share (overhead - CLI start-up - compose's replace, medians): "
-              f"{med - floor:.3f} s; the two peers alone: {floor:.3f} s")
+              f"{med - floor:.3f} s; the two peers alone: {floor:.3f} s; overhead - the floor: "
+              f"{med - statistics.median(floor_s):.3f} s")
     if late:
         print(f"readiness noticed after the server serves: median {statistics.median(late):.3f} s, "
               f"max {max(late):.3f} s; target <= {TARGET_LATE_S:g} s: "

@@ -206,7 +206,7 @@ def render(c, profile, out=None, flags=False):
 @_cli
 def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False):
     """Verify a compose file: schema, pinning, YAML 1.1 traps, argv, launcher contract, vLLM names."""
-    from servedeck.compose.check import check_compose_text, findings_to_json, format_findings
+    from servedeck.compose.check import findings_to_json, format_findings
     from servedeck.findings import has_errors
     if sum(bool(x) for x in (profile, compose, all_)) != 1:
         raise ServedeckError("give exactly one of --profile NAME, --compose FILE or --all")
@@ -215,17 +215,8 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         path = Path(compose)
         if not path.exists():
             raise ServedeckError("file not found", file=compose)
-        text = path.read_text(encoding="utf-8")
-        from servedeck.compose.check import CheckExpectations
-        from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
-        from servedeck.yamlio import load_data
-        try:  # what Compose reads beside the file: its .env, its env_file and extends files
-            data = load_data(text)
-        except Exception:  # noqa: BLE001 - a YAML error is the check's own first finding
-            data = None
-        findings = check_compose_text(text, file=compose, catalog=_catalog(), expect=CheckExpectations(
-            variables=dotenv_variables(path), env_files=env_file_variables(path, data),
-            extends_files=extends_files(path, data)))
+        from servedeck.compose.check import check_compose_file
+        text, findings = check_compose_file(path, file=compose, catalog=_catalog())
         if in_image:
             from servedeck.compose.check import check_in_image
             findings += check_in_image(text, file=compose)

@@ -43,6 +43,8 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
+from os import PathLike
+from pathlib import Path as PathType
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
@@ -51,7 +53,7 @@ from servedeck.compose.rules import (container, document, environment, features,
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
-__all__ = ["CheckExpectations", "check_compose_text", "format_findings", "findings_to_json"]
+__all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
@@ -84,8 +86,35 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
         Nothing for bad input; exceptions are bugs.
     """
     ctx = _document_context(text, file, catalog, expect)
+    return ctx if isinstance(ctx, list) else _check(ctx)
+
+
+def check_compose_file(path: PathLike, *, file: str | None = None,
+                       catalog: Catalog | None = None) -> tuple[str, list[Finding]]:
+    """Check the compose file at ``path`` as Compose reads it in its directory (the project
+    directory): :func:`check_compose_text` with the variables of its ``.env``, the ``env_file``
+    files its services name and the files they ``extends``, read from the one parse of the file.
+
+    Returns:
+        (the file's text, its findings sorted by line).
+
+    Raises:
+        OSError / UnicodeDecodeError: ``path`` cannot be read as UTF-8 text.
+    """
+    from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
+    path = PathType(path)
+    text = path.read_text(encoding="utf-8")
+    ctx = _document_context(text, file, catalog, None)
     if isinstance(ctx, list):
-        return ctx
+        return text, ctx
+    data = ctx.doc.data
+    ctx.expect = CheckExpectations(variables=dotenv_variables(path), env_files=env_file_variables(path, data),
+                                   extends_files=extends_files(path, data))
+    return text, _check(ctx)
+
+
+def _check(ctx: Ctx) -> list[Finding]:
+    """Every rule over a parsed document's context; its findings, sorted by line."""
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)

@@ -195,3 +195,26 @@ def test_an_api_key_from_an_env_file_is_the_servers_key(tmp_path, catalog):  # n
     assert "server/healthcheck-needs-api-key" in {f.rule for f in check_compose_text(
         text, file=str(path), catalog=catalog, expect=read)}
     assert "server/healthcheck-needs-api-key" not in _rules(text, catalog)  # the file not read
+
+
+def test_a_compose_file_is_checked_with_what_compose_reads_beside_it(tmp_path, catalog):  # noqa: F811
+    """check_compose_file reads the file's .env, its env_file and its extends files from its one
+    parse, as `servedeck check --compose FILE` does: the same findings as the text checked with
+    each of them read by hand, and different ones without them."""
+    from servedeck.compose.check import check_compose_file
+    (tmp_path / "gpu.yml").write_text(f"services:\n  gpu:\n    image: {IMAGE}\n{_GPU}")
+    (tmp_path / "keys.env").write_text("VLLM_API_KEY=k1\n")
+    (tmp_path / ".env").write_text("BIND=127.0.0.1\n")
+    text = ("services:\n  llm:\n    extends:\n      file: gpu.yml\n      service: gpu\n"
+            "    command: [example/model-7b, --host, \"${BIND}\"]\n    ports:\n      - \"8000:8000\"\n"
+            "    env_file: [keys.env]\n    healthcheck:\n      test: [\"CMD\", \"curl\", \"-f\", "
+            "\"http://127.0.0.1:8000/v1/models\"]\n")
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text)
+    read, found = check_compose_file(path, file="c.yml", catalog=catalog)
+    assert read == text
+    rules = {f.rule for f in found}
+    assert {"server/healthcheck-needs-api-key", "server/host-loopback"} <= rules, rules
+    assert "gpu/no-device" not in rules, rules
+    alone = {f.rule for f in check_compose_text(text, file="c.yml", catalog=catalog)}
+    assert "server/healthcheck-needs-api-key" not in alone and "server/host-loopback" not in alone, alone
