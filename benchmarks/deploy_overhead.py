@@ -37,7 +37,10 @@ command in that session; and ``docker compose up -d --force-recreate`` of the de
 run over SSH, Compose started the way a deploy's switch starts it
 (:data:`~servedeck.host.facts.COMPOSE_SH`: compose replacing the running container by itself).
 servedeck's own share is the overhead minus the medians of two peers (the CLI start-up and
-compose's replace), the part that servedeck's code decides. A timeline gives the median time
+compose's replace), the part that servedeck's code decides. The floor (:data:`FLOOR_PY`) is a
+process that does only what a deploy cannot leave out (the CLI's start-up, an SSH session, one
+round trip, compose's replace, one round trip) and none of servedeck's work, timed twice: with
+its session opened at the process start, and once invoke has loaded its tasks. A timeline gives the median time
 from the process start to the first output line of each phase and to the exit.
 
 The package is byte-compiled first, as ``pip install`` leaves it. By default (``--python
