@@ -345,9 +345,9 @@ def main() -> int:
         print(f"deploy overhead as the user sees it (wall - server): median {med:.3f} s, max "
               f"{max(over):.3f} s, {med / peer:.1f}x the CLI start-up; target <= "
               f"{TARGET_OVERHEAD_S:g} s: {'pass' if med <= TARGET_OVERHEAD_S else 'MISS'}")
-        floor = peer + statistics.median(up_s)
+        two_peers = peer + statistics.median(up_s)
         print(f"servedeck's own share (overhead - CLI start-up - compose's replace, medians): "
-              f"{med - floor:.3f} s; the two peers alone: {floor:.3f} s; overhead - the floor: "
+              f"{med - two_peers:.3f} s; the two peers alone: {two_peers:.3f} s; overhead - the floor: "
               f"{med - statistics.median(floor_s):.3f} s")
     if late:
         print(f"readiness noticed after the server serves: median {statistics.median(late):.3f} s, "

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 from os import PathLike
-from pathlib import Path as PathType
+from pathlib import Path
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
@@ -89,7 +89,7 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     return ctx if isinstance(ctx, list) else _check(ctx)
 
 
-def check_compose_file(path: PathLike, *, file: str | None = None,
+def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
                        catalog: Catalog | None = None) -> tuple[str, list[Finding]]:
     """Check the compose file at ``path`` as Compose reads it in its directory (the project
     directory): :func:`check_compose_text` with the variables of its ``.env``, the ``env_file``
@@ -102,7 +102,7 @@ def check_compose_file(path: PathLike, *, file: str | None = None,
         OSError / UnicodeDecodeError: ``path`` cannot be read as UTF-8 text.
     """
     from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
-    path = PathType(path)
+    path = Path(path)
     text = path.read_text(encoding="utf-8")
     ctx = _document_context(text, file, catalog, None)
     if isinstance(ctx, list):

@@ -216,5 +216,10 @@ def test_a_compose_file_is_checked_with_what_compose_reads_beside_it(tmp_path, c
     rules = {f.rule for f in found}
     assert {"server/healthcheck-needs-api-key", "server/host-loopback"} <= rules, rules
     assert "gpu/no-device" not in rules, rules
+    from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
+    from servedeck.yamlio import load_data
+    by_hand = CheckExpectations(variables=dotenv_variables(path), env_files=env_file_variables(path, load_data(text)),
+                                extends_files=extends_files(path, load_data(text)))
+    assert found == check_compose_text(text, file="c.yml", catalog=catalog, expect=by_hand)
     alone = {f.rule for f in check_compose_text(text, file="c.yml", catalog=catalog)}
     assert "server/healthcheck-needs-api-key" not in alone and "server/host-loopback" not in alone, alone
