@@ -219,13 +219,14 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         text, findings = check_compose_file(path, file=compose, catalog=_catalog())
         if in_image:
             from servedeck.compose.check import check_in_image
-            findings += check_in_image(text, file=compose)
+            findings += check_in_image(text, file=compose, catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
         texts, findings = _check_profiles(names)
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)])
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
+                                            catalog=_catalog())
     if json_:
         print(findings_to_json(findings))
     else:
@@ -807,10 +808,9 @@ def plan(c, profile, against, kv_threshold=10.0):
     """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against
     from servedeck.runs.history import resolve_run
-    from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
-             "effective": effective_settings(rendered.profile, rendered.facts),
+             "effective": rendered.service.settings(),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
     against_dir = resolve_run(_project().runs_dir, against)
     diff = guard(plan_against(views, against_dir))
@@ -822,7 +822,7 @@ def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
     """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
     from servedeck.findings import has_errors
     from servedeck.runs.kv_history import plan_kv
-    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+    _, findings = plan_kv(rendered.profile, rendered.service, _project().runs_dir, against_dir,
                           change_threshold_pct=threshold)
     for f in findings:
         print(f.render())

@@ -59,7 +59,7 @@ from servedeck.findings import Finding, Severity
 __all__ = [
     "GIB", "Figure", "ModelShape", "KvSettings", "CalibrationPoint", "KvPrediction",
     "model_shape_from_config", "kv_dtype_bytes", "pool_from_memory", "calibration_from_startup",
-    "predict_kv", "judge_kv", "kv_preflight", "kv_settings", "settings_for_profile", "compare_with_measured",
+    "predict_kv", "judge_kv", "kv_settings", "compare_with_measured",
     "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_BLOCK_SIZE", "LOG_ROUNDING_GIB",
 ]
 
@@ -226,9 +226,8 @@ class KvSettings:
 
 
 def kv_settings(effective: dict[str, Any], env: dict[str, str], device: str) -> KvSettings:
-    """:class:`KvSettings` from a profile's effective settings
-    (:func:`servedeck.vllm.launcher.effective_settings`) and server environment
-    (:func:`servedeck.vllm.launcher.launcher_env`).
+    """:class:`KvSettings` from a service's effective settings and server environment (as its
+    launcher reads them: :meth:`servedeck.compose.service.Service.kv_settings`).
 
     Raises:
         ValueError: ``VLLM_CPU_KVCACHE_SPACE`` is set but not an integer (vLLM's ``int()``
@@ -700,37 +699,3 @@ def compare_with_measured(prediction: dict[str, Any] | None, startup: dict[str, 
                       <= prediction["pool_tokens_high"])
     return {"prediction": prediction, "measured": measured, "error_pct": err,
             "within_interval": within}
-
-
-def settings_for_profile(profile, facts) -> KvSettings:
-    """:class:`KvSettings` of a resolved :class:`servedeck.model.profile.Profile` on an image
-    (:class:`servedeck.model.catalog.ImageFacts` or None): effective engine settings and the
-    server's environment as the launcher builds them; the device from the image facts, else
-    ``xpu`` when the profile maps ``/dev/dri``, else ``cpu``.
-
-    Raises:
-        ValueError: see :func:`kv_settings`.
-    """
-    from servedeck.vllm.launcher import effective_settings, launcher_env
-    device = getattr(facts, "device", None) or (
-        "xpu" if any(d.startswith("/dev/dri") for d in profile.container.devices) else "cpu")
-    return kv_settings(effective_settings(profile, facts), launcher_env(profile, facts), device)
-
-
-def kv_preflight(profile, facts, history: Iterable[CalibrationPoint], *,
-                 shape: ModelShape | None = None, change_threshold_pct: float = 10.0
-                 ) -> list[Finding]:
-    """The deploy plan's KV check: :func:`judge_kv` for ``profile`` on an image with ``facts``
-    (:class:`servedeck.model.catalog.ImageFacts` or None), calibrated by ``history`` (earlier
-    runs on the same host and image, oldest first) and ``shape`` (the model's config.json).
-
-    Returns:
-        the findings (an error ``kv/refuses-to-start`` stops the deploy; the message carries
-        the prediction).
-    """
-    try:
-        settings = settings_for_profile(profile, facts)
-    except ValueError as exc:
-        return [Finding(severity=Severity.error, rule="kv/bad-setting", path="launcher_env",
-                        message=str(exc))]
-    return judge_kv(settings, shape, history, change_threshold_pct=change_threshold_pct)[1]

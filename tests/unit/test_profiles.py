@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
 from servedeck.compose.importer import dump_profile_yaml, import_compose
-from servedeck.vllm.launcher import effective_settings, launcher_env, set_value
+from servedeck.launchers.exl3xpu import set_value
 from servedeck.model.profile import ProfileStore, deep_merge, diff_profiles
 from servedeck.compose.render import render_profile
 from servedeck.model.schema import profile_schema, stale_schemas
@@ -28,6 +28,11 @@ STORE = ProfileStore(ROOT / "profiles")
 
 def _render(name: str, store: ProfileStore = STORE) -> str:
     return render_profile(store.load(name), CATALOG, ROOT / "templates").compose_text
+
+
+def _service(name: str):
+    """The rendered service of profile ``name`` as it will run (its effective settings and environment)."""
+    return render_profile(STORE.load(name), CATALOG, ROOT / "templates").service
 
 
 def _body(text: str) -> list[str]:
@@ -107,16 +112,16 @@ def test_speculative_null_turns_off_and_absent_keeps_image_default():
     base = STORE.load("base").profile
     assert base.engine.speculative_state == "default"
     assert "speculative_config" not in _render("base")
-    eff = effective_settings(base, CATALOG.lookup(base.image_ref.digest))
+    eff = _service("base").settings()
     assert eff["speculative_config"] == {"method": "qwen3_5_mtp", "num_speculative_tokens": 3}
-    assert effective_settings(off, CATALOG.lookup(off.image_ref.digest))["speculative_config"] is None
+    assert _service("mtp-off").settings()["speculative_config"] is None
 
 
 def test_mtp_2_edits_only_the_depth_keeping_the_image_method():
     p = STORE.load("mtp-2").profile
     text = _render("mtp-2")
     assert "vllm.speculative_config.num_speculative_tokens=2" in text
-    eff = effective_settings(p, CATALOG.lookup(p.image_ref.digest))
+    eff = _service("mtp-2").settings()
     assert eff["speculative_config"] == {"method": "qwen3_5_mtp", "num_speculative_tokens": 2}
     assert eff["max_num_batched_tokens"] == 4096 and eff["kv_cache_dtype"] == "fp8"
 
@@ -126,7 +131,7 @@ def test_quality_sets_fp16_prefill_through_the_launcher_not_compose_env():
     text = _render("quality")
     assert "env.EXL3_INT8_PREFILL=0" in text
     assert "EXL3_INT8_PREFILL:" not in text  # not in compose environment (model.yaml would win)
-    env = launcher_env(p, CATALOG.lookup(p.image_ref.digest))
+    env = _service("quality").server_env()
     assert env["EXL3_INT8_PREFILL"] == "0" and env["EXL3_ONEDNN_ATTN"] == "1"
     assert "5.00bpw-h6" in p.model.weights_dir
 

@@ -18,7 +18,7 @@ _THINKING_KEYS = ("enable_thinking", "thinking")
 
 def check_features(ctx: Ctx, svc: Service) -> None:
     """``features/thinking-without-reasoning-parser``."""
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     kwargs = svc.eff("default_chat_template_kwargs") or svc.eff("chat_template_kwargs")
     if isinstance(kwargs, str):
@@ -64,7 +64,7 @@ def check_context_fits(ctx: Ctx, svc: Service) -> None:
     in KV cache"). Judged only when the model's config and the GPU size are known."""
     cfg = ctx.expect.hf_config
     gib = ctx.expect.gpu_memory_gib
-    if svc.launch.kind is None or not cfg or not gib or svc.eff("max_model_len") is not None:
+    if svc.launcher is None or not cfg or not gib or svc.eff("max_model_len") is not None:
         return
     per_token = kv_bytes_per_token(cfg, svc.eff("kv_cache_dtype"))
     ctx_len = (cfg.get("text_config") or cfg).get("max_position_embeddings")
