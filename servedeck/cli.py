@@ -184,7 +184,7 @@ def render(c, profile, out=None, flags=False):
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
-                                  expect=CheckExpectations(rendered=True))
+                                  expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
         print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
@@ -239,10 +239,10 @@ def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    text = _render(name).compose_text
-    return text, check_compose_text(text, file=f"profile:{name}", catalog=_catalog(),
-                                    expect=CheckExpectations(rendered=True,
-                                                             startup_seconds=_measured_startup(name)))
+    rendered = _render(name)
+    return rendered.compose_text, check_compose_text(
+        rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -43,6 +43,7 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from os import PathLike
 from pathlib import Path
 
@@ -52,6 +53,7 @@ from servedeck.compose.rules import (container, document, environment, features,
                                        resources, runtime, server)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
+from servedeck.compose.service import Service
 
 __all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
 
@@ -66,7 +68,7 @@ _SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, s
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
-                       expect: CheckExpectations | None = None) -> list[Finding]:
+                       expect: CheckExpectations | None = None, known: Iterable[Service] = ()) -> list[Finding]:
     """Check one compose document and return its findings, sorted by line.
 
     Args:
@@ -77,6 +79,9 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
             (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
             info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
+        known: services the caller read already: the renderer hands over the service of the
+            file it wrote (``Rendered.service``), so its command is not read a second time
+            (:func:`servedeck.compose.service.read_services`).
 
     Returns:
         Findings (possibly empty). A YAML syntax error is a single ``yaml/syntax`` error finding,
@@ -86,7 +91,7 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
         Nothing for bad input; exceptions are bugs.
     """
     ctx = _document_context(text, file, catalog, expect)
-    return ctx if isinstance(ctx, list) else _check(ctx)
+    return ctx if isinstance(ctx, list) else _check(ctx, known)
 
 
 def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
@@ -113,12 +118,12 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     return text, _check(ctx)
 
 
-def _check(ctx: Ctx) -> list[Finding]:
+def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
-    svcs = services(ctx)
+    svcs = services(ctx, known)
     for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)

@@ -23,11 +23,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servedeck.compose.document import (Mount, Service, dump_yaml, interpolation_refs, literal_values,
-                                        load_document, shell_script)
+from servedeck.compose.document import (Mount, ServiceDefinition, dump_yaml, interpolation_refs, literal_values,
+                                        load_document)
+from servedeck.compose.service import ImageRef, Service
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
-from servedeck.launchers.base import ConfigEdit, Launch, Launcher, Token
+from servedeck.launchers.base import ConfigEdit, Launch, Launcher
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
@@ -58,7 +59,7 @@ def _holds_hf_cache(target: str, hub: str) -> bool:
 
 def _variables(value: Any, where: str):
     """``(field, text, variables, invalid)`` for each string under ``value`` (a service mapping as
-    :meth:`Service.dump` gives it) that holds Compose interpolation."""
+    :meth:`ServiceDefinition.dump` gives it) that holds Compose interpolation."""
     if isinstance(value, dict):
         for k, v in value.items():
             yield from _variables(v, f"{where}.{k}")
@@ -71,7 +72,7 @@ def _variables(value: Any, where: str):
             yield where, value, refs, bad
 
 
-def _refuse_variables(svc: Service, file: str, base: str) -> None:
+def _refuse_variables(svc: ServiceDefinition, file: str, base: str) -> None:
     """A profile's typed fields hold values, not Compose variables: the renderer writes every
     ``$`` of them as ``$$``, so ``${VLLM_API_KEY}`` kept there would reach the server as those
     characters instead of the value Compose substitutes on the host. The keys carried verbatim
@@ -226,14 +227,14 @@ class _Reader:
                                      file=self.file, field=self.where(0))
             self.launcher["config"] = launch.config.s
         for tok, resolved in launch.abbreviations:
-            index = int(tok.path[-1])
+            index = next(i for i, t in enumerate(launch.tokens) if t is tok)
             self.notes.append(f"{self.where(index)}: {tok.s} is an abbreviation of --{resolved}" if resolved
                               else f"{self.where(index)}: {tok.s} is ambiguous")
         edit = (runs.edit_option or "").lstrip("-")
         for opt in launch.options:
             if opt.name == edit:
                 continue
-            index = int(opt.token.path[-1])
+            index = opt.arg.index if opt.arg is not None else 0
             if opt.missing_value:
                 raise ServedeckError(f"--{opt.name} has no value", file=self.file, field=self.where(index))
             field = runs.option_fields.get(opt.name)
@@ -311,61 +312,57 @@ def _refuse_invalid(path: Path, file: str) -> None:
                                   "and import again")
 
 
-def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
-                 notes: list[str]) -> tuple[Launcher, list[str]]:
-    """(the service's launcher, its own arguments). Docker runs entrypoint + command as one
-    argv: with an ``entrypoint`` it must start a server a launcher knows
-    (:func:`servedeck.launchers.registry.start_of`), whose arguments are kept and whose start
-    words are left to the image's entrypoint (a note says so); without one, a command that
-    repeats the image's own entrypoint is refused, as vLLM would refuse the extra words. Without
-    either, the image's launcher from its facts, else the launcher the arguments' shape says
-    (:func:`servedeck.launchers.registry.of_arguments`), else the default one.
+def _server_launch(svc: ServiceDefinition, argv: list[str], catalog: Catalog, file: str, base: str,
+                   notes: list[str]) -> Launch:
+    """The service's server command as its launcher reads it (the service as it will run,
+    :class:`servedeck.compose.service.Service`: an ``entrypoint``'s start, else the image's
+    launcher, else the command's shape; else the default launcher). Docker runs entrypoint +
+    command as one argv: with an ``entrypoint`` it must start a server a launcher knows, whose
+    arguments are kept and whose start words are left to the image's entrypoint (a note says
+    so); without one, a command that repeats the image's own entrypoint (in the catalog) is
+    refused, as vLLM would refuse the extra words, and one that starts a server on an image
+    servedeck has no facts for is left to the image's entrypoint (a note says so).
 
     Raises:
         ServedeckError: an entrypoint that is not a known server start (a shell, a script),
             or a command repeating the image's entrypoint.
     """
+    data: dict[str, Any] = {"image": svc.image, "command": argv}
     if svc.entrypoint is not None:
-        whole = [literal_values(t) for t in svc.entrypoint] + argv
-        shell = shell_script(whole)
-        if shell is not None:
-            _, split, words, _ = shell
-            if words is None or split:
-                raise ServedeckError(
-                    "the entrypoint's shell script " + ("uses shell syntax (expansions, operators or "
-                                                        "several commands)" if words is None else
-                                                        "is one word: the items after it become its $0, $1, ...")
-                    + ", so it cannot become profile fields", file=file, field=f"{base}.entrypoint",
-                    hint="write the server's own command as entrypoint + command items (no shell) and "
-                         "import again")
-            notes.append(f"{base}.entrypoint: the shell's -c script is read as the command it runs")
-            whole = words
-        launcher, n = registry.start_of(whole)
-        if launcher is None:
+        data["entrypoint"] = [literal_values(t) for t in svc.entrypoint]
+    launch = Service.read(svc.name, data, catalog=catalog).launch
+    fix = "write the server's own command as entrypoint + command items (no shell) and import again"
+    if svc.entrypoint is not None:
+        if launch.shell_script is not None and (not launch.shell_plain or launch.shell_split):
+            raise ServedeckError(
+                "the entrypoint's shell script " + ("is one word: the items after it become its $0, $1, ..."
+                                                    if launch.shell_split else "uses shell syntax (expansions, "
+                                                    "operators or several commands)")
+                + ", so it cannot become profile fields", file=file, field=f"{base}.entrypoint", hint=fix)
+        if launch.launcher is None:
             raise ServedeckError(
                 f"entrypoint {svc.entrypoint!r} does not start a server servedeck knows "
                 f"({registry.known_starts()}), so its command cannot become profile fields",
-                file=file, field=f"{base}.entrypoint",
-                hint="write the server's own command as entrypoint + command items (no shell) and "
-                     "import again")
-        notes.append(f"{base}.entrypoint: {' '.join(whole[:n])!r} is left out: the profile runs the "
-                     "image's own entrypoint with the same arguments")
-        return launcher, whole[n:]
-    entry = list(facts.entrypoint) if facts and facts.entrypoint else []
-    again, n = registry.start_of(argv)
-    if entry and (again is not None or argv[:len(entry)] == entry):
-        words = " ".join(argv[:n or len(entry)])
-        raise ServedeckError(
-            f"command starts with {words!r}, which the image's entrypoint ({' '.join(entry)}) "
-            "already runs: the server would get those words as arguments and refuse them",
-            file=file, field=f"{base}.command[0]", hint=f"drop {words!r} from the command and import again")
-    if again is not None:  # an image servedeck has no entrypoint for
-        notes.append(f"{base}.command: {' '.join(argv[:n])!r} is left out: the profile passes the "
-                     "arguments to the image's entrypoint, which must start the server")
-        return again, argv[n:]
-    if facts is not None:
-        return facts.runs, argv
-    return registry.of_arguments(argv) or registry.default(), argv
+                file=file, field=f"{base}.entrypoint", hint=fix)
+        if launch.shell_script is not None:
+            notes.append(f"{base}.entrypoint: the shell's -c script is read as the command it runs")
+        notes.append(f"{base}.entrypoint: {' '.join(t.s for t in launch.start_items)!r} is left out: the "
+                     "profile runs the image's own entrypoint with the same arguments")
+        return launch
+    if launch.repeated_entrypoint:
+        words = " ".join(t.s for t in launch.repeated_entrypoint)
+        facts = catalog.lookup(ImageRef.parse(svc.image or "").digest)
+        if facts is not None and facts.entrypoint:
+            raise ServedeckError(
+                f"command starts with {words!r}, which the image's entrypoint ({' '.join(facts.entrypoint)}) "
+                "already runs: the server would get those words as arguments and refuse them",
+                file=file, field=f"{base}.command[0]", hint=f"drop {words!r} from the command and import again")
+        notes.append(f"{base}.command: {words!r} is left out: the profile passes the arguments to the "
+                     "image's entrypoint, which must start the server")
+    if launch.launcher is None:
+        launcher = registry.of_arguments(argv) or registry.default()
+        return launcher.read(launch.tokens)
+    return launch
 
 
 def import_compose(path: str | Path, name: str, catalog: Catalog,
@@ -410,8 +407,10 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         if tok != tok.strip():
             notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
         argv.append(literal_values(tok.strip()))
-    launcher, argv = _server_argv(svc, argv, facts, file, base, notes)
-    launch = launcher.read([Token(t, ("command", i)) for i, t in enumerate(argv)])
+    launch = _server_launch(svc, argv, catalog, file, base, notes)
+    launcher = launch.launcher
+    assert launcher is not None
+    argv = [t.text for t in launch.tokens]
 
     r = _Reader(file, base, launcher)
     r.launcher_items(launch, argv)
@@ -549,7 +548,7 @@ def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]
     return best
 
 
-def _model_and_volumes(svc: Service, model_arg: str | None, launcher: Launcher, file: str, base: str,
+def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: Launcher, file: str, base: str,
                        notes: list[str], *, download_dir: str | None = None, workdir: str | None = None
                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model: dict[str, Any] = {}
@@ -608,7 +607,7 @@ def _model_and_volumes(svc: Service, model_arg: str | None, launcher: Launcher, 
     return model, others
 
 
-def _container(svc: Service, port: int | None, volumes: list[dict[str, Any]], base: str,
+def _container(svc: ServiceDefinition, port: int | None, volumes: list[dict[str, Any]], base: str,
                notes: list[str]) -> dict[str, Any]:
     container: dict[str, Any] = {"service": svc.name}
     x = svc.extra

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from servedeck.compose.document import (env_file_paths, interpolated, resolve_extends, shell_script,
                                         split_command)
@@ -147,6 +147,13 @@ class Service:
             out[e.key] = e.value
         return {k: v for k, v in out.items() if v is not None}
 
+    def same_as(self, data: dict[str, Any], catalog: Catalog | None) -> bool:
+        """Whether reading ``data`` with ``catalog`` would give this service: the same mapping,
+        and the same facts for its image."""
+        if data != self.data:
+            return False
+        return image_facts(catalog, self.image) == self.facts
+
     # ------------------------------------------------------------------ reading
 
     @classmethod
@@ -185,7 +192,8 @@ class Service:
 
 def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mapping[str, str] | None = None,
                   env_files: Mapping[str, Mapping[str, str] | None] | None = None,
-                  extends_files: Mapping[str, Any] | None = None) -> list[Service]:
+                  extends_files: Mapping[str, Any] | None = None,
+                  known: Iterable[Service] = ()) -> list[Service]:
     """Every service of a compose document's plain data as Compose reads it: its ``extends``
     merged in, then its values interpolated with ``variables`` (the image as written: its pinning
     must not depend on a variable). Services that are not mappings are skipped.
@@ -194,13 +202,23 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
         data: the document as plain data. catalog / env_files: as :meth:`Service.read`.
         variables: what Compose substitutes (``.env``, defaults in the file).
         extends_files: other compose documents services ``extends``, by the path as written.
+        known: services the caller read already (the renderer's, of the file it wrote): one is
+            taken as it is, not read again, when the document's mapping of that name is its
+            mapping and its image has the same facts (:meth:`Service.same_as`).
     """
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         return []
+    by_name = {s.name: s for s in known}
     resolved = resolve_extends(data["services"], extends_files or {})
-    return [Service.read(str(name), {k: v if k == "image" else interpolated(v, variables or {})
-                                     for k, v in svc.items()}, catalog=catalog, env_files=env_files)
-            for name, svc in resolved.items() if isinstance(svc, dict)]
+    out = []
+    for name, svc in resolved.items():
+        if not isinstance(svc, dict):
+            continue
+        mapping = {k: v if k == "image" else interpolated(v, variables or {}) for k, v in svc.items()}
+        have = by_name.get(str(name))
+        out.append(have if have is not None and have.same_as(mapping, catalog) and not env_files
+                   else Service.read(str(name), mapping, catalog=catalog, env_files=env_files))
+    return out
 
 
 # --------------------------------------------------------------------------- the server command
@@ -249,6 +267,7 @@ def _launch(data: dict[str, Any], path: DocPath, facts: ImageFacts | None, image
     has_entry = data.get("entrypoint") is not None
     effective_entry = [t.s for t in entry_tokens] if has_entry else (list(facts.entrypoint) if facts else [])
     launcher: Launcher | None = None
+    start: list[Token] = []
     script: Token | None = None
     split: list[Token] = []
     inner: list[Token] | None = None
@@ -261,7 +280,8 @@ def _launch(data: dict[str, Any], path: DocPath, facts: ImageFacts | None, image
             argv_tokens = inner
         launcher, n = registry.start_of([t.s for t in argv_tokens])
         if launcher is not None:
-            effective_entry = [t.s for t in argv_tokens[:n]]
+            start = argv_tokens[:n]
+            effective_entry = [t.s for t in start]
             cmd = argv_tokens[n:]
             env_words += [t for t in argv_tokens[:n] if ASSIGNMENT.fullmatch(t.s)]  # env NAME=v
     elif facts is not None and not facts.inferred:
@@ -276,6 +296,7 @@ def _launch(data: dict[str, Any], path: DocPath, facts: ImageFacts | None, image
     repeat = _repeat_length(cmd, effective_entry) if launcher is not None else 0
     version = release_of(facts.vllm_version) if facts else None
     launch = launcher.read(cmd[repeat:], version) if launcher is not None else Launch(None, tokens=cmd)
+    launch.start_items = start
     launch.repeated_entrypoint = cmd[:repeat]
     launch.string_form = string_form
     launch.shell_script, launch.shell_split = script, split

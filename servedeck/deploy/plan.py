@@ -205,7 +205,7 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
     rendered = rendered if rendered is not None else render(profile, catalog, project)
     findings = check_compose_text(
-        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
+        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:

@@ -215,6 +215,8 @@ class Launch:
             the image's name (model-argument faults are reported only then).
 
     Filled by :class:`servedeck.compose.service.Service` from the compose document:
+        start_items: the ``entrypoint`` (+ command) items that start the launcher, when an
+            ``entrypoint`` is given (wrappers included).
         repeated_entrypoint: leading command items that repeat the entrypoint.
         string_form: the command was a string (Compose splits it shell-style).
         shell_script / shell_split / shell_plain: the ``sh -c`` script the command was read from
@@ -235,6 +237,7 @@ class Launch:
     args: list[grammar.Arg] = field(default_factory=list)
     model: grammar.ModelArgument | None = None
     start_known: bool = False
+    start_items: list[Token] = field(default_factory=list)
     repeated_entrypoint: list[Token] = field(default_factory=list)
     string_form: bool = False
     shell_script: Token | None = None

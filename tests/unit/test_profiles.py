@@ -294,3 +294,25 @@ def test_dollar_signs_are_escaped_for_compose_and_json_stays_one_item(store, tmp
     text = render_profile(store.load("v"), CATALOG, ROOT / "templates").compose_text
     assert 'PROMPT: "cost $$5 $${HOME}"' in text
     assert "- --hf-overrides\n      - '{\"a\": \"$$x\"}'" in text
+
+
+def test_the_check_takes_the_renderers_service_instead_of_reading_the_command_again():
+    """The renderer hands the service of the file it wrote to the check: for every shipped
+    profile the document's mapping is the renderer's, so the check reads the command once (in
+    the render) and finds the same as when it reads the file alone."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.rules._doc import parse
+    from servedeck.compose.service import read_services
+    for name in STORE.names():
+        rendered = render_profile(STORE.load(name), CATALOG, ROOT / "templates")
+        data = parse(rendered.compose_text).data
+        assert read_services(data, catalog=CATALOG, known=[rendered.service]) == [rendered.service], name
+        assert read_services(data, catalog=CATALOG, known=[rendered.service])[0] is rendered.service
+        expect = CheckExpectations(rendered=True)
+        assert check_compose_text(rendered.compose_text, catalog=CATALOG, expect=expect,
+                                  known=[rendered.service]) == check_compose_text(
+            rendered.compose_text, catalog=CATALOG, expect=expect), name
+    # a file that differs from what the renderer read is read anew
+    other = rendered.compose_text.replace('- "Qwen3.8-27B"', '- "other"')
+    assert other != rendered.compose_text
+    assert read_services(parse(other).data, catalog=CATALOG, known=[rendered.service])[0] is not rendered.service
