@@ -14,12 +14,12 @@ profile (or the image's launcher config) fixes, and are compared:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from servedeck.launchers.base import Setting
-from servedeck.vllm.names import VLLM_DEFAULTS
+if TYPE_CHECKING:  # ArgCheck is a run file's content: reading a record imports pydantic only
+    from servedeck.launchers.base import Setting
 
 
 class ArgCheck(BaseModel):
@@ -36,11 +36,11 @@ class ArgCheck(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    setting: str
-    expected: Any
-    reported: Any = None
-    status: str
-    source: str
+    setting: str = Field(description="vLLM dest name (`max_num_batched_tokens`)")
+    expected: Any = Field(description="the value servedeck predicts (null: speculative decoding off)")
+    reported: Any = Field(None, description="the value in `non-default args` (null when absent)")
+    status: str = Field(description="`confirmed` | `differs` | `default` | `not reported`")
+    source: str = Field(description="`profile`, or `image` (a model.yaml default)")
 
     def render(self) -> str:
         """``max_num_batched_tokens: confirmed (8192)`` / ``differs (expected X, got Y)``."""
@@ -74,6 +74,7 @@ def verify_args(effective: dict[str, Setting], non_default_args: dict[str, Any] 
     Returns:
         one :class:`ArgCheck` per effective setting, in effective-settings order.
     """
+    from servedeck.vllm.names import VLLM_DEFAULTS
     reported_args = non_default_args or {}
     out: list[ArgCheck] = []
     for name, setting in effective.items():
