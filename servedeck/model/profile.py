@@ -25,6 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSch
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
 from servedeck.launchers.base import LaunchSettings
+from servedeck.model.catalog import ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -44,37 +45,6 @@ NULL_IS_VALUE = {("engine", "speculative")}
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class ImageRef(_Strict):
-    """An image reference pinned by digest: ``repo[:tag]@sha256:<64 hex>``.
-
-    Attributes:
-        reference: the full reference as written.
-    """
-
-    reference: str
-
-    @property
-    def repository(self) -> str:
-        """``ghcr.io/0xsero/exl3xpu``."""
-        return _image_match(self.reference)["repository"]
-
-    @property
-    def tag(self) -> str | None:
-        """The optional tag (informational only: the digest decides)."""
-        return _image_match(self.reference)["tag"]
-
-    @property
-    def digest(self) -> str:
-        """``sha256:<64 hex>``."""
-        return _image_match(self.reference)["digest"]
-
-    @property
-    def repo_digest(self) -> str:
-        """``repository@sha256:<64 hex>``: the reference without its tag, as the Engine lists
-        it in an image's ``RepoDigests`` and pulls it."""
-        return f"{self.repository}@{self.digest}"
 
 
 def _image_match(ref: str) -> dict[str, str | None]:
@@ -227,7 +197,7 @@ class Speculative(_Strict):
         return out
 
 
-class Engine(_Strict):
+class EngineSettings(_Strict):
     """vLLM engine settings, named as vLLM's argparse dests. Unset = image default.
 
     Attributes:
@@ -264,7 +234,7 @@ class Engine(_Strict):
         return "off" if self.speculative is None else "set"
 
     @model_validator(mode="after")
-    def _tool_choice_needs_parser(self) -> "Engine":
+    def _tool_choice_needs_parser(self) -> "EngineSettings":
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser "
                              "(vLLM: --enable-auto-tool-choice requires --tool-call-parser)")
@@ -407,7 +377,7 @@ class Profile(_Strict):
     image: str = Field(json_schema_extra={"pattern": re.sub(r"\?P<\w+>", "", IMAGE_RE.pattern)})
     launcher: Launcher
     model: ModelSpec
-    engine: Engine = Field(default_factory=Engine)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     launcher_env: dict[str, str | None] = Field(default_factory=dict)
     container: Container = Field(default_factory=Container)
     host: HostSettings = Field(default_factory=HostSettings)
@@ -461,8 +431,8 @@ class Profile(_Strict):
 
     @property
     def image_ref(self) -> ImageRef:
-        """The image reference parsed."""
-        return ImageRef(reference=self.image)
+        """The image reference parsed (pinned: its ``digest`` is set)."""
+        return ImageRef.parse(self.image)
 
 
 # --------------------------------------------------------------------------- loading
