@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSch
                       model_validator)
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
-from servedeck.launchers.base import LaunchSettings
+from servedeck.launchers.base import Launcher, LaunchSettings
 from servedeck.model.catalog import ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
@@ -57,7 +57,7 @@ def _image_match(ref: str) -> dict[str, str | None]:
     return m.groupdict()
 
 
-class Launcher(_Strict):
+class LauncherSpec(_Strict):
     """How the image turns settings into the server's argv.
 
     Attributes:
@@ -84,12 +84,12 @@ class Launcher(_Strict):
         return v
 
     @property
-    def runs(self):  # -> servedeck.launchers.base.Launcher
-        """The launcher object (:func:`servedeck.launchers.registry.get`)."""
+    def runs(self) -> Launcher:
+        """The launcher itself (:func:`servedeck.launchers.registry.get`)."""
         return registry.get(self.kind)
 
     @model_validator(mode="after")
-    def _options_it_takes(self) -> "Launcher":
+    def _options_it_takes(self) -> "LauncherSpec":
         launcher = registry.find(self.kind)
         if launcher is None:
             return self
@@ -375,7 +375,7 @@ class Profile(_Strict):
     description: str | None = None
     extends: str | None = None
     image: str = Field(json_schema_extra={"pattern": re.sub(r"\?P<\w+>", "", IMAGE_RE.pattern)})
-    launcher: Launcher
+    launcher: LauncherSpec
     model: ModelSpec
     engine: EngineSettings = Field(default_factory=EngineSettings)
     launcher_env: dict[str, str | None] = Field(default_factory=dict)
