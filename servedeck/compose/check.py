@@ -241,9 +241,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
             if not isinstance(data.get("image"), str) or not isinstance(data.get("command") or [], list):
                 continue
             command = [str(c) for c in data.get("command") or []]
-            # a launcher guessed from the image's name or the command's shape: the image's own
-            # ENTRYPOINT decides how it is judged (dry_run_each reads it)
-            start, mode = None, svc.launcher.in_image if svc.launcher is not None and svc.launch.start_known else None
+            # without an entrypoint: the image's own ENTRYPOINT runs the command, so the launcher it
+            # starts decides how the command is judged (dry_run_each reads it from the image)
+            start, mode = None, None
             if "entrypoint" in data:
                 entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
