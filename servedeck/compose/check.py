@@ -43,8 +43,10 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
@@ -180,7 +182,13 @@ def findings_to_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
 
 
-def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
+Judge = Callable[[str, list[list[str]], "list[str] | None"], list[Any]]
+"""The in-image dry run a check asks: ``judge(image, commands, entrypoint)`` gives one verdict
+per command (``ok``, ``stage``, ``message``, ``cached``, ``seconds``); the host layer makes one
+for an engine (:func:`servedeck.host.inimage.judge`), so the check runs nothing itself."""
+
+
+def check_in_image(text: str, *, judge: Judge, file: str | None = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
     inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run_each`, cached per
@@ -189,7 +197,7 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None)
     Args:
         text: the compose file's text.
         file: the file name to put in each finding.
-        client: docker SDK client or RemoteHost; None = the local engine.
+        judge: the dry run (:data:`Judge`; :func:`servedeck.host.inimage.judge` on an engine).
 
     Returns:
         ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
@@ -199,14 +207,13 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None)
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    return check_in_image_each([(text, file)], client=client)
+    return check_in_image_each([(text, file)], judge=judge)
 
 
-def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None) -> list[Finding]:
+def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
-    from servedeck.host.inimage import dry_run_each
     from servedeck.vllm.argv import server_prefix, wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None]] = []
     # (document, path, image, command, the vLLM start an entrypoint: gives, None: the image's own)
@@ -242,8 +249,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
             jobs.append((ctx, ("services", name, "command"), svc["image"], command, start))
     for image, start in dict.fromkeys((job[2], job[4]) for job in jobs):
         mine = [job for job in jobs if (job[2], job[4]) == (image, start)]
-        verdicts = dry_run_each(client, image, [job[3] for job in mine],
-                                entrypoint=list(start) if start is not None else None)
+        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

@@ -945,9 +945,9 @@ def dump_yaml(value: Any, indent: int = 0) -> str:
 def scalar_style(text: str, force: bool = False) -> str:
     """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
     YAML 1.1 and 1.2 reader reads it back as the same string
-    (:func:`servedeck.compose.yaml11.plain_is_string`), else ``single`` when it holds ``"``
+    (:func:`servedeck.yaml11.plain_is_string`), else ``single`` when it holds ``"``
     and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
-    from servedeck.compose.yaml11 import plain_is_string
+    from servedeck.yaml11 import plain_is_string
     if not force and plain_is_string(text):
         return "plain"
     if '"' in text and "'" not in text and "\n" not in text:

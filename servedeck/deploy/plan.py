@@ -222,26 +222,22 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     """
     import time
 
+    from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
     repo_digest = profile.image_ref.repo_digest
     known = catalog.lookup(profile.image_ref.digest)
     pulled = False
-    client = None
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
-        import docker
-        client = host.engine.client
-        try:
-            attrs = client.images.get(repo_digest).attrs
-        except docker.errors.ImageNotFound:
+        attrs = host.engine.image(repo_digest)
+        if attrs is None:
             pulled = True
             try:
-                attrs = client.images.pull(repo_digest).attrs
-            except docker.errors.APIError as exc:
+                attrs = host.engine.pull(repo_digest)
+            except PullFailed as exc:
                 raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
-                                  f"{exc.explanation or exc}; the running deployment was not touched"
-                                  ) from None
+                                  f"{exc.message}; the running deployment was not touched") from None
     if not pulled:
         reporter.info("image present on the host")
     pull_s = round(time.time() - t, 3)
@@ -250,9 +246,7 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
         raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
                           "the running deployment was not touched")
     deep = known is None or pulled
-    if deep and client is None:
-        client = host.engine.client
-    facts, raw = read_image_facts(client, repo_digest, profile, deep=deep, attrs=attrs)
+    facts, raw = read_image_facts(host.engine if deep else None, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
         catalog.add(profile.image_ref.digest, facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "

@@ -140,17 +140,11 @@ class Catalog:
             return None
         return self.data.images.get(digest) or self.local_data.images.get(digest)
 
-    def vllm_facts(self, digest: str | None) -> Any:
-        """The extracted :class:`~servedeck.vllm.facts.VllmFacts` of ``digest``, or None.
-
-        Raises:
-            ServedeckError: the entry names a facts file that cannot be read.
-        """
+    def vllm_facts_path(self, digest: str | None) -> Path | None:
+        """The file of the extracted vLLM facts of ``digest`` (read by
+        :func:`servedeck.vllm.facts.image_vllm_facts`), or None when none were extracted."""
         entry = self.lookup(digest)
-        if entry is None or not entry.vllm_facts:
-            return None
-        from servedeck.vllm.facts import load_facts
-        return load_facts(self.path.parent / entry.vllm_facts)
+        return self.path.parent / entry.vllm_facts if entry is not None and entry.vllm_facts else None
 
     def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
         """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog

@@ -28,7 +28,7 @@ from typing import Any
 
 from servedeck.model.catalog import ImageFacts
 from servedeck.model.profile import Profile
-from servedeck.compose.yaml11 import yaml11_type
+from servedeck.yaml11 import yaml11_type
 from servedeck.vllm.argv import compact_json, flag_tokens, set_item
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.

@@ -15,7 +15,7 @@ from typing import Any
 
 from servedeck.compose import document
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import network_siblings, served_model
+from servedeck.compose.rules._facts import network_siblings, port_specs, served_model
 from servedeck.compose.rules._service import Ctx, Service
 
 # ----------------------------------------------------------------------------- image
@@ -79,45 +79,6 @@ def check_image(ctx: Ctx, svc: Service) -> None:
 
 
 # ----------------------------------------------------------------------------- ports
-
-
-@dataclass(frozen=True)
-class PortSpec:
-    """Container side of one published port entry (a range when ``hi > lo``)."""
-
-    lo: int | None
-    hi: int | None
-    text: str
-    path: Path
-
-    def covers(self, port: int) -> bool:
-        return self.lo is not None and self.hi is not None and self.lo <= port <= self.hi
-
-
-def _range(text: str) -> tuple[int | None, int | None]:
-    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
-    if not m:
-        return None, None
-    lo = int(m[1])
-    return lo, int(m[2]) if m[2] else lo
-
-
-def port_specs(svc: Service) -> list[PortSpec]:
-    """Parse ``ports`` (short ``[IP:][HOST:]CONTAINER[/proto]`` and long ``target:`` syntax)."""
-    out: list[PortSpec] = []
-    ports = svc.data.get("ports")
-    if not isinstance(ports, list):
-        return out
-    for i, item in enumerate(ports):
-        if isinstance(item, bool) or not isinstance(item, (int, str, dict)):
-            continue
-        try:
-            port = document.Port.parse(item)  # the one ports grammar (short and long syntax)
-        except ValueError:
-            continue
-        lo, hi = _range(port.target)
-        out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
-    return out
 
 
 def check_ports(ctx: Ctx, svc: Service) -> None:
