@@ -10,6 +10,8 @@ serves); :mod:`servedeck.deploy.apply` then carries it out.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import getpass
 import json
 import socket
@@ -74,21 +76,67 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
-class DeployPlan:
-    """A deploy, fully computed (see the module docstring). ``argv`` is the server command,
-    ``effective`` the settings vLLM will run with (:func:`effective_settings`), ``secrets``
-    where the secrets are (their values only in memory), ``rollback_target`` the newest
-    known-good revision (None on a host where nothing ever served)."""
+class Target:
+    """What a deploy puts on the host, as the profile says it, computed once before anything
+    there changes: the profile as this host runs it (the deploy's image override, the host's
+    ``container_name`` / ``host_port``: :meth:`HostEntry.place`), the image catalog's facts of
+    its digest (looked up once; None while the catalog does not know the image) and what the
+    launcher makes of the two, each computed once when first asked: the settings vLLM runs with
+    (:attr:`effective`) and the server's environment (:attr:`environment`). Every phase of the
+    deploy reads these; only the pulled image's own facts replace unknown ones (:meth:`with_facts`)."""
 
     profile: Profile
     loaded: LoadedProfile
     entry: HostEntry
+    facts: ImageFacts | None
+
+    @functools.cached_property
+    def effective(self) -> dict[str, Any]:
+        """The settings vLLM runs with (:func:`~servedeck.vllm.launcher.effective_settings`)."""
+        return effective_settings(self.profile, self.facts)
+
+    @functools.cached_property
+    def environment(self) -> dict[str, str]:
+        """The server's environment (:func:`~servedeck.vllm.launcher.launcher_env`)."""
+        return launcher_env(self.profile, self.facts)
+
+    @property
+    def port(self) -> int:
+        """The host port the profile publishes (:func:`published_port`)."""
+        return published_port(self.profile)
+
+    @property
+    def device(self) -> str:
+        """``xpu``, ``cpu``, ...: the image's device (:func:`servedeck.vllm.kv.device_of`)."""
+        from servedeck.vllm.kv import device_of
+        return device_of(self.profile, self.facts)
+
+    def with_facts(self, facts: ImageFacts | None) -> "Target":
+        """This target on an image with ``facts`` (the pulled image's own, where the catalog
+        knew none): the settings and environment follow them."""
+        return self if facts == self.facts else dataclasses.replace(self, facts=facts)
+
+
+def target(loaded: LoadedProfile, entry: HostEntry, catalog: Catalog, image: str | None = None) -> Target:
+    """The :class:`Target` of deploying ``loaded`` to the host ``entry`` with ``image`` (a
+    digest-pinned reference replacing the profile's; None: the profile's): the catalog is asked
+    once for the image's facts."""
+    profile = entry.place(loaded.profile, image)
+    return Target(profile, loaded, entry, catalog.lookup(profile.image_ref.digest))
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """A deploy, fully computed (see the module docstring): the :class:`Target` on the image as
+    found on the host, ``argv`` the server command, ``secrets`` where the secrets are (their
+    values only in memory), ``rollback_target`` the newest known-good revision (None on a host
+    where nothing ever served)."""
+
+    target: Target
     rendered: Rendered
     findings: list[Any]
     image: ImageInfo
-    effective: dict[str, Any]
     argv: list[str]
-    environment: dict[str, str]
     host_facts: dict[str, Any]
     state: HostState
     secrets: Secrets
@@ -99,6 +147,27 @@ class DeployPlan:
     timeout_s: float
     revision: int
     rollback_target: Revision | None
+
+    @property
+    def profile(self) -> Profile:
+        return self.target.profile
+
+    @property
+    def loaded(self) -> LoadedProfile:
+        return self.target.loaded
+
+    @property
+    def entry(self) -> HostEntry:
+        return self.target.entry
+
+    @property
+    def effective(self) -> dict[str, Any]:
+        """The settings vLLM will run with (:func:`effective_settings` on the image's facts)."""
+        return self.target.effective
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return self.target.environment
 
     @property
     def compose_bytes(self) -> bytes:
@@ -169,16 +238,9 @@ def owner() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def with_image(profile: Profile, image: str | None) -> Profile:
-    """``profile`` with its image replaced by ``image`` (None: unchanged)."""
-    if not image:
-        return profile
-    return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
-
-
-def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
+def render_and_check(target: Target, catalog: Catalog, project: Project,
                      reporter: Reporter) -> tuple[Rendered, list[Any]]:
-    """Render ``profile`` and run the compose check on the text; warnings are reported.
+    """Render the target's profile and run the compose check on the text; warnings are reported.
 
     Raises:
         DeployError: the check finds errors (listed), or the published port is not the
@@ -186,6 +248,7 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
     from servedeck.compose.render import render_profile
+    profile, entry = target.profile, target.entry
     rendered = render_profile(profile, catalog, project.templates_dirs)
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
@@ -205,10 +268,10 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
     return rendered, findings
 
 
-def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_path: Path,
+def resolve_image(host: RemoteHost, target: Target, catalog: Catalog, catalog_path: Path,
                   reporter: Reporter, inspected: dict[str, Any] | None = None) -> ImageInfo:
-    """Make sure the host has the profile's image by digest (pull if missing), verify its
-    repo digest, and read its facts (deeply when the catalog does not know the digest or it
+    """Make sure the host has the target's image by digest (pull if missing), verify its
+    repo digest, and read its facts (deeply when the catalog did not know the digest or it
     was just pulled). An unknown digest is added to the catalog.
 
     ``inspected``: the image's inspect document from the preflight round trip (facts
@@ -217,16 +280,17 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
 
     Raises:
         DeployError: the pull failed (unknown digest, registry down), the image's repo digest
-            is not the profile's, or the catalog is wrong about the digest; nothing that
-            serves was touched.
+            is not the profile's, or the catalog is wrong about the digest (its entrypoint, vLLM
+            version or model.yaml defaults: :meth:`ImageFacts.differences`); nothing that serves
+            was touched.
     """
     import time
 
     from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
+    profile, known = target.profile, target.facts
     repo_digest = profile.image_ref.repo_digest
-    known = catalog.lookup(profile.image_ref.digest)
     pulled = False
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
@@ -248,29 +312,32 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     deep = known is None or pulled
     facts, raw = read_image_facts(host.engine if deep else None, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
-        catalog.add(profile.image_ref.digest, facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
                       f"(launcher {facts.launcher}, vLLM {facts.vllm_version})")
+        catalog.add(profile.image_ref.digest, facts)
         return ImageInfo(facts, raw, pulled, True, pull_s)
-    compare_catalog(known, facts, profile, catalog_path)
+    problems = known.differences(facts, profile.launcher.config)
+    if problems:  # the catalog must tell the truth about a digest
+        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+                          + "; ".join(problems) + "; the running deployment was not touched",
+                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
     return ImageInfo(known, raw, pulled, False, pull_s)
 
 
-def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],
-               image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
-               state: HostState, options: DeployOptions) -> DeployPlan:
-    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
-    environment = launcher_env(profile, image.facts)
+def build_plan(*, target: Target, rendered: Rendered, findings: list[Any], image: ImageInfo, host: RemoteHost,
+               host_facts: dict[str, Any], state: HostState, options: DeployOptions) -> DeployPlan:
+    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``);
+    ``target`` is on the image's facts (:meth:`Target.with_facts`)."""
     argv = list(rendered.command)
     good = state.known_good()
-    port = published_port(profile)
+    port = target.port
+    profile = target.profile
     return DeployPlan(
-        profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
-        effective=effective_settings(profile, image.facts), argv=argv, environment=environment,
-        host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
-        base_url=api_base_url(host, entry, port), service=profile.container.service,
+        target=target, rendered=rendered, findings=findings, image=image, argv=argv,
+        host_facts=host_facts, state=state, secrets=find_secrets(argv, target.environment), port=port,
+        base_url=api_base_url(host, target.entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],
-        timeout_s=options.timeout_s or entry.ready_timeout_s,
+        timeout_s=options.timeout_s or target.entry.ready_timeout_s,
         revision=next_revision(state.history), rollback_target=good[0] if good else None)
 
 
@@ -362,25 +429,3 @@ def host_facts_summary(facts: dict[str, Any]) -> dict[str, Any]:
             "gpu_devices": [{"path": d["path"], "gid": d["gid"]} for d in facts.get("dri_devices") or []],
             "gpu_power_cap_w": caps[0] if caps else None,
             "disk_free_gib": (facts.get("workdir") or {}).get("free_gib")}
-
-
-def compare_catalog(known: ImageFacts, seen: ImageFacts, profile: Profile, catalog_path: Path) -> None:
-    """The catalog must tell the truth about a digest: compare it with the pulled image.
-
-    Raises:
-        DeployError: entrypoint, vLLM version or the launcher's model.yaml ``vllm:`` defaults
-            differ (nothing running was touched).
-    """
-    problems = []
-    if known.entrypoint and seen.entrypoint and known.entrypoint != seen.entrypoint:
-        problems.append(f"entrypoint: catalog {known.entrypoint}, image {seen.entrypoint}")
-    if seen.vllm_version != "unknown" and known.vllm_version != seen.vllm_version:
-        problems.append(f"vLLM version: catalog {known.vllm_version}, image {seen.vllm_version}")
-    mine, theirs = known.defaults_for(profile.launcher.config), seen.defaults_for(profile.launcher.config)
-    if mine and theirs and mine.vllm != theirs.vllm:
-        keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
-        problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
-    if problems:
-        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
-                          + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")

@@ -91,6 +91,22 @@ class ImageFacts(BaseModel):
         return None
 
 
+    def differences(self, seen: "ImageFacts", config: str | None) -> list[str]:
+        """What ``seen`` (the facts read from the image itself) says otherwise than these
+        facts: the entrypoint, the vLLM version (when the image tells it) and the launcher's
+        ``model.yaml`` ``vllm:`` defaults for ``config``; one line each, empty when they agree."""
+        problems = []
+        if self.entrypoint and seen.entrypoint and self.entrypoint != seen.entrypoint:
+            problems.append(f"entrypoint: catalog {self.entrypoint}, image {seen.entrypoint}")
+        if seen.vllm_version != "unknown" and self.vllm_version != seen.vllm_version:
+            problems.append(f"vLLM version: catalog {self.vllm_version}, image {seen.vllm_version}")
+        mine, theirs = self.defaults_for(config), seen.defaults_for(config)
+        if mine and theirs and mine.vllm != theirs.vllm:
+            keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
+            problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
+        return problems
+
+
 class CatalogFile(BaseModel):
     """Top level of ``deploy/images.yaml``."""
 

@@ -81,9 +81,12 @@ class HostEntry(BaseModel):
                                  "is served on the published port (drop port or make them equal)")
         return self
 
-    def place(self, profile: "Profile") -> "Profile":
-        """``profile`` with this host's ``container_name`` / ``host_port`` overrides applied
-        (the same object when the entry overrides nothing)."""
+    def place(self, profile: "Profile", image: str | None = None) -> "Profile":
+        """``profile`` as this host runs it: with ``image`` (a deploy's ``--image``, a
+        digest-pinned reference) in place of its own, and this host's ``container_name`` /
+        ``host_port`` overrides applied (the same object when nothing is replaced)."""
+        if image:
+            profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
         container: dict = {}
         if self.container_name is not None:
             container["container_name"] = self.container_name

@@ -59,7 +59,8 @@ from servedeck.findings import Finding, Severity
 __all__ = [
     "GIB", "Figure", "ModelShape", "KvSettings", "CalibrationPoint", "KvPrediction",
     "model_shape_from_config", "kv_dtype_bytes", "pool_from_memory", "calibration_from_startup",
-    "predict_kv", "judge_kv", "kv_preflight", "kv_settings", "settings_for_profile", "compare_with_measured",
+    "predict_kv", "judge_kv", "kv_preflight", "kv_settings", "settings_for_profile", "device_of",
+    "compare_with_measured",
     "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_BLOCK_SIZE", "LOG_ROUNDING_GIB",
 ]
 
@@ -712,9 +713,14 @@ def settings_for_profile(profile, facts) -> KvSettings:
         ValueError: see :func:`kv_settings`.
     """
     from servedeck.vllm.launcher import effective_settings, launcher_env
-    device = getattr(facts, "device", None) or (
+    return kv_settings(effective_settings(profile, facts), launcher_env(profile, facts), device_of(profile, facts))
+
+
+def device_of(profile, facts) -> str:
+    """The device a profile's server runs on: the image facts' (``xpu``, ``cpu``, ``cuda``),
+    else ``xpu`` when the profile maps ``/dev/dri``, else ``cpu``."""
+    return getattr(facts, "device", None) or (
         "xpu" if any(d.startswith("/dev/dri") for d in profile.container.devices) else "cpu")
-    return kv_settings(effective_settings(profile, facts), launcher_env(profile, facts), device)
 
 
 def kv_preflight(profile, facts, history: Iterable[CalibrationPoint], *,

@@ -73,8 +73,8 @@ def _matches(expected: Any, reported: Any) -> bool:
     return expected == reported
 
 
-def verify_args(profile: Profile, facts: ImageFacts | None,
-                non_default_args: dict[str, Any] | None) -> list[ArgCheck]:
+def verify_args(profile: Profile, facts: ImageFacts | None, non_default_args: dict[str, Any] | None,
+                effective: dict[str, Any] | None = None) -> list[ArgCheck]:
     """Compare predicted settings with the parsed ``non-default args``.
 
     Args:
@@ -82,15 +82,18 @@ def verify_args(profile: Profile, facts: ImageFacts | None,
         facts: catalog facts of its image (model.yaml defaults), or None.
         non_default_args: the dict parsed from the startup log, or None when the log had none
             (then every setting is ``not reported``).
+        effective: the profile's effective settings on ``facts`` when the caller has them
+            (the deploy plan's); else computed here.
 
     Returns:
         one :class:`ArgCheck` per setting the profile or the image's model.yaml fixes, in
         effective-settings order.
     """
-    from servedeck.vllm.launcher import effective_settings
     from servedeck.vllm.names import VLLM_DEFAULTS
+    if effective is None:
+        from servedeck.vllm.launcher import effective_settings
+        effective = effective_settings(profile, facts)
     reported_args = non_default_args or {}
-    effective = effective_settings(profile, facts)
     mine = _profile_settings(profile)
     out: list[ArgCheck] = []
     for name, expected in effective.items():
