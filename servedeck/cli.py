@@ -184,7 +184,7 @@ def render(c, profile, out=None, flags=False):
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
-                                  expect=CheckExpectations(rendered=True))
+                                  expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
         print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
@@ -220,7 +220,7 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if in_image:
             from servedeck.compose.check import check_in_image
             from servedeck.host.inimage import judge
-            findings += check_in_image(text, file=compose, judge=judge())
+            findings += check_in_image(text, file=compose, judge=judge(), catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
         texts, findings = _check_profiles(names)
@@ -228,7 +228,7 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
             from servedeck.compose.check import check_in_image_each
             from servedeck.host.inimage import judge
             findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
-                                            judge=judge())
+                                            judge=judge(), catalog=_catalog())
     if json_:
         print(findings_to_json(findings))
     else:
@@ -241,10 +241,10 @@ def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    text = _render(name).compose_text
-    return text, check_compose_text(text, file=f"profile:{name}", catalog=_catalog(),
-                                    expect=CheckExpectations(rendered=True,
-                                                             startup_seconds=_measured_startup(name)))
+    rendered = _render(name)
+    return rendered.compose_text, check_compose_text(
+        rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -864,10 +864,9 @@ def plan(c, profile, against, kv_threshold=10.0):
     """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against
     from servedeck.runs.history import resolve_run
-    from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
-             "effective": effective_settings(rendered.profile, rendered.facts),
+             "effective": rendered.service.settings(),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
     against_dir = resolve_run(_project().runs_dir, against)
     diff = guard(plan_against(views, against_dir))
@@ -879,7 +878,7 @@ def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
     """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
     from servedeck.findings import has_errors
     from servedeck.runs.kv_history import plan_kv
-    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+    _, findings = plan_kv(rendered.profile, rendered.service, _project().runs_dir, against_dir,
                           change_threshold_pct=threshold)
     for f in findings:
         print(f.render())

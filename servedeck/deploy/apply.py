@@ -30,12 +30,12 @@ from typing import Any
 from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
-from servedeck.deploy.plan import (DeployOptions, DeployPlan, Target, build_plan, judge_in_image, judge_preflight,
-                                   owner, preflight_paths, render_and_check, resolve_image, target)
+from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
+                                   judge_in_image, published_port, render, render_and_check, resolve_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.secrets import Secrets, deployed_secrets
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
-                                     record_startup, start_deploy_run)
+                                     record_startup, start_run)
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import preload
@@ -144,18 +144,19 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     reporter = reporter or Reporter()
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
-    catalog = Catalog(project.catalog_path, local=project.local_images)
-    goal = target(loaded, entry, catalog, options.image)  # the host's container_name / host_port, the image's facts
-    pre = _Background(_preflight_and_lock, host, goal, options, reporter)
+    profile = entry.place(loaded.profile, options.image)  # the --image, the host's container_name / host_port
+    pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
     checked = None
-    try:  # render + check locally while the preflight round trip runs
-        if goal.facts is not None:
-            reporter.phase("render", f"profile {goal.profile.name} -> docker-compose.yml")
-            checked = render_and_check(goal, catalog, project, reporter)
+    try:  # the catalog, render + check locally while the preflight round trip runs
+        catalog = Catalog(project.catalog_path, local=project.local_images)
+        reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
+        rendered = render(profile, catalog, project)
+        if catalog.lookup(profile.image_ref.digest) is not None:
+            checked = render_and_check(profile, catalog, project, entry, reporter, rendered=rendered)
         facts, state = pre.result()
         # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
-        kvp = preflight_kv_power(project, host, goal, reporter=reporter)
+        kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter)
     except BaseException as exc:
         pre.join()
         if host.holds_lock:
@@ -167,24 +168,32 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     d.kvp = kvp
     with _Interrupt():
         try:
-            d.run = (start_deploy_run(project, host.name, goal, options, git_commit()) if options.record
-                     else RunWriter(None))
+            d.run = (start_run(project.runs_dir, profile=profile.name, host=host.name,
+                               kind="deploy", profiles_git_commit=git_commit(),
+                               parent_profile=profile.extends,
+                               image={"reference": profile.image, "digest": profile.image_ref.digest},
+                               served_model_name=profile.model.served_model_name[0],
+                               port=published_port(profile), image_override=options.image,
+                               image_source=("local-images" if project.local_images.owns(profile.image_ref.digest)
+                                             else None))
+                     if options.record else RunWriter(None))
             d.result.run = d.run.run
             if d.run.path:
                 reporter.recorded(d.run.path)
             d.recover_abandoned(state)
             d.revision = hist.next_revision(state.history)
-            reporter.phase("pull", goal.profile.image)
+            reporter.phase("pull", profile.image)
             d.phase = "pull"
-            image = resolve_image(host, goal, catalog, project.catalog_path, reporter, inspected=facts.get("image"))
+            image = resolve_image(host, profile, catalog, project.catalog_path, reporter,
+                                  inspected=facts.get("image"))
             d.timings["pull_s"] = image.pull_s
             d.phase = "check"
-            goal = goal.with_facts(image.facts)  # the image may have been unknown at preflight
-            recheck_kv(kvp, goal, reporter)
-            if checked is None:
-                reporter.phase("render", f"profile {goal.profile.name} -> docker-compose.yml")
-                checked = render_and_check(goal, catalog, project, reporter)
-            d.plan = build_plan(target=goal, rendered=checked[0], findings=checked[1], image=image, host=host,
+            if checked is None:  # the image was unknown at preflight: render with its facts now
+                reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
+                checked = render_and_check(profile, catalog, project, entry, reporter)
+            recheck_kv(kvp, profile, checked[0].service, reporter)
+            d.plan = build_plan(loaded=loaded, profile=profile, rendered=checked[0],
+                                findings=checked[1], image=image, host=host, entry=entry,
                                 host_facts=facts, state=state, options=options)
             d.run.secrets = d.plan.record_secrets
             record_plan(d.run, d.plan)
@@ -203,15 +212,14 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     return d.result
 
 
-def _preflight_and_lock(host: RemoteHost, goal: Target, options: DeployOptions,
+def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: DeployOptions,
                         reporter: Reporter) -> tuple[dict[str, Any], HostState]:
     """Preflight facts + state + lock in one round trip; judge; release the lock on problems.
 
     Raises:
         DeployError: the problems found, or the lock is held (nothing changed, no record).
     """
-    profile, entry = goal.profile, goal.entry
-    facts, state = host.preflight(preflight_paths(profile), port=goal.port,
+    facts, state = host.preflight(preflight_paths(profile), port=published_port(profile),
                                   lock_owner=f"{owner()}: deploy {profile.name}",
                                   force_unlock=options.force_unlock, read=preflight_reads(profile),
                                   image=profile.image_ref.repo_digest, sysfs_root=entry.sysfs_root)

@@ -10,8 +10,6 @@ serves); :mod:`servedeck.deploy.apply` then carries it out.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import getpass
 import json
 import socket
@@ -29,7 +27,6 @@ from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.model.project import Project
-from servedeck.vllm.launcher import build_command, effective_settings, launcher_env
 
 if TYPE_CHECKING:  # the renderer (jinja2) is imported by render_and_check, after the preflight started
     from servedeck.compose.render import Rendered
@@ -76,67 +73,22 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
-class Target:
-    """What a deploy puts on the host, as the profile says it, computed once before anything
-    there changes: the profile as this host runs it (the deploy's image override, the host's
-    ``container_name`` / ``host_port``: :meth:`HostEntry.place`), the image catalog's facts of
-    its digest (looked up once; None while the catalog does not know the image) and what the
-    launcher makes of the two, each computed once when first asked: the settings vLLM runs with
-    (:attr:`effective`) and the server's environment (:attr:`environment`). Every phase of the
-    deploy reads these; only the pulled image's own facts replace unknown ones (:meth:`with_facts`)."""
+class DeployPlan:
+    """A deploy, fully computed (see the module docstring). ``argv`` is the server command,
+    ``effective`` the settings vLLM will run with and ``environment`` the server's environment
+    (both as the rendered service's launcher reads them: ``rendered.service``), ``secrets``
+    where the secrets are (their values only in memory), ``rollback_target`` the newest
+    known-good revision (None on a host where nothing ever served)."""
 
     profile: Profile
     loaded: LoadedProfile
     entry: HostEntry
-    facts: ImageFacts | None
-
-    @functools.cached_property
-    def effective(self) -> dict[str, Any]:
-        """The settings vLLM runs with (:func:`~servedeck.vllm.launcher.effective_settings`)."""
-        return effective_settings(self.profile, self.facts)
-
-    @functools.cached_property
-    def environment(self) -> dict[str, str]:
-        """The server's environment (:func:`~servedeck.vllm.launcher.launcher_env`)."""
-        return launcher_env(self.profile, self.facts)
-
-    @property
-    def port(self) -> int:
-        """The host port the profile publishes (:func:`published_port`)."""
-        return published_port(self.profile)
-
-    @property
-    def device(self) -> str:
-        """``xpu``, ``cpu``, ...: the image's device (:func:`servedeck.vllm.kv.device_of`)."""
-        from servedeck.vllm.kv import device_of
-        return device_of(self.profile, self.facts)
-
-    def with_facts(self, facts: ImageFacts | None) -> "Target":
-        """This target on an image with ``facts`` (the pulled image's own, where the catalog
-        knew none): the settings and environment follow them."""
-        return self if facts == self.facts else dataclasses.replace(self, facts=facts)
-
-
-def target(loaded: LoadedProfile, entry: HostEntry, catalog: Catalog, image: str | None = None) -> Target:
-    """The :class:`Target` of deploying ``loaded`` to the host ``entry`` with ``image`` (a
-    digest-pinned reference replacing the profile's; None: the profile's): the catalog is asked
-    once for the image's facts."""
-    profile = entry.place(loaded.profile, image)
-    return Target(profile, loaded, entry, catalog.lookup(profile.image_ref.digest))
-
-
-@dataclass(frozen=True)
-class DeployPlan:
-    """A deploy, fully computed (see the module docstring): the :class:`Target` on the image as
-    found on the host, ``argv`` the server command, ``secrets`` where the secrets are (their
-    values only in memory), ``rollback_target`` the newest known-good revision (None on a host
-    where nothing ever served)."""
-
-    target: Target
     rendered: Rendered
     findings: list[Any]
     image: ImageInfo
+    effective: dict[str, Any]
     argv: list[str]
+    environment: dict[str, str]
     host_facts: dict[str, Any]
     state: HostState
     secrets: Secrets
@@ -147,27 +99,6 @@ class DeployPlan:
     timeout_s: float
     revision: int
     rollback_target: Revision | None
-
-    @property
-    def profile(self) -> Profile:
-        return self.target.profile
-
-    @property
-    def loaded(self) -> LoadedProfile:
-        return self.target.loaded
-
-    @property
-    def entry(self) -> HostEntry:
-        return self.target.entry
-
-    @property
-    def effective(self) -> dict[str, Any]:
-        """The settings vLLM will run with (:func:`effective_settings` on the image's facts)."""
-        return self.target.effective
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return self.target.environment
 
     @property
     def compose_bytes(self) -> bytes:
@@ -194,9 +125,15 @@ class DeployPlan:
         profile's (``profile.diff.json`` shows the parent's value of each changed field)."""
         if self.loaded.parent is None:
             return self.secrets
+        from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
-        theirs = find_secrets(build_command(parent, self.image.facts), launcher_env(parent, self.image.facts))
-        return self.secrets.including(theirs, f"parent {parent.name}")
+        launcher = parent.launcher.runs
+        argv = launcher.build_argv(parent.launch_settings(),
+                                   launcher.defaults(self.image.facts.launcher_defaults, parent.launcher.config))
+        svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
+                                                      "environment": dict(parent.container.environment)},
+                           facts=self.image.facts)
+        return self.secrets.including(find_secrets(argv, svc.server_env()), f"parent {parent.name}")
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:
@@ -210,8 +147,13 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
         DeployError: vLLM rejects the command (its own message; nothing on the host changed).
     """
     from servedeck.host.inimage import dry_run
+    launcher = plan.rendered.service.launcher or plan.profile.launcher.runs
+    if launcher.in_image is None:
+        reporter.info(f"in-image check skipped: the {launcher.name} launcher's commands are not judged in the image")
+        return
     try:
-        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
+        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"),
+                      mode=launcher.in_image)
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
         return
@@ -238,20 +180,25 @@ def owner() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def render_and_check(target: Target, catalog: Catalog, project: Project,
-                     reporter: Reporter) -> tuple[Rendered, list[Any]]:
-    """Render the target's profile and run the compose check on the text; warnings are reported.
+def render(profile: Profile, catalog: Catalog, project: Project) -> Rendered:
+    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`)."""
+    from servedeck.compose.render import render_profile
+    return render_profile(profile, catalog, project.templates_dirs)
+
+
+def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
+                     reporter: Reporter, rendered: Rendered | None = None) -> tuple[Rendered, list[Any]]:
+    """Render ``profile`` (unless ``rendered`` is given) and run the compose check on the text;
+    warnings are reported.
 
     Raises:
         DeployError: the check finds errors (listed), or the published port is not the
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
-    from servedeck.compose.render import render_profile
-    profile, entry = target.profile, target.entry
-    rendered = render_profile(profile, catalog, project.templates_dirs)
+    rendered = rendered if rendered is not None else render(profile, catalog, project)
     findings = check_compose_text(
-        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
+        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:
@@ -268,10 +215,10 @@ def render_and_check(target: Target, catalog: Catalog, project: Project,
     return rendered, findings
 
 
-def resolve_image(host: RemoteHost, target: Target, catalog: Catalog, catalog_path: Path,
+def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_path: Path,
                   reporter: Reporter, inspected: dict[str, Any] | None = None) -> ImageInfo:
-    """Make sure the host has the target's image by digest (pull if missing), verify its
-    repo digest, and read its facts (deeply when the catalog did not know the digest or it
+    """Make sure the host has the profile's image by digest (pull if missing), verify its
+    repo digest, and read its facts (deeply when the catalog does not know the digest or it
     was just pulled). An unknown digest is added to the catalog.
 
     ``inspected``: the image's inspect document from the preflight round trip (facts
@@ -289,8 +236,8 @@ def resolve_image(host: RemoteHost, target: Target, catalog: Catalog, catalog_pa
     from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
-    profile, known = target.profile, target.facts
     repo_digest = profile.image_ref.repo_digest
+    known = catalog.lookup(profile.image_ref.digest)
     pulled = False
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
@@ -324,20 +271,21 @@ def resolve_image(host: RemoteHost, target: Target, catalog: Catalog, catalog_pa
     return ImageInfo(known, raw, pulled, False, pull_s)
 
 
-def build_plan(*, target: Target, rendered: Rendered, findings: list[Any], image: ImageInfo, host: RemoteHost,
-               host_facts: dict[str, Any], state: HostState, options: DeployOptions) -> DeployPlan:
-    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``);
-    ``target`` is on the image's facts (:meth:`Target.with_facts`)."""
+def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],
+               image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
+               state: HostState, options: DeployOptions) -> DeployPlan:
+    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
+    environment = rendered.service.server_env()
     argv = list(rendered.command)
     good = state.known_good()
-    port = target.port
-    profile = target.profile
+    port = published_port(profile)
     return DeployPlan(
-        target=target, rendered=rendered, findings=findings, image=image, argv=argv,
-        host_facts=host_facts, state=state, secrets=find_secrets(argv, target.environment), port=port,
-        base_url=api_base_url(host, target.entry, port), service=profile.container.service,
+        profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
+        effective=rendered.service.settings(), argv=argv, environment=environment,
+        host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
+        base_url=api_base_url(host, entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],
-        timeout_s=options.timeout_s or target.entry.ready_timeout_s,
+        timeout_s=options.timeout_s or entry.ready_timeout_s,
         revision=next_revision(state.history), rollback_target=good[0] if good else None)
 
 

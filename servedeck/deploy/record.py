@@ -20,9 +20,8 @@ from servedeck.runs import store
 from servedeck.runs.store import RunFile, RunRecord, create_run, git_commit, open_run, utcnow
 
 if TYPE_CHECKING:
-    from servedeck.deploy.plan import DeployOptions, DeployPlan, Target
+    from servedeck.deploy.plan import DeployPlan
     from servedeck.deploy.readiness import Readiness
-    from servedeck.model.project import Project
 
 
 class RunWriter:
@@ -72,19 +71,6 @@ def start_run(runs_dir: Path, *, profile: str, host: str, kind: str,
                                 profiles_git_commit=profiles_git_commit, **meta))
 
 
-def start_deploy_run(project: Project, host: str, goal: Target, options: DeployOptions,
-                     profiles_git_commit: str | None) -> RunWriter:
-    """:func:`start_run` of a deploy of ``goal`` to ``host``: what it deploys (profile, parent,
-    image and whether it is a locally built one, served name, port) and the ``--image`` given."""
-    profile = goal.profile
-    return start_run(project.runs_dir, profile=profile.name, host=host, kind="deploy",
-                     profiles_git_commit=profiles_git_commit, parent_profile=profile.extends,
-                     image={"reference": profile.image, "digest": profile.image_ref.digest},
-                     served_model_name=profile.model.served_model_name[0], port=goal.port,
-                     image_override=options.image,
-                     image_source="local-images" if project.local_images.owns(profile.image_ref.digest) else None)
-
-
 def git_commit_soon(profiles_dir: Path) -> Callable[[], str | None]:
     """Start :func:`servedeck.runs.store.git_commit` of ``profiles_dir`` in a thread (two
     ``git`` processes, overlapping the deploy's first SSH round trip); call the result to get
@@ -126,7 +112,7 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
     write startup.log / startup.json / args_verification.json. Returns (parsed, checks)."""
     from servedeck.vllm.verify import verify_args
     parsed = startup_facts(readiness)
-    checks = verify_args(plan.profile, plan.image.facts, parsed.get("non_default_args"), plan.effective)
+    checks = verify_args(plan.rendered.service.effective, parsed.get("non_default_args"))
     if readiness.ready:
         differs = [c for c in checks if c.status == "differs"]
         for c in checks:

@@ -276,33 +276,28 @@ def test_an_image_the_preflight_found_needs_no_engine_and_a_missing_one_asks_the
 
     import pytest
 
-    from servedeck.deploy.plan import resolve_image, target
+    from servedeck.deploy.plan import resolve_image
     from servedeck.errors import DeployError
     from servedeck.model.catalog import Catalog
-    from servedeck.model.inventory import HostEntry
     from servedeck.model.profile import ProfileStore
-    from servedeck.model.ssh_target import SshTarget
     root = Path(__file__).resolve().parents[2]
-    loaded = ProfileStore(root / "profiles").load("speed")
-    profile = loaded.profile
+    profile = ProfileStore(root / "profiles").load("speed").profile
     catalog = Catalog(root / "deploy" / "images.yaml")
-    goal = target(loaded, HostEntry(ssh=SshTarget(alias="b70"), workdir="/srv/b70"), catalog)
     known = catalog.lookup(profile.image_ref.digest)
-    assert goal.facts == known
     repo_digest = f"{profile.image_ref.repository}@{profile.image_ref.digest}"
     attrs = {"Id": "sha256:" + "ab" * 32, "RepoDigests": [repo_digest], "Created": "2026-09-07T00:00:00Z",
              "Config": {"Entrypoint": list(known.entrypoint), "WorkingDir": "/opt/exl3xpu", "Labels": None}}
-    info = resolve_image(_NoEngineHost(), goal, catalog, Path("deploy/images.yaml"), QuietReporter(),
+    info = resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
                          inspected=attrs)
     assert info.facts == known and not info.pulled
     assert info.raw["id"] == attrs["Id"] and info.raw["repo_digests"] == [repo_digest]
     # the catalog is still held to the truth by what the preflight read
     wrong = {**attrs, "Config": {**attrs["Config"], "Entrypoint": ["python3", "other.py"]}}
     with pytest.raises(DeployError, match="catalog is wrong"):
-        resolve_image(_NoEngineHost(), goal, catalog, Path("deploy/images.yaml"), QuietReporter(),
+        resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
                       inspected=wrong)
     # not on the host (or inspected under another digest): the Engine is asked (and pulls)
     for inspected in (None, {**attrs, "RepoDigests": [f"{profile.image_ref.repository}@sha256:{'0' * 64}"]}):
         with pytest.raises(AssertionError, match="the Engine was reached"):
-            resolve_image(_NoEngineHost(), goal, catalog, Path("deploy/images.yaml"), QuietReporter(),
+            resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
                           inspected=inspected)
