@@ -21,7 +21,7 @@ import time
 CALLS = {
     "servedeck.cli": ["_host", "_load"],
     "servedeck.deploy.apply": ["deploy", "_preflight_and_lock", "render_and_check", "preflight_kv_power",
-                               "start_deploy_run", "resolve_image", "build_plan", "record_plan", "judge_in_image",
+                               "start_run", "resolve_image", "build_plan", "record_plan", "judge_in_image",
                                "apply_power", "wait_ready", "record_startup", "record_kv"],
     "servedeck.host.remote": ["RemoteHost.preflight", "RemoteHost.switch", "RemoteHost.finish"],
     "servedeck.host.ssh": ["SshTransport.open_session_soon", "SshTransport._ensure_session"],
