@@ -49,9 +49,10 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
@@ -191,7 +192,13 @@ def findings_to_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
 
 
-def check_in_image(text: str, *, file: str | None = None, client: object = None,
+Judge = Callable[[str, list[list[str]], "list[str] | None", "str | None"], list[Any]]
+"""The in-image dry run a check asks: ``judge(image, commands, entrypoint, mode)`` gives one
+verdict per command (``ok``, ``stage``, ``message``, ``cached``, ``seconds``); the host layer
+makes one for an engine (:func:`servedeck.host.inimage.judge`), so the check runs nothing itself."""
+
+
+def check_in_image(text: str, *, judge: Judge, file: str | None = None,
                    catalog: Catalog | None = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
@@ -201,7 +208,7 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None,
     Args:
         text: the compose file's text.
         file: the file name to put in each finding.
-        client: docker SDK client or RemoteHost; None = the local engine.
+        judge: the dry run (:data:`Judge`; :func:`servedeck.host.inimage.judge` on an engine).
         catalog: the image catalog (the services' launchers: :class:`servedeck.compose.service.Service`).
 
     Returns:
@@ -213,16 +220,15 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None,
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    return check_in_image_each([(text, file)], client=client, catalog=catalog)
+    return check_in_image_each([(text, file)], judge=judge, catalog=catalog)
 
 
-def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None,
+def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge,
                         catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
     from servedeck.compose.service import read_services
-    from servedeck.host.inimage import dry_run_each
     from servedeck.launchers import registry
     from servedeck.vllm.argv import wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
@@ -263,8 +269,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
     for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
         mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
-        verdicts = dry_run_each(client, image, [job[3] for job in mine],
-                                entrypoint=list(start) if start is not None else None, mode=mode)
+        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

@@ -149,6 +149,22 @@ class ImageFacts(BaseModel):
         (:meth:`servedeck.launchers.base.Launcher.defaults`)."""
         return self.runs.defaults(self.launcher_defaults, config)
 
+    def differences(self, seen: "ImageFacts", config: str | None) -> list[str]:
+        """What ``seen`` (the facts read from the image itself) says otherwise than these
+        facts: the entrypoint, the vLLM version (when the image tells it) and the ``vllm:``
+        defaults of the launcher config ``config`` (exl3xpu's ``model.yaml``); one line each,
+        empty when they agree."""
+        problems = []
+        if self.entrypoint and seen.entrypoint and self.entrypoint != seen.entrypoint:
+            problems.append(f"entrypoint: catalog {self.entrypoint}, image {seen.entrypoint}")
+        if seen.vllm_version != "unknown" and self.vllm_version != seen.vllm_version:
+            problems.append(f"vLLM version: catalog {self.vllm_version}, image {seen.vllm_version}")
+        mine, theirs = self.defaults_for(config), seen.defaults_for(config)
+        if mine and theirs and mine.vllm != theirs.vllm:
+            keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
+            problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
+        return problems
+
 
 class CatalogFile(BaseModel):
     """Top level of ``deploy/images.yaml``."""
@@ -199,17 +215,11 @@ class Catalog:
             return None
         return self.data.images.get(digest) or self.local_data.images.get(digest)
 
-    def vllm_facts(self, digest: str | None) -> Any:
-        """The extracted :class:`~servedeck.vllm.facts.VllmFacts` of ``digest``, or None.
-
-        Raises:
-            ServedeckError: the entry names a facts file that cannot be read.
-        """
+    def vllm_facts_path(self, digest: str | None) -> Path | None:
+        """The file of the extracted vLLM facts of ``digest`` (read by
+        :func:`servedeck.vllm.facts.image_vllm_facts`), or None when none were extracted."""
         entry = self.lookup(digest)
-        if entry is None or not entry.vllm_facts:
-            return None
-        from servedeck.vllm.facts import load_facts
-        return load_facts(self.path.parent / entry.vllm_facts)
+        return self.path.parent / entry.vllm_facts if entry is not None and entry.vllm_facts else None
 
     def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
         """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog

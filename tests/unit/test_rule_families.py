@@ -428,9 +428,10 @@ def test_first_contact_exl3xpu_tag_is_not_a_vllm_version():
 def test_in_image_without_docker_is_a_clear_error(monkeypatch, tmp_path):
     from servedeck.compose.check import check_in_image
     from servedeck.errors import ServedeckError
+    from servedeck.host.inimage import judge
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     with pytest.raises(ServedeckError, match="no Docker engine reachable"):
-        check_in_image(svc(), file="t.yml")
+        check_in_image(svc(), file="t.yml", judge=judge())
 
 
 @pytest.mark.parametrize("repository, tag, launcher, device, version", [

@@ -42,7 +42,8 @@ def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
 def own_facts(ctx: Ctx, svc: Service) -> Any:
     """The vLLM facts extracted from ``svc``'s image itself (the catalog's, by digest), or None."""
     if svc.image is not None and svc.image.digest and ctx.catalog is not None:
-        return ctx.catalog.vllm_facts(svc.image.digest)
+        from servedeck.vllm.facts import image_vllm_facts
+        return image_vllm_facts(ctx.catalog, svc.image.digest)
     return None
 
 
@@ -179,7 +180,6 @@ def port_specs(svc: Service) -> list[PortSpec]:
         lo, hi = _range(port.target)
         out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
     return out
-
 
 
 def published_ports(svc: Service) -> list[int]:
