@@ -140,8 +140,8 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
     """vLLM's own parser as the last judge: the pinned image's launcher gives its final command
     and vLLM's argument parser and serve-argument validation judge it inside the image, on the
     host's engine, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per image and
-    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in) is
-    reported and skipped.
+    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in), and
+    a launcher whose commands the dry run cannot judge, are reported and skipped.
 
     Raises:
         DeployError: vLLM rejects the command (its own message; nothing on the host changed).
@@ -151,9 +151,8 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
     if launcher.in_image is None:
         reporter.info(f"in-image check skipped: the {launcher.name} launcher's commands are not judged in the image")
         return
-    try:
-        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"),
-                      mode=launcher.in_image)
+    try:  # the image's own ENTRYPOINT runs the command: the launcher it starts is asked
+        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
         return

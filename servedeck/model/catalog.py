@@ -14,6 +14,8 @@ config, labels and ``models/*/model.yaml``), read as :mod:`servedeck.host.images
 from __future__ import annotations
 
 import io
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +27,57 @@ from servedeck.fsutil import atomic_write
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import load_data
+
+
+_DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
+_DIGEST_LEN = {"sha256": 64, "sha512": 128}
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image reference ``repository[:tag][@digest]`` split into its parts (no registry
+    lookup; a profile's is pinned: :data:`servedeck.model.profile.IMAGE_RE`).
+
+    Attributes:
+        text: the reference as written. repository: ``ghcr.io/0xsero/exl3xpu``. tag: the
+        optional tag (informational when a digest is given: the digest decides). digest:
+        ``sha256:<64 hex>``, None when absent.
+    """
+
+    text: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> "ImageRef":
+        name, _, digest = text.partition("@")
+        last = name.rsplit("/", 1)[-1]
+        tag = None
+        if ":" in last:
+            tag = last.split(":", 1)[1]
+            name = name[: len(name) - len(tag) - 1]
+        return cls(text, name, tag, digest or None)
+
+    @property
+    def repo_digest(self) -> str:
+        """``repository@digest``: the reference without its tag, as the Engine lists it in an
+        image's ``RepoDigests`` and pulls it."""
+        return f"{self.repository}@{self.digest}"
+
+    def digest_problem(self) -> str | None:
+        """Why the digest is malformed, or None when it is well formed (or absent)."""
+        if self.digest is None:
+            return None
+        m = _DIGEST_RE.match(self.digest)
+        if not m:
+            return "a digest is ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
+        want = _DIGEST_LEN.get(m["algo"])
+        if want is None:
+            return f"unknown digest algorithm {m['algo']!r} (Docker uses sha256)"
+        if not re.fullmatch(r"[0-9a-f]+", m["hex"]) or len(m["hex"]) != want:
+            return f"{m['algo']} digest must be {want} lowercase hex digits, got {len(m['hex'])} characters"
+        return None
 
 
 Device = Literal["xpu", "cuda", "cpu"]

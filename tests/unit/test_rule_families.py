@@ -1,4 +1,4 @@
-"""Rule families of issue 11, each as a kind with its variants: GPU requests (NVIDIA and Intel),
+"""Rule families of the check, each as a kind with its variants: GPU requests (NVIDIA and Intel),
 server vs container, environment, flags judged by the release's own facts, JSON-valued flags,
 features that need each other, entrypoint semantics, first contact with an unknown digest.
 
@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from servedeck.compose.check import check_compose_text
-from servedeck.compose.rules._service import CheckExpectations
+from servedeck.compose.rules._context import CheckExpectations
 from servedeck.model.catalog import Catalog, ImageFacts
 
 D = "sha256:" + "f" * 64

@@ -1,7 +1,6 @@
 """Accessors the newer rule families use instead of reading argv or the document themselves:
-the release facts that judge a service, its environment entries, its published ports, its
-healthcheck and the ``vllm serve`` flag occurrences (as its launcher read them:
-:mod:`servedeck.compose.service`).
+the release facts that judge a service, its environment entries, its healthcheck and the
+``vllm serve`` flag occurrences (as its launcher read them: :mod:`servedeck.compose.service`).
 
 Keeping rules on these few functions lets the argv grammar underneath change without touching
 the rules.
@@ -14,9 +13,9 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from servedeck.compose import document
+from servedeck.compose.document import Port
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._service import Ctx, Flag, Service
+from servedeck.compose.rules._context import Ctx, Flag, Service
 from servedeck.launchers.base import EnvItem
 
 if TYPE_CHECKING:
@@ -175,7 +174,7 @@ def port_specs(svc: Service) -> list[PortSpec]:
         if isinstance(item, bool) or not isinstance(item, (int, str, dict)):
             continue
         try:
-            port = document.Port.parse(item)  # the one ports grammar (short and long syntax)
+            port = Port.parse(item)  # the one ports grammar (short and long syntax)
         except ValueError:
             continue
         lo, hi = _range(port.target)
