@@ -51,6 +51,31 @@ def load_data(text: str) -> Any:
     return YAML(typ="safe", pure=True).load(text)
 
 
+def syntax_error_at(exc: Exception) -> tuple[int | None, str]:
+    """Where a YAML syntax error must be edited and what it is: (1-based line or None, text).
+
+    ruamel's scanner reports an unterminated construct (a quoted scalar, a flow ``[``/``{``)
+    where it gave up, often the end of the file; the line to edit is the one where it opened
+    (the error's ``context_mark``). Every other error is at its ``problem_mark``. The text
+    names both when they differ: ``a quoted scalar opened on line 3 is never closed (found
+    unexpected end of stream at line 8)``.
+    """
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    context = getattr(exc, "context", None) or ""
+    unterminated = context_mark is not None and (
+        "end of stream" in problem or "document" in problem or context.startswith("while scanning a quoted"))
+    if unterminated and (problem_mark is None or context_mark.line != problem_mark.line):
+        what = context.removeprefix("while scanning ").removeprefix("while parsing ") or "a construct"
+        where = f" at line {problem_mark.line + 1}" if problem_mark is not None else ""
+        return context_mark.line + 1, f"{what} opened on line {context_mark.line + 1} is never closed ({problem}{where})"
+    mark = problem_mark or context_mark
+    if context:
+        problem = f"{context}; {problem}"
+    return (mark.line + 1 if mark is not None else None), problem
+
+
 def read_yaml_file(path: str | Path, *, plain: bool = True) -> Any:
     """Load a YAML 1.2 file (ruamel round-trip loader).
 
@@ -59,7 +84,8 @@ def read_yaml_file(path: str | Path, *, plain: bool = True) -> Any:
         plain: convert ruamel's commented containers to plain dict/list/scalars.
 
     Raises:
-        ServedeckError: missing file, or a syntax error (field = ``line N``).
+        ServedeckError: missing file, or a syntax error (``line`` and field ``line N``: where to
+            edit, :func:`syntax_error_at`).
     """
     path = Path(path)
     try:
@@ -69,10 +95,10 @@ def read_yaml_file(path: str | Path, *, plain: bool = True) -> Any:
     except FileNotFoundError:
         raise ServedeckError("file not found", file=str(path)) from None
     except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ServedeckError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path),
-                             field=f"line {mark.line + 1}" if mark else None,
-                             hint="fix the YAML syntax") from None
+        line, problem = syntax_error_at(exc)
+        raise ServedeckError(f"not valid YAML: {problem}", file=str(path), line=line,
+                             field=f"line {line}" if line else None, rule="yaml/syntax",
+                             hint="fix the YAML syntax at this line") from None
     return to_plain(data) if plain else data
 
 

@@ -893,9 +893,10 @@ def parse_document(source: str | dict[str, Any], file: str | None = None) -> Doc
         try:
             data = YAML(typ="rt").load(source)
         except YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ServedeckError(f"compose file is not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                                 file=file, field=f"line {mark.line + 1}" if mark else None,
+            from servedeck.yamlio import syntax_error_at
+            line, problem = syntax_error_at(exc)
+            raise ServedeckError(f"compose file is not valid YAML: {problem}", line=line,
+                                 file=file, field=f"line {line}" if line else None,
                                  hint="fix the YAML syntax") from None
     else:
         data = source

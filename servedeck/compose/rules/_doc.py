@@ -19,6 +19,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from servedeck.findings import Finding, Severity
+from servedeck.yamlio import syntax_error_at
 
 Path = tuple[str | int, ...]
 
@@ -200,11 +201,7 @@ def parse(text: str, file: str | None = None) -> Doc:
     try:
         node = yaml.compose(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        if exc.context:
-            problem = f"{exc.context}; {problem}"
+        line, problem = syntax_error_at(exc)
         raise DocError(Finding(severity=Severity.error, rule="yaml/syntax", message=f"not valid YAML: {problem}",
                                line=line, file=file, hint="fix the YAML syntax at this line")) from None
     except YAMLError as exc:
