@@ -205,7 +205,7 @@ def render(c, profile, out=None, flags=False):
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
                                   expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
-        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        print(as_typed(format_findings([f for f in findings if f.severity is Severity.error])), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
     print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
