@@ -108,7 +108,8 @@ class ConsoleReporter(Reporter):
             self._plain(f"  warning {text}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        line = f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}"
+        from servedeck.textfmt import clip
+        line = f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}"  # from its start, cut between words
         if self.terminal:
             if self._status is None:
                 self._status = self.console.status(line)

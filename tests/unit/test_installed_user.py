@@ -237,3 +237,32 @@ def test_placeholder_hint_names_no_development_task_in_an_installed_servedeck(mo
     assert "invoke image-build" in hint()  # a checkout has the development task
     monkeypatch.setattr(project, "is_source_checkout", lambda: False)
     assert "invoke" not in hint() and "docker push" in hint()
+
+
+# ----------------------------------------------------------------------------- lines kept whole
+
+
+def test_clip_keeps_the_start_and_cuts_between_words():
+    import pytest
+    from servedeck.textfmt import clip
+    line = "WARNING 12-03 10:00:01 Using a large max_num_seqs can cause fd limit errors like too many open files"
+    out = clip(line, 60)
+    assert out.startswith("WARNING 12-03 10:00:01 Using") and out.endswith("…") and len(out) <= 60
+    assert line.startswith(out[:-1])
+    assert out[:-1].split()[-1] in line.split()  # the last word is whole
+    assert clip("short  line\n", 60) == "short line"
+    assert clip("x" * 30, 10) == "x" * 9 + "…"
+    with pytest.raises(ValueError):
+        clip("abc", 1)
+
+
+def test_a_deploys_wait_line_shows_the_log_line_from_its_start(capsys):
+    from servedeck.deploy.console import ConsoleReporter
+    rep = ConsoleReporter(stderr=True)
+    rep._terminal = False  # a pipe: the plain line, every 10 s
+    log = "INFO 12-03 10:00:01 [api_server.py:1] " + "a large max_num_seqs can cause fd limit errors " * 4
+    rep.waiting("wait", 10.0, log)
+    err = capsys.readouterr().err
+    assert "wait   10.0 s | INFO 12-03 10:00:01 [api_server.py:1] a large" in err
+    shown = err.split("| ", 1)[1].rstrip("\n")
+    assert shown.endswith("…") and log.startswith(shown[:-1])
