@@ -58,6 +58,9 @@ WORKLOAD = "workload.json"
 BENCH_SAMPLES = "bench.jsonl"
 BENCH_SUMMARY = "bench.json"
 KV = "kv.json"
+LOAD_SAMPLES = "load.jsonl"
+LOAD_SUMMARY = "load.json"
+CAPACITY = "capacity.json"
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -103,6 +106,13 @@ RUN_FILES: dict[str, str] = {
         "(`servedeck.vllm.kv.compare_with_measured`)",
     BENCH_SAMPLES: "one JSON object per request sample",
     BENCH_SUMMARY: "summary per phase and metric",
+    LOAD_SAMPLES: "load benchmark: one JSON object per request of every load level "
+                  "(`servedeck.bench.loadresult.RequestRecord`; level -1 = warm-up)",
+    LOAD_SUMMARY: "load benchmark: workload, load profile, SLO and a summary per level "
+                  "(`servedeck.bench.loadresult.LoadSummary`: throughput, percentiles with intervals, "
+                  "goodput, the server's queue and preemptions)",
+    CAPACITY: "capacity search: the highest load meeting the SLO, its bracket, saturation, knee and "
+              "KV check (`servedeck.bench.capacity.CapacityResult`)",
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
                             "(`vllm bench serve --save-result`, guidellm)",
     "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
@@ -249,6 +259,44 @@ def write_bench_files(run_dir: str | Path, workload: dict, samples: list[dict], 
     }
 
 
+def write_load_files(run_dir: str | Path, summary: dict, records: list[dict],
+                     capacity: dict | None = None) -> dict[str, Path]:
+    """Write a load benchmark's ``load.jsonl`` (one record per line), ``load.json`` and, for a
+    capacity search, ``capacity.json`` atomically into ``run_dir``.
+
+    Returns:
+        ``{file name: path}``.
+
+    Raises:
+        OSError: the directory is not writable.
+    """
+    run_dir = Path(run_dir)
+    out = {
+        LOAD_SAMPLES: atomic_write(run_dir / LOAD_SAMPLES, "".join(json.dumps(r) + "\n" for r in records)),
+        LOAD_SUMMARY: atomic_write(run_dir / LOAD_SUMMARY, json.dumps(summary, indent=2) + "\n"),
+    }
+    if capacity is not None:
+        out[CAPACITY] = atomic_write(run_dir / CAPACITY, json.dumps(capacity, indent=2) + "\n")
+    return out
+
+
+def read_load(run_dir: Path) -> tuple[dict | None, list[dict]]:
+    """``(load.json, load.jsonl records)`` of a run; ``(None, [])`` when it has no load benchmark.
+
+    Raises:
+        ServedeckError: a file is not valid JSON (file and line given).
+    """
+    summary = read_json(run_dir, LOAD_SUMMARY)
+    if summary is None:
+        return None, []
+    return summary, _read_jsonl(Path(run_dir) / LOAD_SAMPLES)
+
+
+def is_load_benchmarked(run_dir: Path) -> bool:
+    """True when the run holds a load benchmark (``load.json``)."""
+    return (Path(run_dir) / LOAD_SUMMARY).is_file()
+
+
 def sequence_of(run_dir: Path) -> int | None:
     """The sequence number in a run directory's name (``0003-batch-8192-b70`` → 3), or None."""
     m = RUN_DIR_RE.match(Path(run_dir).name)
@@ -392,7 +440,15 @@ def read_samples(run_dir: Path) -> list[dict]:
     Raises:
         ServedeckError: a line is not valid JSON (file and line number given).
     """
-    path = Path(run_dir) / BENCH_SAMPLES
+    return _read_jsonl(Path(run_dir) / BENCH_SAMPLES)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """One JSON object per line ([] when the file is missing; blank lines skipped).
+
+    Raises:
+        ServedeckError: a line is not valid JSON (file and line number given).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
