@@ -227,7 +227,8 @@ def _served(meta: dict[str, Any] | None) -> bool:
 
 
 def _comparable(d: Path, meta: dict[str, Any] | None) -> bool:
-    return _served(meta) and (meta.get("benched_at") is not None or store.is_benchmarked(d))
+    return _served(meta) and (meta.get("benched_at") is not None or meta.get("load_benched_at") is not None
+                              or store.is_benchmarked(d) or store.is_load_benchmarked(d))
 
 
 def newest_served(runs_dir: Path, host: str) -> Path:
@@ -306,8 +307,8 @@ def resolve_run(runs_dir: Path, ref: str) -> Path:
 
 
 def run_document(run_dir: Path) -> dict:
-    """What ``invoke show`` prints: ``{"run", "startup", "args_verification", "bench", "diff",
-    "path"}`` (None for a missing file).
+    """What ``invoke show`` prints: ``{"run", "startup", "args_verification", "bench", "load",
+    "capacity", "diff", "path"}`` (None for a missing file).
 
     Raises:
         ServedeckError: a file is not valid JSON.
@@ -317,4 +318,6 @@ def run_document(run_dir: Path) -> dict:
             "startup": store.read_json(run_dir, store.STARTUP),
             "args_verification": store.read_json(run_dir, store.ARGS_VERIFICATION),
             "bench": store.read_json(run_dir, store.BENCH_SUMMARY),
+            "load": store.read_json(run_dir, store.LOAD_SUMMARY),
+            "capacity": store.read_json(run_dir, store.CAPACITY),
             "diff": store.read_json(run_dir, store.PROFILE_DIFF), "path": str(run_dir)}

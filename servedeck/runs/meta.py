@@ -112,6 +112,8 @@ class RunMeta(BaseModel):
                     "`deploy_total_s`, `overhead_s`")
     args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
     benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
+    load_benched_at: str | None = Field(None, description="when `invoke bench --load/--capacity` finished "
+                                                          "(the run holds load.json)")
     experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
 
     @property

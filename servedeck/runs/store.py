@@ -80,6 +80,11 @@ def external_summary(name: str) -> str:
     return f"external-{Path(name).stem}.json"
 
 
+def external_curve(name: str) -> str:
+    """File name of an imported external load curve ``name`` (a sweep directory or a result file)."""
+    return f"external-{Path(name).stem}-curve.json"
+
+
 #: Every file of a run directory with what it holds, in the order a deploy writes them
 #: (rendered into ``docs/run-record.md``).
 RUN_FILES: dict[str, str] = {
@@ -116,6 +121,9 @@ RUN_FILES: dict[str, str] = {
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
                             "(`vllm bench serve --save-result`, guidellm)",
     "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
+    "external-STEM-curve.json": "an imported external load curve (`vllm bench sweep serve` directory, a GuideLLM "
+                                "report's benchmarks, appended `vllm bench serve` results): "
+                                "`servedeck.bench.interop.ExternalCurve` with the sha256 of every file read",
 }
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
