@@ -452,9 +452,10 @@ def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str, *,
         rate = max((cur - base_n) / nw, 0.05) if nw else 1.0
         step = (n_tokens - cur) / rate
         # land a little under the target when growing, clearly under when shrinking
-        nw = max(0, nw + (max(1, int(step) - 1) if step > 0 else math.floor(step) - 1))
-        if nw in seen:  # oscillating around the target: finish with the walk + units below
-            break
+        nxt = max(0, nw + (max(1, int(step) - 1) if step > 0 else math.floor(step) - 1))
+        if nxt in seen:  # oscillating around the target: finish with the walk + units below
+            break       # (from nw, whose count cur is)
+        nw = nxt
         seen.add(nw)
         cur = count(text_for(nw))
     while cur > n_tokens and nw > 0:

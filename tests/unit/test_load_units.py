@@ -260,3 +260,21 @@ def test_kv_check_against_the_onset_of_queue_and_preemption():
     kv = kv_check(bad, pred, 2000)
     assert kv.agrees is False and kv.observed_onset == 2 and "began to queue or preempt at 2" in kv.reading
     assert kv_check(ok, None, 2000) is None
+
+
+def test_prompts_from_the_corpus_are_sized_exactly_with_a_many_tokens_per_word_tokenizer():
+    """A tokenizer that splits words into 1 to 8 pieces (the tiny CPU model's does) made the
+    sizing oscillate; every length must still come out exact."""
+    from servedeck.bench.client import build_prompt
+    words = corpus_words("default")
+    pieces = {w: 1 + (sum(map(ord, w)) % 8) for w in set(words)}
+
+    def count(text: str) -> int:
+        return 9 + sum(pieces.get(w, 1) for w in text.split())
+    rng = np.random.default_rng(4)
+    hint = None
+    for i in range(200):
+        n, start = int(rng.integers(40, 900)), int(rng.integers(0, len(words)))
+        text = build_prompt(count, n, f"[req t-{i}]", words=words, start=start, tokens_per_word=hint)
+        assert count(text) == n and text.startswith(f"[req t-{i}] ")
+        hint = n / len(text.split())
