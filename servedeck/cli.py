@@ -542,17 +542,23 @@ def hosts(c, inventory=None, json_=False):
             "image": "override the profiles' image (digest-pinned reference)",
             "no_bench": "deploy and compare startup facts only (no benchmark)",
             "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
-            "repetitions": "bench requests per phase"}, iterable=["vary"])
+            "repetitions": "bench requests per phase",
+            "workload": "bench this workload under load in every arm (invoke workloads); the summary "
+                        "carries each arm's capacity under --slo",
+            "load": "with --workload: the load schedule every arm runs", "slo": "with --workload: the SLO",
+            "requests": "with --workload: requests per load level"}, iterable=["vary"])
 @_cli
 def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=None, image=None,
-          no_bench=False, prompt_tokens=None, max_tokens=None, repetitions=None):
+          no_bench=False, prompt_tokens=None, max_tokens=None, repetitions=None, workload=None, load=None,
+          slo=None, requests=None):
     """Plan single-variable A/B experiments from --vary lists and run them over a fleet (resumable)."""
     from servedeck.fleet.summary import render_table, sweep_plan_table, sweep_table
     from servedeck.fleet.sweep import plan_sweep, run_sweep
     from servedeck.fleet.rollout import console_progress
     bench_args = []
     for flag, value in (("--prompt-tokens", prompt_tokens), ("--max-tokens", max_tokens),
-                        ("--repetitions", repetitions)):
+                        ("--repetitions", repetitions), ("--workload", workload), ("--load", load),
+                        ("--slo", slo), ("--requests", requests)):
         if value is not None:
             bench_args += [flag, str(value)]
     sweep_plan = plan_sweep(_project(), _fleet(inventory), hosts, base, vary or [], reps=int(reps),

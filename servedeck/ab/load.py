@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servedeck.bench.quantiles import Percentile, Proportion, percentile, proportion
 from servedeck.bench.slo import Slo, SloState, request_meets, state_of
+from servedeck.numfmt import fmt_load
 from servedeck.runs import store
 
 #: Per-request metrics judged at each level (seconds; lower is better).
@@ -235,8 +236,9 @@ def compare_capacity(pairs: list[LevelPair], slo: Slo, alpha: float) -> Capacity
         return CapacityVerdict(verdict="same bracket",
                                reason=(f"at every level both arms are in the same decided state: both capacities "
                                        f"lie in {bracket_text(br_a, pairs[0].unit)}"), **common)
-    undecided = [p.label for p in pairs if p.a.state != p.b.state or p.a.state not in ("met", "violated")]
-    need = max(_needed(p.a, slo) for p in pairs)
+    open_ = [p for p in pairs if p.a.state != p.b.state or p.a.state not in ("met", "violated")]
+    undecided = [p.label for p in open_]
+    need = max(_needed(x, slo) for p in open_ for x in (p.a, p.b) if x.state not in ("met", "violated"))
     return CapacityVerdict(verdict="no verdict",
                            reason=(f"the samples cannot tell at {', '.join(undecided)}; about {need} requests per "
                                    f"arm and level would decide the SLO share there"), **common)
@@ -245,11 +247,6 @@ def compare_capacity(pairs: list[LevelPair], slo: Slo, alpha: float) -> Capacity
 def _share(x: ArmLevel) -> str:
     a = x.attainment
     return f"{a.k}/{a.n} good, {a.value:.0%} [{a.low:.0%}\u2013{a.high:.0%}]"  # type: ignore[union-attr]
-
-
-def fmt_load(v: float | None) -> str:
-    """A load value as levels are named: ``4``, ``2.5`` (``–`` for None)."""
-    return "\u2013" if v is None else f"{v:g}"
 
 
 def bracket_text(br: Sequence[float | None], unit: str = "") -> str:

