@@ -4,7 +4,8 @@
 The stand-in (``benchmarks/standin.py``: the stand-in image's program as a local process) runs
 with ``STANDIN_SEND_TIMES=1`` (every streamed chunk carries the wall-clock time the stand-in
 wrote it) and ``STANDIN_KEEPALIVE=1`` (HTTP/1.1 keep-alive and chunked streams, as uvicorn
-serves vLLM, so connections are reused as they are against a real server). Two clients send the same ``-n`` requests at a constant ``--rate`` (default 100/s; 64
+serves vLLM, so connections are reused as they are against a real server). Two clients send
+the same ``-n`` requests at a constant ``--rate`` (default 100/s; 64
 prompt tokens, 16 output tokens, the chat endpoint), alternately ``--rounds`` times:
 
 * **servedeck**: :class:`servedeck.bench.loadclient.LoadRunner` as ``invoke bench --load`` runs it

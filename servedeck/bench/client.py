@@ -58,11 +58,11 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from servedeck.bench.sizing import FIT_HINT
 from servedeck.bench.table import SUMMARY_METRICS
@@ -79,6 +79,16 @@ _FILLER_WORDS = (
 
 
 # --------------------------------------------------------------------------- models
+
+
+def _tag_prefix(v: str) -> str:
+    if any(c in v for c in "[] \n"):
+        raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
+    return v
+
+
+#: The word every prompt's tag starts with (``[<tag_prefix> …]``): no brackets, spaces or newlines.
+TagPrefix = Annotated[str, Field(min_length=1), AfterValidator(_tag_prefix)]
 
 
 class Workload(BaseModel):
@@ -101,17 +111,11 @@ class Workload(BaseModel):
     endpoint: Literal["/v1/chat/completions", "/v1/completions"] = CHAT_ENDPOINT
     ignore_eos: bool = True
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    tag_prefix: str = Field("req", min_length=1, description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
+    tag_prefix: TagPrefix = Field("req", description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
     warm_order: Literal["paired", "after_cold"] = "paired"
     request_timeout_s: float = Field(1800.0, gt=0)
     metrics_settle_timeout_s: float = Field(5.0, gt=0, description="wait for /metrics to count a finished request")
 
-    @field_validator("tag_prefix")
-    @classmethod
-    def _no_brackets(cls, v: str) -> str:
-        if any(c in v for c in "[] \n"):
-            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
-        return v
 
 
 class ServerDelta(BaseModel):

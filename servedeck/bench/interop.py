@@ -265,8 +265,12 @@ def import_vllm_sweep(path: str | Path, *, serve: str | None = None) -> External
 def _guidellm_level(bench: dict[str, Any], index: int) -> ExternalLevel:
     strategy = ((bench.get("config") or {}).get("strategy") or {})
     kind = strategy.get("type_") or strategy.get("type") or "unknown"
-    value = strategy.get("rate") if kind in ("constant", "poisson") else (
-        strategy.get("streams") if kind == "concurrent" else (1 if kind == "synchronous" else strategy.get("max_concurrency")))
+    if kind in ("constant", "poisson"):
+        value = strategy.get("rate")
+    elif kind == "concurrent":
+        value = strategy.get("streams")
+    else:
+        value = 1 if kind == "synchronous" else strategy.get("max_concurrency")
     m = bench.get("metrics") or {}
 
     def succ(name: str, key: str, scale: float = 1.0) -> float | None:
@@ -281,7 +285,8 @@ def _guidellm_level(bench: dict[str, Any], index: int) -> ExternalLevel:
         label=label, kind=kind_name, value=float(value) if value else None, requests=totals.get("total"),
         completed=totals.get("successful"), failed=totals.get("errored"),
         request_rps=succ("requests_per_second", "mean"), output_tok_s=succ("output_tokens_per_second", "mean"),
-        ttft_s={"median": succ("time_to_first_token_ms", "median", 1e-3), "p99": succ("time_to_first_token_ms", "p99", 1e-3)},
+        ttft_s={"median": succ("time_to_first_token_ms", "median", 1e-3),
+                "p99": succ("time_to_first_token_ms", "p99", 1e-3)},
         tpot_s={"median": succ("time_per_output_token_ms", "median", 1e-3),
                 "p99": succ("time_per_output_token_ms", "p99", 1e-3)},
         e2e_s={"median": succ("request_latency", "median"), "p99": succ("request_latency", "p99")},

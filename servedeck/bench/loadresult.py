@@ -198,7 +198,8 @@ def summarise_level(index: int, level: LoadLevel, records: Sequence[RequestRecor
         medians[metric] = statistics.median(vals) if vals else None
         means[metric] = statistics.fmean(vals) if vals else None
     busy = sum(r.e2e_s or 0.0 for r in records)
-    errors = [{"text": t, "count": c} for t, c in Counter(r.error or "" for r in records if not r.success).most_common()]
+    failures = Counter(r.error or "" for r in records if not r.success)
+    errors = [{"text": t, "count": c} for t, c in failures.most_common()]
     return LevelResult(
         index=index, level=level, started_at=started_at, duration_s=duration, requests=len(records),
         completed=len(ok), failed=len(records) - len(ok), errors=errors,

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from servedeck.bench.client import CHAT_ENDPOINT, Workload
+from servedeck.bench.client import CHAT_ENDPOINT, TagPrefix, Workload
 from servedeck.bench.slo import Slo
 from servedeck.errors import ServedeckError
 
@@ -134,18 +134,11 @@ class RequestWorkload(_Common):
     ignore_eos: bool = Field(True, description="outputs are exactly their drawn length")
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     corpus: str = Field(DEFAULT_CORPUS, description="a shipped corpus name or a text file")
-    tag_prefix: str = Field("req", min_length=1)
+    tag_prefix: TagPrefix = "req"
     request_timeout_s: float = Field(600.0, gt=0)
     slo: Slo | None = Field(None, description="the SLO judged when none is given on the command line")
     load: str | None = Field(None, description="the load profile run when none is given "
                                                "(servedeck.bench.load.LoadProfile.parse)")
-
-    @field_validator("tag_prefix")
-    @classmethod
-    def _no_brackets(cls, v: str) -> str:
-        if any(c in v for c in "[] \n"):
-            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
-        return v
 
     @field_validator("load")
     @classmethod
@@ -337,7 +330,8 @@ def load_workload(ref: str | Path, project_root: Path | None = None) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def _corpus_words(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:  # the file's identity: a changed file is read again
+def _corpus_words(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    # keyed by the file's identity too: a file changed since is read again
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return tuple(w for line in lines if not line.lstrip().startswith("#") for w in line.split())
 

@@ -6,9 +6,9 @@ concurrency:2,4 --slo ttft_s=0.75,p=50`` deploys each on the loopback card host 
 same load schedule. At 4 requests in flight the first queues two of them for a whole request
 (~1-2 s of decode here) before their first token, the second runs all four at once: the verdict
 must find B's capacity higher at c=4. Both run eager (``--enforce-eager``, no compile), so a
-deployment starts in seconds rather than compiling for each ``max_num_seqs``. Then ``cpu-mns2`` is deployed again and benchmarked with
-``invoke bench``, and ``invoke ab --aa`` of the two ``cpu-mns2`` runs finds no capacity
-difference (both in the same bracket).
+deployment starts in seconds rather than compiling for each ``max_num_seqs``. Then ``cpu-mns2``
+is deployed again and benchmarked with ``invoke bench``, and ``invoke ab --aa`` of the two
+``cpu-mns2`` runs finds no capacity difference (both in the same bracket).
 """
 
 from __future__ import annotations

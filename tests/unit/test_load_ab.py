@@ -52,8 +52,8 @@ def _write_load(run: Path, capacity: int, seed: int, n: int = 12) -> None:
         ttfts = base + (0.0 if c <= capacity else rng.uniform(0.8, 1.2, n))
         recs = _records(i, n, ttfts, rng)
         server = LevelServer(interval_s=0.5, waiting_mean=max(0, c - capacity), preemptions=0)
-        levels.append(summarise_level(i, LoadLevel(kind="concurrency", value=c), recs, started_at="2026-12-03T10:00:00Z",
-                                      server=server, slo=SLO))
+        levels.append(summarise_level(i, LoadLevel(kind="concurrency", value=c), recs,
+                                      started_at="2026-12-03T10:00:00Z", server=server, slo=SLO))
         records += recs
     summary = LoadSummary(workload={"kind": "chat", "name": "chat", "endpoint": "/v1/chat/completions"},
                           load="concurrency:1,2,4,8", slo=SLO, served_model="Qwen3.8-27B", base_url="http://x",
@@ -91,7 +91,8 @@ def test_ab_finds_the_capacity_difference_and_reports_the_curves(arms):
     assert "### Under load (chat, concurrency:1,2,4,8)" in text
     assert "| A | 2 | [2, 4) |" in text and "| B | 8 | 8 or more |" in text
     assert "Capacity verdict: **higher**: at c=4 B meets the SLO (12/12 good" in text
-    assert "![both arms under load](report-load.png)" in text and (out.parent / "report-load.png").stat().st_size > 10_000
+    assert "![both arms under load](report-load.png)" in text
+    assert (out.parent / "report-load.png").stat().st_size > 10_000
     row = [ln for ln in text.splitlines() if ln.startswith("| c=4 |")][-1]  # the curves table, after the judged rows
     assert "0/12 0% [0%–26%] violated" in row and "12/12 100% [74%–100%] met" in row
     assert any(f.startswith("capacity under p50: ttft_s ≤ 0.5 (chat, concurrency:1,2,4,8): A 2, B 8 requests in "

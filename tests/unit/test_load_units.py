@@ -12,8 +12,8 @@ from servedeck.bench.capacity import CapacitySearch, knee, kv_check, saturation_
 from servedeck.bench.load import LoadLevel, LoadProfile
 from servedeck.bench.loadresult import LevelServer, RequestRecord, ServerSample, server_gauges, summarise_level
 from servedeck.bench.slo import Slo
-from servedeck.bench.workload import (ChatWorkload, FullContextWorkload, Lengths, SharedPrefixWorkload,
-                                      available_workloads, corpus_words, load_workload, workload_from_dict)
+from servedeck.bench.workload import (FullContextWorkload, Lengths, SharedPrefixWorkload,
+                                      available_workloads, corpus_words, load_workload)
 from servedeck.errors import ServedeckError
 
 SLO = Slo(ttft_s=1.0, percentile=90)
@@ -218,7 +218,8 @@ def test_search_reports_when_it_cannot_answer():
     _, res = _search(0)  # even one request at a time misses
     assert res.capacity is None and res.lo is None and res.hi == 1 and "no level met the SLO" in res.reading
     _, res = _search(10 ** 9, max_levels=3)
-    assert res.capacity is None and res.hi is None and res.levels_run == 3 and "higher than the search reached" in res.reading
+    assert res.capacity is None and res.hi is None and res.levels_run == 3
+    assert "higher than the search reached" in res.reading
     _, res = _search(20, max_levels=4)
     assert not res.precise and "not yet within ±10%" in res.reading and res.lo <= 20 < res.hi
 
