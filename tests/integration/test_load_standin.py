@@ -4,10 +4,10 @@ image, run here as a local process): a server whose capacity is known, so the an
 checked against the truth.
 
 The stand-in runs at most ``STANDIN_MAX_NUM_SEQS`` = 4 requests at once (later ones queue in
-arrival order); a request takes ~11 × 20 ms of decode. Under a TTFT SLO of 25 ms (p90) a
-closed loop of ``c`` requests therefore meets it up to ``c = 4`` (a few ms to the first token)
-and misses it from 5 on, where every request waits about a service time divided by 4 (~55 ms)
-for a slot: the truth is 4,
+arrival order); a request takes ~11 × 40 ms of decode. A closed loop of ``c`` requests of equal
+length runs in batches: up to ``c = 4`` every request starts at once (a few ms to its first
+token); from 5 on, ``c − 4`` of every ``c`` wait for a whole batch (~0.45 s) before a slot frees,
+one in five or more, beyond the 10 % a TTFT SLO of 100 ms at p90 allows: the truth is 4,
 exactly, and the search must find it. A constant rate is served until it passes what 4 slots
 complete per second (``μ = 4 / service time``); the rate search must land within ±20 % of
 ``μ`` measured by the same client at concurrency 4 (the stated precision: arrivals near ``μ``
@@ -35,7 +35,7 @@ from servedeck.errors import ServedeckError
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "deploy" / "images" / "standin" / "standin.py"
 MODEL = "Qwen3.8-27B"
-DECODE_S = 0.02
+DECODE_S = 0.04
 OUTPUT = 12
 SEQS = 4
 
@@ -77,11 +77,11 @@ def slots(tmp_path_factory):
 
 
 def _chat(**kw) -> ChatWorkload:
-    return ChatWorkload(**{"name": "t", "requests": 36, "warmup_requests": 1, "output_tokens": Lengths(value=OUTPUT),
+    return ChatWorkload(**{"name": "t", "requests": 20, "warmup_requests": 1, "output_tokens": Lengths(value=OUTPUT),
                            "prompt_tokens": Lengths(distribution="uniform", min=24, max=64), **kw})
 
 
-SLO = Slo(ttft_s=0.025, percentile=90)
+SLO = Slo(ttft_s=0.1, percentile=90)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,10 @@ def test_concurrency_capacity_is_the_known_truth(concurrency_search):
     cap = concurrency_search.capacity
     assert (cap.lo, cap.hi, cap.capacity) == (SEQS, SEQS + 1, SEQS), cap.steps
     assert cap.precise and cap.levels_run <= 8
-    assert [s.value for s in cap.steps][:2] == [2, 8] and cap.hi_state == "violated"
+    assert [s.value for s in cap.steps][:2] == [2, 8]
+    # 20 requests a level steer the search by the point estimate; they cannot show p90 either way
+    # (an interval needs 36): the answer says so rather than calling the ends met or violated
+    assert cap.lo_state == "undecided" and cap.steps[0].attainment == 1.0 and cap.steps[1].state == "violated"
     assert f"capacity under {SLO.describe()}: 4 requests in flight" in cap.reading, cap.reading
 
 
@@ -111,9 +114,9 @@ def test_the_servers_counters_agree_with_the_client(concurrency_search):
     for lv in concurrency_search.summary.levels:
         recs = [r for r in concurrency_search.records if r.level == lv.index]
         delta = lv.server.delta
-        assert lv.failed == 0 and lv.completed == len(recs) == 36
+        assert lv.failed == 0 and lv.completed == len(recs) == 20
         assert delta.requests_finished == lv.completed
-        assert delta.generation_tokens == sum(r.output_tokens for r in recs) == 36 * OUTPUT
+        assert delta.generation_tokens == sum(r.output_tokens for r in recs) == 20 * OUTPUT
         assert delta.prompt_tokens == sum(r.prompt_tokens for r in recs) == sum(r.prompt_tokens_requested for r in recs)
         # the client's own TTFT can only be later than what the server measured
         assert lv.means["ttft_s"] >= delta.ttft_s - 0.002
@@ -133,7 +136,7 @@ def test_a_rate_search_lands_near_what_the_slots_can_complete(slots, concurrency
 
 
 def test_open_loop_rates_and_a_cap_on_requests_in_flight(slots):
-    run = run_load(slots, _chat(requests=20, warmup_requests=0), LoadProfile.parse("poisson:8,200@2"),
+    run = run_load(slots, _chat(requests=12, warmup_requests=0), LoadProfile.parse("poisson:8,200@2"),
                    served_model=MODEL, slo=SLO, metrics_interval_s=0.1)
     low, capped = run.summary.levels
     assert low.failed == 0 and low.slo is not None
