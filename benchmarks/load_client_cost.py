@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import servedeck.bench.loadclient as loadclient  # noqa: E402
 from servedeck.bench.client import StreamState  # noqa: E402
-from servedeck.bench.load import LoadLevel  # noqa: E402
+from servedeck.bench.load import LoadLevel, arrivals  # noqa: E402
 from servedeck.bench.workload import ChatWorkload, Lengths  # noqa: E402
 from standin import MODEL, Standin  # noqa: E402
 
@@ -87,7 +87,7 @@ async def floor_round(s: Standin, w: ChatWorkload, level: LoadLevel, bodies: lis
     import aiohttp
     seen: list[tuple[float, float]] = []
     oks: list[bool] = []
-    arrivals = level.arrivals(len(bodies), 0)
+    times = arrivals(level, len(bodies), 0)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      headers={"content-type": "application/json"}) as session:
         async def one(body: bytes) -> None:
@@ -101,7 +101,7 @@ async def floor_round(s: Standin, w: ChatWorkload, level: LoadLevel, bodies: lis
             oks.append(resp.status == 200)
         c0, w0, s0 = _cpu(), time.perf_counter(), s.cpu_s()
         tasks = []
-        for body, at in zip(bodies, arrivals):
+        for body, at in zip(bodies, times):
             delay = w0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -31,23 +31,14 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servedeck.bench.quantiles import Percentile, Proportion, percentile, proportion
-from servedeck.bench.slo import Slo, SloState, request_meets, state_of
+from servedeck.bench.quantiles import percentile, proportion
+from servedeck.bench.slo import request_meets, state_of
 from servedeck.numfmt import fmt_load
 from servedeck.runs import store
+from servedeck.runs.records import LoadSummary, Percentile, Proportion, Slo, SloState
 
 #: Per-request metrics judged at each level (seconds; lower is better).
 LOAD_METRICS = ("ttft_s", "tpot_s", "e2e_s")
-
-
-class _Rec:
-    """A stored request record read back (attribute access for the SLO functions)."""
-
-    __slots__ = ("success", "ttft_s", "tpot_s", "e2e_s")
-
-    def __init__(self, d: dict[str, Any]) -> None:
-        self.success = bool(d.get("success"))
-        self.ttft_s, self.tpot_s, self.e2e_s = d.get("ttft_s"), d.get("tpot_s"), d.get("e2e_s")
 
 
 class ArmLevel(BaseModel):
@@ -114,20 +105,18 @@ class LoadComparison(BaseModel):
     capacity: CapacityVerdict | None = None
 
 
-def _arm_levels(runs: Sequence[Path]) -> tuple[dict | None, dict[str, dict[str, Any]]]:
+def _arm_levels(runs: Sequence[Path]) -> tuple[LoadSummary | None, dict[str, dict[str, Any]]]:
     """Per level label: the stored level summaries and records of every run of one arm."""
-    first: dict | None = None
+    first: LoadSummary | None = None
     out: dict[str, dict[str, Any]] = {}
-    from servedeck.bench.load import LoadLevel
     for run in runs:
         summary, records = store.read_load(run)
         if summary is None:
             continue
         first = first or summary
-        for lv in summary["levels"]:
-            level = LoadLevel.model_validate(lv["level"])
-            slot = out.setdefault(level.label, {"level": level, "summaries": [], "records": [], "per_run": []})
-            mine = [r for r in records if r["level"] == lv["index"]]
+        for lv in summary.levels:
+            slot = out.setdefault(lv.level.label, {"level": lv.level, "summaries": [], "records": [], "per_run": []})
+            mine = [r for r in records if r.level == lv.index]
             slot["summaries"].append(lv)
             slot["records"] += mine
             slot["per_run"].append((lv, mine))
@@ -137,34 +126,31 @@ def _arm_levels(runs: Sequence[Path]) -> tuple[dict | None, dict[str, dict[str, 
 def _arm(slot: dict[str, Any], slo: Slo | None) -> ArmLevel:
     recs = slot["records"]
     sums = slot["summaries"]
-    ok = [r for r in recs if r["success"]]
+    ok = [r for r in recs if r.success]
     q = slo.q if slo else 0.9
-    values = {m: [r[m] for r in ok if r.get(m) is not None] for m in LOAD_METRICS}
+    values = {m: [v for r in ok if (v := getattr(r, m)) is not None] for m in LOAD_METRICS}
     pcts = {m: percentile(v, q) for m, v in values.items()}
     medians = {m: percentile(v, 0.5) for m, v in values.items()}
-    waits = [(lv.get("server") or {}).get("waiting_mean") for lv in sums]
-    pre = [(lv.get("server") or {}).get("preemptions") for lv in sums]
+    waits = [lv.server.waiting_mean for lv in sums if lv.server is not None]
+    pre = [lv.server.preemptions for lv in sums if lv.server is not None]
     arm = ArmLevel(runs=len(sums), requests=len(recs), completed=len(ok), failed=len(recs) - len(ok),
-                   request_rps=[lv["request_rps"] for lv in sums], output_tok_s=[lv["output_tok_s"] for lv in sums],
+                   request_rps=[lv.request_rps for lv in sums], output_tok_s=[lv.output_tok_s for lv in sums],
                    percentiles=pcts, medians=medians,
                    waiting_mean=max((w for w in waits if w is not None), default=None),
                    preemptions=sum(p for p in pre if p is not None) if any(p is not None for p in pre) else None)
     if slo is not None:
-        good = sum(1 for r in recs if request_meets(slo, _Rec(r)))
+        good = sum(1 for r in recs if request_meets(slo, r))
         arm.attainment = proportion(good, len(recs))
         arm.state = state_of(arm.attainment, slo.q)
-        arm.goodput_rps = [sum(1 for r in mine if request_meets(slo, _Rec(r))) / lv["duration_s"]
+        arm.goodput_rps = [sum(1 for r in mine if request_meets(slo, r)) / lv.duration_s
                            for lv, mine in slot["per_run"]]
     return arm
 
 
-def _slo_of(summary_a: dict | None, summary_b: dict | None, slo: Slo | None) -> Slo | None:
+def _slo_of(summary_a: LoadSummary | None, summary_b: LoadSummary | None, slo: Slo | None) -> Slo | None:
     if slo is not None:
         return slo
-    for summary in (summary_a, summary_b):
-        if summary and summary.get("slo"):
-            return Slo.model_validate(summary["slo"])
-    return None
+    return next((s.slo for s in (summary_a, summary_b) if s is not None and s.slo is not None), None)
 
 
 def load_metrics(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> list[tuple[str, str, list[float], list[float]]]:
@@ -176,8 +162,8 @@ def load_metrics(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> list[tuple[s
     out = []
     for label in sorted(set(la) & set(lb), key=lambda k: la[k]["level"].value):
         for metric in LOAD_METRICS:
-            a = [r[metric] for r in la[label]["records"] if r["success"] and r.get(metric) is not None]
-            b = [r[metric] for r in lb[label]["records"] if r["success"] and r.get(metric) is not None]
+            a = [v for r in la[label]["records"] if r.success and (v := getattr(r, metric)) is not None]
+            b = [v for r in lb[label]["records"] if r.success and (v := getattr(r, metric)) is not None]
             if a or b:
                 out.append((metric, label, a, b))
     return out
@@ -292,7 +278,7 @@ def compare_load(runs_a: Sequence[Path], runs_b: Sequence[Path], *, slo: Slo | N
         pairs.append(LevelPair(label=label, kind=level.kind, value=level.value, unit=level.unit,
                                a=_arm(la[label], slo_), b=_arm(lb[label], slo_)))
     unit = pairs[0].unit if pairs else ""
-    out = LoadComparison(workload=sa["workload"].get("name") or sa["workload"].get("kind"), load=sa["load"],
+    out = LoadComparison(workload=sa.workload.get("name") or sa.workload.get("kind"), load=sa.load,
                          slo=slo_, unit=unit, levels=pairs,
                          only_a=sorted(set(la) - set(lb)), only_b=sorted(set(lb) - set(la)))
     if slo_ is not None and pairs:

@@ -38,14 +38,10 @@ preempted.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from servedeck.bench.load import LoadLevel
-from servedeck.bench.loadresult import LevelResult
-from servedeck.bench.slo import Slo
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import CapacityResult, KvCheck, LevelResult, LoadLevel, SearchStep, Slo
 
 DEFAULT_PRECISION = 0.1
 DEFAULT_MAX_LEVELS = 8
@@ -69,75 +65,6 @@ def level_passes(result: LevelResult) -> bool:
                              hint="e.g. --slo ttft_s=2,tpot_s=0.1,p=90")
     share = result.slo.attainment.value
     return share is not None and share >= result.slo.slo.q
-
-
-class SearchStep(BaseModel):
-    """One level the search ran: its value, whether it met the SLO, and why it ran."""
-
-    model_config = ConfigDict(extra="forbid")
-    value: float
-    passed: bool
-    state: str
-    attainment: float | None
-    attainment_low: float | None
-    attainment_high: float | None
-    phase: Literal["start", "grow", "shrink", "bisect"]
-
-
-class KvCheck(BaseModel):
-    """The KV prediction against the load at which the server began to queue or preempt."""
-
-    model_config = ConfigDict(extra="forbid")
-    request_tokens: int
-    block_size: int
-    pool_tokens: int
-    predicted_concurrency: int
-    predicted_concurrency_low: int | None = None
-    predicted_concurrency_high: int | None = None
-    observed_onset: float | None = Field(None, description="lowest concurrency level that queued or preempted")
-    highest_clean: float | None = Field(None, description="highest concurrency level without queue or preemption")
-    agrees: bool | None = None
-    reading: str
-
-
-class CapacityResult(BaseModel):
-    """``capacity.json``: the search's answer and what it measured.
-
-    Attributes:
-        kind, unit: the load varied (``concurrency``, requests in flight; or a rate, requests/s).
-        slo: the objective.
-        capacity: the answer: the geometric midpoint of the final bracket (None when even the
-            lowest level missed the SLO, or no level missed it).
-        lo, hi: the bracket: ``lo`` the highest level that met the SLO, ``hi`` the lowest that did
-            not (None when not found).
-        lo_state, hi_state: the SLO state of those levels (``met`` / ``violated`` when the
-            samples carry it, ``undecided`` when they cannot tell).
-        precise: the bracket reached ``±precision``; ``precision`` as asked.
-        levels_run, max_levels; steps: every level in the order run.
-        saturation: the lowest level flagged saturated, with its flags; knee: the Kneedle knee.
-        kv: the KV check, when the run had a KV prediction and the levels were concurrency.
-        reading: one sentence for the user.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    kind: str
-    unit: str
-    slo: Slo
-    capacity: float | None
-    lo: float | None
-    hi: float | None
-    lo_state: str | None = None
-    hi_state: str | None = None
-    precise: bool
-    precision: float
-    levels_run: int
-    max_levels: int
-    steps: list[SearchStep]
-    saturation: float | None = None
-    saturation_flags: list[str] = Field(default_factory=list)
-    knee: float | None = None
-    kv: KvCheck | None = None
-    reading: str = ""
 
 
 class CapacitySearch:

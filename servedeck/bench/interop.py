@@ -36,11 +36,10 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import ExternalCurve, ExternalLevel, LevelResult, LoadSummary, RequestRecord
 
 #: ``vllm bench serve --metric-percentiles`` written by the export.
 EXPORT_PERCENTILES = (50, 90, 99)
@@ -58,7 +57,7 @@ def _stats_ms(values: list[float]) -> dict[str, float]:
     return out
 
 
-def vllm_bench_result(summary: dict[str, Any], level: dict[str, Any], records: list[dict[str, Any]],
+def vllm_bench_result(summary: LoadSummary, level: LevelResult, records: list[RequestRecord],
                       run_id: str | None = None) -> dict[str, Any]:
     """One level of a load benchmark as a ``vllm bench serve`` result object (module docstring).
 
@@ -66,53 +65,50 @@ def vllm_bench_result(summary: dict[str, Any], level: dict[str, Any], records: l
         summary: the run's ``load.json``; level: one of its ``levels``; records: that level's
             ``load.jsonl`` records (send order).
     """
-    w = summary["workload"]
-    lv = level["level"]
-    ok = [r for r in records if r["success"]]
-    chat = w.get("endpoint") == "/v1/chat/completions"
+    lv = level.level
+    ok = [r for r in records if r.success]
+    chat = summary.workload.get("endpoint") == "/v1/chat/completions"
+    backend = "openai-chat" if chat else "openai"
     out: dict[str, Any] = {
-        "date": (level.get("started_at") or "").replace("-", "").replace(":", "").replace("T", "-").rstrip("Z")[:15],
-        "endpoint_type": "openai-chat" if chat else "openai", "backend": "openai-chat" if chat else "openai",
-        "label": None, "model_id": summary["served_model"], "tokenizer_id": None, "num_prompts": level["requests"],
-        "request_rate": "inf" if lv["kind"] == "concurrency" else lv["value"],
-        "burstiness": 1.0 if lv["kind"] == "poisson" else None,
-        "max_concurrency": int(lv["value"]) if lv["kind"] == "concurrency" else lv.get("max_concurrency"),
+        "date": level.started_at.replace("-", "").replace(":", "").replace("T", "-").rstrip("Z")[:15],
+        "endpoint_type": backend, "backend": backend, "label": None, "model_id": summary.served_model,
+        "tokenizer_id": None, "num_prompts": level.requests,
+        "request_rate": "inf" if lv.kind == "concurrency" else lv.value,
+        "burstiness": 1.0 if lv.kind == "poisson" else None,
+        "max_concurrency": int(lv.value) if lv.kind == "concurrency" else lv.max_concurrency,
     }
-    if lv["kind"] == "ramp":
-        out.update(request_rate=lv["value"], ramp_up_strategy="linear", ramp_up_start_rps=lv["start_rps"],
-                   ramp_up_end_rps=lv["value"])
-    latency = [r["last_token_s"] if r["success"] and r.get("last_token_s") is not None else 0.0 for r in records]
-    in_tok = [r.get("prompt_tokens") or r["prompt_tokens_requested"] if r["success"] else r["prompt_tokens_requested"]
+    if lv.kind == "ramp":
+        out.update(ramp_up_strategy="linear", ramp_up_start_rps=lv.start_rps, ramp_up_end_rps=lv.value)
+    in_tok = [(r.prompt_tokens or r.prompt_tokens_requested) if r.success else r.prompt_tokens_requested
               for r in records]
-    out_tok = [r["output_tokens"] if r["success"] else 0 for r in records]
-    slo = level.get("slo")
-    duration = level["duration_s"]
+    out_tok = [r.output_tokens if r.success else 0 for r in records]
+    in_ok = sum(i for i, r in zip(in_tok, records) if r.success)
+    duration = level.duration_s
     out.update({
         "duration": duration, "completed": len(ok), "failed": len(records) - len(ok),
-        "total_input_tokens": sum(i for i, r in zip(in_tok, records) if r["success"]),
-        "total_output_tokens": sum(out_tok),
-        "request_throughput": len(ok) / duration, "request_goodput": slo["goodput_rps"] if slo else None,
-        "output_throughput": sum(out_tok) / duration,
-        "total_token_throughput": (sum(out_tok) + sum(i for i, r in zip(in_tok, records) if r["success"])) / duration,
+        "total_input_tokens": in_ok, "total_output_tokens": sum(out_tok),
+        "request_throughput": len(ok) / duration,
+        "request_goodput": level.slo.goodput_rps if level.slo else None,
+        "output_throughput": sum(out_tok) / duration, "total_token_throughput": (sum(out_tok) + in_ok) / duration,
         "input_lens": in_tok, "output_lens": out_tok,
-        "ttfts": [r["ttft_s"] if r["success"] else 0.0 for r in records],
-        "itls": [list(r.get("itl_s") or []) if r["success"] else [] for r in records],
-        "latencies": latency, "start_times": [r["sent_unix_s"] for r in records],
+        "ttfts": [r.ttft_s if r.success else 0.0 for r in records],
+        "itls": [list(r.itl_s) if r.success else [] for r in records],
+        "latencies": [r.last_token_s if r.success and r.last_token_s is not None else 0.0 for r in records],
+        "start_times": [r.sent_unix_s for r in records],
         "generated_texts": ["" for _ in records],
-        "errors": ["" if r["success"] else (r.get("error") or "failed") for r in records],
+        "errors": ["" if r.success else (r.error or "failed") for r in records],
     })
-    ttfts = [r["ttft_s"] for r in ok]
-    lat_ok = [r["last_token_s"] for r in ok if r.get("last_token_s") is not None]
-    tpots = [(r["last_token_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) for r in ok
-             if r["output_tokens"] > 1 and r.get("last_token_s") is not None]
-    itls = [g for r in ok for g in r.get("itl_s") or []]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    lat_ok = [r.last_token_s for r in ok if r.last_token_s is not None]
+    tpots = [(r.last_token_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
+             if r.output_tokens > 1 and r.last_token_s is not None and r.ttft_s is not None]
+    itls = [g for r in ok for g in r.itl_s]
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", lat_ok)):
         st = _stats_ms(values)
         out[f"mean_{name}_ms"], out[f"median_{name}_ms"], out[f"std_{name}_ms"] = st["mean"], st["median"], st["std"]
         for p in EXPORT_PERCENTILES:
             out[f"p{p}_{name}_ms"] = st[f"p{p}"]
-    from servedeck.bench.load import LoadLevel
-    out["servedeck_load"] = LoadLevel.model_validate(lv).label
+    out["servedeck_load"] = lv.label
     if run_id:
         out["servedeck_run"] = run_id
     return out
@@ -131,50 +127,13 @@ def export_vllm_bench(run_dir: Path, path: Path) -> Path:
     if summary is None:
         raise ServedeckError(f"run {Path(run_dir).name} has no load benchmark to export",
                              hint="run invoke bench --workload chat --load concurrency:1,2,4 first")
-    lines = []
-    for level in summary["levels"]:
-        recs = [r for r in records if r["level"] == level["index"]]
-        lines.append(json.dumps(vllm_bench_result(summary, level, recs, Path(run_dir).name)))
+    lines = [json.dumps(vllm_bench_result(summary, level, [r for r in records if r.level == level.index],
+                                          Path(run_dir).name))
+             for level in summary.levels]
     return atomic_write(Path(path), "\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------------------- import
-
-
-class ExternalLevel(BaseModel):
-    """One benchmark of an external load curve, on servedeck's names (seconds, requests/s).
-
-    ``kind``/``value``: ``concurrency`` (requests in flight), ``constant``/``poisson``
-    (requests/s), or ``throughput``/``synchronous`` (GuideLLM's unbounded and one-at-a-time
-    modes, ``value`` = the concurrency or rate the tool reports, else None).
-    ``ttft_s``/``tpot_s``/``e2e_s``: ``{"median", "p99"}`` over the successful requests.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    label: str
-    kind: str
-    value: float | None
-    requests: int | None = None
-    completed: int | None = None
-    failed: int | None = None
-    request_rps: float | None = None
-    output_tok_s: float | None = None
-    goodput_rps: float | None = None
-    ttft_s: dict[str, float | None] = Field(default_factory=dict)
-    tpot_s: dict[str, float | None] = Field(default_factory=dict)
-    e2e_s: dict[str, float | None] = Field(default_factory=dict)
-    parameters: dict[str, Any] = Field(default_factory=dict, description="the tool's own settings of this benchmark")
-
-
-class ExternalCurve(BaseModel):
-    """An external load curve: the levels another tool measured against one server."""
-
-    model_config = ConfigDict(extra="forbid")
-    source: Literal["vllm-bench-sweep", "vllm-bench-serve", "guidellm"]
-    path: str
-    server: dict[str, Any] = Field(default_factory=dict, description="sweep: the server settings of this curve")
-    levels: list[ExternalLevel]
-    notes: list[str] = Field(default_factory=list)
 
 
 def _ms(d: dict[str, Any], key: str) -> float | None:

@@ -19,95 +19,53 @@ wait is recorded (``queued_s``), as ``vllm bench serve`` records its client queu
 The text form (command line, workload files): ``concurrency:1,2,4,8``, ``constant:2,4``,
 ``poisson:0.5,1,2``, ``ramp:1-20``; ``@N`` after a rate profile caps the concurrency
 (``poisson:4,8@16``).
+
+A level (:class:`~servedeck.runs.records.LoadLevel`) is run-file content (``load.json``), so its
+model lives in :mod:`servedeck.runs.records`; its arrival times are :func:`arrivals`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import LoadKind, LoadLevel
 
-LoadKind = Literal["concurrency", "constant", "poisson", "ramp"]
+__all__ = ["KINDS", "SEARCHABLE", "LoadKind", "LoadLevel", "LoadProfile", "arrivals"]
+
 KINDS: tuple[str, ...] = ("concurrency", "constant", "poisson", "ramp")
 SEARCHABLE = ("concurrency", "constant", "poisson")
 """Kinds a capacity search can vary (one number per level)."""
 
 
-class LoadLevel(BaseModel):
-    """One load level: a concurrency (requests in flight) or a rate (requests/s).
+def arrivals(level: LoadLevel, n: int, seed: int) -> list[float] | None:
+    """Send offsets (s from the level's start) of ``n`` requests; None for a closed loop
+    (``concurrency``: each request follows the previous one of its slot).
 
-    ``value`` is the concurrency or the rate; a ramp has ``start_rps`` and ``value`` = its end
-    rate. ``max_concurrency`` caps the requests in flight of open-loop kinds.
+    ``poisson`` draws exponential intervals from ``numpy.random.default_rng([seed, round(value × 1000)])``,
+    so a level's arrivals depend only on the seed and the rate.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: LoadKind
-    value: float = Field(gt=0)
-    start_rps: float | None = Field(None, gt=0)
-    max_concurrency: int | None = Field(None, ge=1)
-
-    @model_validator(mode="after")
-    def _shape(self) -> "LoadLevel":
-        if self.kind == "concurrency" and self.value != int(self.value):
-            raise ValueError(f"a concurrency level is a whole number of requests, got {self.value:g}")
-        if (self.kind == "ramp") != (self.start_rps is not None):
-            raise ValueError("a ramp (and only a ramp) has start_rps")
-        if self.kind == "concurrency" and self.max_concurrency is not None:
-            raise ValueError("max_concurrency caps rate profiles; a concurrency level is its own cap")
-        return self
-
-    @property
-    def unit(self) -> str:
-        """``requests in flight`` or ``requests/s``."""
-        return "requests in flight" if self.kind == "concurrency" else "requests/s"
-
-    @property
-    def label(self) -> str:
-        """``c=4``, ``4 req/s``, ``poisson 4 req/s``, ``ramp 1→20 req/s`` (+ `` ≤16`` for a cap)."""
-        cap = f" \u2264{self.max_concurrency}" if self.max_concurrency else ""
-        if self.kind == "concurrency":
-            return f"c={int(self.value)}"
-        if self.kind == "constant":
-            return f"{self.value:g} req/s{cap}"
-        if self.kind == "poisson":
-            return f"poisson {self.value:g} req/s{cap}"
-        return f"ramp {self.start_rps:g}\u2192{self.value:g} req/s{cap}"
-
-    def with_value(self, value: float) -> "LoadLevel":
-        """The same kind at another value (a capacity search's next level)."""
-        if self.kind == "concurrency":
-            value = float(int(round(value)))
-        return self.model_copy(update={"value": value})
-
-    def arrivals(self, n: int, seed: int) -> list[float] | None:
-        """Send offsets (s from the level's start) of ``n`` requests; None for a closed loop
-        (``concurrency``: each request follows the previous one of its slot).
-
-        ``poisson`` draws exponential intervals from ``numpy.random.default_rng([seed, round(value × 1000)])``,
-        so a level's arrivals depend only on the seed and the rate.
-        """
-        if self.kind == "concurrency":
-            return None
-        if self.kind == "constant":
-            return [i / self.value for i in range(n)]
-        if self.kind == "poisson":
-            import numpy as np
-            rng = np.random.default_rng([seed, int(round(self.value * 1000))])
-            gaps = rng.exponential(1.0 / self.value, size=n)
-            gaps[0] = 0.0
-            return [float(t) for t in np.cumsum(gaps)]
-        # ramp: request i is sent 1/r_i after request i-1, r_i rising linearly start -> end
-        out, t = [], 0.0
-        for i in range(n):
-            if i:
-                rate = self.start_rps + (self.value - self.start_rps) * i / max(1, n - 1)  # type: ignore[operator]
-                t += 1.0 / rate
-            out.append(t)
-        return out
+    if level.kind == "concurrency":
+        return None
+    if level.kind == "constant":
+        return [i / level.value for i in range(n)]
+    if level.kind == "poisson":
+        import numpy as np
+        rng = np.random.default_rng([seed, int(round(level.value * 1000))])
+        gaps = rng.exponential(1.0 / level.value, size=n)
+        gaps[0] = 0.0
+        return [float(t) for t in np.cumsum(gaps)]
+    # ramp: request i is sent 1/r_i after request i-1, r_i rising linearly start -> end
+    out, t = [], 0.0
+    for i in range(n):
+        if i:
+            rate = level.start_rps + (level.value - level.start_rps) * i / max(1, n - 1)  # type: ignore[operator]
+            t += 1.0 / rate
+        out.append(t)
+    return out
 
 
 class LoadProfile(BaseModel):

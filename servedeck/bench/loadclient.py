@@ -42,7 +42,7 @@ import httpx
 
 from servedeck.bench.client import (StreamState, _Tokenizer, _scrape, _url, _utcnow, _wait_metrics,
                                     build_prompt, check_server_identity, metrics_delta, request_body)
-from servedeck.bench.load import LoadLevel, LoadProfile
+from servedeck.bench.load import LoadLevel, LoadProfile, arrivals
 from servedeck.bench.sizing import FIT_HINT
 from servedeck.bench.loadresult import (LevelResult, LevelServer, LoadSummary, RequestRecord, ServerSample,
                                         server_gauges, summarise_level)
@@ -86,9 +86,7 @@ class LoadRun:
             OSError: the directory is not writable.
         """
         from servedeck.runs.store import write_load_files
-        return write_load_files(run_dir, self.summary.model_dump(mode="json"),
-                                [r.model_dump(mode="json") for r in self.records],
-                                self.capacity.model_dump(mode="json") if self.capacity is not None else None)
+        return write_load_files(run_dir, self.summary, self.records, self.capacity)
 
 
 def parse_gauges(text: str, model_name: str | None) -> dict[str, float]:
@@ -307,7 +305,7 @@ class LoadRunner:
                     done(await self._send(req, index, t0, None, 0.0))
             await asyncio.gather(*(worker() for _ in range(int(level.value))))
         else:
-            arrivals = level.arrivals(total, self.w.seed)
+            times = arrivals(level, total, self.w.seed)
             sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
 
             async def one(req: Prepared, at: float) -> None:
@@ -321,7 +319,7 @@ class LoadRunner:
                     if sem is not None:
                         sem.release()
             tasks = []
-            for req, at in zip(reqs, arrivals or []):
+            for req, at in zip(reqs, times or []):
                 delay = t0 + at - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)

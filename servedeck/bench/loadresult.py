@@ -1,6 +1,8 @@
 """What a load benchmark recorded: one record per request, a summary per load level.
 
-Pure data (pydantic) and arithmetic; the client that fills it is
+The models (:class:`~servedeck.runs.records.RequestRecord`, ``LevelResult``, ``LoadSummary``, …)
+are run-file content and live in :mod:`servedeck.runs.records`; this module computes them. The
+client that fills them is
 :mod:`servedeck.bench.loadclient`. Stored in a run through the run store
 (:func:`servedeck.runs.store.write_load_files`): ``load.jsonl`` (one :class:`RequestRecord` per
 line, every request of every level in send order, warm-up included) and ``load.json``
@@ -24,147 +26,20 @@ preemption counters over the level, and its queue (``vllm:num_requests_waiting``
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from servedeck.bench.quantiles import CONFIDENCE, percentile
+from servedeck.bench.slo import judge
+from servedeck.runs.records import (LevelResult, LevelServer, LoadLevel, LoadSummary, Percentile, RequestRecord,
+                                    ServerSample, Slo)
 
-from servedeck.bench.client import ServerDelta
-from servedeck.bench.load import LoadLevel
-from servedeck.bench.quantiles import CONFIDENCE, Percentile, percentile
-from servedeck.bench.slo import LevelSlo, Slo, judge
+__all__ = ["LATENCY_METRICS", "REPORTED_QUANTILES", "RequestRecord", "ServerSample", "LevelServer", "LevelResult",
+           "LoadSummary", "summarise_level", "server_gauges"]
 
 #: Latency metrics summarised per level (seconds).
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 #: Percentiles reported per metric (each only from the samples its interval needs).
 REPORTED_QUANTILES = (0.5, 0.9, 0.99)
-
-
-class RequestRecord(BaseModel):
-    """One request of a load level (a line of ``load.jsonl``); times in seconds.
-
-    ``level`` is the level's index (-1: warm-up); ``sent_s`` the send time from the level's
-    start and ``scheduled_s`` when an open-loop profile wanted it sent (``queued_s`` = the
-    difference, the wait for a free slot under ``max_concurrency``). ``sent_unix_s`` is the
-    wall-clock send time (to line up with server logs). ``ttft_s``: send to the first chunk that
-    carried output; ``tpot_s``: ``(last − first output chunk) / (output_tokens −
-    first_chunk_tokens)`` (None with a single output chunk); ``itl_s``: the gaps between
-    consecutive output chunks; ``e2e_s``: send to the end of the stream.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    level: int
-    index: int
-    tag: str
-    prefix_group: int | None = None
-    prompt_tokens_requested: int
-    max_tokens: int
-    scheduled_s: float | None = None
-    sent_s: float
-    queued_s: float = 0.0
-    sent_unix_s: float
-    success: bool
-    error: str | None = None
-    http_status: int | None = None
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-    last_token_s: float | None = None
-    itl_s: list[float] = Field(default_factory=list)
-    prompt_tokens: int | None = None
-    output_tokens: int = 0
-    first_chunk_tokens: int = 0
-    chunks: int = 0
-    finish_reason: str | None = None
-
-
-class ServerSample(BaseModel):
-    """One sample of the server's gauges (``t_s`` from the level's start)."""
-
-    model_config = ConfigDict(extra="forbid")
-    t_s: float
-    running: float | None = None
-    waiting: float | None = None
-    kv_cache_usage: float | None = None
-    preemptions_total: float | None = None
-
-
-class LevelServer(BaseModel):
-    """What the server's ``/metrics`` said over one level.
-
-    ``delta``: counters over the level (:func:`servedeck.bench.client.metrics_delta`, scraped
-    before the first and after the last request, once ``vllm:request_success_total`` counted
-    them); ``preemptions``: Δ``vllm:num_preemptions_total``; ``samples``: the gauges every
-    ``interval_s`` while the level ran; ``running_max``/``waiting_max`` and the time-weighted
-    ``running_mean``/``waiting_mean`` of those samples; ``kv_cache_usage_max`` (fraction).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    delta: ServerDelta | None = None
-    preemptions: int | None = None
-    interval_s: float
-    samples: list[ServerSample] = Field(default_factory=list)
-    running_max: float | None = None
-    running_mean: float | None = None
-    waiting_max: float | None = None
-    waiting_mean: float | None = None
-    kv_cache_usage_max: float | None = None
-
-
-class LevelResult(BaseModel):
-    """One load level's summary (an entry of ``load.json`` ``levels``).
-
-    Throughput is over ``duration_s`` (first send to last end): ``request_rps`` (successful
-    requests/s), ``output_tok_s`` (output tokens of successful requests/s) and ``total_tok_s``
-    (prompt + output). ``percentiles[metric][pNN]``: :class:`~servedeck.bench.quantiles.Percentile`
-    over the successful requests (``itl_s`` over every gap of every request);
-    ``medians``/``means``: plain point figures; ``slo``: the judgement when an SLO was given;
-    ``saturation``: reasons the level looks saturated (set by
-    :func:`servedeck.bench.capacity.saturation_flags`).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    index: int
-    level: LoadLevel
-    started_at: str
-    duration_s: float
-    requests: int
-    completed: int
-    failed: int
-    errors: list[dict[str, Any]] = Field(default_factory=list)
-    request_rps: float
-    output_tok_s: float
-    total_tok_s: float
-    prompt_tokens: int
-    output_tokens: int
-    concurrency_mean: float | None = Field(None, description="mean requests in flight on the client side")
-    percentiles: dict[str, dict[str, Percentile]]
-    medians: dict[str, float | None]
-    means: dict[str, float | None]
-    server: LevelServer | None = None
-    slo: LevelSlo | None = None
-    saturation: list[str] = Field(default_factory=list)
-
-    @property
-    def x(self) -> float:
-        """The level's load value (concurrency or requests/s) for curves."""
-        return self.level.value
-
-
-class LoadSummary(BaseModel):
-    """``load.json``: the workload, the load profile and every level's summary."""
-
-    model_config = ConfigDict(extra="forbid")
-    workload: dict[str, Any]
-    load: str
-    slo: Slo | None = None
-    served_model: str
-    base_url: str
-    nonce: str = Field(description="part of every prompt's tag: no prompt of this run is in another run's cache")
-    started_at: str
-    finished_at: str
-    max_model_len: int | None = None
-    confidence: float = CONFIDENCE
-    levels: list[LevelResult]
 
 
 def _values(records: Sequence[RequestRecord], metric: str) -> list[float]:

@@ -28,52 +28,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from servedeck.runs.records import Percentile, Proportion
 
 CONFIDENCE = 0.95
 """Confidence of every interval servedeck reports."""
 
 __all__ = ["CONFIDENCE", "Percentile", "Proportion", "samples_needed", "percentile", "order_ranks",
            "proportion", "percentile_label"]
-
-
-class Percentile(BaseModel):
-    """A percentile of per-request samples with its interval.
-
-    Attributes:
-        q: the quantile as a fraction (0.9 for p90).
-        value: the point estimate (None when there are too few samples).
-        low, high: the order-statistic interval (None when there are too few samples).
-        n: samples it was computed from.
-        needed: samples an interval at ``confidence`` needs (:func:`samples_needed`).
-        confidence: the interval's confidence level.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    q: float
-    value: float | None
-    low: float | None
-    high: float | None
-    n: int
-    needed: int
-    confidence: float = CONFIDENCE
-
-    @property
-    def reported(self) -> bool:
-        """True when there were enough samples for the interval (the value is given)."""
-        return self.value is not None
-
-
-class Proportion(BaseModel):
-    """A share of requests (``k`` of ``n``) with its exact Clopper–Pearson interval."""
-
-    model_config = ConfigDict(extra="forbid")
-    k: int
-    n: int
-    value: float | None
-    low: float | None
-    high: float | None
-    confidence: float = CONFIDENCE
 
 
 def percentile_label(q: float) -> str:

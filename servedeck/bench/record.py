@@ -159,35 +159,39 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     counts and a note; its statistics cover the successful requests only.
 
     Returns:
-        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
-        plus ``sha256`` of the file).
+        the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
+        :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
         ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
             written then).
     """
     from servedeck.bench.external import import_file
+    from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
     ext = import_file(path)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(store.external_raw(name), raw)
-    mapped = ext.model_dump(mode="json")
-    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
-    run.write_json(store.external_summary(name), mapped)
-    return mapped
+    run.write(store.external_raw(name), raw)
+    mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
+    run.write(store.external_summary(name), mapped)
+    return mapped.model_dump(mode="json")
 
 
 def import_external_curve(run_dir: Path, path: Path, *, serve: str | None = None) -> dict[str, Any]:
     """Store an external load curve (:func:`servedeck.bench.interop.import_curve`: a ``vllm bench
     sweep serve`` directory, a GuideLLM report, appended ``vllm bench serve`` results) beside a
-    run: the files read under ``external/<name>/`` (a directory keeps its layout), the curve in
-    ``external-<name>-curve.json`` with each file's sha256.
+    run: the files read under ``external/<name>/`` (a directory keeps its layout; a file is
+    ``external/<name>``), the curve in ``curve-<stem>.json`` with each file's sha256.
+
+    Returns:
+        the stored curve (:class:`servedeck.runs.records.CurveSummary`) as JSON data.
 
     Raises:
         ServedeckError: unreadable or unknown input (nothing is written then).
     """
     from servedeck.bench.interop import import_curve
+    from servedeck.runs.records import CurveSummary
     run = open_run(run_dir)
     path = Path(path)
     curve = import_curve(path, serve=serve)
@@ -196,8 +200,8 @@ def import_external_curve(run_dir: Path, path: Path, *, serve: str | None = None
     for f in files:
         raw = f.read_bytes()
         rel = f"{path.name}/{f.relative_to(path)}" if path.is_dir() else path.name
-        run.write_bytes(f"{store.EXTERNAL_DIR}/{rel}", raw)
+        run.write(store.EXTERNAL_RAW.named(f"{store.EXTERNAL_DIR}/{rel}"), raw)
         digests[rel] = hashlib.sha256(raw).hexdigest()
-    mapped = {**curve.model_dump(mode="json"), "sha256": digests}
-    run.write_json(store.external_curve(path.name), mapped)
-    return mapped
+    mapped = CurveSummary(**dict(curve), sha256=digests)
+    run.write(store.external_curve(path.name), mapped)
+    return mapped.model_dump(mode="json")

@@ -14,7 +14,9 @@ Per request: ``ttft_s`` (first output token), ``tpot_s`` (time per output token 
 output chunk have none and meet any TPOT limit), ``e2e_s`` (send to end of stream). A failed
 request meets nothing.
 
-Judgement of one load level (:func:`judge`): the share of good requests among all sent, with
+The models (:class:`~servedeck.runs.records.Slo`, :class:`~servedeck.runs.records.LevelSlo`)
+are run-file content and live in :mod:`servedeck.runs.records`. Judgement of one load level
+(:func:`judge`): the share of good requests among all sent, with
 its exact Clopper–Pearson interval (:func:`servedeck.bench.quantiles.proportion`); the level
 *meets* the SLO when the interval lies at or above ``p`` %, *violates* it when the interval lies
 below, and is *undecided* otherwise (the samples cannot tell; more requests would). ``goodput``
@@ -24,98 +26,45 @@ with its order-statistic interval and is left out below the samples it needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
-from servedeck.bench.quantiles import CONFIDENCE, Percentile, Proportion, percentile, proportion
+from servedeck.bench.quantiles import CONFIDENCE, percentile, proportion
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import SLO_METRICS, LevelSlo, Proportion, Slo, SloState
 
-#: Per-request metrics an SLO can limit (seconds).
-SLO_METRICS = ("ttft_s", "tpot_s", "e2e_s")
-SloState = Literal["met", "violated", "undecided", "no requests"]
-
-
-class Slo(BaseModel):
-    """Per-request limits (seconds; None = not limited) and the percentile that must meet them."""
-
-    model_config = ConfigDict(extra="forbid")
-    ttft_s: float | None = Field(None, gt=0, description="time to first token, s")
-    tpot_s: float | None = Field(None, gt=0, description="time per output token after the first, s")
-    e2e_s: float | None = Field(None, gt=0, description="end-to-end request latency, s")
-    percentile: float = Field(90.0, gt=0, lt=100, description="share of requests (%) that must meet every limit")
-
-    @model_validator(mode="after")
-    def _some_limit(self) -> "Slo":
-        if all(getattr(self, m) is None for m in SLO_METRICS):
-            raise ValueError(f"an SLO needs at least one limit ({', '.join(SLO_METRICS)})")
-        return self
-
-    @property
-    def q(self) -> float:
-        """The percentile as a fraction (0.9)."""
-        return self.percentile / 100.0
-
-    def limits(self) -> dict[str, float]:
-        """``{metric: limit}`` of the limited metrics."""
-        return {m: getattr(self, m) for m in SLO_METRICS if getattr(self, m) is not None}
-
-    def describe(self) -> str:
-        """``p90: ttft_s ≤ 2, tpot_s ≤ 0.05``."""
-        return f"p{self.percentile:g}: " + ", ".join(f"{m} \u2264 {v:g}" for m, v in self.limits().items())
-
-    @classmethod
-    def parse(cls, text: str) -> "Slo":
-        """Read ``ttft_s=2,tpot_s=0.05,e2e_s=30,p=90`` (``p`` defaults to 90).
-
-        Raises:
-            ServedeckError: an unknown key, a value that is not a positive number, or no limit.
-        """
-        fields: dict[str, Any] = {}
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            key, sep, value = part.partition("=")
-            key = key.strip()
-            if not sep:
-                raise ServedeckError(f"SLO item {part!r} is not KEY=VALUE", field="--slo",
-                                     hint="e.g. --slo ttft_s=2,tpot_s=0.05,p=90")
-            if key in ("p", "percentile"):
-                key = "percentile"
-            elif key not in SLO_METRICS:
-                raise ServedeckError(f"unknown SLO key {key!r}", field="--slo",
-                                     hint=f"keys: {', '.join(SLO_METRICS)}, p")
-            try:
-                fields[key] = float(value)
-            except ValueError:
-                raise ServedeckError(f"SLO {key}={value!r} is not a number", field="--slo") from None
-        try:
-            return cls(**fields)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "--slo"
-            raise ServedeckError(f"invalid SLO {text!r}: {where}: {err['msg']}", field="--slo") from None
+__all__ = ["SLO_METRICS", "Slo", "LevelSlo", "SloState", "parse_slo", "request_meets", "state_of", "judge"]
 
 
-class LevelSlo(BaseModel):
-    """The SLO judged over one load level's requests.
+def parse_slo(text: str) -> Slo:
+    """Read ``ttft_s=2,tpot_s=0.05,e2e_s=30,p=90`` (``p`` defaults to 90).
 
-    Attributes:
-        slo: the objective.
-        good: requests that succeeded and met every limit; total: requests sent.
-        attainment: good / total with its Clopper–Pearson interval.
-        state: ``met`` | ``violated`` | ``undecided`` | ``no requests`` (module docstring).
-        goodput_rps: good requests per second of the level's duration.
-        percentiles: per limited metric, its ``slo.percentile`` percentile over the successful
-            requests with its interval (value None below the samples it needs).
+    Raises:
+        ServedeckError: an unknown key, a value that is not a positive number, or no limit.
     """
-
-    model_config = ConfigDict(extra="forbid")
-    slo: Slo
-    good: int
-    total: int
-    attainment: Proportion
-    state: SloState
-    goodput_rps: float | None
-    percentiles: dict[str, Percentile]
+    fields: dict[str, Any] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ServedeckError(f"SLO item {part!r} is not KEY=VALUE", field="--slo",
+                                 hint="e.g. --slo ttft_s=2,tpot_s=0.05,p=90")
+        if key in ("p", "percentile"):
+            key = "percentile"
+        elif key not in SLO_METRICS:
+            raise ServedeckError(f"unknown SLO key {key!r}", field="--slo",
+                                 hint=f"keys: {', '.join(SLO_METRICS)}, p")
+        try:
+            fields[key] = float(value)
+        except ValueError:
+            raise ServedeckError(f"SLO {key}={value!r} is not a number", field="--slo") from None
+    try:
+        return Slo(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "--slo"
+        raise ServedeckError(f"invalid SLO {text!r}: {where}: {err['msg']}", field="--slo") from None
 
 
 def request_meets(slo: Slo, record: Any) -> bool:

@@ -100,17 +100,21 @@ def format_load_table(summary: dict, capacity: dict | None = None) -> str:
         limits = ", ".join(f"{k} \u2264 {v:g}" for k, v in slo.items() if k != "percentile" and v is not None)
         top.append(f"SLO p{slo['percentile']:g}: {limits} (state: the share of good requests and its 95 % "
                    f"interval against p{slo['percentile']:g})")
-    out = "\n".join(top + lines)
-    if capacity:
-        out += "\n" + capacity.get("reading", "")
-        if capacity.get("saturation") is not None:
-            out += (f"\nsaturation from {capacity['saturation']:g} {capacity['unit']} "
-                    f"({', '.join(capacity.get('saturation_flags') or [])})")
-        if capacity.get("knee") is not None:
-            out += f"\nknee of throughput at {capacity['knee']:g} {capacity['unit']}"
-        if capacity.get("kv"):
-            out += f"\nKV check: {capacity['kv']['reading']}"
-    return out
+    return "\n".join(top + lines + (format_capacity(capacity) if capacity else []))
+
+
+def format_capacity(capacity: dict) -> list[str]:
+    """A capacity search (a ``capacity.json`` dict) in lines: its reading, where the server
+    saturated, the knee of its throughput, and the KV check."""
+    lines = [capacity.get("reading", "")]
+    if capacity.get("saturation") is not None:
+        lines.append(f"saturation from {capacity['saturation']:g} {capacity['unit']} "
+                     f"({', '.join(capacity.get('saturation_flags') or [])})")
+    if capacity.get("knee") is not None:
+        lines.append(f"knee of throughput at {capacity['knee']:g} {capacity['unit']}")
+    if capacity.get("kv"):
+        lines.append(f"KV check: {capacity['kv']['reading']}")
+    return lines
 
 
 def _level_label(level: dict) -> str:

@@ -32,7 +32,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from servedeck.bench.client import CHAT_ENDPOINT, TagPrefix, Workload
+from servedeck.bench.client import CHAT_ENDPOINT, Workload
+from servedeck.runs.records import TagPrefix
 from servedeck.bench.slo import Slo
 from servedeck.errors import ServedeckError
 

@@ -162,11 +162,11 @@ def test_export_in_vllm_bench_serve_shape_reads_back(arms, tmp_path):
     assert first["max_concurrency"] == 1 and first["request_rate"] == "inf" and first["backend"] == "openai-chat"
     assert first["completed"] == 12 and first["failed"] == 0 and len(first["ttfts"]) == 12
     summary, records = store.read_load(a)
-    ttfts = sorted(r["ttft_s"] for r in records if r["level"] == 0)
+    ttfts = sorted(r.ttft_s for r in records if r.level == 0)
     assert first["median_ttft_ms"] == pytest.approx(float(np.median(ttfts)) * 1000)
     # vLLM's TPOT: (latency - ttft) / (output_len - 1), latency = the last output chunk
-    assert first["median_tpot_ms"] == pytest.approx(np.median([(r["last_token_s"] - r["ttft_s"]) / 15 for r in records
-                                                               if r["level"] == 0]) * 1000)
+    assert first["median_tpot_ms"] == pytest.approx(np.median([(r.last_token_s - r.ttft_s) / 15 for r in records
+                                                               if r.level == 0]) * 1000)
     (tmp_path / "one.json").write_text(lines[-1])
     back = import_vllm_bench(tmp_path / "one.json")  # servedeck's own importer reads the shape
     assert back.metrics["ttft_s"]["median"] == pytest.approx(json.loads(lines[-1])["median_ttft_ms"] / 1000)
