@@ -86,10 +86,11 @@ def test_ab_finds_the_capacity_difference(lab, ab):
     # what the servers said: A queued at 4 in flight and never ran more than 2, B ran 4 at once
     sa, _ = read_load(a)
     sb, _ = read_load(b)
-    a4, b4 = sa["levels"][1], sb["levels"][1]
-    assert a4["server"]["running_max"] <= 2 and a4["server"]["waiting_max"] >= 1
-    assert b4["server"]["running_max"] >= 3 and b4["server"]["waiting_max"] == 0
-    assert a4["server"]["delta"]["requests_finished"] == a4["completed"] == REQUESTS
+    a4, b4 = sa.levels[1], sb.levels[1]
+    assert a4.level.label == b4.level.label == "c=4"
+    assert a4.server.running_max <= 2 and a4.server.waiting_max >= 1
+    assert b4.server.running_max >= 3 and b4.server.waiting_max == 0
+    assert a4.server.delta.requests_finished == a4.completed == REQUESTS
 
 
 def test_aa_finds_no_capacity_difference(lab, ab):
