@@ -723,20 +723,27 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         if loaded.kind == "single-stream" and (load or slo or capacity):
             raise ServedeckError(f"workload {loaded.name!r} is a single stream: --load, --slo and --capacity "
                                  "need a chat, shared-prefix or full-context workload", field="--workload")
+    under_load = None
+    if loaded is not None and loaded.kind != "single-stream":  # settings checked before the host is asked
+        under_load = _load_settings(loaded, load, slo, capacity, precision, max_levels, requests)
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
-    if loaded is not None and loaded.kind != "single-stream":
-        _bench_load(run_dir, remote, entry, loaded, load, slo, capacity, precision, max_levels, requests)
+    if under_load is not None:
+        _bench_load(run_dir, remote, entry, *under_load)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
     from servedeck.bench.table import format_table
     from servedeck.bench.sizing import max_model_len_of, size_workload
     base = loaded.to_bench_workload() if loaded is not None else Workload()
-    # a workload file's sizes are asked for explicitly; the defaults give way to a short context
-    prompt, out = size_workload(max_model_len_of(run_dir),
-                                int(prompt_tokens) if prompt_tokens else (base.prompt_tokens if loaded else None),
-                                int(max_tokens) if max_tokens else (base.max_tokens if loaded else None))
+    # sizes a workload file changes are asked for explicitly; the defaults (the shipped
+    # single-stream workload's) give way to a short context, as without --workload
+    default = Workload()
+    prompt, out = size_workload(
+        max_model_len_of(run_dir),
+        int(prompt_tokens) if prompt_tokens else (base.prompt_tokens if base.prompt_tokens != default.prompt_tokens
+                                                  else None),
+        int(max_tokens) if max_tokens else (base.max_tokens if base.max_tokens != default.max_tokens else None))
     workload_ = base.model_copy(update={"prompt_tokens": prompt, "max_tokens": out,
                                         "repetitions": int(repetitions) if repetitions else base.repetitions})
     with RichProgress(f"bench {run_dir.name}") as progress:
@@ -767,12 +774,12 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, load, slo, capacity, precision, max_levels, requests) -> None:
-    """``invoke bench`` under load (servedeck.bench.record.load_deployed): print the level table."""
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+    """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
+    ``_load_settings``): print the level table."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
-    workload, profile, slo_, search = _load_settings(workload, load, slo, capacity, precision, max_levels, requests)
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
                                progress=progress)

@@ -279,3 +279,22 @@ def test_prompts_from_the_corpus_are_sized_exactly_with_a_many_tokens_per_word_t
         text = build_prompt(count, n, f"[req t-{i}]", words=words, start=start, tokens_per_word=hint)
         assert count(text) == n and text.startswith(f"[req t-{i}] ")
         hint = n / len(text.split())
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--workload", "single-stream", "--load", "concurrency:2"], "is a single stream"),
+    (["--workload", "chat", "--capacity"], "--capacity needs an SLO"),
+    (["--workload", "chat", "--load", "ramp:1-4", "--slo", "ttft_s=1", "--capacity"], "not ramp"),
+    (["--workload", "chat", "--load", "concurrency:1.5"], "whole number of requests"),
+    (["--workload", "chat", "--slo", "ttft=1"], "unknown SLO key 'ttft'"),
+    (["--workload", "nope"], "no workload named 'nope'"),
+])
+def test_bench_under_load_settings_are_refused_before_the_host_is_asked(args, words):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(root), "bench", "--host", "no-such-host", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and words in res.stderr and "no-such-host" not in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
