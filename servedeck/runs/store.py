@@ -383,9 +383,14 @@ def write_bench_files(run_dir: str | Path, workload: Workload | dict[str, Any], 
         ServedeckError: a value does not validate (nothing is written).
         OSError: the directory is not writable.
     """
+    return _write_validated(run_dir, ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary)))
+
+
+def _write_validated(run_dir: str | Path, values: Any) -> dict[str, Path]:
+    """Validate every ``(file, value)`` against its file's model first, then write them all
+    atomically (nothing is written when one does not validate)."""
     run_dir = Path(run_dir)
-    texts = {file: _json_text(file, encode(file, value, path=run_dir / file))
-             for file, value in ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary))}
+    texts = {file: _json_text(file, encode(file, value, path=run_dir / file)) for file, value in values}
     return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
 
 
@@ -402,12 +407,10 @@ def write_load_files(run_dir: str | Path, summary: LoadSummary | dict[str, Any],
         ServedeckError: a value does not validate (nothing is written).
         OSError: the directory is not writable.
     """
-    run_dir = Path(run_dir)
     values: list[tuple[RunFile[Any], Any]] = [(LOAD_SAMPLES, records), (LOAD_SUMMARY, summary)]
     if capacity is not None:
         values.append((CAPACITY, capacity))
-    texts = {file: _json_text(file, encode(file, value, path=run_dir / file)) for file, value in values}
-    return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
+    return _write_validated(run_dir, values)
 
 
 def read_load(run_dir: Path) -> tuple[LoadSummary | None, list[RequestRecord]]:
