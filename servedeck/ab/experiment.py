@@ -53,7 +53,7 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
     An A/A comparison (``aa``) needs identical configurations, on one host and image, and
     stores its noise floor (:mod:`servedeck.ab.noise`); an A/B comparison cites the stored
     noise floor of its runs' host and image when both arms share them. ``slo``
-    (:class:`servedeck.bench.slo.Slo`) judges runs with a load benchmark against another SLO than
+    (:class:`servedeck.runs.records.Slo`) judges runs with a load benchmark against another SLO than
     the one they recorded.
 
     Raises:

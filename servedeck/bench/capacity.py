@@ -1,6 +1,6 @@
 """Capacity: the highest load that meets an SLO, where the server saturates, and the knee.
 
-Pure code over :class:`servedeck.bench.loadresult.LevelResult` lists; the client drives it
+Pure code over :class:`servedeck.runs.records.LevelResult` lists; the client drives it
 (:func:`servedeck.bench.loadclient.run_capacity`).
 
 **Search** (:class:`CapacitySearch`), over one load kind (concurrency, or a constant/Poisson

@@ -46,6 +46,7 @@ from servedeck.bench.load import LoadLevel, LoadProfile, arrivals
 from servedeck.bench.sizing import FIT_HINT
 from servedeck.bench.loadresult import (LevelResult, LevelServer, LoadSummary, RequestRecord, ServerSample,
                                         server_gauges, summarise_level)
+from servedeck.runs.records import CapacityResult
 from servedeck.bench.slo import Slo
 from servedeck.bench.workload import RequestWorkload, corpus_words
 from servedeck.errors import ServedeckError
@@ -77,7 +78,7 @@ class LoadRun:
 
     summary: LoadSummary
     records: list[RequestRecord]
-    capacity: Any = None  # servedeck.bench.capacity.CapacityResult
+    capacity: CapacityResult | None = None
 
     def write(self, run_dir: str | Path) -> dict[str, Path]:
         """Store the run's files atomically in ``run_dir`` (:func:`servedeck.runs.store.write_load_files`).

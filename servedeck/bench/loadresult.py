@@ -2,12 +2,10 @@
 
 The models (:class:`~servedeck.runs.records.RequestRecord`, ``LevelResult``, ``LoadSummary``, …)
 are run-file content and live in :mod:`servedeck.runs.records`; this module computes them. The
-client that fills them is
-:mod:`servedeck.bench.loadclient`. Stored in a run through the run store
-(:func:`servedeck.runs.store.write_load_files`): ``load.jsonl`` (one :class:`RequestRecord` per
+client that fills them is :mod:`servedeck.bench.loadclient`. Stored in a run through the run
+store (:func:`servedeck.runs.store.write_load_files`): ``load.jsonl`` (one ``RequestRecord`` per
 line, every request of every level in send order, warm-up included) and ``load.json``
-(:class:`LoadSummary`). A capacity search adds ``capacity.json``
-(:class:`servedeck.bench.capacity.CapacityResult`).
+(``LoadSummary``). A capacity search adds ``capacity.json`` (``CapacityResult``).
 
 Per request (vLLM's ``RequestFuncOutput`` pattern, ``vllm/benchmarks/lib/endpoint_request_func.py``:
 failures are recorded, never raised): ``success``/``error``, and for a success ``ttft_s``,

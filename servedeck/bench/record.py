@@ -117,7 +117,7 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     Args:
         workload: a :class:`servedeck.bench.workload.RequestWorkload`.
         profile: a :class:`servedeck.bench.load.LoadProfile` (a load benchmark).
-        slo: a :class:`servedeck.bench.slo.Slo` (judged per level; required for ``capacity``).
+        slo: a :class:`servedeck.runs.records.Slo` (judged per level; required for ``capacity``).
         capacity: ``{"start": LoadLevel, "precision", "max_levels"}`` for a capacity search; the
             run's KV prediction (``kv.json``) is checked against the levels.
 
