@@ -87,7 +87,7 @@ def test_written_through_the_run_store_and_exported(load_run, tmp_path):
     from servedeck.runs import store
     load_run.write(tmp_path)
     summary, records = store.read_load(tmp_path)
-    assert len(summary["levels"]) == 4 and len(records) == len(load_run.records)
+    assert len(summary.levels) == 4 and len(records) == len(load_run.records)
     lines = export_vllm_bench(tmp_path, tmp_path / "vllm.jsonl").read_text().splitlines()
     (tmp_path / "c8.json").write_text(lines[-1])
     back = import_vllm_bench(tmp_path / "c8.json")
