@@ -620,11 +620,20 @@ def startup_facts(c, log, json_=False):
                              "default: 32768, or what fits the deployed max_model_len)",
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
             "repetitions": "requests per phase (cold, warm)",
-            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
+            "no_quality": "skip the quality probes (likelihood, agreement, degenerate output, features, needle)",
+            "needle_tokens": "longest needle context in tokens, or `max` for the deployed max_model_len "
+                             "(default 32768)",
+            "lm_eval": "also run lm-evaluation-harness on these tasks (comma-separated; needs servedeck[lm-eval])",
+            "lm_eval_include": "directory of your lm-eval task YAML files",
+            "lm_eval_limit": "lm-eval documents per task",
+            "lm_eval_backend": "local-chat-completions (default) or local-completions (log-likelihood tasks)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
-          import_file=None):
-    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
+          import_file=None, no_quality=False, needle_tokens=None, lm_eval=None, lm_eval_include=None,
+          lm_eval_limit=None, lm_eval_backend=None):
+    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance),
+    then probe its output quality (and, with --lm-eval, score standard tasks)."""
     from servedeck.runs.history import resolve_run
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.table import format_table
@@ -646,10 +655,47 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
                                 int(max_tokens) if max_tokens else None)
     workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
+    quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+        result = bench_deployed(run_dir, remote, entry, workload, progress=progress, probes=not no_quality,
+                                quality_settings=quality, lm_eval=tasks)
     print(format_table(result))
+    if not no_quality:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
+
+
+def _quality_options(needle_tokens, lm_eval, include, limit, backend):
+    """(QualitySettings, LmEvalSettings | None) from `invoke bench`'s options.
+
+    Raises:
+        ServedeckError: a value is not a count (the option named).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.bench.quality import QualitySettings
+    quality = QualitySettings()
+    if needle_tokens is not None:
+        text = str(needle_tokens).strip().lower()
+        if text != "max" and not text.isdigit():
+            raise ServedeckError(f"--needle-tokens {needle_tokens!r} is neither a token count nor `max`",
+                                 field="--needle-tokens")
+        quality = QualitySettings(needle_max_tokens=None if text == "max" else int(text))
+    if not lm_eval:
+        if include or limit or backend:
+            raise ServedeckError("--lm-eval-include/--lm-eval-limit/--lm-eval-backend need --lm-eval TASKS")
+        return quality, None
+    from servedeck.bench.lmeval import LmEvalSettings
+    try:
+        tasks = LmEvalSettings(tasks=[t.strip() for t in str(lm_eval).split(",") if t.strip()],
+                               include_path=str(Path(include).resolve()) if include else None,
+                               limit=int(limit) if limit else None,
+                               **({"backend": backend} if backend else {}))
+    except (ValidationError, ValueError) as exc:
+        raise ServedeckError(f"bad lm-eval options: {exc}", field="--lm-eval") from None
+    return quality, tasks
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -725,11 +771,17 @@ def show(c, run, json_=False):
             "repetitions": "with --interleave: deployments per arm (default 2)",
             "order": "with --interleave: abba (default) or random",
             "requests": "with --interleave: requests per phase and deployment (default 3)",
-            "out": "write the Markdown report (and its chart beside it)"})
+            "out": "write the Markdown report (and its chart beside it)",
+            "ppl_margin": "quality: perplexity rise tolerated, relative (default 0.01 = +1 %)",
+            "min_agreement": "quality: next-token agreement with the reference below this gates (default 0.95)",
+            "min_generation_agreement": "quality: greedy generation agreement below this gates (default 0.5)",
+            "task_margin": "quality: lm-eval score margin, absolute (default 0.01)",
+            "quality_reference": "quality: the reference arm, A (default) or B; the other arm is gated"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
        margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=3):
+       order="abba", requests=3, ppl_margin=None, min_agreement=None, min_generation_agreement=None,
+       task_margin=None, quality_reference=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -738,6 +790,8 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     runs_dir = _project().runs_dir
     settings = dict(alpha=float(alpha) if alpha is not None else ALPHA,
                     margin=float(margin) if margin is not None else DEFAULT_MARGIN)
+    settings["quality"] = _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin,
+                                         quality_reference, settings["alpha"])
 
     def text(v):
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
@@ -771,6 +825,37 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"noise floor stored: {result.noise_path}")
     if result.report:
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
+
+
+def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin, reference, alpha):
+    """The quality gate's settings from `invoke ab`'s options.
+
+    Raises:
+        ServedeckError: a value out of range (the option named, with its range).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.ab.quality import QualityGateSettings
+    given = {"ppl_margin": ppl_margin, "min_agreement": min_agreement,
+             "min_generation_agreement": min_generation_agreement, "task_margin": task_margin}
+    values = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise ServedeckError(f"--{name.replace('_', '-')} {value!r} is not a number",
+                                 field=f"--{name.replace('_', '-')}") from None
+    if reference is not None:
+        values["reference"] = str(reference).strip().upper()
+    try:
+        return QualityGateSettings(alpha=alpha, **values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0])
+        raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
+                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests):

@@ -210,6 +210,9 @@ class Engine(_Strict):
         max_num_seqs: concurrent sequences.
         enable_prefix_caching: automatic prefix caching (APC).
         kv_cache_dtype: ``auto``, ``fp8``, ...
+        dtype: the weights' and activations' data type (vLLM ``--dtype``: ``auto``,
+            ``bfloat16``, ``float16``, ``float32``, ...): a quality variable (it changes what the
+            model computes).
         speculative: speculative decoding; ``null`` turns it off, unset keeps the image's.
         enable_auto_tool_choice: ``--enable-auto-tool-choice`` (needs tool_call_parser).
         tool_call_parser: vLLM tool-call parser name.
@@ -223,6 +226,7 @@ class Engine(_Strict):
     max_num_seqs: int | None = Field(default=None, gt=0)
     enable_prefix_caching: bool | None = None
     kv_cache_dtype: str | None = None
+    dtype: str | None = None
     speculative: Speculative | None = None
     enable_auto_tool_choice: bool | None = None
     tool_call_parser: str | None = None

@@ -58,6 +58,8 @@ WORKLOAD = "workload.json"
 BENCH_SAMPLES = "bench.jsonl"
 BENCH_SUMMARY = "bench.json"
 KV = "kv.json"
+QUALITY = "quality.json"
+LM_EVAL = "lm_eval.json"
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -103,6 +105,11 @@ RUN_FILES: dict[str, str] = {
         "(`servedeck.vllm.kv.compare_with_measured`)",
     BENCH_SAMPLES: "one JSON object per request sample",
     BENCH_SUMMARY: "summary per phase and metric",
+    QUALITY: "the quality probes run after the benchmark (`servedeck.bench.quality.QualityResult`): "
+             "likelihood of the shipped texts per text, greedy generations, the checks of what the profile "
+             "enables (tool call, reasoning, structured output), the needle at several depths",
+    LM_EVAL: "lm-evaluation-harness scores on the user's tasks (`servedeck.bench.lmeval.LmEvalResult`): "
+             "per task and metric, the value and each document's score",
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
                             "(`vllm bench serve --save-result`, guidellm)",
     "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",

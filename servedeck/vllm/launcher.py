@@ -33,7 +33,7 @@ from servedeck.vllm.argv import compact_json, flag_tokens, set_item
 
 #: Engine fields edited with ``--set vllm.<name>=`` for exl3xpu, in rendering order.
 SET_FIELDS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",
-              "max_num_seqs", "kv_cache_dtype", "enable_prefix_caching")
+              "max_num_seqs", "kv_cache_dtype", "enable_prefix_caching", "dtype")
 
 
 def set_value(value: Any, *, env: bool = False) -> str:
