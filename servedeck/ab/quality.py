@@ -11,8 +11,8 @@ Statistics (the items are the same in both arms, so every test is paired):
   item). The effect is the token-weighted mean difference ``D = Σ(ℓB_i − ℓA_i) / Σ n_i`` (nats
   per token), reported as the perplexity ratio ``exp(−D)`` = ppl(B)/ppl(A). Test: the paired
   sign-flip permutation test of ``D`` (each text's difference may change sign under "no
-  difference"; ``scipy.stats.permutation_test``, ``permutation_type="samples"``, exact over all
-  2^n sign patterns up to 2^16, else 9,999 seeded resamples), two-sided. Interval: 95 % paired
+  difference"; exact over all 2^n sign patterns up to 2^16, else 9,999 seeded random patterns),
+  two-sided. Interval: 95 % paired
   bootstrap over texts (``scipy.stats.bootstrap``, percentile). Equivalence within the
   perplexity margin ``±ppl_margin``: two one-sided sign-flip tests against the margin's edges
   (TOST). Verdicts as for speed metrics (:mod:`servedeck.ab.stats`): ``better`` / ``worse``
@@ -44,6 +44,7 @@ not gated: the gate judges the difference the experiment made. The simulation te
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -163,7 +164,8 @@ class OutputCheck(BaseModel):
         name: ``degenerate``, ``length_stop``, ``tool_call``, ``reasoning``,
             ``structured_output``, ``needle``.
         a, b: each arm's outcome in a few words.
-        new: what the candidate shows that the reference does not (gates when non-empty).
+        new: what the candidate shows that the reference does not, one item each (gates when
+            non-empty); summary: all of it in one clause.
         shared: what is wrong in both (noted, not gated).
     """
 
@@ -172,13 +174,19 @@ class OutputCheck(BaseModel):
     a: str
     b: str
     new: list[str] = Field(default_factory=list)
+    summary: str = ""
     shared: list[str] = Field(default_factory=list)
 
 
 class GateReason(BaseModel):
+    """Why the gate holds the candidate back: ``rule`` (``likelihood``, ``agreement``,
+    ``generation_agreement``, ``degenerate``, ``length_stop``, ``tool_call``, ``reasoning``,
+    ``structured_output``, ``needle``, ``probe``, ``task``), one clause, and the items behind it."""
+
     model_config = ConfigDict(extra="forbid")
     rule: str
     text: str
+    details: list[str] = Field(default_factory=list)
 
 
 class QualityGate(BaseModel):
@@ -275,24 +283,37 @@ def _first_with(runs: Sequence[Path], reader) -> tuple[Path | None, Any]:
 # Paired statistics
 # --------------------------------------------------------------------------------------------
 
-def sign_flip_test(diffs: Sequence[float], alternative: str = "two-sided") -> float:
-    """p of the paired sign-flip permutation test of ``sum(diffs)`` (H0: each difference is as
-    likely positive as negative). Exact over all 2^n sign patterns up to
-    :data:`EXACT_SIGN_FLIP_LIMIT` items, else 9,999 seeded resamples. ``alternative``:
-    ``two-sided``, ``greater`` (the differences tend to be positive) or ``less``."""
-    from scipy.stats import permutation_test
+@functools.lru_cache(maxsize=32)
+def _sign_patterns(n: int) -> np.ndarray:
+    """Every ±1 pattern over ``n`` items (2^n × n) up to :data:`EXACT_SIGN_FLIP_LIMIT`, else
+    :data:`PERMUTATION_RESAMPLES` seeded random patterns with the identity first."""
+    if n <= EXACT_SIGN_FLIP_LIMIT:
+        bits = (np.arange(2 ** n)[:, None] >> np.arange(n)) & 1
+        return 1 - 2 * bits.astype(float)
+    rng = np.random.default_rng(SEED)
+    return np.vstack([np.ones(n), rng.choice((-1.0, 1.0), size=(PERMUTATION_RESAMPLES, n))])
 
+
+def sign_flip_test(diffs: Sequence[float], alternative: str = "two-sided") -> float:
+    """p of the paired sign-flip permutation test of ``sum(diffs)`` (H0: each item's difference
+    is as likely positive as negative). Exact over all 2^n sign patterns up to
+    :data:`EXACT_SIGN_FLIP_LIMIT` items, else 9,999 seeded random patterns plus the observed one.
+    ``alternative``: ``two-sided``, ``greater`` (the differences tend to be positive) or ``less``.
+    The p counts patterns at least as extreme as the observed sum (a relative tolerance of 1e-9
+    keeps ties of floating sums together)."""
     d = np.asarray(diffs, float)
     if d.size == 0 or not np.any(d):
         return 1.0
-    zeros = np.zeros_like(d)
-    n_resamples = np.inf if d.size <= EXACT_SIGN_FLIP_LIMIT else PERMUTATION_RESAMPLES
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = permutation_test((zeros, d), lambda x, y, axis: np.sum(y - x, axis=axis), vectorized=True,
-                               permutation_type="samples", alternative=alternative,
-                               n_resamples=n_resamples, random_state=SEED)
-    return float(min(1.0, res.pvalue))
+    sums = _sign_patterns(d.size) @ d
+    observed = float(d.sum())
+    tol = 1e-9 * max(1.0, float(np.abs(d).sum()))
+    if alternative == "greater":
+        hits = sums >= observed - tol
+    elif alternative == "less":
+        hits = sums <= observed + tol
+    else:
+        hits = np.abs(sums) >= abs(observed) - tol
+    return float(min(1.0, hits.mean()))
 
 
 def paired_interval(x: Sequence[float], y: Sequence[float], w: Sequence[float]) -> tuple[float, float]:
@@ -386,7 +407,7 @@ def compare_likelihood(a: Likelihood, b: Likelihood, margin: float, alpha: float
                          verdict="no verdict", judged=not np.all(d == 0), margin=margin, alpha=alpha)
     if not m.judged:
         m.verdict, m.ci_low, m.ci_high = "identical", 1.0, 1.0
-        m.reason = f"every text scored the same log-likelihood in both arms ({len(same)} texts, {int(total):,} tokens)"
+        m.reason = "every text scored the same log-likelihood in both arms"
         return m, notes
     lo, hi = paired_interval(sa, sb, n)  # of D (nats per token); the ratio is exp(-D)
     m.ci_low, m.ci_high = math.exp(-hi), math.exp(-lo)
@@ -570,13 +591,21 @@ def output_checks(qa: QualityResult, qb: QualityResult, ref: str) -> list[Output
         if both:
             shared.append(f"prompt '{g.id}': {', '.join(both)}")
     if qa.generation or qb.generation:
+        kinds = sorted({k for g in c.generation for k in g.degenerate
+                        if g.id in rg and k not in rg[g.id].degenerate})
+        summary = "; ".join(filter(None, [
+            f"degenerate output in {len(new)} of {len(c.generation)} prompts ({', '.join(kinds)}) "
+            f"where {ref}'s was not" if new else "",
+            f"{len(failed)} generation request(s) failed" if failed else ""]))
         checks.append(OutputCheck(name="degenerate", a=_kinds_summary(qa.generation),
-                                  b=_kinds_summary(qb.generation), new=new + failed, shared=shared))
+                                  b=_kinds_summary(qb.generation), new=new + failed, summary=summary, shared=shared))
         stops = [f"prompt '{g.id}' ran to the length limit ({len(g.token_ids or [])} tokens) where "
                  f"{ref} stopped" for g in c.generation
                  if g.id in rg and g.finish_reason == "length" and rg[g.id].finish_reason == "stop"]
         checks.append(OutputCheck(name="length_stop", a=_finish_summary(qa.generation),
-                                  b=_finish_summary(qb.generation), new=stops))
+                                  b=_finish_summary(qb.generation), new=stops,
+                                  summary=(f"{len(stops)} of {len(c.generation)} prompts ran to the length limit "
+                                           f"where {ref} stopped") if stops else ""))
     # features
     for name in ("tool_call", "reasoning", "structured_output"):
         fa, fb = qa.feature(name), qb.feature(name)
@@ -595,14 +624,17 @@ def output_checks(qa: QualityResult, qb: QualityResult, ref: str) -> list[Output
                 new.append(f"no tool call where {ref} called {fr.detail.split(': ', 1)[-1]}")
         elif fc is None and fr is not None:
             new.append(f"{name} not checked in {cand} ({(c.skipped or {}).get(name, 'no result')})")
-        checks.append(OutputCheck(name=name, a=_feature_summary(fa), b=_feature_summary(fb), new=new, shared=shared))
+        checks.append(OutputCheck(name=name, a=_feature_summary(fa), b=_feature_summary(fb), new=new,
+                                  summary="; ".join(new), shared=shared))
     # needle
     if qa.needle or qb.needle:
         rn = {round(n.depth, 4): n for n in r.needle}
         lost = [f"the fact at depth {n.depth:.0%} of {rn[round(n.depth, 4)].context_tokens:,} tokens, retrieved "
                 f"by {ref}, is missed (answer: {n.answer[:60]!r})" for n in c.needle
                 if round(n.depth, 4) in rn and rn[round(n.depth, 4)].retrieved and not n.retrieved]
-        checks.append(OutputCheck(name="needle", a=_needle_summary(qa), b=_needle_summary(qb), new=lost))
+        checks.append(OutputCheck(name="needle", a=_needle_summary(qa), b=_needle_summary(qb), new=lost,
+                                  summary=(f"{len(lost)} of {len(c.needle)} needle depths missed that {ref} "
+                                           "retrieved") if lost else ""))
     return checks
 
 
@@ -701,6 +733,12 @@ def _task_pairs(ta, tb) -> dict[str, tuple[dict[str, float], dict[str, float], b
     return out
 
 
+def _divergence_text(d: Divergence, ref: str, cand: str) -> str:
+    """``'bread' at token 41: …context → A ' x', B ' y'``."""
+    where = f"…{d.context}" if d.context else "at the start"
+    return f"'{d.item}' at token {d.position}: {where} → {ref} {d.reference!r}, {cand} {d.candidate!r}"
+
+
 def _gate(out: QualityComparison, qa: QualityResult | None, qb: QualityResult | None, ta, tb) -> None:
     g, s = out.gate, out.settings
     ref, cand = s.reference, s.candidate
@@ -727,15 +765,13 @@ def _gate(out: QualityComparison, qa: QualityResult | None, qb: QualityResult | 
         for agr, rule, what in ((out.next_token, "agreement", "next-token agreement"),
                                 (out.generation, "generation_agreement", "greedy generation agreement")):
             if agr is not None and agr.rate < agr.threshold:
-                first = agr.first
-                where = (f"; first divergence in '{first.item}' at token {first.position}: …{first.context} → "
-                         f"{ref} {first.reference!r}, {cand} {first.candidate!r}") if first else ""
                 g.reasons.append(GateReason(rule=rule, text=(
                     f"{what} with {ref} {agr.rate:.1%} (95% CI {agr.ci_low:.1%}–{agr.ci_high:.1%}) below "
-                    f"{agr.threshold:.0%}{where}")))
+                    f"{agr.threshold:.0%}"), details=[_divergence_text(i.divergence, ref, cand)
+                                                     for i in agr.items if i.divergence is not None][:4]))
         for check in out.checks:
-            for text in check.new:
-                g.reasons.append(GateReason(rule=check.name, text=text))
+            if check.new:
+                g.reasons.append(GateReason(rule=check.name, text=check.summary, details=check.new))
             for text in check.shared:
                 g.notes.append(f"{check.name} in both arms, not gated: {text}")
     for m in out.tasks:

@@ -156,7 +156,8 @@ def agreement_sentence(agr, reference: str, candidate: str) -> str:
             f"{agr.identical} of {len(agr.items)} {unit} identical; gate below {agr.threshold:.0%})")
     first = agr.first
     if first is not None:
-        text += (f"; first divergence in '{first.item}' at token {first.position}: …{code(first.context)} \u2192 "
+        where = f"…{code(first.context)}" if first.context else "at the start"
+        text += (f"; first divergence in '{first.item}' at token {first.position}: {where} \u2192 "
                  f"{reference} {code(first.reference)}, {candidate} {code(first.candidate)}")
     return text
 
@@ -180,7 +181,7 @@ def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
                      f"{verdict} (gate {agr.threshold:.0%})"))
     for check in q.checks:
         rows.append((check.name.replace("_", " "), check.a, check.b,
-                     "; ".join(check.new) or ("same fault in both" if check.shared else "nothing new")))
+                     check.summary or ("same fault in both" if check.shared else "nothing new")))
     for t in q.tasks:
         rows.append((t.name, fmt_num(t.a), fmt_num(t.b), t.verdict))
     return [tuple(cell.replace("|", "\\|").replace("\n", " ") for cell in row) for row in rows]

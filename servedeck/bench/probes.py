@@ -106,8 +106,9 @@ class _Api:
             body["chat_template_kwargs"] = template_kwargs
         return int(self.post("/tokenize", body)["count"])
 
-    def chat(self, text: str, *, max_tokens: int, template_kwargs: dict[str, Any] | None = None,
-             **extra: Any) -> dict[str, Any]:
+    def chat_doc(self, text: str, *, max_tokens: int, template_kwargs: dict[str, Any] | None = None,
+                 **extra: Any) -> dict[str, Any]:
+        """One user message, greedy; the whole answer document (``choices``, ``usage``)."""
         body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
                                 "temperature": 0.0, "seed": 0, **extra}
         if template_kwargs:
@@ -115,7 +116,11 @@ class _Api:
         doc = self.post("/v1/chat/completions", body)
         if not doc.get("choices"):
             raise _ProbeError("the chat answer has no choices")
-        return doc["choices"][0]
+        return doc
+
+    def chat(self, text: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`chat_doc`'s first choice."""
+        return self.chat_doc(text, **kwargs)["choices"][0]
 
 
 def _sha(ids: list[int]) -> str:
@@ -290,42 +295,39 @@ def size_haystack(count: Callable[[str], int], target_tokens: int) -> list[str]:
     return take(n)
 
 
-def run_needle(api: _Api, settings: QualitySettings, max_model_len: int | None) -> tuple[list[NeedleItem], str | None]:
-    """The needle probe: (items, why it was skipped or None)."""
+def plan_needle(api: _Api, settings: QualitySettings, max_model_len: int | None) -> tuple[list[str], int, str | None]:
+    """Size the needle's context: (filler sentences, the request's tokens at depth 0.5, why the
+    probe is skipped or None).
+
+    Raises:
+        _ProbeError: the server could not count tokens.
+    """
     cap = settings.needle_max_tokens
     if max_model_len:
         room = max_model_len - settings.needle_answer_tokens - NEEDLE_SLACK_TOKENS
         cap = room if cap is None else min(cap, room)
     if cap is None:
-        return [], "the server's max_model_len is unknown and needle_max_tokens is unset"
+        return [], 0, "the server's max_model_len is unknown and needle_max_tokens is unset"
     if cap < MIN_NEEDLE_CONTEXT:
-        return [], f"max_model_len {max_model_len} leaves no room for a needle context"
+        return [], 0, f"max_model_len {max_model_len} leaves no room for a needle context"
     kwargs = settings.answer_template_kwargs
+    sentences = size_haystack(lambda text: api.count_chat(text, kwargs), cap)
+    return sentences, api.count_chat(needle_prompt(sentences, 0.5), kwargs), None
+
+
+def ask_needle(api: _Api, sentences: list[str], depth: float, settings: QualitySettings) -> NeedleItem:
+    """One needle request: the fact at ``depth``, asked for; retrieved when the answer (or the
+    reasoning) holds it."""
     try:
-        sentences = size_haystack(lambda text: api.count_chat(text, kwargs), cap)
+        doc = api.chat_doc(needle_prompt(sentences, depth), max_tokens=settings.needle_answer_tokens,
+                           template_kwargs=settings.answer_template_kwargs)
     except _ProbeError as exc:
-        return [NeedleItem(depth=d, context_tokens=0, retrieved=False, error=str(exc))
-                for d in settings.needle_depths], None
-    answer = quality_texts()["needle"]["answer"]
-    items = []
-    for depth in settings.needle_depths:
-        text = needle_prompt(sentences, depth)
-        try:
-            choice = api.chat(text, max_tokens=settings.needle_answer_tokens, template_kwargs=kwargs)
-        except _ProbeError as exc:
-            items.append(NeedleItem(depth=depth, context_tokens=0, retrieved=False, error=str(exc)))
-            continue
-        msg = choice.get("message") or {}
-        said = (msg.get("content") or "") + " " + (msg.get("reasoning") or msg.get("reasoning_content") or "")
-        items.append(NeedleItem(depth=depth, context_tokens=0, retrieved=answer in said, answer=said.strip()[:200]))
-    try:
-        tokens = api.count_chat(needle_prompt(sentences, 0.5), kwargs)
-    except _ProbeError:
-        tokens = 0
-    for item in items:
-        if item.error is None:
-            item.context_tokens = tokens
-    return items, None
+        return NeedleItem(depth=depth, context_tokens=0, retrieved=False, error=str(exc))
+    msg = doc["choices"][0].get("message") or {}
+    said = (msg.get("content") or "") + " " + (msg.get("reasoning") or msg.get("reasoning_content") or "")
+    tokens = int((doc.get("usage") or {}).get("prompt_tokens") or 0)
+    return NeedleItem(depth=depth, context_tokens=tokens, retrieved=quality_texts()["needle"]["answer"] in said,
+                      answer=said.strip()[:200])
 
 
 # --------------------------------------------------------------------------- run
@@ -334,7 +336,12 @@ def run_needle(api: _Api, settings: QualitySettings, max_model_len: int | None) 
 def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | None = None,
                features: ServerFeatures | None = None, client: httpx.Client | None = None,
                progress: ProgressCallback | None = None) -> QualityResult:
-    """Run the quality probes against the server at ``base_url`` (one request at a time).
+    """Run the quality probes against the server at ``base_url``.
+
+    The likelihood texts and the greedy generations are sent one at a time (their numbers must
+    come out identical from two deployments of one configuration, so every request sees the same
+    batch: itself); the pass/fail checks (tool call, reasoning, structured output, the needle
+    depths) are then sent together, and the server batches them.
 
     Args:
         base_url: ``http://host:port``.
@@ -343,7 +350,7 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
         features: what the profile enables (tool-call / reasoning parsers, ``max_model_len``);
             unknown ``max_model_len`` is read from ``/v1/models``.
         client: an ``httpx.Client`` (carrying the API key, if the server wants one).
-        progress: ``progress(done, total, label)`` before each probe and at the end.
+        progress: ``progress(done, total, label)`` before each phase and at the end.
 
     Returns:
         the :class:`QualityResult`; failed requests are recorded in it, not raised.
@@ -351,6 +358,8 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
     Raises:
         ServedeckError: the server is unreachable or does not serve ``served_model``.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from servedeck.bench.client import check_server_identity
 
     settings = settings or QualitySettings()
@@ -366,7 +375,6 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
         max_len = features.max_model_len or (int(entry["max_model_len"]) if entry.get("max_model_len") else None)
         result.max_model_len = max_len
         api = _Api(c, base_url, served_model, settings.request_timeout_s)
-        steps: list[tuple[str, Callable[[], None]]] = []
         lik_items = texts["likelihood"][: settings.likelihood_texts]
         prompts = texts["prompts"][: settings.generation_prompts]
 
@@ -376,19 +384,49 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
                 try:
                     lik.items.append(score_text(api, item["id"], item["text"], max_len))
                 except _ProbeError as exc:
-                    lik.error = str(exc)
-                    lik.items = []
+                    lik.error, lik.items = str(exc), []
                     break
             result.likelihood = lik
 
         def generation() -> None:
             result.generation = [generate(api, p["id"], p["text"], settings) for p in prompts]
 
-        def needle() -> None:
-            result.needle, why = run_needle(api, settings, max_len)
-            if why:
-                result.skipped["needle"] = why
+        def checks() -> None:
+            jobs: list[Callable[[], Any]] = []
+            if settings.features:
+                if features.tool_call_parser and features.enable_auto_tool_choice:
+                    jobs.append(lambda: check_tool_call(api, features, settings))
+                else:
+                    result.skipped["tool_call"] = ("no tool-call parser" if not features.tool_call_parser
+                                                   else "tool_choice auto needs --enable-auto-tool-choice")
+                if features.reasoning_parser:
+                    jobs.append(lambda: check_reasoning(api, features, settings))
+                else:
+                    result.skipped["reasoning"] = "no reasoning parser"
+                jobs.append(lambda: check_structured_output(api, settings))
+            else:
+                result.skipped.update({k: "features off" for k in ("tool_call", "reasoning", "structured_output")})
+            if settings.needle_depths:
+                try:
+                    sentences, _, why = plan_needle(api, settings, max_len)
+                except _ProbeError as exc:
+                    sentences, why = [], None
+                    result.needle = [NeedleItem(depth=d, context_tokens=0, retrieved=False, error=str(exc))
+                                     for d in settings.needle_depths]
+                if why:
+                    result.skipped["needle"] = why
+                elif sentences:
+                    jobs += [lambda d=d: ask_needle(api, sentences, d, settings) for d in settings.needle_depths]
+            else:
+                result.skipped["needle"] = "no needle depths"
+            if not jobs:
+                return
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                done = list(pool.map(lambda job: job(), jobs))
+            result.features = [d for d in done if isinstance(d, FeatureCheck)]
+            result.needle += [d for d in done if isinstance(d, NeedleItem)]
 
+        steps: list[tuple[str, Callable[[], None]]] = []
         if lik_items:
             steps.append(("likelihood", likelihood))
         else:
@@ -397,28 +435,13 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
             steps.append(("generation", generation))
         else:
             result.skipped["generation"] = "generation_prompts is 0"
-        if settings.features:
-            if features.tool_call_parser and features.enable_auto_tool_choice:
-                steps.append(("tool_call", lambda: result.features.append(check_tool_call(api, features, settings))))
-            else:
-                result.skipped["tool_call"] = ("no tool-call parser" if not features.tool_call_parser
-                                               else "tool_choice auto needs --enable-auto-tool-choice")
-            if features.reasoning_parser:
-                steps.append(("reasoning", lambda: result.features.append(check_reasoning(api, features, settings))))
-            else:
-                result.skipped["reasoning"] = "no reasoning parser"
-            steps.append(("structured_output",
-                          lambda: result.features.append(check_structured_output(api, settings))))
-        else:
-            result.skipped.update({k: "features off" for k in ("tool_call", "reasoning", "structured_output")})
-        if settings.needle_depths:
-            steps.append(("needle", needle))
-        else:
-            result.skipped["needle"] = "no needle depths"
-        for done, (label, step) in enumerate(steps):
+        steps.append(("checks", checks))
+        for done_steps, (label, step) in enumerate(steps):
             if progress:
-                progress(done, len(steps), label)
+                progress(done_steps, len(steps), label)
+            t_step = time.perf_counter()
             step()
+            result.durations_s[label] = round(time.perf_counter() - t_step, 3)
         if progress:
             progress(len(steps), len(steps), "done")
     finally:

@@ -261,7 +261,8 @@ class QualityResult(BaseModel):
         texts_version: version of the shipped inputs (``quality_texts.json``).
         settings: what was sent.
         served_model, base_url, max_model_len: the server probed.
-        started_at, finished_at: UTC ISO-8601; duration_s: wall time of the probes.
+        started_at, finished_at: UTC ISO-8601; duration_s: wall time of the probes;
+            durations_s: per phase (``likelihood``, ``generation``, ``checks``).
         likelihood, generation, features, needle: the probes' results (an empty list or a
             None likelihood: the probe did not run).
         skipped: ``{probe: why}`` for probes not run (``tool_call``: no tool-call parser).
@@ -277,6 +278,7 @@ class QualityResult(BaseModel):
     started_at: str = ""
     finished_at: str = ""
     duration_s: float | None = None
+    durations_s: dict[str, float] = Field(default_factory=dict)
     likelihood: Likelihood | None = None
     generation: list[GenerationItem] = Field(default_factory=list)
     features: list[FeatureCheck] = Field(default_factory=list)

@@ -289,3 +289,82 @@ def test_a_broken_quality_file_names_the_file(tmp_path):
     with pytest.raises(ServedeckError, match="not a quality result") as exc:
         read_quality(run)
     assert str(run / store.QUALITY) in exc.value.render()
+
+
+# ----------------------------------------------------------------------------- report and CLI
+
+
+def _invoke(*args: str, runs: Path) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "SERVEDECK_RUNS_DIR": str(runs)}
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
+                          text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def gated_runs(sane_pair, tmp_path_factory):
+    """A runs directory: 0001 (cpu-4096, sane stand-in probes) and 0002 (cpu-8192, probes of a
+    stand-in whose answers are ``!!!!…``)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        broken = _probe(mp, STANDIN_OUTPUT="repeat_char")
+    finally:
+        mp.undo()
+    runs = tmp_path_factory.mktemp("runs")
+    for name, q in (("0001-cpu-4096-local", sane_pair[0]), ("0002-cpu-8192-local", broken)):
+        shutil.copytree(CPU_RUNS / name, runs / name)
+        (runs / name / store.QUALITY).write_text(q.model_dump_json())
+    return runs
+
+
+def test_report_has_a_quality_section_with_the_gate_and_its_reasons(gated_runs, tmp_path):
+    from servedeck.ab.experiment import compare_runs
+    out = compare_runs(gated_runs, [gated_runs / "0001-cpu-4096-local"], [gated_runs / "0002-cpu-8192-local"],
+                       out=tmp_path / "report.md")
+    text = out.report.read_text()
+    quality_part = text.split("### Quality", 1)[1].split("## Findings", 1)[0]
+    assert "**Gate: B cannot be called better: " in quality_part
+    assert "- degenerate: degenerate output in 4 of 4 prompts (repeated_char, repetition_loop) where A's was not" \
+        in quality_part
+    assert "  - prompt 'autumn': repeated_char, repetition_loop (output: '!!!!" in quality_part
+    assert "| perplexity (12 texts," in quality_part and "identical" in quality_part
+    assert "| needle | 3/3 retrieved (2,002 tokens) | 0/3 retrieved (2,002 tokens) | 3 of 3 needle depths missed" \
+        in quality_part
+    assert "Diverging text (greedy generation): in 'autumn' at token 0: at the start → A ` Here is" in quality_part
+    findings = text.split("## Findings", 1)[1].split("## Verdict", 1)[0]
+    assert "- quality gate: B cannot be called better" in findings
+    assert "- perplexity " in findings and ": identical: every text scored the same" in findings
+
+
+def test_ab_cli_prints_the_gate_and_takes_the_users_thresholds(gated_runs):
+    res = _invoke("ab", "1", "2", runs=gated_runs)
+    assert res.returncode == 0, res.stderr
+    assert "quality gate: B cannot be called better: " in res.stdout
+    assert "degenerate output in 4 of 4 prompts (repeated_char, repetition_loop)" in res.stdout
+    # with B as the reference, A's sane answers are what disagrees with it
+    flipped = _invoke("ab", "1", "2", "--quality-reference", "b", runs=gated_runs)
+    assert "quality gate: A cannot be called better: greedy generation agreement with B 0.0%" in flipped.stdout
+    assert "repeated_char" not in flipped.stdout.split("quality gate:", 1)[1].split("\n", 1)[0]
+    bad = _invoke("ab", "1", "2", "--min-agreement", "1.5", runs=gated_runs)
+    assert bad.returncode != 0 and "--min-agreement" in bad.stderr and "Traceback" not in bad.stderr
+    bad = _invoke("ab", "1", "2", "--quality-reference", "C", runs=gated_runs)
+    assert bad.returncode != 0 and "--quality-reference" in bad.stderr
+
+
+def test_sweep_summary_carries_the_gate(gated_runs, tmp_path):
+    from types import SimpleNamespace
+
+    from servedeck.fleet.summary import render_table, sweep_table_from_rows
+    from servedeck.fleet.sweep import summary_rows
+    exp = SimpleNamespace(id="e01-r1", variable="engine.max_num_batched_tokens", value_a=4096, value_b=8192)
+    plan = SimpleNamespace(name="s", base="cpu-4096", experiments=[exp],
+                           result_path=lambda i: tmp_path / f"{i}.json")
+    (tmp_path / "e01-r1.json").write_text(json.dumps({
+        "host": "local", "run_a": "0001-cpu-4096-local", "run_b": "0002-cpu-8192-local", "report": "r.md",
+        "started_at": 0, "finished_at": 60}))
+    row = summary_rows(SimpleNamespace(runs_dir=gated_runs), plan)[0]
+    assert row["gate"] == "gated: generation_agreement, degenerate, length_stop, structured_output, needle"
+    assert "B cannot be called better (quality)" in row["note"]
+    assert "gated: generation_agreement, degenerate" in render_table(sweep_table_from_rows(plan, [row]), width=400)
