@@ -759,6 +759,11 @@ def show(c, run, json_=False):
     if doc["bench"]:
         print("bench:")
         print(format_table(doc["bench"]))
+    from servedeck.ab.quality import read_quality
+    from servedeck.bench.table import format_quality
+    quality = read_quality(path)
+    if quality is not None:
+        print(format_quality(quality))
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",

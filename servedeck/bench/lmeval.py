@@ -148,10 +148,10 @@ def _task_manager(TaskManager, settings: LmEvalSettings):
         if not include.is_dir():
             raise ServedeckError("not a directory of task YAML files", file=str(include),
                                  field="--lm-eval-include")
-        own = TaskManager(include_path=str(include), include_defaults=False, verbosity="ERROR")
+        own = TaskManager(include_path=str(include), include_defaults=False)
         if all(t in own.all_tasks for t in settings.tasks):
             return own
-    tm = TaskManager(include_path=str(include) if include else None, verbosity="ERROR")
+    tm = TaskManager(include_path=str(include) if include else None)
     unknown = [t for t in settings.tasks if t not in tm.all_tasks]
     if unknown:
         raise ServedeckError(f"lm-eval does not know the task(s) {', '.join(unknown)}",

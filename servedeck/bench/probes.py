@@ -270,32 +270,35 @@ def needle_prompt(sentences: list[str], depth: float) -> str:
     return f"{body}\n\n{spec['question']}"
 
 
-def size_haystack(count: Callable[[str], int], target_tokens: int) -> list[str]:
+def size_haystack(count: Callable[[str], int], target_tokens: int,
+                  chars_per_token: float | None = None) -> tuple[list[str], int]:
     """Filler sentences (cycled) such that the needle request at depth 0.5 counts at most
-    ``target_tokens`` tokens and no more than one sentence less; ``count`` is the server's count
-    of the whole request."""
+    ``target_tokens`` tokens and about one sentence less at the most: (sentences, that count).
+    ``count`` is the server's count of the whole request; ``chars_per_token`` (known from the
+    likelihood texts, the same prose) makes the first guess, so one or two counts usually do."""
     base = _haystack_sentences()
+    per_sentence = sum(len(x) + 1 for x in base) / len(base)
 
     def take(n: int) -> list[str]:
         return [base[i % len(base)] for i in range(n)]
-    n = len(base)
+    n = max(1, int(0.97 * target_tokens * chars_per_token / per_sentence)) if chars_per_token else len(base)
     used = count(needle_prompt(take(n), 0.5))
     for _ in range(8):  # secant steps on the tokens-per-sentence rate
-        rate = max(used / max(n, 1), 1.0)
+        rate = max(used / n, 1.0)
+        if used <= target_tokens and target_tokens - used < 2 * rate:
+            break
         guess = max(1, int(n + (target_tokens - used) / rate))
         if guess == n:
             break
         n, used = guess, count(needle_prompt(take(guess), 0.5))
-        if used <= target_tokens and target_tokens - used < 2 * rate:
-            break
     while used > target_tokens and n > 1:
-        n -= max(1, int((used - target_tokens) / max(used / n, 1.0)))
-        n = max(n, 1)
+        n = max(1, n - max(1, int((used - target_tokens) / max(used / n, 1.0))))
         used = count(needle_prompt(take(n), 0.5))
-    return take(n)
+    return take(n), used
 
 
-def plan_needle(api: _Api, settings: QualitySettings, max_model_len: int | None) -> tuple[list[str], int, str | None]:
+def plan_needle(api: _Api, settings: QualitySettings, max_model_len: int | None,
+                chars_per_token: float | None = None) -> tuple[list[str], int, str | None]:
     """Size the needle's context: (filler sentences, the request's tokens at depth 0.5, why the
     probe is skipped or None).
 
@@ -311,8 +314,8 @@ def plan_needle(api: _Api, settings: QualitySettings, max_model_len: int | None)
     if cap < MIN_NEEDLE_CONTEXT:
         return [], 0, f"max_model_len {max_model_len} leaves no room for a needle context"
     kwargs = settings.answer_template_kwargs
-    sentences = size_haystack(lambda text: api.count_chat(text, kwargs), cap)
-    return sentences, api.count_chat(needle_prompt(sentences, 0.5), kwargs), None
+    sentences, tokens = size_haystack(lambda text: api.count_chat(text, kwargs), cap, chars_per_token)
+    return sentences, tokens, None
 
 
 def ask_needle(api: _Api, sentences: list[str], depth: float, settings: QualitySettings) -> NeedleItem:
@@ -340,8 +343,8 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
 
     The likelihood texts and the greedy generations are sent one at a time (their numbers must
     come out identical from two deployments of one configuration, so every request sees the same
-    batch: itself); the pass/fail checks (tool call, reasoning, structured output, the needle
-    depths) are then sent together, and the server batches them.
+    batch: itself); the pass/fail checks (tool call, reasoning, structured output, and the needle
+    depths one after the other) are then sent together, and the server batches them.
 
     Args:
         base_url: ``http://host:port``.
@@ -407,8 +410,13 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
             else:
                 result.skipped.update({k: "features off" for k in ("tool_call", "reasoning", "structured_output")})
             if settings.needle_depths:
+                lik = result.likelihood
+                cpt = None
+                if lik is not None and lik.tokens:
+                    chars = sum(len(t["text"]) for t in lik_items if t["id"] in {i.id for i in lik.items})
+                    cpt = chars / lik.tokens
                 try:
-                    sentences, _, why = plan_needle(api, settings, max_len)
+                    sentences, _, why = plan_needle(api, settings, max_len, cpt)
                 except _ProbeError as exc:
                     sentences, why = [], None
                     result.needle = [NeedleItem(depth=d, context_tokens=0, retrieved=False, error=str(exc))
@@ -416,7 +424,10 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
                 if why:
                     result.skipped["needle"] = why
                 elif sentences:
-                    jobs += [lambda d=d: ask_needle(api, sentences, d, settings) for d in settings.needle_depths]
+                    # one after the other, deepest first: each later request finds the context before
+                    # its needle in the server's prefix cache
+                    depths = sorted(settings.needle_depths, reverse=True)
+                    jobs.append(lambda: [ask_needle(api, sentences, d, settings) for d in depths])
             else:
                 result.skipped["needle"] = "no needle depths"
             if not jobs:
@@ -424,7 +435,8 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 done = list(pool.map(lambda job: job(), jobs))
             result.features = [d for d in done if isinstance(d, FeatureCheck)]
-            result.needle += [d for d in done if isinstance(d, NeedleItem)]
+            needles = [n for d in done if isinstance(d, list) for n in d]
+            result.needle += sorted(needles, key=lambda n: n.depth)
 
         steps: list[tuple[str, Callable[[], None]]] = []
         if lik_items:

@@ -103,12 +103,12 @@ class QualitySettings(BaseModel):
 
     likelihood_texts: int = Field(12, ge=0)
     generation_prompts: int = Field(4, ge=0)
-    generation_max_tokens: int = Field(32, ge=1)
-    feature_max_tokens: int = Field(64, ge=8)
-    reasoning_max_tokens: int = Field(96, ge=8)
+    generation_max_tokens: int = Field(24, ge=1)
+    feature_max_tokens: int = Field(48, ge=8)
+    reasoning_max_tokens: int = Field(48, ge=8)
     needle_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
     needle_max_tokens: int | None = Field(32768, ge=64)
-    needle_answer_tokens: int = Field(16, ge=2)
+    needle_answer_tokens: int = Field(8, ge=2)
     features: bool = True
     answer_template_kwargs: dict[str, Any] = Field(default_factory=lambda: dict(DIRECT_ANSWER_KWARGS))
     request_timeout_s: float = Field(600.0, gt=0)

@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -294,13 +297,10 @@ def test_a_broken_quality_file_names_the_file(tmp_path):
 # ----------------------------------------------------------------------------- report and CLI
 
 
-def _invoke(*args: str, runs: Path) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
-    import sys
+def _invoke(*args: str, runs: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SERVEDECK_RUNS_DIR": str(runs)}
     return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True,
-                          text=True, env=env)
+                          text=True, env=env, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -368,3 +368,34 @@ def test_sweep_summary_carries_the_gate(gated_runs, tmp_path):
     assert row["gate"] == "gated: generation_agreement, degenerate, length_stop, structured_output, needle"
     assert "B cannot be called better (quality)" in row["note"]
     assert "gated: generation_agreement, degenerate" in render_table(sweep_table_from_rows(plan, [row]), width=400)
+
+
+# ----------------------------------------------------------------------------- quality variants
+
+
+@pytest.mark.parametrize("variant,parent,variable,values", [
+    ("cpu-fp32", "cpu-4096", "dtype", (None, "float32")),
+    ("quality-h6", "speed", "compose.volumes[/mnt/exl3model]", None),
+    ("quality-fp16-prefill", "speed", "env.EXL3_INT8_PREFILL", (None, 0)),
+])
+def test_shipped_quality_variants_change_one_variable(variant, parent, variable, values):
+    from servedeck.ab.compare import diff_views, views_from_profile
+    from servedeck.compose.render import render_profile
+    from servedeck.model.catalog import Catalog
+    from servedeck.model.profile import ProfileStore
+    from servedeck.vllm.launcher import effective_settings
+    profiles = ProfileStore(ROOT / "profiles")
+    catalog = Catalog(ROOT / "deploy" / "images.yaml")
+    views = []
+    for name in (parent, variant):
+        r = render_profile(profiles.load(name), catalog, ROOT / "templates")
+        views.append(views_from_profile({"profile": r.profile.model_dump(mode="json"), "compose_text": r.compose_text,
+                                         "effective": effective_settings(r.profile, r.facts)}))
+    diff = diff_views(*views)
+    assert diff.single_variable is not None, [v.describe() for v in diff.differences]
+    assert diff.single_variable.name.endswith(variable)
+    if values:
+        got = (diff.single_variable.a if diff.single_variable.present_a else None, diff.single_variable.b)
+        assert got == values
+    if variant == "cpu-fp32":  # exl3xpu edits model.yaml's dtype, it does not add a second --dtype
+        assert "vllm.dtype=float32" in views[1].compose_text and "--dtype" not in views[1].compose_text

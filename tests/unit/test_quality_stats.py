@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-import servedeck.ab.quality as quality
+from servedeck.ab import quality
 from servedeck.ab.quality import (
     compare_likelihood,
     compare_task_metric,
