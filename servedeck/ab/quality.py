@@ -256,19 +256,9 @@ def read_quality(run_dir: Path) -> QualityResult | None:
     """``quality.json`` of a run, typed; None when the run has none.
 
     Raises:
-        ServedeckError: the file is not valid JSON or not a quality result (file named).
+        ServedeckError: the file is not valid JSON or not a quality result (file and field named).
     """
-    from pydantic import ValidationError
-
-    doc = store.read_json(run_dir, store.QUALITY)
-    if doc is None:
-        return None
-    try:
-        return QualityResult.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ServedeckError(f"not a quality result: {err['msg']}", file=str(Path(run_dir) / store.QUALITY),
-                             field=".".join(str(p) for p in err["loc"])) from None
+    return store.read(run_dir, store.QUALITY)
 
 
 def _first_with(runs: Sequence[Path], reader) -> tuple[Path | None, Any]:

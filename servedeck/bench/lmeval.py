@@ -26,86 +26,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
+from servedeck.runs.records import LmEvalResult, LmEvalSettings, TaskMetric
+
+__all__ = ["LmEvalResult", "LmEvalSettings", "TaskMetric", "read_lm_eval", "run_lm_eval", "task_metrics"]
 
 INSTALL_HINT = "pip install 'servedeck[lm-eval]' (lm-evaluation-harness with its API backends; no torch needed)"
-
-
-class LmEvalSettings(BaseModel):
-    """What to evaluate (``invoke bench --lm-eval TASKS``).
-
-    Attributes:
-        tasks: lm-eval task (or group) names.
-        include_path: a directory of task YAML files (the user's own tasks).
-        limit: documents per task (None: all).
-        num_fewshot: few-shot examples (None: the task's default).
-        backend: ``local-chat-completions`` or ``local-completions`` (module docstring).
-        tokenizer_backend: ``none``, ``remote`` or ``huggingface`` (default: ``none`` for
-            chat, ``remote`` for completions).
-        tokenizer: a local tokenizer directory for ``huggingface``.
-        max_gen_toks: output tokens per generation at most.
-        timeout_s: per request.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: list[str] = Field(min_length=1)
-    include_path: str | None = None
-    limit: int | None = Field(None, ge=1)
-    num_fewshot: int | None = Field(None, ge=0)
-    backend: Literal["local-chat-completions", "local-completions"] = "local-chat-completions"
-    tokenizer_backend: Literal["none", "remote", "huggingface"] | None = None
-    tokenizer: str | None = None
-    max_gen_toks: int = Field(256, ge=1)
-    timeout_s: int = Field(600, ge=1)
-
-
-class TaskMetric(BaseModel):
-    """One task metric: its value over the documents and each document's score.
-
-    Attributes:
-        task, metric, filter: lm-eval's names (``exact_match``, filter ``none``).
-        value: the task's aggregate (lm-eval's ``results``); stderr: lm-eval's standard error.
-        higher_is_better: the metric's direction (lm-eval's ``higher_is_better``).
-        per_doc: ``{doc_id: score}`` (lm-eval's logged samples).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    task: str
-    metric: str
-    filter: str = "none"
-    value: float | None
-    stderr: float | None = None
-    higher_is_better: bool = True
-    per_doc: dict[str, float] = Field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        """``task/metric`` (``task/metric [filter]`` for a filter other than ``none``)."""
-        return f"{self.task}/{self.metric}" + ("" if self.filter == "none" else f" [{self.filter}]")
-
-
-class LmEvalResult(BaseModel):
-    """The ``lm_eval.json`` document of a run."""
-
-    model_config = ConfigDict(extra="forbid")
-    lm_eval_version: str
-    settings: LmEvalSettings
-    served_model: str
-    base_url: str
-    started_at: str
-    finished_at: str
-    duration_s: float
-    task_metrics: list[TaskMetric]
-
-    def metrics(self) -> dict[str, TaskMetric]:
-        """The metrics by :attr:`TaskMetric.key`."""
-        return {m.key: m for m in self.task_metrics}
 
 
 def read_lm_eval(run_dir: Path) -> LmEvalResult | None:
@@ -114,15 +43,7 @@ def read_lm_eval(run_dir: Path) -> LmEvalResult | None:
     Raises:
         ServedeckError: the file is invalid (file and field named).
     """
-    doc = store.read_json(run_dir, store.LM_EVAL)
-    if doc is None:
-        return None
-    try:
-        return LmEvalResult.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ServedeckError(f"not an lm-eval result: {err['msg']}", file=str(Path(run_dir) / store.LM_EVAL),
-                             field=".".join(str(p) for p in err["loc"])) from None
+    return store.read(run_dir, store.LM_EVAL)
 
 
 def _import_lm_eval():

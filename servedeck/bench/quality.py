@@ -1,5 +1,6 @@
-"""Quality probes: what they measure, the typed results stored in a run, and the pure analysis of
-outputs (degenerate text, tool calls, reasoning, structured output).
+"""Quality probes: what they measure and the pure analysis of outputs (degenerate text, tool calls,
+reasoning, structured output). The results' models (``quality.json``) are the run store's
+(:mod:`servedeck.runs.records`: :class:`QualityResult` and its parts), re-exported here.
 
 The probes themselves (HTTP to the server's OpenAI API) are in :mod:`servedeck.bench.probes`;
 this module imports no HTTP client, so reading and comparing runs stays light. The comparison of
@@ -35,19 +36,27 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from servedeck.runs.records import (
+    DIRECT_ANSWER_KWARGS,
+    FeatureCheck,
+    GenerationItem,
+    Likelihood,
+    LikelihoodItem,
+    NeedleItem,
+    QualityResult,
+    QualitySettings,
+)
+
+__all__ = ["DIRECT_ANSWER_KWARGS", "FeatureCheck", "GenerationItem", "Likelihood", "LikelihoodItem", "NeedleItem",
+           "QualityResult", "QualitySettings", "quality_texts", "degenerate_kinds", "repetition_loop",
+           "classify_tool_call", "classify_reasoning", "classify_structured_output"]
 
 QUALITY_TEXTS = "quality_texts.json"
 """The probes' fixed inputs (package data of ``servedeck.bench``)."""
-
-#: The chat template switch for a direct answer (no thinking) used by the probes that want an
-#: answer, not a reasoning trace: Qwen3's (and DeepSeek-R1 distills') ``enable_thinking``.
-DIRECT_ANSWER_KWARGS: dict[str, Any] = {"enable_thinking": False}
 
 REPEATED_CHAR_MIN = 16
 """A run of this many identical non-space characters is degenerate (``!!!!...``)."""
@@ -74,220 +83,9 @@ def quality_texts() -> dict[str, Any]:
     return json.loads(resources.files("servedeck.bench").joinpath(QUALITY_TEXTS).read_text(encoding="utf-8"))
 
 
-# --------------------------------------------------------------------------- settings
-
-
-class QualitySettings(BaseModel):
-    """What the probes send; saved in ``quality.json``. Token counts are the server's.
-
-    Defaults are sized to cost a small share of a benchmark run (``benchmarks/quality_overhead.py``)
-    and are capped by the deployed ``max_model_len`` when the probes run.
-
-    Attributes:
-        likelihood_texts: how many of the shipped texts to score (0 skips the probe).
-        generation_prompts: how many of the shipped prompts to generate from (0 skips).
-        generation_max_tokens: output tokens per greedy generation.
-        feature_max_tokens: output tokens of the tool-call and structured-output requests.
-        reasoning_max_tokens: output tokens of the reasoning request (reasoning plus answer).
-        needle_depths: where the fact is placed, as fractions of the context (empty skips).
-        needle_max_tokens: the needle context, in tokens, at most this (None: up to the
-            deployed ``max_model_len``, less the answer).
-        needle_answer_tokens: output tokens of a needle answer.
-        features: run the tool-call / reasoning / structured-output checks.
-        answer_template_kwargs: ``chat_template_kwargs`` of the requests that want a direct
-            answer (generation, tool call, structured output, needle).
-        request_timeout_s: per request.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    likelihood_texts: int = Field(12, ge=0)
-    generation_prompts: int = Field(4, ge=0)
-    generation_max_tokens: int = Field(24, ge=1)
-    feature_max_tokens: int = Field(48, ge=8)
-    reasoning_max_tokens: int = Field(48, ge=8)
-    needle_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
-    needle_max_tokens: int | None = Field(32768, ge=64)
-    needle_answer_tokens: int = Field(8, ge=2)
-    features: bool = True
-    answer_template_kwargs: dict[str, Any] = Field(default_factory=lambda: dict(DIRECT_ANSWER_KWARGS))
-    request_timeout_s: float = Field(600.0, gt=0)
-
-    @field_validator("needle_depths")
-    @classmethod
-    def _depths(cls, v: list[float]) -> list[float]:
-        for d in v:
-            if not 0.0 <= d <= 1.0:
-                raise ValueError(f"needle depth {d} is not a fraction between 0 and 1")
-        return v
-
-
-# --------------------------------------------------------------------------- results
-
-
-class LikelihoodItem(BaseModel):
-    """One fixed text scored by the server.
-
-    Attributes:
-        id: the text's id in ``quality_texts.json``.
-        tokens: scored tokens (the prompt's tokens after the first).
-        sum_logprob: their summed log-likelihood, natural log (nats).
-        token_ids_sha256: sha256 of the prompt token ids (JSON list): the tokenizer's identity.
-        truncated: the text was cut to fit ``max_model_len``.
-        logprobs: log-likelihood of each scored token (nats).
-        top1_ids: the most likely token id at each scored position (the server's rank 1).
-        token_text: each prompt token as the server decoded it (index 0: the first token).
-        top1_text: the most likely token at each scored position, decoded.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    tokens: int
-    sum_logprob: float
-    token_ids_sha256: str
-    truncated: bool = False
-    logprobs: list[float]
-    top1_ids: list[int]
-    token_text: list[str]
-    top1_text: list[str]
-
-    @property
-    def mean_logprob(self) -> float:
-        """Mean log-likelihood per token (nats)."""
-        return self.sum_logprob / self.tokens if self.tokens else float("nan")
-
-
-class Likelihood(BaseModel):
-    """The likelihood probe: the items, or why it could not run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    items: list[LikelihoodItem] = Field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def tokens(self) -> int:
-        return sum(i.tokens for i in self.items)
-
-    @property
-    def mean_logprob(self) -> float | None:
-        """Token-weighted mean log-likelihood (nats per token), None without items."""
-        n = self.tokens
-        return sum(i.sum_logprob for i in self.items) / n if n else None
-
-    @property
-    def perplexity(self) -> float | None:
-        """``exp(-mean log-likelihood)`` over all scored tokens."""
-        m = self.mean_logprob
-        return math.exp(-m) if m is not None else None
-
-
-class GenerationItem(BaseModel):
-    """One greedy generation.
-
-    Attributes:
-        id: the prompt's id in ``quality_texts.json``.
-        token_ids: output token ids (reasoning and answer), None when the server did not return them.
-        tokens: output tokens as text (from ``logprobs``), None when not returned.
-        content, reasoning: the answer and the reasoning field of the message.
-        finish_reason: ``stop`` / ``length`` / ...
-        degenerate: :func:`degenerate_kinds` of this output.
-        error: why the request failed (then the other fields are empty).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    token_ids: list[int] | None = None
-    tokens: list[str] | None = None
-    content: str | None = None
-    reasoning: str | None = None
-    finish_reason: str | None = None
-    degenerate: list[str] = Field(default_factory=list)
-    error: str | None = None
-
-
-FeatureName = Literal["tool_call", "reasoning", "structured_output"]
-
-
-class FeatureCheck(BaseModel):
-    """One check of a feature the profile enables.
-
-    Attributes:
-        name: ``tool_call``, ``reasoning`` or ``structured_output``.
-        setting: what enables it (``tool_call_parser=qwen3_xml``, ``reasoning_parser=qwen3``,
-            ``response_format=json_schema``).
-        status: tool_call: ``parsed`` | ``malformed`` | ``unparsed`` | ``no_call``; reasoning:
-            ``separated`` | ``leaked`` | ``no_reasoning`` | ``unfinished`` | ``empty``;
-            structured_output: ``valid`` | ``invalid`` | ``truncated`` | ``unsupported``; any:
-            ``error`` (the request failed).
-        broken: the output shows the feature not working (see :data:`BROKEN`).
-        detail: one clause saying what was seen.
-        excerpt: the start of the output (for the report).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: FeatureName
-    setting: str
-    status: str
-    broken: bool
-    detail: str = ""
-    excerpt: str = ""
-
-
 #: Feature statuses that mean the feature is broken.
 BROKEN = {"tool_call": {"malformed", "unparsed"}, "reasoning": {"leaked"},
           "structured_output": {"invalid", "truncated"}}
-
-
-class NeedleItem(BaseModel):
-    """A fact placed at ``depth`` of a context of ``context_tokens`` tokens, asked for."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    depth: float
-    context_tokens: int
-    retrieved: bool
-    answer: str = ""
-    error: str | None = None
-
-
-class QualityResult(BaseModel):
-    """The ``quality.json`` document of a run (see ``docs/run-record.md``).
-
-    Attributes:
-        texts_version: version of the shipped inputs (``quality_texts.json``).
-        settings: what was sent.
-        served_model, base_url, max_model_len: the server probed.
-        started_at, finished_at: UTC ISO-8601; duration_s: wall time of the probes;
-            durations_s: per phase (``likelihood``, ``generation``, ``checks``).
-        likelihood, generation, features, needle: the probes' results (an empty list or a
-            None likelihood: the probe did not run).
-        skipped: ``{probe: why}`` for probes not run (``tool_call``: no tool-call parser).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    texts_version: int
-    settings: QualitySettings
-    served_model: str
-    base_url: str
-    max_model_len: int | None = None
-    started_at: str = ""
-    finished_at: str = ""
-    duration_s: float | None = None
-    durations_s: dict[str, float] = Field(default_factory=dict)
-    likelihood: Likelihood | None = None
-    generation: list[GenerationItem] = Field(default_factory=list)
-    features: list[FeatureCheck] = Field(default_factory=list)
-    needle: list[NeedleItem] = Field(default_factory=list)
-    skipped: dict[str, str] = Field(default_factory=dict)
-
-    def feature(self, name: str) -> FeatureCheck | None:
-        """The check ``name`` (``tool_call``, ...), or None when it did not run."""
-        return next((f for f in self.features if f.name == name), None)
 
 
 # --------------------------------------------------------------------------- analysis

@@ -114,7 +114,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     if lm_eval is not None:
         from servedeck.bench.lmeval import run_lm_eval
         scores = run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=key)
-        run.write_json(store.LM_EVAL, scores.model_dump(mode="json"))
+        run.write(store.LM_EVAL, scores)
     run.save_meta(benched_at=result.finished_at)
     return result
 
@@ -135,12 +135,14 @@ def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | No
 
     from servedeck.bench.probes import ServerFeatures, run_probes
     from servedeck.bench.sizing import max_model_len_of
-    features = ServerFeatures.from_effective(store.read_json(run.path, store.EFFECTIVE), max_model_len_of(run.path))
+    effective = store.read(run.path, store.EFFECTIVE)
+    features = ServerFeatures.from_effective(effective.root if effective is not None else None,
+                                             max_model_len_of(run.path))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
         quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
                              client=client, progress=progress)
-    run.write_json(store.QUALITY, quality.model_dump(mode="json"))
+    run.write(store.QUALITY, quality)
     return quality
 
 
@@ -153,20 +155,20 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     counts and a note; its statistics cover the successful requests only.
 
     Returns:
-        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
-        plus ``sha256`` of the file).
+        the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
+        :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
         ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
             written then).
     """
     from servedeck.bench.external import import_file
+    from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
     ext = import_file(path)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(store.external_raw(name), raw)
-    mapped = ext.model_dump(mode="json")
-    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
-    run.write_json(store.external_summary(name), mapped)
-    return mapped
+    run.write(store.external_raw(name), raw)
+    mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
+    run.write(store.external_summary(name), mapped)
+    return mapped.model_dump(mode="json")

@@ -289,7 +289,7 @@ def test_a_broken_quality_file_names_the_file(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / store.QUALITY).write_text(json.dumps({"texts_version": 1}))
-    with pytest.raises(ServedeckError, match="not a quality result") as exc:
+    with pytest.raises(ServedeckError, match="invalid quality.json: Field required") as exc:
         read_quality(run)
     assert str(run / store.QUALITY) in exc.value.render()
 
@@ -383,14 +383,13 @@ def test_shipped_quality_variants_change_one_variable(variant, parent, variable,
     from servedeck.compose.render import render_profile
     from servedeck.model.catalog import Catalog
     from servedeck.model.profile import ProfileStore
-    from servedeck.vllm.launcher import effective_settings
     profiles = ProfileStore(ROOT / "profiles")
     catalog = Catalog(ROOT / "deploy" / "images.yaml")
     views = []
     for name in (parent, variant):
         r = render_profile(profiles.load(name), catalog, ROOT / "templates")
         views.append(views_from_profile({"profile": r.profile.model_dump(mode="json"), "compose_text": r.compose_text,
-                                         "effective": effective_settings(r.profile, r.facts)}))
+                                         "effective": r.service.settings()}))
     diff = diff_views(*views)
     assert diff.single_variable is not None, [v.describe() for v in diff.differences]
     assert diff.single_variable.name.endswith(variable)
