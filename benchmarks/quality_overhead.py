@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_vs_vllm_bench import _docker, wait_server  # noqa: E402
+from bench_vs_vllm_bench import _docker, start_server, wait_server  # noqa: E402
 
 from servedeck.bench.client import Workload, run_bench  # noqa: E402
 from servedeck.bench.probes import ServerFeatures, run_probes  # noqa: E402
@@ -46,24 +46,6 @@ from servedeck.bench.sizing import size_workload  # noqa: E402
 MODEL = "Qwen3.8-27B"
 MAX_MODEL_LEN = 2048
 TARGET = 0.15
-
-
-def start(image: str, port: int, mnbt: int) -> str:
-    """``docker run -d`` the CPU image with the cpu-4096/cpu-8192 settings; the container name."""
-    import json
-    name = f"sd-quality-overhead-{port}"
-    _docker("rm", "-f", name)
-    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
-    proc = _docker("run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
-                   "-e", "VLLM_CPU_OMP_THREADS_BIND=auto", image, "models/qwen3-tiny", "--gpu", "0",
-                   "--port", str(port), "--set", f"vllm.max_model_len={MAX_MODEL_LEN}",
-                   "--set", f"vllm.max_num_batched_tokens={mnbt}",
-                   "--set", f"vllm.speculative_config={json.dumps(spec, separators=(',', ':'))}",
-                   "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml",
-                   "--reasoning-parser", "qwen3", "--served-model-name", MODEL)
-    if proc.returncode != 0:
-        raise SystemExit(f"docker run of {image} failed: {proc.stderr.strip()}")
-    return name
 
 
 def measure(url: str, n: int) -> dict[str, dict[str, list[float]]]:
@@ -105,7 +87,7 @@ def main() -> int:
     print(f"quality probes vs a benchmark run, {args.n} rounds, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"load average {open('/proc/loadavg').read().split()[0]}")
     for mnbt in args.mnbt:
-        name = start(image, args.port, mnbt)
+        name = start_server(image, args.port, MODEL, mnbt=mnbt, name=f"sd-quality-overhead-{args.port}")
         try:
             url = f"http://127.0.0.1:{args.port}"
             wait_server(url, name, 900)

@@ -496,12 +496,20 @@ def next_token_agreement(ref: Likelihood, cand: Likelihood, threshold: float) ->
                              candidate=_join([c.top1_text[k]]),
                              actual=_join([r.token_text[k + 1]]) if k + 1 < len(r.token_text) else None)
         items.append(AgreementItem(id=c.id, matches=matches, positions=len(c.top1_ids), divergence=div))
+    return _agreement("next_token", items, threshold)
+
+
+def _agreement(kind: Literal["next_token", "generation"], items: list[AgreementItem],
+               threshold: float) -> Agreement | None:
+    """The agreement over ``items`` (None without any): Σ matches / Σ positions with its
+    bootstrap interval over items."""
     if not items:
         return None
-    lo, hi = _rate_interval([i.matches for i in items], [i.positions for i in items])
-    total = sum(i.positions for i in items)
-    return Agreement(kind="next_token", items=items, rate=sum(i.matches for i in items) / total if total else 1.0,
-                     ci_low=lo, ci_high=hi, identical=sum(i.divergence is None for i in items), threshold=threshold)
+    matches, positions = [i.matches for i in items], [i.positions for i in items]
+    lo, hi = _rate_interval(matches, positions)
+    total = sum(positions)
+    return Agreement(kind=kind, items=items, rate=sum(matches) / total if total else 1.0, ci_low=lo, ci_high=hi,
+                     identical=sum(i.divergence is None for i in items), threshold=threshold)
 
 
 def _units(g: GenerationItem) -> tuple[list[Any], list[str]]:
@@ -534,12 +542,7 @@ def generation_agreement(ref: list[GenerationItem], cand: list[GenerationItem], 
                              reference=_join(rt[k:k + DIVERGENCE_CONTEXT]) or "(end)",
                              candidate=_join(ct[k:k + DIVERGENCE_CONTEXT]) or "(end)")
         items.append(AgreementItem(id=c.id, matches=matches, positions=length, divergence=div))
-    if not items:
-        return None
-    lo, hi = _rate_interval([i.matches for i in items], [i.positions for i in items])
-    total = sum(i.positions for i in items)
-    return Agreement(kind="generation", items=items, rate=sum(i.matches for i in items) / total if total else 1.0,
-                     ci_low=lo, ci_high=hi, identical=sum(i.divergence is None for i in items), threshold=threshold)
+    return _agreement("generation", items, threshold)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,13 +15,10 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 
 import pytest
-from test_deploy import PORT, ROOT, SSH_CONFIG, _variant
+from test_deploy import PORT, ROOT, _variant
 
-from devtools import imagebuild
-from servedeck.host.remote import RemoteHost, SshTarget
 from servedeck.model.project import Project
 
 HOST = "b70"
@@ -35,37 +32,14 @@ def _servedeck(project: Project, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def lab(test_services, tmp_path_factory):
+def lab(standin_lab):
     """A project whose ``qa-sane`` profile serves the stand-in with sane answers, variants that
     change only ``STANDIN_OUTPUT``, and a fresh working directory on the loopback card host."""
-    standin = imagebuild.build_standin_image(progress=False)
-    root = tmp_path_factory.mktemp("quality")
-    for name in ("profiles", "templates", "schema"):
-        subprocess.run(["cp", "-r", str(ROOT / name), str(root / name)], check=True)
-    (root / "deploy").mkdir()
-    (root / "deploy" / "images.yaml").write_bytes((ROOT / "deploy" / "images.yaml").read_bytes())
-    project = Project(root)
-    workdir = f"/srv/servedeck-test/quality-{uuid.uuid4().hex[:8]}"
-    host = RemoteHost(HOST, SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
-    host.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" "$1/cache" && '
-                    'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
-    (root / "deploy" / "hosts.yaml").write_text(
-        f"hosts:\n  {HOST}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
-        f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
-    env = "\n".join(f"    {k}: \"{v}\"" for k, v in {
-        "ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
-        "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": "1",
-        "STANDIN_DECODE_S_PER_TOKEN": "0.0002", "STANDIN_OUTPUT": "sane"}.items())
-    _variant(project, "qa-sane", f"extends: base\nimage: {standin}\ncontainer:\n  environment:\n{env}\n")
+    project, host = standin_lab("quality", "qa-sane", "base", {"STANDIN_OUTPUT": "sane"}, host=HOST, port=PORT)
     for mode in ("repeat_char", "tool_unparsed", "reasoning_leak"):
         _variant(project, f"qa-{mode.replace('_', '-')}",
                  f"extends: qa-sane\ncontainer:\n  environment:\n    STANDIN_OUTPUT: {mode}\n")
-    yield project, host
-    host.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans -t 1; true",
-             check=False)
-    host.run(["rm", "-rf", workdir], check=False)
-    host.close()
+    return project, host
 
 
 def _deploy_and_bench(project: Project, profile: str) -> str:
