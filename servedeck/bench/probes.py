@@ -343,8 +343,8 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
 
     The likelihood texts and the greedy generations are sent one at a time (their numbers must
     come out identical from two deployments of one configuration, so every request sees the same
-    batch: itself); the pass/fail checks (tool call, reasoning, structured output, and the needle
-    depths one after the other) are then sent together, and the server batches them.
+    batch: itself); the pass/fail checks (tool call, reasoning, structured output, the needle
+    depths) are then sent together, and the server batches them.
 
     Args:
         base_url: ``http://host:port``.
@@ -424,10 +424,7 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
                 if why:
                     result.skipped["needle"] = why
                 elif sentences:
-                    # one after the other, deepest first: each later request finds the context before
-                    # its needle in the server's prefix cache
-                    depths = sorted(settings.needle_depths, reverse=True)
-                    jobs.append(lambda: [ask_needle(api, sentences, d, settings) for d in depths])
+                    jobs += [lambda d=d: ask_needle(api, sentences, d, settings) for d in settings.needle_depths]
             else:
                 result.skipped["needle"] = "no needle depths"
             if not jobs:
@@ -435,8 +432,7 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 done = list(pool.map(lambda job: job(), jobs))
             result.features = [d for d in done if isinstance(d, FeatureCheck)]
-            needles = [n for d in done if isinstance(d, list) for n in d]
-            result.needle += sorted(needles, key=lambda n: n.depth)
+            result.needle += [d for d in done if isinstance(d, NeedleItem)]
 
         steps: list[tuple[str, Callable[[], None]]] = []
         if lik_items:

@@ -499,12 +499,12 @@ class QualitySettings(Record):
     share of a benchmark run (``benchmarks/quality_overhead.py``) and are capped by the deployed
     ``max_model_len`` when the probes run."""
 
-    likelihood_texts: int = Field(12, ge=0, description="shipped texts scored for likelihood (0: the probe is skipped)")
-    generation_prompts: int = Field(4, ge=0, description="shipped prompts generated from, greedy (0: skipped)")
-    generation_max_tokens: int = Field(24, ge=1, description="output tokens per greedy generation")
-    feature_max_tokens: int = Field(48, ge=8, description="output tokens of the tool-call and structured-output "
+    likelihood_texts: int = Field(8, ge=0, description="shipped texts scored for likelihood (0: the probe is skipped)")
+    generation_prompts: int = Field(3, ge=0, description="shipped prompts generated from, greedy (0: skipped)")
+    generation_max_tokens: int = Field(16, ge=1, description="output tokens per greedy generation")
+    feature_max_tokens: int = Field(40, ge=8, description="output tokens of the tool-call and structured-output "
                                                           "requests")
-    reasoning_max_tokens: int = Field(48, ge=8, description="output tokens of the reasoning request")
+    reasoning_max_tokens: int = Field(32, ge=8, description="output tokens of the reasoning request")
     needle_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9],
                                        description="where the needle's fact is placed, fractions of the context")
     needle_max_tokens: int | None = Field(32768, ge=64, description="the needle context at most (null: up to the "

@@ -61,7 +61,7 @@ def sane_run(lab):
 def test_the_sane_deployment_passes_every_probe(lab, sane_run):
     project, _ = lab
     doc = json.loads((project.runs_dir / sane_run / "quality.json").read_text())
-    assert doc["likelihood"]["error"] is None and len(doc["likelihood"]["items"]) == 12
+    assert doc["likelihood"]["error"] is None and len(doc["likelihood"]["items"]) == 8
     assert {f["name"]: f["status"] for f in doc["features"]} == {
         "tool_call": "parsed", "reasoning": "separated", "structured_output": "valid"}
     assert [n["retrieved"] for n in doc["needle"]] == [True, True, True]
@@ -69,7 +69,7 @@ def test_the_sane_deployment_passes_every_probe(lab, sane_run):
 
 
 @pytest.mark.parametrize("mode,rule,words", [
-    ("repeat-char", "degenerate", "degenerate output in 4 of 4 prompts (repeated_char, repetition_loop)"),
+    ("repeat-char", "degenerate", "degenerate output in 3 of 3 prompts (repeated_char, repetition_loop)"),
     ("tool-unparsed", "tool_call", "tool_call unparsed (tool_call_parser=qwen3_xml): tool-call markup '<tool_call>'"),
     ("reasoning-leak", "reasoning", "reasoning leaked (reasoning_parser=qwen3): '<think>' in the answer"),
 ])

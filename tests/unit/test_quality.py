@@ -158,7 +158,7 @@ def test_reasoning_and_structured_output_classification():
 
 def test_sane_standin_probes_everything_and_nothing_is_wrong(sane_pair):
     q, _ = sane_pair
-    n_texts = len(quality_texts()["likelihood"])
+    n_texts = QualitySettings().likelihood_texts
     assert q.likelihood.error is None and len(q.likelihood.items) == n_texts
     item = q.likelihood.items[0]
     assert item.tokens == len(item.logprobs) == len(item.top1_ids) == len(item.token_text) - 1
@@ -326,10 +326,10 @@ def test_report_has_a_quality_section_with_the_gate_and_its_reasons(gated_runs, 
     text = out.report.read_text()
     quality_part = text.split("### Quality", 1)[1].split("## Findings", 1)[0]
     assert "**Gate: B cannot be called better: " in quality_part
-    assert "- degenerate: degenerate output in 4 of 4 prompts (repeated_char, repetition_loop) where A's was not" \
+    assert "- degenerate: degenerate output in 3 of 3 prompts (repeated_char, repetition_loop) where A's was not" \
         in quality_part
     assert "  - prompt 'autumn': repeated_char, repetition_loop (output: '!!!!" in quality_part
-    assert "| perplexity (12 texts," in quality_part and "identical" in quality_part
+    assert "| perplexity (8 texts," in quality_part and "identical" in quality_part
     assert "| needle | 3/3 retrieved (2,002 tokens) | 0/3 retrieved (2,002 tokens) | 3 of 3 needle depths missed" \
         in quality_part
     assert "Diverging text (greedy generation): in 'autumn' at token 0: at the start → A ` Here is" in quality_part
@@ -342,7 +342,7 @@ def test_ab_cli_prints_the_gate_and_takes_the_users_thresholds(gated_runs):
     res = _invoke("ab", "1", "2", runs=gated_runs)
     assert res.returncode == 0, res.stderr
     assert "quality gate: B cannot be called better: " in res.stdout
-    assert "degenerate output in 4 of 4 prompts (repeated_char, repetition_loop)" in res.stdout
+    assert "degenerate output in 3 of 3 prompts (repeated_char, repetition_loop)" in res.stdout
     # with B as the reference, A's sane answers are what disagrees with it
     flipped = _invoke("ab", "1", "2", "--quality-reference", "b", runs=gated_runs)
     assert "quality gate: A cannot be called better: greedy generation agreement with B 0.0%" in flipped.stdout
