@@ -684,13 +684,13 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         return
     if not host:
         raise ServedeckError("give --host NAME")
+    quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     from servedeck.bench.sizing import max_model_len_of, size_workload
     prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
                                 int(max_tokens) if max_tokens else None)
     workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
-    quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
     with RichProgress(f"bench {run_dir.name}") as progress:
         result = bench_deployed(run_dir, remote, entry, workload, progress=progress, probes=not no_quality,
                                 quality_settings=quality, lm_eval=tasks)
@@ -728,8 +728,14 @@ def _quality_options(needle_tokens, lm_eval, include, limit, backend):
                                include_path=str(Path(include).resolve()) if include else None,
                                limit=int(limit) if limit else None,
                                **({"backend": backend} if backend else {}))
-    except (ValidationError, ValueError) as exc:
-        raise ServedeckError(f"bad lm-eval options: {exc}", field="--lm-eval") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = {"backend": "--lm-eval-backend", "limit": "--lm-eval-limit", "tasks": "--lm-eval"}.get(
+            str(err["loc"][0]), "--lm-eval")
+        raise ServedeckError(f"bad lm-eval option: {err['msg']}", field=option) from None
+    except ValueError:
+        raise ServedeckError(f"bad lm-eval option: {limit!r} is not a count",
+                             field="--lm-eval-limit") from None
     return quality, tasks
 
 

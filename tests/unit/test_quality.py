@@ -398,3 +398,12 @@ def test_shipped_quality_variants_change_one_variable(variant, parent, variable,
         assert got == values
     if variant == "cpu-fp32":  # exl3xpu edits model.yaml's dtype, it does not add a second --dtype
         assert "vllm.dtype=float32" in views[1].compose_text and "--dtype" not in views[1].compose_text
+
+
+def test_bench_quality_options_are_checked_before_anything_runs(tmp_path):
+    res = _invoke("bench", "--host", "nowhere", "--needle-tokens", "lots", runs=tmp_path)
+    assert res.returncode != 0 and "--needle-tokens 'lots' is neither a token count nor `max`" in res.stderr
+    res = _invoke("bench", "--host", "nowhere", "--lm-eval-limit", "5", runs=tmp_path)
+    assert res.returncode != 0 and "need --lm-eval TASKS" in res.stderr
+    res = _invoke("bench", "--host", "nowhere", "--lm-eval", "t", "--lm-eval-backend", "hf", runs=tmp_path)
+    assert res.returncode != 0 and "--lm-eval-backend: bad lm-eval option: Input should be" in res.stderr and "Traceback" not in res.stderr
