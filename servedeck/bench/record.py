@@ -73,8 +73,19 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
-def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
+def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
+                   telemetry: bool = True, telemetry_period_s: float | None = None, facts=None,
+                   runs_dir: Path | None = None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
+
+    Besides the samples, the run gets ``telemetry.json`` (energy, power, clocks and throttling
+    of each request, sampled on the host; ``telemetry=False`` skips it) and ``roofline.json``
+    (each request against the card's ceilings), see :mod:`servedeck.bench.limits`.
+
+    Args:
+        facts: the image's catalog facts (device, launcher defaults), when known.
+        runs_dir: the project's runs directory (a host's measured ceilings are kept there);
+            default: the run's parent directory.
 
     Returns:
         the :class:`servedeck.bench.client.BenchResult`.
@@ -83,6 +94,8 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         ServedeckError: the guard fails, or the server misbehaves.
     """
     from servedeck.bench.client import run_bench
+    from servedeck.bench.limits import BenchTelemetry, record_roofline
+    from servedeck.bench.windows import RequestWindows
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
     if store.is_benchmarked(run.path):
@@ -93,11 +106,22 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
 
     from servedeck.deploy.secrets import deployed_secrets
     key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
-    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0),
-                          headers={"Authorization": f"Bearer {key}"}) if key else None
-    result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
-                       progress=progress, client=client)
+    timed = RequestWindows({workload.endpoint})
+    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
+                          headers={"Authorization": f"Bearer {key}"} if key else None)
+    gpu = int(((store.read_json(run.path, store.PROFILE_RESOLVED) or {}).get("launcher") or {}).get("gpu") or 0)
+    tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
+    tel.start()
+    try:
+        result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+                           progress=progress, client=client)
+    finally:
+        tel.stop()
+        client.close()
     result.write(run.path)
+    samples = [s.model_dump(mode="json") for s in result.samples]
+    tel.record(run, samples, timed.windows)
+    record_roofline(run, host, entry, facts=facts, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
     run.save_meta(benched_at=result.finished_at)
     return result
 

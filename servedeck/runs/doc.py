@@ -28,7 +28,8 @@ One directory per deploy or rollback. Every file is written atomically
 knows these names). `<sequence>` is a zero-padded 4-digit counter over the runs directory
 (`0001`, `0002`, ...); the run id is the directory name, e.g. `0003-batch-8192-b70`.
 Beside the run directories, `runs/` holds `{index}` (a listing cache, safe to delete),
-`{reports}/<A>_vs_<B>/` (A/B reports) and `{noise}/<host>-<digest>.json` (A/A noise floors).
+`{reports}/<A>_vs_<B>/` (A/B reports), `{noise}/<host>-<digest>.json` (A/A noise floors) and
+`{ceilings}/<host>.json` (a host's measured bandwidth and matrix rate, `servedeck ceilings --measure`).
 
 Run references (`invoke show`, `invoke ab`, `invoke bench --run`): a run id, a sequence number,
 `latest` / `latest:PROFILE` (the newest run that **served and was benchmarked**: what an A/B
@@ -73,7 +74,8 @@ def render() -> str:
     startup_keys = ", ".join(f"`{k}`" for k in parse_startup_log("").to_dict())
     sample_keys = ", ".join(f"`{k}`" for k in Sample.model_fields)
     server_keys = ", ".join(f"`{k}`" for k in ServerDelta.model_fields)
-    return (HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR) + files + "\n\n"
+    return (HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR,
+                          ceilings=store.CEILINGS_DIR) + files + "\n\n"
             "## run.json\n\n"
             "Written only through `RunRecord.save_meta` / `RunRecord.finish`, validated by "
             "`servedeck.runs.meta.RunMeta` (unknown fields are refused). Fields that were never set are "

@@ -58,6 +58,8 @@ WORKLOAD = "workload.json"
 BENCH_SAMPLES = "bench.jsonl"
 BENCH_SUMMARY = "bench.json"
 KV = "kv.json"
+TELEMETRY = "telemetry.json"
+ROOFLINE = "roofline.json"
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -65,6 +67,8 @@ REPORTS_DIR = "reports"
 """A/B reports live under ``runs/reports/<A>_vs_<B>/``."""
 NOISE_DIR = "noise"
 """A/A noise floors live under ``runs/noise/<host>-<image digest>.json``."""
+CEILINGS_DIR = "ceilings"
+"""Ceilings measured on a host live under ``runs/ceilings/<host>.json`` (:mod:`servedeck.host.ceilings`)."""
 
 
 def external_raw(name: str) -> str:
@@ -103,6 +107,10 @@ RUN_FILES: dict[str, str] = {
         "(`servedeck.vllm.kv.compare_with_measured`)",
     BENCH_SAMPLES: "one JSON object per request sample",
     BENCH_SUMMARY: "summary per phase and metric",
+    TELEMETRY: "energy, power, GPU clocks and throttling of each bench window, from the host's counters "
+               "sampled during the bench, with the raw samples (`servedeck.bench.energy.TelemetryRecord`)",
+    ROOFLINE: "each request against the card's ceilings: decode against memory bandwidth, prefill "
+              "against the matrix rate, with every figure's source (`servedeck.bench.roofline.Roofline`)",
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
                             "(`vllm bench serve --save-result`, guidellm)",
     "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
@@ -247,6 +255,26 @@ def write_bench_files(run_dir: str | Path, workload: dict, samples: list[dict], 
         BENCH_SAMPLES: atomic_write(run_dir / BENCH_SAMPLES, "".join(json.dumps(s) + "\n" for s in samples)),
         BENCH_SUMMARY: atomic_write(run_dir / BENCH_SUMMARY, json.dumps(summary, indent=2) + "\n"),
     }
+
+
+def host_ceilings_path(runs_dir: Path, host: str) -> Path:
+    """``runs/ceilings/<host>.json``: the ceilings last measured on ``host``."""
+    return Path(runs_dir) / CEILINGS_DIR / f"{host}.json"
+
+
+def write_host_ceilings(runs_dir: Path, host: str, doc: dict) -> Path:
+    """Keep a host's measured ceilings (atomically); returns the file."""
+    return atomic_write(host_ceilings_path(runs_dir, host), json.dumps(doc, indent=2) + "\n")
+
+
+def read_host_ceilings(runs_dir: Path, host: str) -> dict | None:
+    """The ceilings last measured on ``host``, or None.
+
+    Raises:
+        ServedeckError: the file is not valid JSON.
+    """
+    path = host_ceilings_path(runs_dir, host)
+    return read_json(path.parent, path.name) if path.exists() else None
 
 
 def sequence_of(run_dir: Path) -> int | None:

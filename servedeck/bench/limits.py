@@ -1,0 +1,220 @@
+"""The bench flow's physical limits: telemetry around the bench windows and the roofline,
+written into the run (``telemetry.json``, ``roofline.json``).
+
+:func:`servedeck.bench.record.bench_deployed` uses these around the client's run without
+changing the client: the client gets an ``httpx`` transport that times each completion request
+(:class:`servedeck.bench.windows.RequestWindows`), the host's sampler runs from before the first
+request to after the last (:mod:`servedeck.host.telemetry`), and afterwards each request window
+gets its energy, power, clocks and throttling (:mod:`servedeck.bench.energy`) and its roofline
+(:mod:`servedeck.bench.roofline`). A telemetry or roofline failure never fails the bench: the
+record says what could not be measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servedeck.bench.energy import TelemetryRecord, Window, telemetry_record
+from servedeck.bench.roofline import Roofline, int8_prefill, model_cost, resolve_ceilings, roofline
+from servedeck.errors import ServedeckError
+from servedeck.runs import store
+
+__all__ = ["BenchTelemetry", "record_roofline", "read_telemetry", "read_roofline", "device_of"]
+
+
+class BenchTelemetry:
+    """Host telemetry around one bench: ``start()`` before the first request, ``stop()`` after
+    the last (also on failure), ``record(run, samples, windows)`` once the samples are written.
+
+    Args:
+        host / entry: the host and its inventory entry (``sysfs_root``).
+        gpu: the device index for ``nvidia-smi``.
+        period_s: seconds between samples; enabled: False does nothing (``--no-telemetry``).
+    """
+
+    def __init__(self, host, entry, *, gpu: int = 0, period_s: float | None = None, enabled: bool = True):
+        from servedeck.host.telemetry import DEFAULT_PERIOD_S
+        self.host, self.entry, self.gpu = host, entry, gpu
+        self.period_s = period_s or DEFAULT_PERIOD_S
+        self.enabled = enabled
+        self.handle = None
+        self.raw = None
+        self.problem: str | None = None
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        from servedeck.host.telemetry import start_telemetry
+        try:
+            self.handle = start_telemetry(self.host, sysfs_root=getattr(self.entry, "sysfs_root", "/sys"),
+                                          gpu=self.gpu, period_s=self.period_s)
+        except ServedeckError as exc:
+            self.problem = f"telemetry could not start: {exc.message}"
+
+    def stop(self) -> None:
+        if self.handle is None or self.raw is not None:
+            return
+        from servedeck.host.telemetry import stop_telemetry
+        try:
+            self.raw = stop_telemetry(self.host, self.handle)
+        except ServedeckError as exc:
+            self.problem = f"telemetry could not be read back: {exc.message}"
+
+    @property
+    def gpu_name(self) -> str | None:
+        return self.handle.gpu_name if self.handle is not None else None
+
+    def record(self, run, samples: list[dict[str, Any]], windows: list[list[float | None]]) -> TelemetryRecord | None:
+        """Write the run's ``telemetry.json`` (None and nothing written when disabled)."""
+        if not self.enabled:
+            return None
+        from servedeck.host.telemetry import RawTelemetry, telemetry_document
+        raw = self.raw or RawTelemetry(columns=[])
+        wins = bench_windows(samples, windows, raw.clock_offset_s)
+        rec = telemetry_record(raw, wins, telemetry_document(raw))
+        if self.problem:
+            rec.problems.insert(0, self.problem)
+        if len(windows) != len(samples):
+            rec.problems.append(f"{len(windows)} completion requests were timed for {len(samples)} samples: "
+                                "per-request figures are left out")
+        run.write_json(store.TELEMETRY, rec.model_dump(mode="json"))
+        return rec
+
+
+def bench_windows(samples: list[dict[str, Any]], windows: list[list[float | None]], offset_s: float
+                  ) -> list[Window]:
+    """One :class:`~servedeck.bench.energy.Window` per sample, on the host's clock (``offset_s``:
+    host minus local); none when the timed requests do not pair up with the samples."""
+    if len(windows) != len(samples):
+        return []
+    out = []
+    for i, (s, (t0, t1)) in enumerate(zip(samples, windows)):
+        if t0 is None or t1 is None:
+            continue
+        out.append(Window(f"{s.get('phase')} {int(s.get('rep') or 0) + 1}", str(s.get("phase")), i,
+                          t0 + offset_s, t1 + offset_s, int(s.get("output_tokens") or 0)))
+    return out
+
+
+def device_of(profile: dict[str, Any], facts=None) -> str:
+    """The device a run's server uses: the image's catalog facts, else ``xpu`` when the profile
+    maps ``/dev/dri``, ``cuda`` when it asks for NVIDIA GPUs, else ``cpu``."""
+    if facts is not None and getattr(facts, "device", None):
+        return facts.device
+    container = profile.get("container") or {}
+    devices = [str(d) for d in container.get("devices") or []]
+    if any(d.startswith("/dev/dri") for d in devices):
+        return "xpu"
+    if any("nvidia" in d for d in devices) or container.get("gpus") or container.get("runtime") == "nvidia":
+        return "cuda"
+    return "cpu"
+
+
+def _server_env(profile: dict[str, Any], facts) -> dict[str, str]:
+    """The server's environment (container env, launcher defaults, ``launcher_env``)."""
+    try:
+        from servedeck.model.profile import Profile
+        from servedeck.vllm.launcher import launcher_env
+        return launcher_env(Profile.model_validate(profile), facts)
+    except Exception:  # an older record's profile may not validate any more: the plain env
+        env = dict((profile.get("container") or {}).get("environment") or {})
+        env.update({k: str(v) for k, v in (profile.get("launcher_env") or {}).items() if v is not None})
+        return env
+
+
+def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = None,
+                    gpu_name: str | None = None) -> Roofline:
+    """Compute and write the run's ``roofline.json`` from its startup facts, samples and
+    settings, the model's files on the host, and the host's ceilings (inventory, measured in
+    ``runs_dir``, card table).
+
+    Raises:
+        ServedeckError: a run file is not valid JSON (a host that cannot be read is said in the
+            record instead).
+    """
+    profile = store.read_json(run.path, store.PROFILE_RESOLVED) or {}
+    effective = store.read_json(run.path, store.EFFECTIVE) or {}
+    startup = store.read_json(run.path, store.STARTUP) or {}
+    samples = store.read_samples(run.path)
+    notes: list[str] = []
+    config, weights_bytes = None, None
+    weights_dir = (profile.get("model") or {}).get("weights_dir")
+    if weights_dir and host is not None:
+        from servedeck.host.ceilings import read_model_files
+        try:
+            config, weights_bytes, problems = read_model_files(host, weights_dir)
+            notes += problems
+        except ServedeckError as exc:
+            notes.append(f"the model's files could not be read: {exc.message}")
+    elif not weights_dir:
+        notes.append("the model is not a directory on the host (model.weights_dir): config.json is not read")
+    measured = store.read_host_ceilings(runs_dir, run.meta.host) if runs_dir is not None else None
+    device = device_of(profile, facts)
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device, nvidia_name=gpu_name,
+                                total_memory_gib=startup.get("total_memory_gib"), measured=measured,
+                                int8=int8_prefill(_server_env(profile, facts)))
+    cost = model_cost(config, startup=startup, weights_file_bytes=weights_bytes,
+                      weights_files_source=f"weight files in {weights_dir} on the host",
+                      kv_cache_dtype=effective.get("kv_cache_dtype"), engine_dtype=effective.get("dtype"))
+    cost.notes = notes + cost.notes
+    result = roofline(samples, cost, ceilings)
+    run.write_json(store.ROOFLINE, result.model_dump(mode="json"))
+    return result
+
+
+def recompute_roofline(run_dir: Path, entry, *, runs_dir: Path | None = None, facts=None) -> Roofline:
+    """Recompute a benchmarked run's ``roofline.json`` with the ceilings that apply now (after
+    setting the inventory's card or measuring the host), keeping the model costs it recorded.
+
+    Raises:
+        ServedeckError: the run has no roofline yet (bench it) or a file is invalid.
+    """
+    from servedeck.runs.store import open_run
+    run = open_run(run_dir)
+    old = read_roofline(run.path)
+    if old is None:
+        raise ServedeckError(f"run {run.run_id} has no roofline.json", hint="benchmark it (servedeck bench)")
+    profile = store.read_json(run.path, store.PROFILE_RESOLVED) or {}
+    startup = store.read_json(run.path, store.STARTUP) or {}
+    measured = store.read_host_ceilings(runs_dir, run.meta.host) if runs_dir is not None else None
+    tel = read_telemetry(run.path)
+    gpu_name = (tel.raw.get("gpu_name") if tel else None)
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts), nvidia_name=gpu_name,
+                                total_memory_gib=startup.get("total_memory_gib"), measured=measured,
+                                int8=int8_prefill(_server_env(profile, facts)))
+    result = roofline(store.read_samples(run.path), old.model, ceilings)
+    run.write_json(store.ROOFLINE, result.model_dump(mode="json"))
+    return result
+
+
+def read_roofline(run_dir: Path) -> Roofline | None:
+    """A run's ``roofline.json`` (None when it has none).
+
+    Raises:
+        ServedeckError: not valid JSON or not a roofline record.
+    """
+    doc = store.read_json(run_dir, store.ROOFLINE)
+    return _typed(Roofline, doc, Path(run_dir) / store.ROOFLINE)
+
+
+def read_telemetry(run_dir: Path) -> TelemetryRecord | None:
+    """A run's ``telemetry.json`` (None when it has none).
+
+    Raises:
+        ServedeckError: not valid JSON or not a telemetry record.
+    """
+    doc = store.read_json(run_dir, store.TELEMETRY)
+    return _typed(TelemetryRecord, doc, Path(run_dir) / store.TELEMETRY)
+
+
+def _typed(model, doc, path: Path):
+    if doc is None:
+        return None
+    from pydantic import ValidationError
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServedeckError(f"{err['msg']}", file=str(path),
+                             field=".".join(str(p) for p in err["loc"])) from None
