@@ -563,6 +563,8 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     result = run_sweep(_project(), sweep_plan,
                        progress=console_progress(lambda line: print(line, file=sys.stderr)))
     print(render_table(sweep_table(result)), end="")
+    for line in result.power_restored:
+        print(line, file=sys.stderr)
     if result.chart:
         print(f"chart: {result.chart}")
     print(f"summary: {result.summary}")
@@ -620,10 +622,12 @@ def startup_facts(c, log, json_=False):
                              "default: 32768, or what fits the deployed max_model_len)",
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
             "repetitions": "requests per phase (cold, warm)",
-            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
+            "no_telemetry": "do not sample energy, power, clocks and throttling on the host",
+            "telemetry_period_s": "seconds between the host's telemetry samples (default 0.1)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
-          import_file=None):
+          import_file=None, no_telemetry=False, telemetry_period_s=None):
     """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
     from servedeck.runs.history import resolve_run
     from servedeck.bench.client import RichProgress, Workload
@@ -646,10 +650,23 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
                                 int(max_tokens) if max_tokens else None)
     workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
+    from servedeck.runs.store import read_meta
+    meta = read_meta(run_dir)
+    facts = _catalog().lookup(meta.image.digest if meta.image else None)
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+        result = bench_deployed(run_dir, remote, entry, workload, progress=progress, telemetry=not no_telemetry,
+                                telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None,
+                                facts=facts, runs_dir=runs_dir)
     print(format_table(result))
+    _print_limits(run_dir)
     print(f"results in {run_dir}")
+
+
+def _print_limits(run_dir: Path) -> None:
+    """The run's roofline and energy lines (``show``, ``bench``)."""
+    from servedeck.bench.limits import format_roofline, format_telemetry, read_roofline, read_telemetry
+    for line in [*format_roofline(read_roofline(run_dir)), *format_telemetry(read_telemetry(run_dir))]:
+        print(line)
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -713,6 +730,89 @@ def show(c, run, json_=False):
     if doc["bench"]:
         print("bench:")
         print(format_table(doc["bench"]))
+    _print_limits(path)
+
+
+@task(help={"host": "inventory host name (default: list the shipped card table)", "inventory": _INV,
+            "measure": "measure the device's read bandwidth and matrix rate in the host's running server "
+                       "container and keep them (runs/ceilings/HOST.json)",
+            "buffer_mib": "with --measure: the bandwidth buffer in MiB (default 256)",
+            "repeats": "with --measure: timed passes of each kind, the best counts (default 5)",
+            "json": "print JSON"})
+@_cli
+def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeats=5, json_=False):
+    """The limits a host's runs are measured against: card table, inventory overrides, measured figures."""
+    from servedeck.bench.roofline import resolve_ceilings
+    from servedeck.model.cards import CARDS
+    from servedeck.numfmt import fmt_num
+    from servedeck.runs import store
+    if not host:
+        if json_:
+            print(json.dumps([c_.to_dict() for c_ in CARDS], indent=2))
+            return
+        print_table(None, [("card", "left"), ("name", "left"), ("GB/s", "right"), ("GiB", "right"), ("W", "right"),
+                           ("FP16 TFLOPS", "right"), ("INT8 TOPS", "right")],
+                    [[c_.id, c_.name, fmt_num(c_.memory_bandwidth_gb_s), fmt_num(c_.memory_gib),
+                      fmt_num(c_.board_power_w), fmt_num(c_.matrix_fp16_tflops), fmt_num(c_.matrix_int8_tops)]
+                     for c_ in CARDS])
+        print("sources:")
+        for c_ in CARDS:
+            print(f"  {c_.id}: {'; '.join(c_.sources)}" + (f" ({c_.notes})" if c_.notes else ""))
+        return
+    runs_dir = _project().runs_dir
+    remote, entry = _host(host, inventory)
+    measured = store.read_host_ceilings(runs_dir, host)
+    if measure:
+        from servedeck.deploy.ops import status
+        from servedeck.host.ceilings import measure_ceilings
+        st = status(remote, entry)
+        container = (st.get("container") or {}).get("name")
+        if not container or not (st.get("container") or {}).get("running"):
+            raise ServedeckError(f"nothing is running on host {host}: the measurement runs in the server's container",
+                                 hint=f"servedeck deploy --host {host} --profile NAME")
+        doc = measure_ceilings(remote, container, buffer_mib=int(buffer_mib), repeats=int(repeats))
+        doc.update(host=host, container=container, measured_at=store.utcnow())
+        path = store.write_host_ceilings(runs_dir, host, doc)
+        print(f"measured on {host} ({doc.get('device')}): read {fmt_num(doc.get('memory_bandwidth_gb_s'))} GB/s, "
+              f"{doc.get('matrix_dtype')} matmul {fmt_num(doc.get('matrix_tflops'))} TFLOPS; kept in {path}",
+              file=sys.stderr)
+        measured = doc
+    from servedeck.runs.history import newest_served
+    device = None
+    try:
+        from servedeck.bench.limits import device_of
+        newest = newest_served(runs_dir, host)
+        device = device_of(store.read_json(newest, store.PROFILE_RESOLVED) or {})
+        total = (store.read_json(newest, store.STARTUP) or {}).get("total_memory_gib")
+    except ServedeckError:
+        total = None
+    ceil = resolve_ceilings(entry, host=host, device=device, total_memory_gib=total, measured=measured)
+    if json_:
+        print(json.dumps({"ceilings": ceil.model_dump(mode="json"), "measured": measured}, indent=2))
+        return
+    print(f"{host}: card {ceil.card_name or '–'} ({ceil.card_source or 'unknown'})")
+    print(f"  memory bandwidth {fmt_num(ceil.memory_bandwidth_gb_s)} GB/s ({ceil.bandwidth_source or '–'})")
+    print(f"  matrix rate {fmt_num(ceil.matrix_tflops)} TFLOPS FP16 ({ceil.matrix_source or '–'})")
+    for note in ceil.notes:
+        print(f"  note: {note}")
+
+
+@task(help={"run": "run id / sequence / latest[:PROFILE] / newest[:PROFILE]", "inventory": _INV})
+@_cli
+def roofline(c, run, inventory=None):
+    """Recompute a benchmarked run's roofline with the ceilings that apply now (card set, host measured)."""
+    from servedeck.bench.limits import format_roofline, recompute_roofline
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.runs.history import resolve_run
+    from servedeck.runs.store import read_meta
+    runs_dir = _project().runs_dir
+    path = resolve_run(runs_dir, run)
+    meta = read_meta(path)
+    inv_path = Path(inventory) if inventory else _project().inventory_path
+    entry = get_host(load_inventory(inv_path), meta.host, inv_path) if meta.host else None
+    facts = _catalog().lookup(meta.image.digest if meta.image else None)
+    result = recompute_roofline(path, entry, runs_dir=runs_dir, facts=facts)
+    print("\n".join(format_roofline(result)))
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
@@ -794,10 +894,14 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
         from servedeck.bench.sizing import max_model_len_of, size_workload
         prompt, out = size_workload(max_model_len_of(run_dir))
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
-                                                        repetitions=requests))
-    return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
-                           bench_fn=bench_fn, host=host,
-                           on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+                                                        repetitions=requests), runs_dir=_project().runs_dir)
+    from servedeck.deploy.power_series import power_series, varies_power_cap
+    capped = varies_power_cap([_load(profile_a).profile, _load(profile_b).profile])
+    with power_series([(remote, entry)], series=f"ab --interleave {profile_a} {profile_b}", enabled=capped,
+                      report=lambda line: print(line, file=sys.stderr)):
+        return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
+                               bench_fn=bench_fn, host=host,
+                               on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",
@@ -843,7 +947,8 @@ def _ab_kv(run_dirs) -> None:
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan,
+              ceilings, roofline)
 
 
 def namespace() -> Collection:

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from servedeck.bench.limits import LIMIT_METRICS
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -57,6 +58,7 @@ BENCH_METRICS: dict[str, bool] = {
     "prefill_tok_s": False,
     "decode_tok_s": False,
     "spec_accept_len": False,
+    **LIMIT_METRICS,  # the physical limits: roofline share and energy per token, per request where measured
 }
 
 BENCH_PHASES = ("cold", "warm")
@@ -500,8 +502,9 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     la, lb = _as_list(runs_a), _as_list(runs_b)
     sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
-    samples_a = [s for r in la for s in store.read_samples(r)]
-    samples_b = [s for r in lb for s in store.read_samples(r)]
+    from servedeck.bench.limits import annotated_samples  # samples with their roofline and energy
+    samples_a = [s for r in la for s in annotated_samples(r)]
+    samples_b = [s for r in lb for s in annotated_samples(r)]
     wanted = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:

@@ -218,3 +218,157 @@ def _typed(model, doc, path: Path):
         err = exc.errors()[0]
         raise ServedeckError(f"{err['msg']}", file=str(path),
                              field=".".join(str(p) for p in err["loc"])) from None
+
+
+# --------------------------------------------------------------------------- words
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.2g} %"
+
+
+def _gb(x: float | None) -> str:
+    return "–" if x is None else f"{x / 1e9:.3g} GB"
+
+
+def format_roofline(r: Roofline | None) -> list[str]:
+    """``show``'s roofline lines (empty when the run has none)."""
+    from servedeck.numfmt import fmt_num
+    if r is None:
+        return []
+    c, m = r.ceilings, r.model
+    card = c.card_name or "no card"
+    bw = f"{fmt_num(c.memory_bandwidth_gb_s)} GB/s" if c.memory_bandwidth_gb_s else "no bandwidth"
+    unit = "TOPS" if c.matrix_precision == "int8" else "TFLOPS"
+    mx = f"{fmt_num(c.matrix_tflops)} {c.matrix_precision.upper()} {unit}" if c.matrix_tflops else "no matrix rate"
+    out = [f"roofline: {card}; {bw} ({c.bandwidth_source or 'unknown'}); {mx}"
+           + (f" ({c.matrix_source})" if c.matrix_source else "")]
+    if c.spec_memory_bandwidth_gb_s:
+        out.append(f"  the card's own figure is {fmt_num(c.spec_memory_bandwidth_gb_s)} GB/s")
+    parts = [f"weights {_gb(m.weights_bytes)} ({m.weights_source})" if m.weights_bytes else "weights unknown"]
+    if m.kv_bytes_per_token is not None:
+        parts.append(f"KV {fmt_num(m.kv_bytes_per_token)} B/token ({m.kv_source})")
+    if m.state_bytes_per_step:
+        parts.append(f"recurrent state {_gb(m.state_bytes_per_step)} per step")
+    out.append("  bytes per step: " + "; ".join(parts))
+    for phase in ("cold", "warm"):
+        p = r.phases.get(phase)
+        if p is None:
+            continue
+        if p.decode_share is not None:
+            out.append(f"  {phase} decode {fmt_num(p.decode_tok_s)} tok/s = {_pct(p.decode_share)} of the "
+                       f"{fmt_num(p.decode_ceiling_tok_s)} tok/s ceiling ({fmt_num(p.decode_gb_s)} GB/s read at "
+                       f"accepted length {fmt_num(p.accept_len)}, context {fmt_num(p.context_tokens)} tokens)")
+        if p.prefill_share is not None:
+            out.append(f"  {phase} prefill {fmt_num(p.prefill_tflops)} {unit} = {_pct(p.prefill_share)} of the "
+                       "matrix ceiling")
+    out += [f"  PROBLEM: {t}" for t in r.problems]
+    out += [f"  note: {t}" for t in r.notes]
+    return out
+
+
+def format_telemetry(t: TelemetryRecord | None) -> list[str]:
+    """``show``'s energy lines (empty when the run has none)."""
+    from servedeck.numfmt import fmt_num
+    if t is None:
+        return []
+    period = t.raw.get("period_s")
+    out = [f"energy: {t.energy_source or 'not measured'}"
+           + (f" ({', '.join(t.energy_columns)}; sampled every {period:g} s on the host)" if period else "")]
+    for phase in ("warmup", "cold", "warm"):
+        p = t.phases.get(phase)
+        if p is None:
+            continue
+        bits = []
+        if p.j_per_token is not None:
+            err = (p.energy_error_j or 0) / p.output_tokens if p.output_tokens else None
+            bits.append(f"{fmt_num(p.j_per_token)} J/token" + (f" ±{err:.2g}" if err else ""))
+        if p.mean_power_w is not None:
+            bits.append(f"{fmt_num(p.mean_power_w)} W mean")
+        if p.throttled_fraction is not None:
+            bits.append(f"throttled {_pct(p.throttled_fraction)} of {fmt_num(p.duration_s)} s"
+                        + (f" ({', '.join(f'{k} {v:.2g} s' for k, v in p.throttle_reasons_s.items())})"
+                           if p.throttle_reasons_s else ""))
+        if p.freq_mhz_mean is not None:
+            bits.append(f"{fmt_num(p.freq_mhz_mean)} MHz")
+        out.append(f"  {phase}: " + (", ".join(bits) if bits else "nothing measured")
+                   + f" ({p.windows} requests, {p.output_tokens:,} output tokens)")
+    if t.span is not None and t.span.mean_power_w is not None:
+        out.append(f"  whole bench (idle gaps included): {fmt_num(t.span.mean_power_w)} W mean over "
+                   f"{fmt_num(t.span.duration_s)} s")
+    out += [f"  note: {p}" for p in t.problems]
+    return out
+
+
+# --------------------------------------------------------------------------- per-request metrics
+
+#: Per-request figures added to a run's samples for comparison (name -> lower is better):
+#: ``decode_roofline_pct`` (decode as a percentage of its memory-bandwidth ceiling) and
+#: ``energy_j_per_token`` (the request's energy per output token).
+LIMIT_METRICS: dict[str, bool] = {"decode_roofline_pct": False, "energy_j_per_token": True}
+
+
+def annotated_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's ``bench.jsonl`` samples, each with its ``decode_roofline_pct``,
+    ``prefill_roofline_pct``, ``energy_j_per_token`` and ``mean_power_w`` from the run's
+    ``roofline.json`` and ``telemetry.json`` (absent where not measured).
+
+    Raises:
+        ServedeckError: a file is not valid JSON or not its record.
+    """
+    samples = store.read_samples(run_dir)
+    if not samples:
+        return samples
+    roof, tel = read_roofline(run_dir), read_telemetry(run_dir)
+    extra: dict[str, dict[int, float]] = {}
+    if roof is not None:
+        extra["decode_roofline_pct"] = {i: v * 100 for i, v in roof.per_request("decode_share").items()}
+        extra["prefill_roofline_pct"] = {i: v * 100 for i, v in roof.per_request("prefill_share").items()}
+    if tel is not None:
+        extra["energy_j_per_token"] = tel.per_request("j_per_token")
+        extra["mean_power_w"] = tel.per_request("mean_power_w")
+    out = []
+    for i, s in enumerate(samples):
+        s = dict(s)
+        for name, values in extra.items():
+            if i in values:
+                s[name] = values[i]
+        out.append(s)
+    return out
+
+
+def limits_view(run_dir: Path) -> dict[str, Any]:
+    """What the A/B report shows of one arm's limits: ``{"run", "card", "bandwidth_gb_s",
+    "bandwidth_source", "matrix", "bytes_per_step_gb", "decode_share" {phase}, "prefill_share"
+    {phase}, "j_per_token" {phase}, "mean_power_w" {phase}, "throttled" {phase}, "freq_mhz"
+    {phase}, "energy_source", "problems" [str], "power_cap_w" (the cap this run's deploy set, else the
+    limit its preflight found)}`` (None values where not measured)."""
+    roof, tel = read_roofline(run_dir), read_telemetry(run_dir)
+    view: dict[str, Any] = {"run": Path(run_dir).name, "card": None, "bandwidth_gb_s": None, "bandwidth_source": None,
+                            "matrix": None, "bytes_per_step_gb": None, "decode_share": {}, "prefill_share": {},
+                            "j_per_token": {}, "mean_power_w": {}, "throttled": {}, "freq_mhz": {},
+                            "energy_source": None, "problems": [], "power_cap_w": None}
+    meta = store.peek_meta(Path(run_dir)) or {}
+    facts = store.read_json(Path(run_dir), store.FACTS) or {}
+    view["power_cap_w"] = ((meta.get("power") or {}).get("new_w")
+                           or (facts.get("host") or {}).get("gpu_power_cap_w"))
+    if roof is not None:
+        c = roof.ceilings
+        view.update(card=c.card_name, bandwidth_gb_s=c.memory_bandwidth_gb_s, bandwidth_source=c.bandwidth_source,
+                    matrix=(f"{c.matrix_tflops:g} {c.matrix_precision.upper()} "
+                            f"{'TOPS' if c.matrix_precision == 'int8' else 'TFLOPS'}") if c.matrix_tflops else None)
+        steps = [r.bytes_per_step for r in roof.requests if r.bytes_per_step and r.phase != "warmup"]
+        view["bytes_per_step_gb"] = (sorted(steps)[len(steps) // 2] / 1e9) if steps else None
+        for phase, p in roof.phases.items():
+            view["decode_share"][phase] = p.decode_share
+            view["prefill_share"][phase] = p.prefill_share
+        view["problems"] += roof.problems
+    if tel is not None:
+        view["energy_source"] = tel.energy_source
+        for phase, p in tel.phases.items():
+            view["j_per_token"][phase] = p.j_per_token
+            view["mean_power_w"][phase] = p.mean_power_w
+            view["throttled"][phase] = p.throttled_fraction
+            view["freq_mhz"][phase] = p.freq_mhz_mean
+        view["problems"] += [p for p in tel.problems if "not measured" in p or "reset" in p]
+    return view

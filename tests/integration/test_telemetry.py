@@ -2,7 +2,7 @@
 
 Real: sshd, servedeck's SSH session, the sampler script on the host, the files it reads, the
 small process that advances the stand-in's energy counter at a known power
-(``standin_card.CARD_PY``). Stand-in: the card's sysfs tree (no Intel GPU here).
+(``devtools/standin_card.py``). Stand-in: the card's sysfs tree (no Intel GPU here).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from standin_card import HWMON, UW, make_card, start_load, stop_load
+from devtools.standin_card import HWMON, UW, make_card, start_load, stop_load
 
 from servedeck.bench.energy import Window, telemetry_record
 from servedeck.host.telemetry import TELEMETRY_DIR, start_telemetry, stop_telemetry
@@ -119,3 +119,42 @@ def test_the_sampler_stops_by_itself_at_its_deadline(scratch_host):
     raw = stop_telemetry(scratch_host, handle)
     assert 0 < len(raw.t) < 60
     assert scratch_host.read_file(f"{root}/{HWMON}/name").decode().strip() == "xe"
+
+
+# ------------------------------------------------------------------------------ the bench flow
+
+from test_deploy import _deploy, _fast, _variant, card, project, standin  # noqa: E402,F401
+
+
+def test_bench_records_energy_per_token_of_each_request(project, card, standin):  # noqa: F811
+    """A deployed stand-in server benchmarked while the stand-in card draws 150 W: every request's
+    J/token is 150 W × its time ÷ its output tokens, within the stated error."""
+    from servedeck.bench.client import Workload
+    from servedeck.bench.limits import format_telemetry, read_roofline, read_telemetry
+    from servedeck.bench.record import bench_deployed
+    host, entry = card
+    root = make_card(host, f"{host.workdir}/sysfs")
+    entry = entry.model_copy(update={"sysfs_root": root})
+    name = _fast(project, "paced", startup_s=1)
+    _variant(project, "paced-slow", "extends: paced\ncontainer:\n  environment:\n"
+                                    "    STANDIN_DECODE_S_PER_TOKEN: \"0.01\"\n")
+    res = _deploy(project, (host, entry), "paced-slow", standin)
+    assert res.outcome == "ready"
+    pid = start_load(host, root, 150.0)
+    try:
+        result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2))
+    finally:
+        stop_load(host, pid)
+    tel = read_telemetry(res.run.path)
+    assert tel.energy_source == "xe card" and [w.index for w in tel.windows] == [0, 1, 2, 3, 4]
+    for w, s in zip(tel.windows, result.samples):
+        expected = 150.0 * s.e2e_s / s.output_tokens
+        slack = w.energy_error_j / s.output_tokens + 150.0 * 2 * STANDIN_SLACK_S / s.output_tokens
+        assert abs(w.j_per_token - expected) <= slack + 0.02 * expected, (w, expected)
+        assert w.output_tokens == s.output_tokens == 48
+    assert tel.phases["cold"].windows == 2 and tel.phases["warm"].mean_power_w == pytest.approx(150, rel=0.1)
+    lines = format_telemetry(tel)
+    assert lines[0].startswith("energy: xe card") and any("J/token" in ln for ln in lines)
+    roof = read_roofline(res.run.path)  # the stand-in has no model: said, not raised
+    assert roof is not None and any("no weights figure" in n for n in roof.notes + roof.model.notes)
+    assert name == "paced"

@@ -309,3 +309,87 @@ def test_telemetry_record_uses_the_xe_card_and_the_throttle_reasons():
     assert w.throttled_s == pytest.approx(2.0) and w.throttle_reasons_s["pl1"] == pytest.approx(2.0)
     assert rec.phases["warm"].throttled_fraction == pytest.approx(1.0)
     assert rec.per_request("j_per_token") == {1: pytest.approx(6.0, rel=0.01)}
+
+
+# ------------------------------------------------------------------------------------ A/B
+
+
+def _limited_copy(tmp_path, src: Path, name: str, power_w: float) -> Path:
+    """A copy of a recorded CPU run with a roofline (measured 9 GB/s) and a telemetry record
+    whose windows drew ``power_w`` for each request's e2e time."""
+    import shutil
+
+    from servedeck.runs import store
+    from servedeck.runs.store import open_run
+    dst = tmp_path / name
+    shutil.copytree(src, dst)
+    run = open_run(dst)
+    samples = store.read_samples(dst)
+    cost = model_cost(TINY_CONFIG, startup={}, weights_file_bytes=4_720_000, weights_files_source="files")
+    ceil = resolve_ceilings(None, host="local", device="cpu", measured={"memory_bandwidth_gb_s": 9.0})
+    run.write_json(store.ROOFLINE, roofline(samples, cost, ceil).model_dump(mode="json"))
+    t, wins, x = [], [], 1000.0
+    for i, s in enumerate(samples):
+        wins.append(Window(f"{s['phase']} {s['rep'] + 1}", s["phase"], i, x, x + s["e2e_s"], s["output_tokens"]))
+        x += s["e2e_s"] + 0.2
+    times = [1000.0 + k * 0.05 for k in range(int((x - 1000) / 0.05) + 2)]
+    raw = RawTelemetry(columns=[Column("energy_uj", "xe card1 card", "/e")], t=times,
+                       values=[_counter(power_w, [tt - 1000 for tt in times])])
+    run.write_json(store.TELEMETRY, telemetry_record(raw, wins).model_dump(mode="json"))
+    return dst
+
+
+def test_ab_judges_roofline_and_energy_and_reports_them(tmp_path):
+    from servedeck.ab.chart import chart_png
+    from servedeck.ab.compare import compare_arms
+    from servedeck.ab.report import render_report
+    from servedeck.ab.stats import compare_metrics
+    a = _limited_copy(tmp_path, CPU_RUN, "0001-cpu-4096-local", 100.0)
+    b = _limited_copy(tmp_path, CPU_RUN.parent / "0002-cpu-8192-local", "0002-cpu-8192-local", 60.0)
+    c = compare_metrics(a, b)
+    share, energy = c.metric("decode_roofline_pct", "warm"), c.metric("energy_j_per_token", "warm")
+    assert share.judged and energy.judged and len(energy.samples_a) == 3
+    assert energy.lower_is_better and share.lower_is_better is False
+    assert 0 < share.a < 100 and energy.b < energy.a  # 60 W over similar request times
+    text = render_report(compare_arms(a, b), c, a, b, hypothesis=None, verdict=None, chart_path=None)
+    assert "### Physical limits" in text and "| memory bandwidth (GB/s) | 9.0 | 9.0 |" in text
+    assert "| warm energy per output token (J) |" in text and "measured on local" in text
+    assert "| warm | energy_j_per_token |" in text and "| warm | decode_roofline_pct |" in text
+    assert chart_png(c)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_without_limits_keeps_the_report_as_it_was():
+    from servedeck.ab.compare import compare_arms
+    from servedeck.ab.report import render_report
+    from servedeck.ab.stats import compare_metrics
+    b = CPU_RUN.parent / "0002-cpu-8192-local"
+    c = compare_metrics(CPU_RUN, b)
+    assert c.metric("energy_j_per_token", "warm") is None
+    assert "Physical limits" not in render_report(compare_arms(CPU_RUN, b), c, CPU_RUN, b, hypothesis=None,
+                                                  verdict=None, chart_path=None)
+
+
+# ------------------------------------------------------------------------------------ power caps
+
+
+def test_knee_is_the_lowest_cap_within_the_margin_of_the_best_decode():
+    from servedeck.ab.power_caps import CapRow, caps_markdown, knee
+    rows = [CapRow(160, ["r1"], [40.0], 40.0, 2.1, 150.0, 0.9), CapRow(200, ["r2"], [55.5], 55.5, 2.4, 190.0, 0.5),
+            CapRow(230, ["r3"], [57.0], 57.0, 2.9, 225.0, 0.1), CapRow(275, ["r4"], [57.2], 57.2, 3.5, 260.0, 0.0)]
+    k, text = knee(rows)
+    assert k.cap_w == 200 and "knee at 200 W" in text and "at 160 W decode falls to 40.0 tok/s (-30.1%)" in text
+    assert "Lowest energy per token: 2.1 J at 160 W" in text
+    assert knee(rows, margin=0.01)[0].cap_w == 230
+    assert "no lower cap was tested" in knee(rows[3:])[1] and knee([CapRow(230)])[0] is None
+    table = caps_markdown(rows)
+    assert table[2] == "| 160 | r1 | 40.0 (1) | 2.1 | 150 | 90% |" and table[-1].startswith("knee at 200 W")
+
+
+def test_a_series_that_sets_a_cap_is_recognised():
+    from servedeck.deploy.power_series import varies_power_cap
+    from servedeck.model.profile import ProfileStore
+    store_ = ProfileStore(ROOT / "profiles")
+    base = store_.load("base").profile
+    assert not varies_power_cap([base])
+    capped = base.model_copy(update={"host": base.host.model_copy(update={"power_cap_w": 230})})
+    assert varies_power_cap([base, capped])
