@@ -45,7 +45,7 @@ def cap_rows(runs_dir: Path, runs_by_cap: dict[float, list[str]]) -> list[CapRow
         have_energy = have_thr = True
         for run_id in row.runs:
             d = Path(runs_dir) / run_id
-            row.decode_samples += store.phase_samples(store.read_samples(d), "warm", "decode_tok_s")
+            row.decode_samples += store.phase_samples(store.read(d, store.BENCH_SAMPLES), "warm", "decode_tok_s")
             tel = read_telemetry(d)
             warm = tel.phases.get("warm") if tel else None
             if warm is None or warm.energy_j is None:

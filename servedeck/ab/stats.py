@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.bench.limits import LIMIT_METRICS
+from servedeck.bench.limits import LIMIT_METRICS, limit_samples
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -475,9 +475,8 @@ def _startup_facts(run_dir: Path) -> dict:
     """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
     parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
-    log = Path(run_dir) / store.STARTUP_LOG
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
-    return record_facts(store.read_json(run_dir, store.STARTUP), text)
+    stored = store.read(run_dir, store.STARTUP)
+    return record_facts(stored.to_dict() if stored is not None else None, store.read(run_dir, store.STARTUP_LOG))
 
 
 def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path], *,
@@ -502,14 +501,16 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     la, lb = _as_list(runs_a), _as_list(runs_b)
     sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
-    from servedeck.bench.limits import annotated_samples  # samples with their roofline and energy
-    samples_a = [s for r in la for s in annotated_samples(r)]
-    samples_b = [s for r in lb for s in annotated_samples(r)]
+    samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
+    samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
     wanted = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:
-            a = store.phase_samples(samples_a, phase, metric)
-            b = store.phase_samples(samples_b, phase, metric)
+            if metric in LIMIT_METRICS:  # per request, from the runs' roofline.json and telemetry.json
+                a, b = limit_samples(la, phase, metric), limit_samples(lb, phase, metric)
+            else:
+                a = store.phase_samples(samples_a, phase, metric)
+                b = store.phase_samples(samples_b, phase, metric)
             if a or b:
                 wanted.append((metric, phase, a, b))
     bench = judge_bench(wanted, alpha=alpha, margin=margin)

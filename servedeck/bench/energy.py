@@ -35,10 +35,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from servedeck.runs.records import PhaseFigures, TelemetryRecord, WindowFigures
 
-__all__ = ["MAX_PLAUSIBLE_W", "EnergySeries", "Window", "WindowFigures", "PhaseFigures",
-           "unwrap_counter", "series_from_power", "measure_windows", "summarize", "NVIDIA_REASONS"]
+__all__ = ["MAX_PLAUSIBLE_W", "EnergySeries", "Window", "WindowFigures", "PhaseFigures", "TelemetryRecord",
+           "unwrap_counter", "series_from_power", "measure_windows", "summarize", "telemetry_record",
+           "NVIDIA_REASONS"]
 
 #: Power above which an inferred wrap-around is not believed (W): no single card or socket
 #: draws this much, so a counter that "wrapped" at this rate was reset instead.
@@ -170,44 +171,6 @@ class Window:
     output_tokens: int
 
 
-class WindowFigures(BaseModel):
-    """What the telemetry says about one window (None: not measured; ``problems`` says why)."""
-
-    model_config = ConfigDict(extra="forbid")
-    label: str
-    phase: str
-    index: int | None = None
-    duration_s: float
-    output_tokens: int
-    energy_j: float | None = None
-    energy_error_j: float | None = None
-    mean_power_w: float | None = None
-    j_per_token: float | None = None
-    throttled_s: float | None = None
-    throttle_reasons_s: dict[str, float] = Field(default_factory=dict)
-    freq_mhz_mean: float | None = None
-    freq_mhz_min: float | None = None
-    freq_mhz_max: float | None = None
-    problems: list[str] = Field(default_factory=list)
-
-
-class PhaseFigures(BaseModel):
-    """Windows of one phase together: energy and tokens summed, time-weighted means."""
-
-    model_config = ConfigDict(extra="forbid")
-    windows: int
-    duration_s: float
-    output_tokens: int
-    energy_j: float | None = None
-    energy_error_j: float | None = None
-    mean_power_w: float | None = None
-    j_per_token: float | None = None
-    throttled_s: float | None = None
-    throttled_fraction: float | None = None
-    throttle_reasons_s: dict[str, float] = Field(default_factory=dict)
-    freq_mhz_mean: float | None = None
-
-
 def _flagged_time(t: Sequence[float], flags: Sequence[bool | None], a: float, b: float) -> float | None:
     """Seconds of ``[a, b]`` during which the flag read at the last reading before was true."""
     if not t:
@@ -334,45 +297,6 @@ def finite(x: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- the run's record
-
-
-class TelemetryRecord(BaseModel):
-    """A run's ``telemetry.json``: the bench windows' energy, power, clocks and throttling, and
-    the raw samples they were computed from.
-
-    Attributes:
-        energy_source: what the energy figures are (``xe card``, ``nvidia power.draw``,
-            ``rapl``), None when no energy was readable.
-        energy_columns: the counters summed into it.
-        problems: what could not be read or computed, in words (missing files, unreadable
-            counters, resets, wraps, dropped lines).
-        wraps / resets / gaps: counter wrap-arounds, resets and unreadable readings seen.
-        windows: one per request, in ``bench.jsonl`` order (``index``).
-        phases: the windows of each phase together (``warmup``, ``cold``, ``warm``).
-        span: from the first window's start to the last one's end, idle gaps included.
-        raw: :func:`servedeck.host.telemetry.telemetry_document`.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    energy_source: str | None = None
-    energy_columns: list[str] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list)
-    wraps: int = 0
-    resets: int = 0
-    gaps: int = 0
-    windows: list[WindowFigures] = Field(default_factory=list)
-    phases: dict[str, PhaseFigures] = Field(default_factory=dict)
-    span: WindowFigures | None = None
-    raw: dict[str, Any] = Field(default_factory=dict)
-
-    def per_request(self, name: str) -> dict[int, float]:
-        """``{bench.jsonl index: value}`` of a window figure (``j_per_token``, ``mean_power_w``)."""
-        out = {}
-        for w in self.windows:
-            v = getattr(w, name)
-            if w.index is not None and v is not None:
-                out[w.index] = v
-        return out
 
 
 def _domains(raw) -> tuple[str | None, list[EnergySeries], list[str]]:

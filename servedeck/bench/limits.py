@@ -20,7 +20,8 @@ from servedeck.bench.roofline import Roofline, int8_prefill, model_cost, resolve
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
-__all__ = ["BenchTelemetry", "record_roofline", "read_telemetry", "read_roofline", "device_of"]
+__all__ = ["BenchTelemetry", "record_roofline", "recompute_roofline", "read_telemetry", "read_roofline",
+           "device_of", "format_roofline", "format_telemetry", "limit_samples", "limits_view", "LIMIT_METRICS"]
 
 
 class BenchTelemetry:
@@ -78,7 +79,7 @@ class BenchTelemetry:
         if len(windows) != len(samples):
             rec.problems.append(f"{len(windows)} completion requests were timed for {len(samples)} samples: "
                                 "per-request figures are left out")
-        run.write_json(store.TELEMETRY, rec.model_dump(mode="json"))
+        run.write(store.TELEMETRY, rec)
         return rec
 
 
@@ -123,6 +124,24 @@ def _server_env(profile: dict[str, Any], facts) -> dict[str, str]:
         return env
 
 
+def _run_inputs(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A run's resolved profile, effective settings and startup facts as plain dicts."""
+    profile = store.read(run_dir, store.PROFILE_RESOLVED)
+    effective = store.read(run_dir, store.EFFECTIVE)
+    startup = store.read(run_dir, store.STARTUP)
+    return (profile.root if profile is not None else {}, effective.root if effective is not None else {},
+            startup.to_dict() if startup is not None else {})
+
+
+def _samples(run_dir: Path) -> list[dict[str, Any]]:
+    return [s.model_dump(mode="json") for s in store.read(run_dir, store.BENCH_SAMPLES)]
+
+
+def _measured(runs_dir: Path | None, host: str) -> dict[str, Any] | None:
+    m = store.read_host_ceilings(runs_dir, host) if runs_dir is not None else None
+    return m.model_dump(mode="json") if m is not None else None
+
+
 def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = None,
                     gpu_name: str | None = None) -> Roofline:
     """Compute and write the run's ``roofline.json`` from its startup facts, samples and
@@ -130,13 +149,10 @@ def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = Non
     ``runs_dir``, card table).
 
     Raises:
-        ServedeckError: a run file is not valid JSON (a host that cannot be read is said in the
-            record instead).
+        ServedeckError: a run file does not match its model (a host that cannot be read is said
+            in the record instead).
     """
-    profile = store.read_json(run.path, store.PROFILE_RESOLVED) or {}
-    effective = store.read_json(run.path, store.EFFECTIVE) or {}
-    startup = store.read_json(run.path, store.STARTUP) or {}
-    samples = store.read_samples(run.path)
+    profile, effective, startup = _run_inputs(run.path)
     notes: list[str] = []
     config, weights_bytes = None, None
     weights_dir = (profile.get("model") or {}).get("weights_dir")
@@ -149,17 +165,16 @@ def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = Non
             notes.append(f"the model's files could not be read: {exc.message}")
     elif not weights_dir:
         notes.append("the model is not a directory on the host (model.weights_dir): config.json is not read")
-    measured = store.read_host_ceilings(runs_dir, run.meta.host) if runs_dir is not None else None
-    device = device_of(profile, facts)
-    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device, nvidia_name=gpu_name,
-                                total_memory_gib=startup.get("total_memory_gib"), measured=measured,
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts), nvidia_name=gpu_name,
+                                total_memory_gib=startup.get("total_memory_gib"),
+                                measured=_measured(runs_dir, run.meta.host),
                                 int8=int8_prefill(_server_env(profile, facts)))
     cost = model_cost(config, startup=startup, weights_file_bytes=weights_bytes,
                       weights_files_source=f"weight files in {weights_dir} on the host",
                       kv_cache_dtype=effective.get("kv_cache_dtype"), engine_dtype=effective.get("dtype"))
     cost.notes = notes + cost.notes
-    result = roofline(samples, cost, ceilings)
-    run.write_json(store.ROOFLINE, result.model_dump(mode="json"))
+    result = roofline(_samples(run.path), cost, ceilings)
+    run.write(store.ROOFLINE, result)
     return result
 
 
@@ -172,19 +187,18 @@ def recompute_roofline(run_dir: Path, entry, *, runs_dir: Path | None = None, fa
     """
     from servedeck.runs.store import open_run
     run = open_run(run_dir)
-    old = read_roofline(run.path)
+    old = store.read(run.path, store.ROOFLINE)
     if old is None:
         raise ServedeckError(f"run {run.run_id} has no roofline.json", hint="benchmark it (servedeck bench)")
-    profile = store.read_json(run.path, store.PROFILE_RESOLVED) or {}
-    startup = store.read_json(run.path, store.STARTUP) or {}
-    measured = store.read_host_ceilings(runs_dir, run.meta.host) if runs_dir is not None else None
-    tel = read_telemetry(run.path)
-    gpu_name = (tel.raw.get("gpu_name") if tel else None)
-    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts), nvidia_name=gpu_name,
-                                total_memory_gib=startup.get("total_memory_gib"), measured=measured,
+    profile, _, startup = _run_inputs(run.path)
+    tel = store.read(run.path, store.TELEMETRY)
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts),
+                                nvidia_name=tel.raw.get("gpu_name") if tel else None,
+                                total_memory_gib=startup.get("total_memory_gib"),
+                                measured=_measured(runs_dir, run.meta.host),
                                 int8=int8_prefill(_server_env(profile, facts)))
-    result = roofline(store.read_samples(run.path), old.model, ceilings)
-    run.write_json(store.ROOFLINE, result.model_dump(mode="json"))
+    result = roofline(_samples(run.path), old.model, ceilings)
+    run.write(store.ROOFLINE, result)
     return result
 
 
@@ -192,32 +206,18 @@ def read_roofline(run_dir: Path) -> Roofline | None:
     """A run's ``roofline.json`` (None when it has none).
 
     Raises:
-        ServedeckError: not valid JSON or not a roofline record.
+        ServedeckError: the file does not match its model.
     """
-    doc = store.read_json(run_dir, store.ROOFLINE)
-    return _typed(Roofline, doc, Path(run_dir) / store.ROOFLINE)
+    return store.read(run_dir, store.ROOFLINE)
 
 
 def read_telemetry(run_dir: Path) -> TelemetryRecord | None:
     """A run's ``telemetry.json`` (None when it has none).
 
     Raises:
-        ServedeckError: not valid JSON or not a telemetry record.
+        ServedeckError: the file does not match its model.
     """
-    doc = store.read_json(run_dir, store.TELEMETRY)
-    return _typed(TelemetryRecord, doc, Path(run_dir) / store.TELEMETRY)
-
-
-def _typed(model, doc, path: Path):
-    if doc is None:
-        return None
-    from pydantic import ValidationError
-    try:
-        return model.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ServedeckError(f"{err['msg']}", file=str(path),
-                             field=".".join(str(p) for p in err["loc"])) from None
+    return store.read(run_dir, store.TELEMETRY)
 
 
 # --------------------------------------------------------------------------- words
@@ -308,32 +308,26 @@ def format_telemetry(t: TelemetryRecord | None) -> list[str]:
 LIMIT_METRICS: dict[str, bool] = {"decode_roofline_pct": False, "energy_j_per_token": True}
 
 
-def annotated_samples(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's ``bench.jsonl`` samples, each with its ``decode_roofline_pct``,
-    ``prefill_roofline_pct``, ``energy_j_per_token`` and ``mean_power_w`` from the run's
-    ``roofline.json`` and ``telemetry.json`` (absent where not measured).
+def limit_samples(run_dirs: list[Path], phase: str, metric: str) -> list[float]:
+    """Per-request values of a :data:`LIMIT_METRICS` metric over ``run_dirs`` for one phase, in
+    bench.jsonl order: ``decode_roofline_pct`` from ``roofline.json`` (share × 100),
+    ``energy_j_per_token`` from ``telemetry.json``; empty where a run has no such record.
 
     Raises:
-        ServedeckError: a file is not valid JSON or not its record.
+        ServedeckError: a record does not match its model.
     """
-    samples = store.read_samples(run_dir)
-    if not samples:
-        return samples
-    roof, tel = read_roofline(run_dir), read_telemetry(run_dir)
-    extra: dict[str, dict[int, float]] = {}
-    if roof is not None:
-        extra["decode_roofline_pct"] = {i: v * 100 for i, v in roof.per_request("decode_share").items()}
-        extra["prefill_roofline_pct"] = {i: v * 100 for i, v in roof.per_request("prefill_share").items()}
-    if tel is not None:
-        extra["energy_j_per_token"] = tel.per_request("j_per_token")
-        extra["mean_power_w"] = tel.per_request("mean_power_w")
-    out = []
-    for i, s in enumerate(samples):
-        s = dict(s)
-        for name, values in extra.items():
-            if i in values:
-                s[name] = values[i]
-        out.append(s)
+    out: list[float] = []
+    for d in run_dirs:
+        if metric == "decode_roofline_pct":
+            roof = read_roofline(d)
+            out += [r.decode_share * 100 for r in (roof.requests if roof else [])
+                    if r.phase == phase and r.decode_share is not None]
+        elif metric == "energy_j_per_token":
+            tel = read_telemetry(d)
+            out += [w.j_per_token for w in (tel.windows if tel else [])
+                    if w.phase == phase and w.index is not None and w.j_per_token is not None]
+        else:
+            raise ValueError(f"{metric} is not a limit metric")
     return out
 
 
@@ -348,10 +342,10 @@ def limits_view(run_dir: Path) -> dict[str, Any]:
                             "matrix": None, "bytes_per_step_gb": None, "decode_share": {}, "prefill_share": {},
                             "j_per_token": {}, "mean_power_w": {}, "throttled": {}, "freq_mhz": {},
                             "energy_source": None, "problems": [], "power_cap_w": None}
-    meta = store.peek_meta(Path(run_dir)) or {}
-    facts = store.read_json(Path(run_dir), store.FACTS) or {}
-    view["power_cap_w"] = ((meta.get("power") or {}).get("new_w")
-                           or (facts.get("host") or {}).get("gpu_power_cap_w"))
+    meta = store.read_meta(Path(run_dir))
+    facts = store.read(Path(run_dir), store.FACTS)
+    view["power_cap_w"] = ((meta.power or {}).get("new_w")
+                           or (facts.host.gpu_power_cap_w if facts is not None else None))
     if roof is not None:
         c = roof.ceilings
         view.update(card=c.card_name, bandwidth_gb_s=c.memory_bandwidth_gb_s, bandwidth_source=c.bandwidth_source,

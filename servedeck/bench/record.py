@@ -109,7 +109,8 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     timed = RequestWindows({workload.endpoint})
     client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
                           headers={"Authorization": f"Bearer {key}"} if key else None)
-    gpu = int(((store.read_json(run.path, store.PROFILE_RESOLVED) or {}).get("launcher") or {}).get("gpu") or 0)
+    profile = store.read(run.path, store.PROFILE_RESOLVED)
+    gpu = int(((profile.root if profile is not None else {}).get("launcher") or {}).get("gpu") or 0)
     tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
     tel.start()
     try:
@@ -135,20 +136,20 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     counts and a note; its statistics cover the successful requests only.
 
     Returns:
-        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
-        plus ``sha256`` of the file).
+        the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
+        :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
         ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
             written then).
     """
     from servedeck.bench.external import import_file
+    from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
     ext = import_file(path)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(store.external_raw(name), raw)
-    mapped = ext.model_dump(mode="json")
-    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
-    run.write_json(store.external_summary(name), mapped)
-    return mapped
+    run.write(store.external_raw(name), raw)
+    mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
+    run.write(store.external_summary(name), mapped)
+    return mapped.model_dump(mode="json")

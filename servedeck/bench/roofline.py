@@ -44,11 +44,10 @@ not flagged (the tiny CPU model).
 from __future__ import annotations
 
 import statistics
-from typing import Any, Literal, Sequence
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Sequence
 
 from servedeck.model.cards import Card, card, card_for_name, cards_for_memory
+from servedeck.runs.records import Ceilings, ModelCost, PhaseRoofline, RequestRoofline, Roofline
 
 __all__ = ["Ceilings", "ModelCost", "RequestRoofline", "PhaseRoofline", "Roofline", "resolve_ceilings",
            "model_cost", "roofline", "int8_prefill", "LOW_SHARE", "OVERHEAD_STEP_S", "GIB"]
@@ -62,35 +61,6 @@ OVERHEAD_STEP_S = 0.002
 OVERHEAD_PREFILL_S = 0.02
 _STATE_LAYER_TYPES = {"linear_attention", "gdn"}
 _NO_KV_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gdn", "conv", "ssm"}
-
-
-class Ceilings(BaseModel):
-    """The limits a run is measured against, each with its source.
-
-    Attributes:
-        card / card_name: the card table entry used (None: none applies).
-        card_source: how the card was found (inventory, nvidia-smi name, memory match).
-        memory_bandwidth_gb_s: the decode ceiling's bandwidth (GB/s), None when unknown.
-        bandwidth_source: where it comes from (inventory, measured on the host, card table).
-        matrix_tflops / matrix_precision: the prefill ceiling (dense TFLOPS, or TOPS for int8).
-        matrix_source: where it comes from.
-        spec_memory_bandwidth_gb_s: the card table's figure when another one is used.
-        board_power_w: the card's board power (W).
-        notes: why a figure is missing, ambiguities.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    card: str | None = None
-    card_name: str | None = None
-    card_source: str | None = None
-    memory_bandwidth_gb_s: float | None = None
-    bandwidth_source: str | None = None
-    matrix_tflops: float | None = None
-    matrix_precision: Literal["fp16", "int8"] = "fp16"
-    matrix_source: str | None = None
-    spec_memory_bandwidth_gb_s: float | None = None
-    board_power_w: float | None = None
-    notes: list[str] = Field(default_factory=list)
 
 
 def int8_prefill(env: dict[str, str] | None) -> bool:
@@ -167,35 +137,6 @@ def resolve_ceilings(entry: Any = None, *, host: str | None = None, device: str 
     else:
         out.notes.append(f"no matrix rate ({what}) for {name}: the prefill has no ceiling")
     return out
-
-
-class ModelCost(BaseModel):
-    """What one engine step reads and one prompt token costs, each with its source.
-
-    Attributes:
-        weights_bytes / weights_source: the weights streamed per decode step.
-        kv_bytes_per_token / kv_source: KV cache bytes per token of context (attention layers).
-        state_bytes_per_step / state_source: recurrent state read and written per step.
-        linear_params / params_source: active parameters of the non-embedding layers (FLOPs per
-            prompt token = 2 × this).
-        attention_layers, attention_heads, head_size, head_size_v: the attention shape.
-        notes: what is not counted.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    weights_bytes: float | None = None
-    weights_source: str | None = None
-    kv_bytes_per_token: float | None = None
-    kv_source: str | None = None
-    state_bytes_per_step: float = 0.0
-    state_source: str | None = None
-    linear_params: float | None = None
-    params_source: str | None = None
-    attention_layers: int | None = None
-    attention_heads: int | None = None
-    head_size: int | None = None
-    head_size_v: int | None = None
-    notes: list[str] = Field(default_factory=list)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -313,63 +254,6 @@ def model_cost(config: dict[str, Any] | None, *, startup: dict[str, Any] | None,
     else:
         out.params_source = why
     return out
-
-
-class RequestRoofline(BaseModel):
-    """One request against the ceilings (shares are fractions: 0.68 = 68 %)."""
-
-    model_config = ConfigDict(extra="forbid")
-    index: int
-    phase: str
-    rep: int
-    context_tokens: float
-    accept_len: float
-    bytes_per_step: float | None = None
-    decode_tok_s: float | None = None
-    decode_ceiling_tok_s: float | None = None
-    decode_share: float | None = None
-    decode_gb_s: float | None = None
-    prefill_tokens: int | None = None
-    prefill_s: float | None = None
-    prefill_time_source: str | None = None
-    prefill_tflops: float | None = None
-    prefill_share: float | None = None
-    flags: list[str] = Field(default_factory=list)
-
-
-class PhaseRoofline(BaseModel):
-    """Medians of one phase's requests."""
-
-    model_config = ConfigDict(extra="forbid")
-    requests: int
-    decode_share: float | None = None
-    decode_tok_s: float | None = None
-    decode_ceiling_tok_s: float | None = None
-    decode_gb_s: float | None = None
-    accept_len: float | None = None
-    context_tokens: float | None = None
-    prefill_share: float | None = None
-    prefill_tflops: float | None = None
-
-
-class Roofline(BaseModel):
-    """A run's ``roofline.json``: the ceilings, the model's costs, each request and each phase.
-
-    ``problems``: shares flagged as measurement problems (above 100 %, implausibly low);
-    ``notes``: what the figures do not cover (overhead-bound steps, uncounted state).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    ceilings: Ceilings
-    model: ModelCost
-    requests: list[RequestRoofline] = Field(default_factory=list)
-    phases: dict[str, PhaseRoofline] = Field(default_factory=dict)
-    problems: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-
-    def per_request(self, name: str) -> dict[int, float]:
-        """``{bench.jsonl index: value}`` of a request figure (``decode_share``, ``prefill_share``)."""
-        return {r.index: getattr(r, name) for r in self.requests if getattr(r, name) is not None}
 
 
 def _num(x: Any) -> float | None:

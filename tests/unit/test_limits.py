@@ -324,10 +324,10 @@ def _limited_copy(tmp_path, src: Path, name: str, power_w: float) -> Path:
     dst = tmp_path / name
     shutil.copytree(src, dst)
     run = open_run(dst)
-    samples = store.read_samples(dst)
+    samples = [s.model_dump(mode="json") for s in store.read(dst, store.BENCH_SAMPLES)]
     cost = model_cost(TINY_CONFIG, startup={}, weights_file_bytes=4_720_000, weights_files_source="files")
     ceil = resolve_ceilings(None, host="local", device="cpu", measured={"memory_bandwidth_gb_s": 9.0})
-    run.write_json(store.ROOFLINE, roofline(samples, cost, ceil).model_dump(mode="json"))
+    run.write(store.ROOFLINE, roofline(samples, cost, ceil))
     t, wins, x = [], [], 1000.0
     for i, s in enumerate(samples):
         wins.append(Window(f"{s['phase']} {s['rep'] + 1}", s["phase"], i, x, x + s["e2e_s"], s["output_tokens"]))
@@ -335,7 +335,7 @@ def _limited_copy(tmp_path, src: Path, name: str, power_w: float) -> Path:
     times = [1000.0 + k * 0.05 for k in range(int((x - 1000) / 0.05) + 2)]
     raw = RawTelemetry(columns=[Column("energy_uj", "xe card1 card", "/e")], t=times,
                        values=[_counter(power_w, [tt - 1000 for tt in times])])
-    run.write_json(store.TELEMETRY, telemetry_record(raw, wins).model_dump(mode="json"))
+    run.write(store.TELEMETRY, telemetry_record(raw, wins))
     return dst
 
 
@@ -393,3 +393,15 @@ def test_a_series_that_sets_a_cap_is_recognised():
     assert not varies_power_cap([base])
     capped = base.model_copy(update={"host": base.host.model_copy(update={"power_cap_w": 230})})
     assert varies_power_cap([base, capped])
+
+
+def test_show_prints_the_roofline_and_the_energy_in_words(tmp_path):
+    from servedeck.cli import show_lines
+    run = _limited_copy(tmp_path, CPU_RUN, "0001-cpu-4096-local", 100.0)
+    lines = show_lines(run)
+    roof = lines.index(next(ln for ln in lines if ln.startswith("roofline: CPU build")))
+    assert "9.0 GB/s (measured on local" in lines[roof]
+    assert any(ln.startswith("  warm decode") and "% of the" in ln for ln in lines[roof:])
+    energy = next(ln for ln in lines if ln.startswith("energy: xe card"))
+    assert "sampled every" not in energy  # a record without raw samples says nothing of a period
+    assert any(ln.startswith("  warm: ") and "J/token" in ln and "100.0 W mean" in ln for ln in lines)
