@@ -14,8 +14,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
 from servedeck.numfmt import fmt_num
 
 __all__ = ["CapRow", "cap_rows", "knee", "caps_markdown"]
@@ -95,8 +93,8 @@ def knee(rows: list[CapRow], margin: float = 0.03) -> tuple[CapRow | None, str]:
 def caps_markdown(rows: list[CapRow], margin: float = 0.03) -> list[str]:
     """The per-cap table and the knee sentence as Markdown lines."""
     _, sentence = knee(rows, margin)
-    lines = ["| power cap (W) | runs | warm decode tok/s (median, n) | J per output token (warm) | "
-             "mean power (W) | time throttled |", "|---:|---|---:|---:|---:|---:|"]
+    lines = [("| power cap (W) | runs | warm decode tok/s (median, n) | J per output token (warm) | "
+              "mean power (W) | time throttled |"), "|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         thr = "–" if r.throttled_fraction is None else f"{r.throttled_fraction:.0%}"
         lines.append(f"| {r.cap_w:g} | {', '.join(r.runs)} | {fmt_num(r.decode_tok_s)} ({len(r.decode_samples)}) | "

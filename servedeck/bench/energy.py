@@ -31,7 +31,6 @@ application-clock bits) read 1 between readings, from each reading to the next.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -102,6 +101,24 @@ class EnergySeries:
         return est, err, complete
 
 
+def _cumulate(source: str, t: Sequence[float], values: Sequence[float | None], increment) -> EnergySeries:
+    """Cumulative energy over readings: ``increment(series, (t0, v0), (t1, v1))`` gives the
+    joules between two readable readings; an unreadable one (None) is a gap."""
+    out = EnergySeries(source)
+    acc = 0.0
+    prev: tuple[float, float] | None = None
+    for ti, v in zip(t, values):
+        if v is None:
+            out.gaps += 1
+            continue
+        if prev is not None:
+            acc += increment(out, prev, (ti, v))
+        out.t.append(ti)
+        out.joules.append(acc)
+        prev = (ti, v)
+    return out
+
+
 def unwrap_counter(source: str, t: Sequence[float], raw_uj: Sequence[int | None], *,
                    range_uj: int | None = None) -> EnergySeries:
     """Turn counter readings (µJ, None where unreadable) into an :class:`EnergySeries`.
@@ -112,50 +129,24 @@ def unwrap_counter(source: str, t: Sequence[float], raw_uj: Sequence[int | None]
         range_uj: the counter's range when the host states it (RAPL ``max_energy_range_uj``);
             None: inferred from the readings (see the module docstring).
     """
-    out = EnergySeries(source)
-    prev: int | None = None
-    prev_t = 0.0
-    acc = 0.0
-    for ti, v in zip(t, raw_uj):
-        if v is None:
-            out.gaps += 1
-            continue
-        if prev is not None:
-            d = v - prev
-            if d < 0:
-                modulus = range_uj if range_uj else (1 << 32 if prev < (1 << 32) else 1 << 64)
-                wrapped = d + modulus
-                dt = ti - prev_t
-                if dt > 0 and wrapped / 1e6 / dt <= MAX_PLAUSIBLE_W:
-                    d = wrapped
-                    out.wraps += 1
-                else:
-                    d = 0
-                    out.resets += 1
-                    out.lost_after.add(len(out.t) - 1)
-            acc += d / 1e6
-        out.t.append(ti)
-        out.joules.append(acc)
-        prev, prev_t = v, ti
-    return out
+    def joules(out: EnergySeries, a: tuple[float, float], b: tuple[float, float]) -> float:
+        d = b[1] - a[1]
+        if d >= 0:
+            return d / 1e6
+        modulus = range_uj if range_uj else (1 << 32 if a[1] < (1 << 32) else 1 << 64)
+        dt = b[0] - a[0]
+        if dt > 0 and (d + modulus) / 1e6 / dt <= MAX_PLAUSIBLE_W:
+            out.wraps += 1
+            return (d + modulus) / 1e6
+        out.resets += 1
+        out.lost_after.add(len(out.t) - 1)
+        return 0.0
+    return _cumulate(source, t, raw_uj, joules)
 
 
 def series_from_power(source: str, t: Sequence[float], watts: Sequence[float | None]) -> EnergySeries:
     """Cumulative energy from power readings (W): the trapezoid integral (NVIDIA ``power.draw``)."""
-    out = EnergySeries(source)
-    acc = 0.0
-    pt: float | None = None
-    pw = 0.0
-    for ti, w in zip(t, watts):
-        if w is None:
-            out.gaps += 1
-            continue
-        if pt is not None:
-            acc += (ti - pt) * (w + pw) / 2
-        out.t.append(ti)
-        out.joules.append(acc)
-        pt, pw = ti, w
-    return out
+    return _cumulate(source, t, watts, lambda out, a, b: (b[0] - a[0]) * (a[1] + b[1]) / 2)
 
 
 @dataclass(frozen=True)
@@ -285,15 +276,6 @@ def summarize(figures: Sequence[WindowFigures]) -> PhaseFigures:
     if weighted and sum(d for _, d in weighted) > 0:
         out.freq_mhz_mean = sum(v * d for v, d in weighted) / sum(d for _, d in weighted)
     return out
-
-
-def finite(x: Any) -> float | None:
-    """``x`` as a float when it is a finite number, else None."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 # --------------------------------------------------------------------------- the run's record

@@ -114,11 +114,13 @@ def device_of(profile: dict[str, Any], facts=None) -> str:
 
 def _server_env(profile: dict[str, Any], facts) -> dict[str, str]:
     """The server's environment (container env, launcher defaults, ``launcher_env``)."""
+    from pydantic import ValidationError
+
+    from servedeck.model.profile import Profile
+    from servedeck.vllm.launcher import launcher_env
     try:
-        from servedeck.model.profile import Profile
-        from servedeck.vllm.launcher import launcher_env
         return launcher_env(Profile.model_validate(profile), facts)
-    except Exception:  # an older record's profile may not validate any more: the plain env
+    except (ValidationError, ServedeckError):  # an older record's profile may not validate any more
         env = dict((profile.get("container") or {}).get("environment") or {})
         env.update({k: str(v) for k, v in (profile.get("launcher_env") or {}).items() if v is not None})
         return env

@@ -203,8 +203,8 @@ def _state_bytes(cfg: dict[str, Any], elem: int) -> tuple[float, str | None, lis
     dv = int(cfg.get("linear_value_head_dim") or 0)
     kernel = int(cfg.get("linear_conv_kernel_dim") or 0)
     if not (nv and dk and dv):
-        return 0.0, None, notes + [f"{n_lin} linear-attention layers: no linear_* sizes in config.json, "
-                                   "their state is not counted"]
+        return 0.0, None, [*notes, (f"{n_lin} linear-attention layers: no linear_* sizes in config.json, "
+                                    "their state is not counted")]
     per_layer = nv * dk * dv + (2 * nk * dk + nv * dv) * max(kernel - 1, 0)
     total = 2.0 * n_lin * per_layer * elem
     src = (f"{n_lin} linear-attention layers × ({nv} value heads × {dk} × {dv} recurrent state + conv state "

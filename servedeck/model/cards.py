@@ -73,8 +73,13 @@ class Card:
         return out
 
 
-_NV_DC = ("NVIDIA data-center GPU datasheets: H100 (nvidia.com/en-us/data-center/h100), "
-          "A100 (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), L40S, L4, A10 product datasheets")
+_H100 = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: 3.35 TB/s, 700 W; PCIe: 2 TB/s, 350 W; "
+         "FP16 Tensor 1,979 / 1,513 TFLOPS with sparsity)")
+_A100 = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf: 80GB SXM "
+         "2,039 GB/s 400 W, 80GB PCIe 1,935 GB/s 300 W, 40GB 1,555 GB/s; FP16 Tensor 312 TFLOPS)")
+_L40S = "NVIDIA L40S datasheet (864 GB/s, 48 GB GDDR6, 350 W; FP16 Tensor 362.05 TFLOPS, 733 with sparsity)"
+_L4 = "NVIDIA L4 datasheet (300 GB/s, 24 GB, 72 W; FP16 Tensor 242 TFLOPS with sparsity)"
+_A10 = "NVIDIA A10 datasheet (600 GB/s, 24 GB GDDR6, 150 W; FP16 Tensor 125 TFLOPS, 250 with sparsity)"
 _ADA = "NVIDIA Ada GPU Architecture whitepaper (v2.1), Appendix A, GeForce RTX 4090"
 _AMPERE = "NVIDIA Ampere GA102 GPU Architecture whitepaper (v2.1), Appendix A, GeForce RTX 3090"
 _BLACKWELL = "NVIDIA RTX Blackwell GPU Architecture whitepaper (v1.1), Appendix A, GeForce RTX 5090"
@@ -85,37 +90,38 @@ _BLACKWELL = "NVIDIA RTX Blackwell GPU Architecture whitepaper (v1.1), Appendix 
 CARDS: tuple[Card, ...] = (
     Card("arc-pro-b70", "Intel Arc Pro B70", "xpu", 608.0, 32.0, 256, "GDDR6 ECC", 230.0,
          183.5, 367.0,
-         ("https://zolotukhin.ai/blog/2026-05-18-intel-arc-pro-b70-deep-dive-and-zincs-t-intel-plan/ "
-          "(32 GB GDDR6 ECC, 256-bit, 608 GB/s, 256 XMX engines, 367 INT8 TOPS, 230 W)",),
+         (("https://zolotukhin.ai/blog/2026-05-18-intel-arc-pro-b70-deep-dive-and-zincs-t-intel-plan/ "
+           "(32 GB GDDR6 ECC, 256-bit, 608 GB/s, 256 XMX engines, 367 INT8 TOPS, 230 W)"),),
          notes=f"no Intel datasheet found; third-party spec pages agree; {_XE2_FP16}"),
     Card("arc-pro-b60", "Intel Arc Pro B60", "xpu", 456.0, 24.0, 192, "GDDR6 19 Gbps", 200.0,
          98.3, 196.6,
-         ("https://technical.city/en/video/Iris-Xe-Graphics-64EUs-Alder-Lake-vs-Arc-Pro-B60 "
-          "(24 GB GDDR6, 192-bit, 456 GB/s, 200 W)",
-          "https://hmc-tech.com/gpu/intel-arc-pro-b60-vs-nvidia-quadro-p620 "
-          "(196.61 INT8 TOPS, 98.3 TFLOPS FP16/BF16 tensor)"),
+         (("https://technical.city/en/video/Iris-Xe-Graphics-64EUs-Alder-Lake-vs-Arc-Pro-B60 "
+           "(24 GB GDDR6, 192-bit, 456 GB/s, 200 W)"),
+          ("https://hmc-tech.com/gpu/intel-arc-pro-b60-vs-nvidia-quadro-p620 "
+           "(196.61 INT8 TOPS, 98.3 TFLOPS FP16/BF16 tensor)")),
          notes="board partners ship 120-200 W variants; 200 W is the highest"),
     Card("h100-sxm", "NVIDIA H100 SXM5 80GB", "cuda", 3350.0, 80.0, 5120, "HBM3", 700.0,
-         989.4, 1978.9, (_NV_DC,), names=(r"\bH100\b.*\bHBM3\b", r"\bH100\b.*\bSXM")),
+         989.4, 1978.9, (_H100,), names=(r"\bH100\b.*\bHBM3\b", r"\bH100\b.*\bSXM")),
     Card("h100-pcie", "NVIDIA H100 PCIe 80GB", "cuda", 2000.0, 80.0, 5120, "HBM2e", 350.0,
-         756.0, 1513.0, (_NV_DC,), names=(r"\bH100\b.*\bPCIe\b",)),
+         756.0, 1513.0, (_H100,), names=(r"\bH100\b.*\bPCIe\b",)),
     Card("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", "cuda", 2039.0, 80.0, 5120, "HBM2e", 400.0,
-         312.0, 624.0, (_NV_DC,), names=(r"\bA100-SXM4-80GB\b",)),
+         312.0, 624.0, (_A100,), names=(r"\bA100-SXM4-80GB\b",)),
     Card("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", "cuda", 1935.0, 80.0, 5120, "HBM2e", 300.0,
-         312.0, 624.0, (_NV_DC,), names=(r"\bA100 80GB PCIe\b", r"\bA100-PCIE-80GB\b")),
+         312.0, 624.0, (_A100,), names=(r"\bA100 80GB PCIe\b", r"\bA100-PCIE-80GB\b")),
     Card("a100-40gb", "NVIDIA A100 40GB", "cuda", 1555.0, 40.0, 5120, "HBM2", 400.0,
-         312.0, 624.0, (_NV_DC,), notes="the PCIe card is rated 250 W, the SXM4 module 400 W",
+         312.0, 624.0, (_A100,), notes="the PCIe card is rated 250 W, the SXM4 module 400 W",
          names=(r"\bA100-(?:SXM4|PCIE)-40GB\b",)),
     Card("l40s", "NVIDIA L40S", "cuda", 864.0, 48.0, 384, "GDDR6 ECC", 350.0,
-         362.05, 733.0, (_NV_DC,), names=(r"\bL40S\b",)),
+         362.05, 733.0, (_L40S,), names=(r"\bL40S\b",)),
     Card("l4", "NVIDIA L4", "cuda", 300.0, 24.0, 192, "GDDR6", 72.0,
-         121.0, 242.5, (_NV_DC,), names=(r"\bL4\b(?!0)",)),
+         121.0, 242.5, (_L4,), names=(r"\bL4\b(?!0)",)),
     Card("a10", "NVIDIA A10", "cuda", 600.0, 24.0, 384, "GDDR6", 150.0,
-         125.0, 250.0, (_NV_DC,), names=(r"\bA10\b(?!0)",)),
+         125.0, 250.0, (_A10,), names=(r"\bA10\b(?!0)",)),
     Card("rtx-a6000", "NVIDIA RTX A6000", "cuda", 768.0, 48.0, 384, "GDDR6 ECC", 300.0,
-         154.8, 309.7, ("NVIDIA RTX A6000 datasheet",), names=(r"\bRTX A6000\b",)),
+         154.8, 309.7, ("NVIDIA RTX A6000 datasheet (768 GB/s, 48 GB GDDR6, 300 W; 309.7 tensor TFLOPS with sparsity)",), names=(r"\bRTX A6000\b",)),
     Card("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", "cuda", 960.0, 48.0, 384, "GDDR6 ECC", 300.0,
-         364.2, 728.5, ("NVIDIA RTX 6000 Ada Generation datasheet",),
+         364.2, 728.5, ("NVIDIA RTX 6000 Ada Generation datasheet (960 GB/s, 48 GB GDDR6, 300 W; 1,457 FP8 TFLOPS "
+          "with sparsity)",),
          names=(r"\bRTX 6000 Ada\b",)),
     Card("rtx-5090", "NVIDIA GeForce RTX 5090", "cuda", 1792.0, 32.0, 512, "GDDR7", 575.0,
          209.5, 838.0, (_BLACKWELL,), notes="GeForce: FP16 with FP32 accumulation at half the "

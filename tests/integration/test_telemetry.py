@@ -71,7 +71,7 @@ def test_counter_wrap_around_is_added_back_and_a_cap_shows_as_throttling(scratch
     root = make_card(scratch_host, f"{scratch_host.workdir}/sysfs", current_w=150)
     pid = start_load(scratch_host, root, 200.0, start_uj=2 ** 32 - 40 * UW, modulus=2 ** 32)
     try:
-        raw, rec, spans = _measure(scratch_host, root, [0.5, 0.5, 0.5], tokens=10)
+        _, rec, spans = _measure(scratch_host, root, [0.5, 0.5, 0.5], tokens=10)
     finally:
         stop_load(scratch_host, pid)
     assert rec.wraps == 1 and rec.resets == 0

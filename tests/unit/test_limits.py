@@ -328,7 +328,7 @@ def _limited_copy(tmp_path, src: Path, name: str, power_w: float) -> Path:
     cost = model_cost(TINY_CONFIG, startup={}, weights_file_bytes=4_720_000, weights_files_source="files")
     ceil = resolve_ceilings(None, host="local", device="cpu", measured={"memory_bandwidth_gb_s": 9.0})
     run.write(store.ROOFLINE, roofline(samples, cost, ceil))
-    t, wins, x = [], [], 1000.0
+    wins, x = [], 1000.0
     for i, s in enumerate(samples):
         wins.append(Window(f"{s['phase']} {s['rep'] + 1}", s["phase"], i, x, x + s["e2e_s"], s["output_tokens"]))
         x += s["e2e_s"] + 0.2
