@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.bench.limits import LIMIT_METRICS, limit_samples
+from servedeck.bench.limits import LIMIT_METRICS, limit_metrics
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -506,13 +506,13 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     wanted = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:
-            if metric in LIMIT_METRICS:  # per request, from the runs' roofline.json and telemetry.json
-                a, b = limit_samples(la, phase, metric), limit_samples(lb, phase, metric)
-            else:
-                a = store.phase_samples(samples_a, phase, metric)
-                b = store.phase_samples(samples_b, phase, metric)
+            if metric in LIMIT_METRICS:
+                continue
+            a = store.phase_samples(samples_a, phase, metric)
+            b = store.phase_samples(samples_b, phase, metric)
             if a or b:
                 wanted.append((metric, phase, a, b))
+    wanted += limit_metrics(la, lb)  # roofline share and energy per token, per request (bench.limits)
     bench = judge_bench(wanted, alpha=alpha, margin=margin)
 
     def label(runs: list[Path]) -> str:

@@ -21,7 +21,8 @@ from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
 __all__ = ["BenchTelemetry", "record_roofline", "recompute_roofline", "read_telemetry", "read_roofline",
-           "device_of", "format_roofline", "format_telemetry", "limit_samples", "limits_view", "LIMIT_METRICS"]
+           "device_of", "format_roofline", "format_telemetry", "limit_samples", "limit_metrics", "limits_view",
+           "LIMIT_METRICS"]
 
 
 class BenchTelemetry:
@@ -330,6 +331,19 @@ def limit_samples(run_dirs: list[Path], phase: str, metric: str) -> list[float]:
                     if w.phase == phase and w.index is not None and w.j_per_token is not None]
         else:
             raise ValueError(f"{metric} is not a limit metric")
+    return out
+
+
+def limit_metrics(runs_a: list[Path], runs_b: list[Path]) -> list[tuple[str, str, list[float], list[float]]]:
+    """The :data:`LIMIT_METRICS` of two arms as ``(name, phase, samples_a, samples_b)`` for the
+    comparison's judged metrics (``cold`` and ``warm``; a metric neither arm measured is left
+    out)."""
+    out = []
+    for phase in ("cold", "warm"):
+        for metric in LIMIT_METRICS:
+            a, b = limit_samples(runs_a, phase, metric), limit_samples(runs_b, phase, metric)
+            if a or b:
+                out.append((metric, phase, a, b))
     return out
 
 

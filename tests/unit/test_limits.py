@@ -405,3 +405,14 @@ def test_show_prints_the_roofline_and_the_energy_in_words(tmp_path):
     energy = next(ln for ln in lines if ln.startswith("energy: xe card"))
     assert "sampled every" not in energy  # a record without raw samples says nothing of a period
     assert any(ln.startswith("  warm: ") and "J/token" in ln and "100.0 W mean" in ln for ln in lines)
+
+
+def test_cap_rows_pool_each_caps_runs_from_their_samples_and_telemetry(tmp_path):
+    from servedeck.ab.power_caps import cap_rows, caps_markdown
+    a = _limited_copy(tmp_path, CPU_RUN, "0001-cpu-4096-local", 100.0)
+    b = _limited_copy(tmp_path, CPU_RUN.parent / "0002-cpu-8192-local", "0002-cpu-8192-local", 60.0)
+    rows = cap_rows(tmp_path, {275.0: [a.name], 160.0: [b.name, b.name]})
+    assert [r.cap_w for r in rows] == [160.0, 275.0] and rows[0].runs == [b.name]  # a run counts once
+    assert rows[1].mean_power_w == pytest.approx(100.0, rel=0.01) and rows[0].mean_power_w == pytest.approx(60, rel=0.01)
+    assert len(rows[1].decode_samples) == 3 and rows[0].j_per_token < rows[1].j_per_token
+    assert caps_markdown(rows)[-1].startswith("knee at")

@@ -34,6 +34,11 @@ port and the served model name. Once ready it serves:
 
 Environment:
 
+With ``--print`` it prints the command a launcher would run (``ZE_AFFINITY_MASK=N python3 -m
+vllm.entrypoints.openai.api_server --model ...``, the launcher contract of
+``deploy/images/cpu-vllm/serve.py``) and exits, serving nothing: the deploy's in-image dry run
+then finds no vLLM to judge it with and skips, instead of waiting on a server.
+
 * ``STANDIN_MODE``: ``ok`` (default); ``exit`` (logs part of the startup, then a vLLM-style
   KV-cache startup error, exit 1); ``never`` (logs, never listens); ``crashloop`` (a few log
   lines, exit 1 after 1 s).
@@ -111,7 +116,7 @@ def parse_argv(argv: list[str]) -> dict:
     keys = _flag_values(passthrough, "--api-key")
     api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key}
+            "model": model, "gpu": args.gpu, "api_key": api_key, "print_only": args.print_only}
 
 
 def _model_yaml(config: str) -> str:
@@ -425,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
+    if cfg["print_only"]:  # the launcher's --print: its final command, then exit (no server)
+        print(f"ZE_AFFINITY_MASK={cfg['gpu']} python3 -m vllm.entrypoints.openai.api_server --model "
+              f"{cfg['model']} --port {cfg['port']} --served-model-name {' '.join(cfg['served_names'])}")
+        return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
