@@ -660,13 +660,10 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
                                 int(max_tokens) if max_tokens else None)
     workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
     from servedeck.bench.limits import format_roofline, format_telemetry, read_roofline, read_telemetry
-    from servedeck.runs.store import read_meta
-    meta = read_meta(run_dir)
-    facts = _catalog().lookup(meta.image.digest if meta.image else None)
     with RichProgress(f"bench {run_dir.name}") as progress:
         result = bench_deployed(run_dir, remote, entry, workload, progress=progress, telemetry=not no_telemetry,
                                 telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None,
-                                facts=facts, runs_dir=runs_dir)
+                                catalog=_catalog(), runs_dir=runs_dir)
     print(format_table(result))
     for line in [*format_roofline(read_roofline(run_dir)), *format_telemetry(read_telemetry(run_dir))]:
         print(line)
@@ -836,12 +833,12 @@ def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeat
         print(f"measured on {host} ({measured.device}): read {fmt_num(measured.memory_bandwidth_gb_s)} GB/s, "
               f"{measured.matrix_dtype} matmul {fmt_num(measured.matrix_tflops)} TFLOPS; kept in {path}",
               file=sys.stderr)
-    from servedeck.bench.limits import device_of
+    from servedeck.bench.limits import deployed_service, device_of
     from servedeck.runs.history import newest_served
     try:
         newest = newest_served(runs_dir, host)
         profile, startup = store.read(newest, store.PROFILE_RESOLVED), store.read(newest, store.STARTUP)
-        device = device_of(profile.root if profile is not None else {})
+        device = device_of(profile.root if profile is not None else {}, deployed_service(newest, _catalog()))
         total = startup.total_memory_gib if startup is not None else None
     except ServedeckError:  # no run of this host yet: the inventory and the measurement decide
         device, total = None, None
@@ -871,8 +868,7 @@ def roofline(c, run, inventory=None):
     meta = read_meta(path)
     inv_path = Path(inventory) if inventory else _project().inventory_path
     entry = get_host(load_inventory(inv_path), meta.host, inv_path)
-    facts = _catalog().lookup(meta.image.digest if meta.image else None)
-    print("\n".join(format_roofline(recompute_roofline(path, entry, runs_dir=runs_dir, facts=facts))))
+    print("\n".join(format_roofline(recompute_roofline(path, entry, runs_dir=runs_dir, catalog=_catalog()))))
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",

@@ -99,11 +99,32 @@ def bench_windows(samples: list[dict[str, Any]], windows: list[list[float | None
     return out
 
 
-def device_of(profile: dict[str, Any], facts=None) -> str:
-    """The device a run's server uses: the image's catalog facts, else ``xpu`` when the profile
-    maps ``/dev/dri``, ``cuda`` when it asks for NVIDIA GPUs, else ``cpu``."""
-    if facts is not None and getattr(facts, "device", None):
-        return facts.device
+def deployed_service(run_dir: Path, catalog=None):
+    """The run's server as its deployed compose file runs it (the one
+    :class:`servedeck.compose.service.Service` model: its launcher, environment, image facts),
+    or None when the file cannot be read as a service.
+
+    Args:
+        catalog: the project's image catalog (:class:`servedeck.model.catalog.Catalog`), for the
+            image's facts; None: facts inferred from the image name.
+    """
+    from servedeck.compose.service import read_services
+    from servedeck.yamlio import load_data
+    text = store.read(run_dir, store.COMPOSE)
+    if not text:
+        return None
+    try:
+        services = read_services(load_data(text), catalog=catalog)
+    except (ValueError, ServedeckError):  # a record whose compose file no longer reads as a service
+        return None
+    return services[0] if services else None
+
+
+def device_of(profile: dict[str, Any], service=None) -> str:
+    """The device a run's server uses: its image's facts (the deployed service's), else ``xpu``
+    when the profile maps ``/dev/dri``, ``cuda`` when it asks for NVIDIA GPUs, else ``cpu``."""
+    if service is not None and service.device:
+        return service.device
     container = profile.get("container") or {}
     devices = [str(d) for d in container.get("devices") or []]
     if any(d.startswith("/dev/dri") for d in devices):
@@ -113,18 +134,9 @@ def device_of(profile: dict[str, Any], facts=None) -> str:
     return "cpu"
 
 
-def _server_env(profile: dict[str, Any], facts) -> dict[str, str]:
-    """The server's environment (container env, launcher defaults, ``launcher_env``)."""
-    from pydantic import ValidationError
-
-    from servedeck.model.profile import Profile
-    from servedeck.vllm.launcher import launcher_env
-    try:
-        return launcher_env(Profile.model_validate(profile), facts)
-    except (ValidationError, ServedeckError):  # an older record's profile may not validate any more
-        env = dict((profile.get("container") or {}).get("environment") or {})
-        env.update({k: str(v) for k, v in (profile.get("launcher_env") or {}).items() if v is not None})
-        return env
+def _int8(service) -> bool:
+    """The deployed server's prefill runs W8A8 (its environment, launcher defaults included)."""
+    return int8_prefill(service.server_env() if service is not None else None)
 
 
 def _run_inputs(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -145,7 +157,7 @@ def _measured(runs_dir: Path | None, host: str) -> dict[str, Any] | None:
     return m.model_dump(mode="json") if m is not None else None
 
 
-def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = None,
+def record_roofline(run, host, entry, *, catalog=None, runs_dir: Path | None = None,
                     gpu_name: str | None = None) -> Roofline:
     """Compute and write the run's ``roofline.json`` from its startup facts, samples and
     settings, the model's files on the host, and the host's ceilings (inventory, measured in
@@ -168,10 +180,10 @@ def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = Non
             notes.append(f"the model's files could not be read: {exc.message}")
     elif not weights_dir:
         notes.append("the model is not a directory on the host (model.weights_dir): config.json is not read")
-    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts), nvidia_name=gpu_name,
+    service = deployed_service(run.path, catalog)
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, service), nvidia_name=gpu_name,
                                 total_memory_gib=startup.get("total_memory_gib"),
-                                measured=_measured(runs_dir, run.meta.host),
-                                int8=int8_prefill(_server_env(profile, facts)))
+                                measured=_measured(runs_dir, run.meta.host), int8=_int8(service))
     cost = model_cost(config, startup=startup, weights_file_bytes=weights_bytes,
                       weights_files_source=f"weight files in {weights_dir} on the host",
                       kv_cache_dtype=effective.get("kv_cache_dtype"), engine_dtype=effective.get("dtype"))
@@ -181,7 +193,7 @@ def record_roofline(run, host, entry, *, facts=None, runs_dir: Path | None = Non
     return result
 
 
-def recompute_roofline(run_dir: Path, entry, *, runs_dir: Path | None = None, facts=None) -> Roofline:
+def recompute_roofline(run_dir: Path, entry, *, runs_dir: Path | None = None, catalog=None) -> Roofline:
     """Recompute a benchmarked run's ``roofline.json`` with the ceilings that apply now (after
     setting the inventory's card or measuring the host), keeping the model costs it recorded.
 
@@ -195,11 +207,11 @@ def recompute_roofline(run_dir: Path, entry, *, runs_dir: Path | None = None, fa
         raise ServedeckError(f"run {run.run_id} has no roofline.json", hint="benchmark it (servedeck bench)")
     profile, _, startup = _run_inputs(run.path)
     tel = store.read(run.path, store.TELEMETRY)
-    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, facts),
+    service = deployed_service(run.path, catalog)
+    ceilings = resolve_ceilings(entry, host=run.meta.host, device=device_of(profile, service),
                                 nvidia_name=tel.raw.get("gpu_name") if tel else None,
                                 total_memory_gib=startup.get("total_memory_gib"),
-                                measured=_measured(runs_dir, run.meta.host),
-                                int8=int8_prefill(_server_env(profile, facts)))
+                                measured=_measured(runs_dir, run.meta.host), int8=_int8(service))
     result = roofline(_samples(run.path), old.model, ceilings)
     run.write(store.ROOFLINE, result)
     return result

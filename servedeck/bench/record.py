@@ -74,7 +74,7 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
-                   telemetry: bool = True, telemetry_period_s: float | None = None, facts=None,
+                   telemetry: bool = True, telemetry_period_s: float | None = None, catalog=None,
                    runs_dir: Path | None = None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
@@ -83,7 +83,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     (each request against the card's ceilings), see :mod:`servedeck.bench.limits`.
 
     Args:
-        facts: the image's catalog facts (device, launcher defaults), when known.
+        catalog: the project's image catalog (the image's device and launcher defaults), when known.
         runs_dir: the project's runs directory (a host's measured ceilings are kept there);
             default: the run's parent directory.
 
@@ -122,7 +122,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     result.write(run.path)
     samples = [s.model_dump(mode="json") for s in result.samples]
     tel.record(run, samples, timed.windows)
-    record_roofline(run, host, entry, facts=facts, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
+    record_roofline(run, host, entry, catalog=catalog, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
     run.save_meta(benched_at=result.finished_at)
     return result
 

@@ -416,3 +416,27 @@ def test_cap_rows_pool_each_caps_runs_from_their_samples_and_telemetry(tmp_path)
     assert rows[1].mean_power_w == pytest.approx(100.0, rel=0.01) and rows[0].mean_power_w == pytest.approx(60, rel=0.01)
     assert len(rows[1].decode_samples) == 3 and rows[0].j_per_token < rows[1].j_per_token
     assert caps_markdown(rows)[-1].startswith("knee at")
+
+
+def test_the_recorded_b70_run_against_its_card_with_the_images_int8_prefill(tmp_path):
+    """The hand-made record of the seed's run #2: the card is the B70 (the only xpu card with the
+    startup log's 31.89 GiB), the weights the log's 17.34 GiB, and the prefill ceiling the INT8
+    rate, because the image's model.yaml sets EXL3_INT8_PREFILL=1 (read from the deployed compose
+    file through the catalog)."""
+    import shutil
+
+    from servedeck.bench.limits import record_roofline
+    from servedeck.model.catalog import Catalog
+    from servedeck.runs.store import open_run
+    src = ROOT / "tests" / "fixtures" / "runs" / "0002-base-b70"
+    shutil.copytree(src, tmp_path / src.name)
+    run = open_run(tmp_path / src.name)
+    roof = record_roofline(run, None, None, catalog=Catalog(ROOT / "deploy" / "images.yaml"))
+    c = roof.ceilings
+    assert (c.card, c.memory_bandwidth_gb_s, c.matrix_precision, c.matrix_tflops) == ("arc-pro-b70", 608.0, "int8", 367.0)
+    assert roof.model.weights_bytes == 17.34 * GIB and "Model loading took 17.34 GiB" in roof.model.weights_source
+    warm = roof.phases["warm"]
+    assert 0 < warm.decode_share < 1 and warm.accept_len > 1
+    assert any("config.json is not read" in n or "no config.json" in n for n in roof.notes + roof.model.notes)
+    from servedeck.bench.limits import read_roofline
+    assert read_roofline(tmp_path / src.name) == roof  # as written: the store's model, read back
