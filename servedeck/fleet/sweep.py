@@ -33,6 +33,8 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -536,7 +538,8 @@ def run_sweep(project: Project, plan: SweepPlan, *, progress: ProgressFn | None 
                        summary=summary, chart=chart, interrupted=interrupted, power_restored=restored)
 
 
-def _power_series(project: Project, plan: SweepPlan, hosts: list[str], restored: list[str]):
+@contextmanager
+def _power_series(project: Project, plan: SweepPlan, hosts: list[str], restored: list[str]) -> Iterator[None]:
     """The card's original power cap kept around a sweep whose arms set one
     (:func:`servedeck.deploy.power_series.power_series`): read on each host before the
     experiments, written back after them, after a failure and after an interrupt."""
@@ -550,7 +553,12 @@ def _power_series(project: Project, plan: SweepPlan, hosts: list[str], restored:
     pairs = [(RemoteHost(h, plan.fleet.hosts[h].ssh, plan.fleet.hosts[h].workdir), plan.fleet.hosts[h])
              for h in hosts] if capped else []
     gpu = next((p.launcher.gpu for p in profiles if p.launcher.gpu is not None), 0)
-    return power_series(pairs, series=f"sweep {plan.name}", enabled=capped, gpu=gpu or 0, report=restored.append)
+    try:
+        with power_series(pairs, series=f"sweep {plan.name}", enabled=capped, gpu=gpu or 0, report=restored.append):
+            yield
+    finally:
+        for host, _ in pairs:
+            host.close()
 
 
 def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
