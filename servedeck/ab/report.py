@@ -253,6 +253,44 @@ def _verification(run_dir: Path, names: set[str]) -> list[ArgCheck]:
     return [r for r in rows.root if r.setting in names] if rows is not None else []
 
 
+def _limits(run_a: Path, run_b: Path) -> dict | None:
+    """Both arms' physical limits for the report's own section (None when neither arm has a
+    roofline or telemetry): ``{"a": view, "b": view, "rows": [(label, a text, b text)]}``,
+    the views of :func:`servedeck.bench.limits.limits_view`."""
+    from servedeck.bench.limits import limits_view
+    try:
+        a, b = limits_view(run_a), limits_view(run_b)
+    except ServedeckError:
+        return None
+    if a["card"] is None and a["energy_source"] is None and b["card"] is None and b["energy_source"] is None \
+            and not a["decode_share"] and not b["decode_share"]:
+        return None
+
+    def pct(x):
+        return "–" if x is None else f"{x * 100:.0f} %"
+    rows = [("card", a["card"] or "–", b["card"] or "–"),
+            ("power limit (W)", fmt_num(a["power_cap_w"]), fmt_num(b["power_cap_w"])),
+            ("memory bandwidth (GB/s)", fmt_num(a["bandwidth_gb_s"]), fmt_num(b["bandwidth_gb_s"])),
+            ("its source", a["bandwidth_source"] or "–", b["bandwidth_source"] or "–"),
+            ("matrix rate", a["matrix"] or "–", b["matrix"] or "–"),
+            ("bytes per decode step (GB, median)", fmt_num(a["bytes_per_step_gb"]), fmt_num(b["bytes_per_step_gb"]))]
+    for phase in ("cold", "warm"):
+        rows.append((f"{phase} decode, share of the bandwidth ceiling", pct(a["decode_share"].get(phase)),
+                     pct(b["decode_share"].get(phase))))
+    rows.append(("cold prefill, share of the matrix ceiling", pct(a["prefill_share"].get("cold")),
+                 pct(b["prefill_share"].get("cold"))))
+    rows.append(("energy source", a["energy_source"] or "not measured", b["energy_source"] or "not measured"))
+    for phase in ("cold", "warm"):
+        rows.append((f"{phase} energy per output token (J)", fmt_num(a["j_per_token"].get(phase)),
+                     fmt_num(b["j_per_token"].get(phase))))
+        rows.append((f"{phase} mean power (W)", fmt_num(a["mean_power_w"].get(phase)),
+                     fmt_num(b["mean_power_w"].get(phase))))
+        rows.append((f"{phase} time throttled", pct(a["throttled"].get(phase)), pct(b["throttled"].get(phase))))
+        rows.append((f"{phase} GPU clock (MHz, mean)", fmt_num(a["freq_mhz"].get(phase)),
+                     fmt_num(b["freq_mhz"].get(phase))))
+    return {"a": a, "b": b, "rows": rows}
+
+
 def title_change(diff: ArmDiff) -> str:
     """``max_num_batched_tokens 4096 → 8192``, ``MULTI-VARIABLE (2: a, b)`` or ``no change``."""
     v = diff.single_variable
@@ -344,6 +382,7 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         load=comparison.load, load_chart=Path(load_chart_path).name if load_chart_path else None,
         load_q=(f"p{comparison.load.slo.percentile:g}" if comparison.load is not None and comparison.load.slo
                 else "p90"),
+        limits=_limits(run_a, run_b),
         compose_a=compose_a.rstrip("\n"), compose_b=compose_b.rstrip("\n"),
         fence_a=_fence(compose_a), fence_b=_fence(compose_b),
     )

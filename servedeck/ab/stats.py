@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from servedeck.bench.limits import LIMIT_METRICS, limit_metrics
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -57,6 +58,7 @@ BENCH_METRICS: dict[str, bool] = {
     "prefill_tok_s": False,
     "decode_tok_s": False,
     "spec_accept_len": False,
+    **LIMIT_METRICS,  # the physical limits: roofline share and energy per token, per request where measured
 }
 
 #: Direction of every judged metric (lower is better), the bench metrics' and those other
@@ -519,12 +521,15 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     wanted = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:
+            if metric in LIMIT_METRICS:
+                continue
             a = store.phase_samples(samples_a, phase, metric)
             b = store.phase_samples(samples_b, phase, metric)
             if a or b:
                 wanted.append((metric, phase, a, b))
     from servedeck.ab.load import compare_load, load_metrics
     wanted += load_metrics(la, lb)
+    wanted += limit_metrics(la, lb)  # roofline share and energy per token, per request (bench.limits)
     bench = judge_bench(wanted, alpha=alpha, margin=margin)
 
     def label(runs: list[Path]) -> str:

@@ -74,17 +74,24 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
 
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
-                   probes: bool = True, quality_settings=None, lm_eval=None):
+                   probes: bool = True, quality_settings=None, lm_eval=None, telemetry: bool = True,
+                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
-    After the speed benchmark, the quality probes (:func:`servedeck.bench.probes.run_probes`,
-    sized by the run's effective settings and ``max_model_len``) write ``quality.json``, and with
-    ``lm_eval`` (:class:`servedeck.bench.lmeval.LmEvalSettings`) lm-evaluation-harness writes
+    Besides the samples, the run gets ``telemetry.json`` (energy, power, clocks and throttling
+    of each request, sampled on the host; ``telemetry=False`` skips it) and ``roofline.json``
+    (each request against the card's ceilings), see :mod:`servedeck.bench.limits`. After the
+    speed benchmark, the quality probes (:func:`servedeck.bench.probes.run_probes`, sized by the
+    run's effective settings and ``max_model_len``) write ``quality.json``, and with ``lm_eval``
+    (:class:`servedeck.bench.lmeval.LmEvalSettings`) lm-evaluation-harness writes
     ``lm_eval.json``; ``benched_at`` is set once all of it is stored.
 
     Args:
         probes: run the quality probes (default on); quality_settings: their
             :class:`servedeck.bench.quality.QualitySettings` (default sizes when None).
+        catalog: the project's image catalog (the image's device and launcher defaults), when known.
+        runs_dir: the project's runs directory (a host's measured ceilings are kept there);
+            default: the run's parent directory.
 
     Returns:
         the :class:`servedeck.bench.client.BenchResult`.
@@ -94,6 +101,8 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
             and probe results are stored before).
     """
     from servedeck.bench.client import run_bench
+    from servedeck.bench.limits import BenchTelemetry, record_roofline
+    from servedeck.bench.windows import RequestWindows
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
     if store.is_benchmarked(run.path):
@@ -102,11 +111,25 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     import httpx
 
-    headers = _auth_headers(host)
-    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) if headers else None
-    result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
-                       progress=progress, client=client)
+    from servedeck.deploy.secrets import deployed_secrets
+    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    timed = RequestWindows({workload.endpoint})
+    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
+                          headers={"Authorization": f"Bearer {key}"} if key else None)
+    profile = store.read(run.path, store.PROFILE_RESOLVED)
+    gpu = int(((profile.root if profile is not None else {}).get("launcher") or {}).get("gpu") or 0)
+    tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
+    tel.start()
+    try:
+        result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+                           progress=progress, client=client)
+    finally:
+        tel.stop()
+        client.close()
     result.write(run.path)
+    samples = [s.model_dump(mode="json") for s in result.samples]
+    tel.record(run, samples, timed.windows)
+    record_roofline(run, host, entry, catalog=catalog, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
     if probes:
         probe_run(run, base_url, quality_settings, api_key=key, progress=progress)
     if lm_eval is not None:

@@ -34,6 +34,11 @@ port and the served model name. Once ready it serves:
 
 Environment:
 
+With ``--print`` it prints the command a launcher would run (``ZE_AFFINITY_MASK=N python3 -m
+vllm.entrypoints.openai.api_server --model ...``, the launcher contract of
+``deploy/images/cpu-vllm/serve.py``) and exits, serving nothing: the deploy's in-image dry run
+then finds no vLLM to judge it with and skips, instead of waiting on a server.
+
 * ``STANDIN_MODE``: ``ok`` (default); ``exit`` (logs part of the startup, then a vLLM-style
   KV-cache startup error, exit 1); ``never`` (logs, never listens); ``crashloop`` (a few log
   lines, exit 1 after 1 s).
@@ -154,7 +159,7 @@ def parse_argv(argv: list[str]) -> dict:
     reasoning = _flag_values(passthrough, "--reasoning-parser")
     tools = _flag_values(passthrough, "--tool-call-parser")
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key,
+            "model": model, "gpu": args.gpu, "api_key": api_key, "print_only": args.print_only,
             "reasoning_parser": reasoning[-1] if reasoning else None,
             "tool_call_parser": tools[-1] if tools else None,
             "auto_tool_choice": "--enable-auto-tool-choice" in passthrough}
@@ -776,6 +781,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
     cfg["load"] = LoadModel.from_env()
+    if cfg["print_only"]:  # the launcher's --print: its final command, then exit (no server)
+        print(f"ZE_AFFINITY_MASK={cfg['gpu']} python3 -m vllm.entrypoints.openai.api_server --model "
+              f"{cfg['model']} --port {cfg['port']} --served-model-name {' '.join(cfg['served_names'])}")
+        return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
