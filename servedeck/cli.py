@@ -619,12 +619,21 @@ def startup_facts(c, log, json_=False):
             "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize; "
                              "default: 32768, or what fits the deployed max_model_len)",
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
-            "repetitions": "requests per phase (cold, warm)",
-            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+            "repetitions": "requests per phase (cold, warm); with --against: of the first look",
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
+            "against": "sample until every metric is decided against this benchmarked run (arm A: a run "
+                       "id, sequence or latest:PROFILE), with sequential looks whose error rates hold",
+            "max_requests": "with --against: the sample budget, requests per phase (default 24)",
+            "batch": "with --against: requests per phase added between looks (default 2)",
+            "max_minutes": "with --against: the time budget in minutes",
+            "margin": "with --against: practical-equivalence margin, relative (default 0.03)",
+            "alpha": "with --against: family-wise error rate over all looks (default 0.05)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
-          import_file=None):
-    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
+          import_file=None, against=None, max_requests=None, batch=None, max_minutes=None, margin=None,
+          alpha=None):
+    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance);
+    with --against RUN, sample until every metric is decided against that run."""
     from servedeck.runs.history import resolve_run
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.table import format_table
@@ -640,16 +649,50 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         return
     if not host:
         raise ServedeckError("give --host NAME")
+    if against is None and any(v is not None for v in (max_requests, batch, max_minutes, margin, alpha)):
+        raise ServedeckError("--max-requests, --batch, --max-minutes, --margin and --alpha need --against RUN",
+                             hint="name the benchmarked run to decide against, e.g. --against latest:base")
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     from servedeck.bench.sizing import max_model_len_of, size_workload
     prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
                                 int(max_tokens) if max_tokens else None)
     workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
+    more = monitor = None
+    if against is not None:
+        from servedeck.ab.sequential import DEFAULT_BATCH, DEFAULT_MAX_REQUESTS, bench_against
+        from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
+        try:
+            more, monitor = bench_against(
+                resolve_run(runs_dir, against), run_dir,
+                max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
+                batch=int(batch) if batch is not None else DEFAULT_BATCH,
+                alpha=float(alpha) if alpha is not None else ALPHA,
+                margin=float(margin) if margin is not None else DEFAULT_MARGIN,
+                max_seconds=float(max_minutes) * 60 if max_minutes is not None else None)
+        except ValueError as exc:  # pydantic's range checks of the design
+            raise ServedeckError(f"invalid sequential design: {exc}",
+                                 hint="--alpha between 0 and 1, --margin between 0 and 1") from None
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+        try:
+            result = bench_deployed(run_dir, remote, entry, workload, progress=progress, more=more)
+        except KeyboardInterrupt:
+            if monitor is not None:
+                monitor.interrupted()
+            raise
     print(format_table(result))
+    if monitor is not None:
+        _print_sequential(monitor)
     print(f"results in {run_dir}")
+
+
+def _print_sequential(monitor) -> None:
+    """How sequential sampling went and each judged metric's verdict (``bench --against``)."""
+    from servedeck.ab.sequential import describe_stop
+    print(describe_stop(monitor.record))
+    for m in monitor.metrics:
+        if m.judged:
+            print(f"  {m.key}: {m.verdict} ({len(m.samples_b)} vs {len(m.samples_a)} requests; {m.reason})")
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -722,14 +765,18 @@ def show(c, run, json_=False):
             "alpha": "family-wise error rate over the report's metrics (default 0.05)",
             "interleave": "RUN_A/RUN_B are profiles: deploy them alternately on --host and benchmark each",
             "host": "with --interleave: inventory host", "inventory": _INV,
-            "repetitions": "with --interleave: deployments per arm (default 2)",
+            "repetitions": "with --interleave: deployments per arm (default 2; with sequential looks, the "
+                           "most: default 4)",
+            "sequential": "with --interleave: stop once every metric is decided (looks after each pair of "
+                          "deployments; --no-sequential deploys every repetition)",
+            "max_minutes": "with --interleave: the time budget in minutes",
             "order": "with --interleave: abba (default) or random",
             "requests": "with --interleave: requests per phase and deployment (default 3)",
             "out": "write the Markdown report (and its chart beside it)"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
-       margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=3):
+       margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=None,
+       order="abba", requests=3, sequential=True, max_minutes=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -743,8 +790,10 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
     interleaving = None
     if interleave:
-        runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, int(repetitions), order,
-                                                   int(requests))
+        reps = int(repetitions) if repetitions is not None else (4 if sequential else 2)
+        runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, reps, order,
+                                                   int(requests), settings if sequential else None,
+                                                   float(max_minutes) * 60 if max_minutes else None)
     else:
         runs_a, runs_b = [resolve_run(runs_dir, run_a)], [resolve_run(runs_dir, run_b)]
     try:
@@ -773,8 +822,10 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
 
 
-def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests):
-    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave)."""
+def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, sequential=None,
+                max_seconds=None):
+    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave);
+    ``sequential`` (``{"alpha", "margin"}``): stop once every metric is decided."""
     from servedeck.ab.interleave import run_interleaved
     from servedeck.bench.client import Workload
     from servedeck.bench.record import bench_deployed
@@ -795,9 +846,24 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
         prompt, out = size_workload(max_model_len_of(run_dir))
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
                                                         repetitions=requests))
-    return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
-                           bench_fn=bench_fn, host=host,
-                           on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+    go_on = monitor = None
+    if sequential is not None:
+        from servedeck.ab.sequential import SequentialDesign, interleave_monitor
+        go_on, monitor = interleave_monitor(SequentialDesign(
+            **sequential, max_requests_a=repetitions * requests, max_requests_b=repetitions * requests,
+            max_seconds=max_seconds))
+    try:
+        out = run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
+                              bench_fn=bench_fn, host=host, go_on=go_on,
+                              on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+    except KeyboardInterrupt:
+        if monitor is not None:
+            monitor.interrupted()
+        raise
+    if monitor is not None:
+        from servedeck.ab.sequential import describe_stop
+        reporter.info(describe_stop(monitor.record))
+    return out
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",

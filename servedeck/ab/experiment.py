@@ -52,7 +52,9 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
 
     An A/A comparison (``aa``) needs identical configurations, on one host and image, and
     stores its noise floor (:mod:`servedeck.ab.noise`); an A/B comparison cites the stored
-    noise floor of its runs' host and image when both arms share them.
+    noise floor of its runs' host and image when both arms share them. Arms sampled
+    sequentially (``sequential.json`` naming exactly these runs) are judged at the looks that
+    were taken, under that design's alpha and margin (:mod:`servedeck.ab.sequential`).
 
     Raises:
         ServedeckError: the guard refuses the arms, an A/A spans two hosts or images, or a run
@@ -63,7 +65,9 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
     runs_a, runs_b = [Path(r) for r in runs_a], [Path(r) for r in runs_b]
     a, b = runs_a[0], runs_b[0]
     diff = guard(compare_arms(a, b), allow_multi=allow_multi, aa=aa)
-    comparison = compare_metrics(runs_a, runs_b, alpha=alpha, margin=margin)
+    from servedeck.ab.sequential import load_record
+    comparison = compare_metrics(runs_a, runs_b, alpha=alpha, margin=margin,
+                                 sequential=load_record(runs_a, runs_b))
     ha, ia = _host_and_image(a)
     hb, ib = _host_and_image(b)
     result = Outcome(run_a=a, run_b=b, diff=diff, comparison=comparison, interleaving=interleaving,

@@ -73,14 +73,22 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
-def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
+def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
+                   more=None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
+    Args:
+        more: sequential sampling (:mod:`servedeck.ab.sequential`): called with the results
+            so far (already written into ``run_dir``) after each batch; returns the workload of
+            the next batch (its requests are added to the same run: ``rep`` numbers continue,
+            no warm-up) or None to stop. None: one batch, ``workload``.
+
     Returns:
-        the :class:`servedeck.bench.client.BenchResult`.
+        the :class:`servedeck.bench.client.BenchResult` (every batch's samples).
 
     Raises:
-        ServedeckError: the guard fails, or the server misbehaves.
+        ServedeckError: the guard fails, or the server misbehaves (the batches finished before
+            stay recorded).
     """
     from servedeck.bench.client import run_bench
     run = open_run(run_dir)
@@ -99,7 +107,32 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
                        progress=progress, client=client)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
+    while more is not None:
+        batch = more(result)
+        if batch is None:
+            break
+        result = append_result(result, run_bench(base_url, batch, served_model=run.meta.served_model_name,
+                                                 progress=progress, client=client))
+        result.write(run.path)
+        run.save_meta(benched_at=result.finished_at)
     return result
+
+
+def append_result(first, extra):
+    """One :class:`~servedeck.bench.client.BenchResult` of two batches on the same server:
+    ``extra``'s samples after ``first``'s, their ``rep`` numbers continued per phase, the
+    workload's ``repetitions`` the total per phase, the times spanning both."""
+    counts: dict[str, int] = {}
+    for s in first.samples:
+        counts[s.phase] = max(counts.get(s.phase, 0), s.rep + 1)
+    moved = [s.model_copy(update={"rep": s.rep + counts.get(s.phase, 0)}) if s.phase != "warmup" else s
+             for s in extra.samples]
+    total = max((sum(1 for s in [*first.samples, *moved] if s.phase == ph) for ph in ("cold", "warm")),
+                default=first.workload.repetitions)
+    return type(first)(workload=first.workload.model_copy(update={"repetitions": total}),
+                       served_model=first.served_model, base_url=first.base_url,
+                       samples=[*first.samples, *moved], started_at=first.started_at,
+                       finished_at=extra.finished_at)
 
 
 def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
