@@ -65,7 +65,7 @@ from servedeck.runs import store
 
 Spending = Literal["pocock", "obrien-fleming"]
 
-SEQUENTIAL = "sequential.json"
+SEQUENTIAL = store.SEQUENTIAL
 """The run file holding the sequential record of the experiment the run belongs to."""
 
 DEFAULT_BATCH = 2

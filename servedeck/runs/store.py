@@ -58,6 +58,7 @@ WORKLOAD = "workload.json"
 BENCH_SAMPLES = "bench.jsonl"
 BENCH_SUMMARY = "bench.json"
 KV = "kv.json"
+SEQUENTIAL = "sequential.json"
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -103,6 +104,10 @@ RUN_FILES: dict[str, str] = {
         "(`servedeck.vllm.kv.compare_with_measured`)",
     BENCH_SAMPLES: "one JSON object per request sample",
     BENCH_SUMMARY: "summary per phase and metric",
+    SEQUENTIAL: "sequential sampling (`bench --against`, `ab --interleave`): the design (alpha, margin, "
+                "alpha spending, budgets), the runs of each arm, each look's requests per phase, levels and "
+                "decisions, and why sampling stopped (`servedeck.ab.sequential.SequentialRecord`); written "
+                "into every run of the experiment",
     f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
                             "(`vllm bench serve --save-result`, guidellm)",
     "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
