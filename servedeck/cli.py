@@ -801,7 +801,7 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
                               out=Path(out) if out else (default_report_path(runs_dir, runs_a[0], runs_b[0])
                                                          if interleave else None),
                               hypothesis=text(hypothesis), verdict=text(verdict),
-                              interleaving=interleaving, **settings)
+                              interleaving=interleaving, alternatives=_profile_alternatives(), **settings)
     except ValueError as exc:
         raise ServedeckError(str(exc), hint="--alpha between 0 and 1, --margin between 0 and 1") from None
     print(f"A = {', '.join(r.name for r in result.runs_a)}\nB = {', '.join(r.name for r in result.runs_b)}")
@@ -816,10 +816,25 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
         for t in interleaving.trends:
             print(f"  trend {t.metric}: {t.reading}")
+    if result.draft is not None and not verdict:
+        print(f"verdict (drafted): {result.draft.verdict.text}")
     if result.noise_path:
         print(f"noise floor stored: {result.noise_path}")
     if result.report:
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
+    if result.experiment:
+        print(f"experiment record: {result.experiment}")
+
+
+def _profile_alternatives() -> dict:
+    """Values the project's profiles give knobs without a ladder (servedeck.ab.next); {} when a
+    profile does not load (the comparison does not depend on them)."""
+    from servedeck.ab.next import profile_alternatives
+    try:
+        store = _store()
+        return profile_alternatives([store.load(n).profile.model_dump(mode="json") for n in store.names()])
+    except ServedeckError:
+        return {}
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, sequential=None,
@@ -906,10 +921,53 @@ def _ab_kv(run_dirs) -> None:
             print(f"  KV {d.name}: {line}")
 
 
+@task(name="next", help={"profile": "the profile to improve (the baseline of the experiments)",
+                         "host": "inventory host the experiments would run on", "inventory": _INV,
+                         "only": "consider only these knobs (id or profile path; repeat)",
+                         "margin": "practical-equivalence margin, relative (default 0.03)",
+                         "max_requests": "the sample budget per arm (default 24)",
+                         "json": "print JSON"}, iterable=["only"])
+@_cli
+def next_(c, profile, host, inventory=None, only=None, margin=None, max_requests=None, json_=False):
+    """Rank the single-variable experiments worth running next on a host, with expected gain, cost and why."""
+    plan = _next_plan(profile, host, inventory, only or None, margin, max_requests)
+    if json_:
+        print(plan.model_dump_json(indent=2))
+        return
+    from servedeck.ab.next import format_plan
+    print(format_plan(plan))
+
+
+def _next_plan(profile, host, inventory, only, margin, max_requests):
+    """servedeck.ab.next.propose for a profile of the project on an inventory host."""
+    from servedeck.ab.next import profile_alternatives, propose
+    from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
+    from servedeck.ab.stats import DEFAULT_MARGIN
+    from servedeck.runs import store as run_store
+    from servedeck.runs.history import list_runs
+    from servedeck.vllm.launcher import effective_settings
+    _host(host, inventory)  # the host must exist
+    rendered = _render(profile)
+    runs_dir = _project().runs_dir
+    baseline = None
+    if runs_dir.is_dir():
+        rows = [r for r in list_runs(runs_dir, profile=profile) if r.host == host and r.comparable]
+        baseline = rows[-1].path if rows else None
+    store = _store()
+    return propose(rendered.profile.model_dump(mode="json"), host, runs_dir,
+                   effective=effective_settings(rendered.profile, rendered.facts),
+                   facts=run_store.read_json(baseline, run_store.FACTS) if baseline else None, baseline=baseline,
+                   margin=float(margin) if margin is not None else DEFAULT_MARGIN,
+                   max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
+                   only=list(only) if only else None,
+                   alternatives=profile_alternatives([store.load(n).profile.model_dump(mode="json")
+                                                      for n in store.names()]))
+
+
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan, next_)
 
 
 def namespace() -> Collection:
