@@ -964,10 +964,123 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
                                                       for n in store.names()]))
 
 
+@task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
+            "vary": "KEY=V1,V2[,...]: a profile path and its ladder of values, in order (repeat per variable)",
+            "name": "tune name (default: derived from base, host and --vary; the same command resumes)",
+            "max_experiments": "the experiment budget (default 8)",
+            "max_minutes": "the time budget in minutes",
+            "keep_winner": "leave the best setting serving (default: restore what the host served before)",
+            "metric": "the objective, 'phase metric' (default 'warm decode_tok_s')",
+            "margin": "practical-equivalence margin, relative (default 0.03)",
+            "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
+            "max_requests": "a variant's sample budget, requests per phase (default 24)"}, iterable=["vary"],
+      auto_shortflags=False)
+@_cli
+def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
+         keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""
+    from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
+    from servedeck.fleet.sweep import parse_vary
+    variables = parse_vary(vary or [])
+    spec = TuneSpec(name=name or default_name(base, host, variables), base=base, host=host, variables=variables,
+                    metric=metric or DEFAULT_METRIC, max_experiments=int(max_experiments),
+                    max_seconds=float(max_minutes) * 60 if max_minutes else None,
+                    **{"finally": "keep-winner" if keep_winner else "restore"},
+                    **({"margin": float(margin)} if margin is not None else {}),
+                    prompt_tokens=int(prompt_tokens) if prompt_tokens else None,
+                    max_tokens=int(max_tokens) if max_tokens else None,
+                    **({"max_requests": int(max_requests)} if max_requests is not None else {}))
+    ops = _tune_ops(spec, inventory)
+    runs_dir = _project().runs_dir
+    state = start(runs_dir, spec, ops.profile_doc(base)["profile"], ops)
+    try:
+        state = run_tune(runs_dir, state, ops)
+    except KeyboardInterrupt:
+        print(f"interrupted: tune {spec.name} stopped; run the same command again to resume", file=sys.stderr)
+        raise Exit(code=130) from None
+    print(summary(state))
+
+
+def _tune_ops(spec, inventory):
+    """servedeck.ab.tune.TuneOps bound to this project's stages and the inventory host."""
+    from servedeck.ab.compare import plan_against
+    from servedeck.ab.sequential import bench_against, requests_per_phase
+    from servedeck.ab.tune import TuneOps
+    from servedeck.bench.client import Workload
+    from servedeck.bench.record import bench_deployed
+    from servedeck.bench.sizing import max_model_len_of, size_workload
+    from servedeck.compose.render import render_profile
+    from servedeck.deploy.apply import deploy as run_deploy
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.ops import rollback, status
+    from servedeck.deploy.plan import DeployOptions
+    from servedeck.fleet.sweep import write_arm_profile
+    from servedeck.model.profile import ProfileStore
+    from servedeck.runs import store as run_store
+    from servedeck.runs.history import list_runs
+    from servedeck.vllm.launcher import effective_settings
+    project = _project()
+    remote, entry = _host(spec.host, inventory)
+    reporter = ConsoleReporter()
+
+    def rendered(name):
+        return render_profile(ProfileStore(project.profiles_dir).load(name), _catalog(), project.templates_dirs)
+
+    def profile_doc(name):
+        r = rendered(name)
+        return {"profile": r.profile.model_dump(mode="json"), "effective": effective_settings(r.profile, r.facts),
+                "compose_text": r.compose_text}
+
+    def deploy(name):
+        return run_deploy(project, remote, entry, ProfileStore(project.profiles_dir).load(name), DeployOptions(),
+                          reporter).run.path
+
+    def bench(run_dir, against):
+        prompt, out = size_workload(max_model_len_of(run_dir), spec.prompt_tokens, spec.max_tokens)
+        if against is None:
+            bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
+                                                            repetitions=spec.baseline_requests))
+            return
+        more, monitor = bench_against(against, run_dir, max_requests=spec.max_requests, batch=spec.batch,
+                                      alpha=spec.alpha, margin=spec.margin)
+        bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
+                                                        repetitions=min(3, spec.max_requests)), more=more)
+
+    def serving():
+        st = status(remote, entry)
+        last = st.get("last_deploy") or {}
+        if not st.get("serving"):
+            return None
+        return {"revision": last.get("revision"), "compose_sha256": st.get("compose_sha256"),
+                "run_id": last.get("run_id")}
+
+    def restore(original):
+        rollback(remote, entry, to=original.get("revision"), project=project, reporter=reporter)
+
+    def reuse(name):
+        doc = profile_doc(name)
+        views = {"profile": doc["profile"], "effective": doc["effective"], "compose_text": doc["compose_text"],
+                 "workload": None, "facts": None}
+        if not project.runs_dir.is_dir():
+            return None
+        for row in reversed([r for r in list_runs(project.runs_dir) if r.host == spec.host and r.comparable][-20:]):
+            try:
+                same = plan_against(views, row.path).is_identical
+            except ServedeckError:
+                continue
+            if same and requests_per_phase(run_store.read_samples(row.path)) >= spec.baseline_requests:
+                return row.path
+        return None
+
+    return TuneOps(write_profile=lambda b, o, n: write_arm_profile(project, b, o, f"tune {n}"), deploy=deploy,
+                   bench=bench, serving=serving, restore=restore, profile_doc=profile_doc, reuse=reuse,
+                   say=lambda line: print(f"[tune] {line}", file=sys.stderr))
+
+
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan, next_)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan, next_, tune)
 
 
 def namespace() -> Collection:

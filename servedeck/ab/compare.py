@@ -16,7 +16,8 @@ Two *arms* are compared view by view; every view is flattened to ``{dotted path:
   (Launcher contract: ``0xSero/exl3xpu`` ``scripts/serve.py`` v2/v3.)
 * ``facts``     - ``facts.json`` host facts (name, kernel, docker/compose version, GPU power cap)
   and image facts (digest -> ``image``, ``vllm_version``),
-* ``workload``  - ``workload.json`` (``workload.<path>``).
+* ``workload``  - ``workload.json`` (``workload.<path>``; the request counts are not compared:
+  :data:`WORKLOAD_SAMPLE_SIZE`).
 
 One logical change shows up in several views (profile field, effective setting, argv token).
 Differences are collapsed to one :class:`Variable` per canonical name: vLLM dest names where a
@@ -63,6 +64,10 @@ COMPOSE_NAMING_KEYS = frozenset({"container_name", "labels", "hostname"})
 #: exl3xpu ``scripts/serve.py`` own options (not passed to vLLM), mapped to variable names.
 LAUNCHER_OPTIONS = {"gpu": "launcher.gpu", "model_path": "launcher.model_path", "dp": "launcher.dp",
                     "print": "launcher.print", "log_dir": "launcher.log_dir"}
+
+#: Workload fields that count requests (how many samples were taken) rather than define them:
+#: not a variable (sequential sampling takes as many as the verdicts need, arm by arm).
+WORKLOAD_SAMPLE_SIZE = frozenset({"workload.repetitions", "workload.cold_reps", "workload.warm_reps"})
 
 #: facts.json paths compared, mapped to variable names.
 FACT_PATHS = {
@@ -379,7 +384,8 @@ def arm_views_flat(arm: ArmViews) -> dict[str, dict[str, Any] | None]:
         "compose": compose,
         "argv": argv,
         "facts": flatten_facts(arm.facts) if arm.facts is not None else None,
-        "workload": flatten(arm.workload, "workload") if arm.workload is not None else None,
+        "workload": ({k: v for k, v in flatten(arm.workload, "workload").items() if k not in WORKLOAD_SAMPLE_SIZE}
+                     if arm.workload is not None else None),
     }
 
 

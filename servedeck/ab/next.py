@@ -8,7 +8,7 @@ ladder from the profile's current value). Each candidate gets:
   1. this host's history (:mod:`servedeck.ab.history`): the ratio an earlier experiment of the
      same knob measured. The same change again expects that ratio; the next step further in
      the same direction expects half of it (returns diminish), the opposite direction its
-     inverse; a change already decided (``revert``/``keep``/``no change``) is not proposed
+     inverse; a change already decided against (``revert``/``no change``) is not proposed
      again;
   2. the baseline run's own evidence: speculative depth from the per-position acceptance the
      server reported (tokens per step ``1 + Σ rate_i``; one draft position costs
@@ -24,8 +24,8 @@ ladder from the profile's current value). Each candidate gets:
 * **clears the noise floor**: the expected gain is beyond the margin and the samples needed fit
   the sample budget.
 
-Candidates are ranked by expected gain per hour of cost (those that clear the noise floor
-first); ``next`` says plainly when none is expected to clear it.
+Candidates are ranked by expected gain (those that clear the noise floor first; the gain per
+hour of cost breaks ties); ``next`` says plainly when none is expected to clear it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ DRAFT_STEP_COST = 0.1
 """The cost of one speculative draft position relative to one target-model step (an MTP head
 is one layer of the model): a modelling assumption of the speculative-depth estimate."""
 
-DECIDED_ACTIONS = ("keep", "revert", "no change")
+DECIDED_ACTIONS = ("revert", "no change")
+"""A change measured with one of these verdicts is not proposed again (a kept one is: adopt it)."""
 FAMILY = len(BENCH_METRICS) * len(BENCH_PHASES)
 """The Holm family a bench report judges: its samples-needed figures assume it."""
 
@@ -276,7 +277,8 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
             margin: float = DEFAULT_MARGIN, alpha: float = ALPHA, max_requests: int = DEFAULT_MAX_REQUESTS,
             only: list[str] | None = None, signals: list[Signal] | None = None,
             history: list[ExperimentRecord] | None = None,
-            alternatives: dict[str, list[Any]] | None = None) -> NextPlan:
+            alternatives: dict[str, list[Any]] | None = None, metric: str | None = None,
+            explore: float | None = None) -> NextPlan:
     """Rank the candidate experiments (module docstring).
 
     Args:
@@ -294,6 +296,10 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         history: the host's experiment records (default: read from ``runs_dir``).
         alternatives: per knob id, values to try besides the knob's ladder (a project's
             profiles that set the knob's field otherwise: :func:`profile_alternatives`).
+        metric: the objective every gain is estimated on (``phase name``); default each knob's
+            own (its first ``prior_gain`` metric).
+        explore: ``invoke tune``: the gain expected of a step nothing has measured yet (the
+            user chose these knobs: the load-dependence rule does not zero it).
 
     Returns:
         a :class:`NextPlan`, candidates best first.
@@ -329,10 +335,11 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         for proposed in values:
             cand = _candidate(knob, current, proposed, history=history, per_position=per_position,
                               single=single, noise=noise, margin=margin, alpha=alpha, max_requests=max_requests,
-                              ready_s=ready_s, request_s=request_s, compile_s=compile_s, roof=roof)
+                              ready_s=ready_s, request_s=request_s, compile_s=compile_s, roof=roof,
+                              metric=metric, explore=explore)
             if cand is not None:
                 out.append(cand)
-    out.sort(key=lambda c: (not c.clears_noise, -c.score, -(c.expected_gain or 0.0)))
+    out.sort(key=lambda c: (not c.clears_noise, -(c.expected_gain or 0.0), -c.score))
     clearing = [c for c in out if c.clears_noise]
     statement = (f"{len(clearing)} candidate(s) expected to clear the noise floor; best: {clearing[0].title} "
                  f"({clearing[0].change()}, expected {_pct(clearing[0].expected_gain)} on {clearing[0].metric})"
@@ -345,10 +352,10 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
 
 
 def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position, single, noise, margin, alpha,
-               max_requests, ready_s, request_s, compile_s, roof) -> Candidate | None:
+               max_requests, ready_s, request_s, compile_s, roof, metric=None, explore=None) -> Candidate | None:
     why: list[str] = []
     direction = knob.direction(current, proposed)
-    metric = next(iter(knob.prior_gain), None)
+    metric = metric or next(iter(knob.prior_gain), None)
     gain: float | None = None
     source = None
     decided = None
@@ -358,19 +365,20 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
             why.append(reason)
             source = "history"
     if decided in DECIDED_ACTIONS:
-        return None  # already decided on this host
-    if gain is None and knob.id == "spec-depth" and isinstance(current, int) and isinstance(proposed, int):
+        return None  # measured on this host, and not worth it
+    if gain is None and knob.id == "spec-depth" and isinstance(current, int) and isinstance(proposed, int) and (
+            metric is None or metric.endswith("decode_tok_s")):
         est = _spec_depth_gain(per_position, current, proposed)
         if est is not None:
             gain, source = est, "evidence"
-            metric = "warm decode_tok_s"
+            metric = metric or "warm decode_tok_s"
             why.append(f"per-position acceptance {', '.join(f'{r:.2f}' for r in per_position)}: "
                        f"{1 + sum(per_position[:current]):.2f} tokens per step at depth {current}; a draft "
                        f"position assumed to cost {DRAFT_STEP_COST:g} of a target step")
     unknown = current is None and knob.id != "spec-method"
     if unknown:
         why.append("the value in effect is not known (an image default servedeck has no record of)")
-    elif gain is None and metric is not None and direction is not None:
+    elif gain is None and metric is not None and direction is not None and metric in knob.prior_gain:
         prior = knob.prior_gain[metric]
         up = knob.step(current, proposed) > 0
         gain, source = (prior if up else -prior / 2), "knowledge base"
@@ -381,7 +389,10 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
         and proposed == (knob.values[0] if knob.quality_direction == "lower" else knob.values[-1]))
     if quality and direction is None:
         direction = knob.lower if knob.quality_direction == "lower" else knob.raise_
-    if knob.load_dependent and single and source != "history" and not unknown:
+    if gain is None and explore is not None and not unknown:
+        gain, source = explore, "unmeasured"
+        why.append(f"not measured on this host yet: one experiment will tell (expected {_pct(explore)} to be worth it)")
+    if knob.load_dependent and single and source not in ("history", "unmeasured") and not unknown:
         why.append(f"load-dependent: {knob.load_note or 'its effect needs concurrent requests'}; a single-stream "
                    "benchmark would not see it")
         gain = 0.0 if gain is None or gain > 0 else gain

@@ -189,6 +189,63 @@ def _family_floor(results: Sequence[MetricComparison], level: float, one_sided: 
     return False
 
 
+class Looker:
+    """Judges the looks of one experiment one at a time (what :func:`judge_looks` does for a
+    list): it carries the alpha spent and the metrics decided from look to look."""
+
+    def __init__(self, design: SequentialDesign) -> None:
+        self.design = design
+        self.spent_d = self.spent_e = 0.0
+        self.decided: dict[str, MetricComparison] = {}
+        self.looks: list[Look] = []
+        self.last: list[MetricComparison] = []
+
+    def look(self, metrics: Sequence[MetricSamples], fraction: float, final: bool = False) -> Look:
+        """Judge the next look (module docstring) and return its levels and decisions."""
+        d = self.design
+        target = d.alpha if final else spent_alpha(d.alpha, fraction, d.spending)
+        level_d = min(d.alpha, max(0.0, target - self.spent_d))
+        level_e = min(d.alpha, max(0.0, target - self.spent_e))
+        results = judge_bench(metrics, alpha=d.alpha, margin=d.margin, intervals=False,
+                              levels=(level_d, level_e), settled=self.decided.keys())
+        used_d = level_d if _family_floor(results, level_d, one_sided=False) else 0.0
+        used_e = level_e if d.margin > 0 and _family_floor(results, level_e, one_sided=True) else 0.0
+        self.spent_d, self.spent_e = self.spent_d + used_d, self.spent_e + used_e
+        k = len(self.looks) + 1
+        new = {}
+        for m in results:
+            m.look = k
+            if m.decided and m.key not in self.decided:
+                self.decided[m.key] = m
+                new[m.key] = m.verdict
+        out = Look(requests_a=0, requests_b=0, final=final, fraction=round(fraction, 6),
+                   level_difference=level_d, level_equivalence=level_e, spent_difference=used_d,
+                   spent_equivalence=used_e, decided=new)
+        self.looks.append(out)
+        self.last = results
+        return out
+
+    def all_decided(self) -> bool:
+        """True when the last look left every judged metric decided."""
+        judged = [m for m in self.last if m.judged]
+        return bool(judged) and all(m.key in self.decided for m in judged)
+
+    def verdicts(self, intervals: bool = True) -> list[MetricComparison]:
+        """One :class:`MetricComparison` per metric of the last look: a decided metric as its
+        deciding look judged it, the others as the last look did; ``look``/``looks`` set."""
+        out = []
+        for m in self.last:
+            chosen = self.decided.get(m.key, m).model_copy(deep=True)
+            chosen.looks = len(self.looks)
+            if not chosen.decided and chosen.judged:
+                budget = "the sample budget" if self.looks[-1].final else "the looks taken so far"
+                chosen.reason = f"not decided within {budget} ({len(self.looks)} looks): {chosen.reason}"
+            if intervals and chosen.judged and chosen.ci_low is None:
+                chosen.ci_low, chosen.ci_high = ratio_interval(chosen.samples_a, chosen.samples_b)
+            out.append(chosen)
+        return out
+
+
 def judge_looks(looks: Sequence[Sequence[MetricSamples]], fractions: Sequence[float],
                 design: SequentialDesign, *, final: Sequence[bool] | None = None,
                 intervals: bool = True, until_decided: bool = False) -> tuple[list[MetricComparison], list[Look]]:
@@ -216,42 +273,12 @@ def judge_looks(looks: Sequence[Sequence[MetricSamples]], fractions: Sequence[fl
     if not looks or len(looks) != len(fractions):
         raise ValueError("judge_looks needs one fraction per look, and at least one look")
     final = list(final) if final is not None else [False] * len(looks)
-    spent_d = spent_e = 0.0
-    decided: dict[str, MetricComparison] = {}
-    out_looks: list[Look] = []
-    last: list[MetricComparison] = []
-    for k, (metrics, t) in enumerate(zip(looks, fractions), 1):
-        target = design.alpha if final[k - 1] else spent_alpha(design.alpha, t, design.spending)
-        level_d = min(design.alpha, max(0.0, target - spent_d))
-        level_e = min(design.alpha, max(0.0, target - spent_e))
-        results = judge_bench(metrics, alpha=design.alpha, margin=design.margin, intervals=False,
-                              levels=(level_d, level_e), settled=decided.keys())
-        used_d = level_d if _family_floor(results, level_d, one_sided=False) else 0.0
-        used_e = level_e if design.margin > 0 and _family_floor(results, level_e, one_sided=True) else 0.0
-        spent_d, spent_e = spent_d + used_d, spent_e + used_e
-        new = {}
-        for m in results:
-            m.look = k
-            if m.decided and m.key not in decided:
-                decided[m.key] = m
-                new[m.key] = m.verdict
-        out_looks.append(Look(requests_a=0, requests_b=0, final=final[k - 1], fraction=round(t, 6),
-                              level_difference=level_d, level_equivalence=level_e,
-                              spent_difference=used_d, spent_equivalence=used_e, decided=new))
-        last = results
-        if until_decided and all(m.key in decided for m in results if m.judged) and any(m.judged for m in results):
+    looker = Looker(design)
+    for metrics, t, last in zip(looks, fractions, final):
+        looker.look(metrics, t, last)
+        if until_decided and looker.all_decided():
             break
-    out = []
-    for m in last:
-        chosen = decided.get(m.key, m)
-        chosen.looks = len(out_looks)
-        if not chosen.decided and chosen.judged:
-            budget = "the sample budget" if out_looks[-1].final else "the looks taken so far"
-            chosen.reason = f"not decided within {budget} ({len(out_looks)} looks): {chosen.reason}"
-        if intervals and chosen.judged and chosen.ci_low is None:
-            chosen.ci_low, chosen.ci_high = ratio_interval(chosen.samples_a, chosen.samples_b)
-        out.append(chosen)
-    return out, out_looks
+    return looker.verdicts(intervals), looker.looks
 
 
 def _phase_prefix(samples: list[dict], n: int) -> list[dict]:
@@ -370,6 +397,7 @@ class Monitor:
         self.clock = clock
         self.started = clock()
         self.metrics: list[MetricComparison] = []
+        self.looker = Looker(record.design)
         if record.started_at is None:
             record.started_at = store.utcnow()
 
@@ -389,8 +417,16 @@ class Monitor:
         n_a, n_b = requests_per_phase(samples_a), requests_per_phase(samples_b)
         budget = n_a >= d.max_requests_a and n_b >= d.max_requests_b
         final = budget or self.time_up()
-        self.record.looks.append(Look(requests_a=n_a, requests_b=n_b, final=final))
-        self.metrics = replay(self.record, samples_a, samples_b, intervals=False)
+        if len(self.looker.looks) != len(self.record.looks):  # a record with earlier looks: catch up
+            self.looker = Looker(d)
+            for lk in self.record.looks:
+                self.looker.look(bench_metrics(_phase_prefix(samples_a, lk.requests_a),
+                                               _phase_prefix(samples_b, lk.requests_b)),
+                                 d.fraction(lk.requests_a, lk.requests_b), lk.final)
+        judged = self.looker.look(bench_metrics(_phase_prefix(samples_a, n_a), _phase_prefix(samples_b, n_b)),
+                                  d.fraction(n_a, n_b), final)
+        self.record.looks.append(judged.model_copy(update={"requests_a": n_a, "requests_b": n_b}))
+        self.metrics = self.looker.verdicts(intervals=False)
         if all_decided(self.metrics):
             self.record.stopped = "decided"
         elif final:

