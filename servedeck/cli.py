@@ -1077,10 +1077,31 @@ def _tune_ops(spec, inventory):
                    say=lambda line: print(f"[tune] {line}", file=sys.stderr))
 
 
+@task(help={"profile": "the profile whose series to show (its parents and variants come along)",
+            "host": "only runs on this host", "out": "write the markdown here instead of printing it",
+            "mlflow": "also export the series to this MLflow tracking URI (the mlflow extra)",
+            "experiment": "the MLflow experiment name (default 'servedeck PROFILE')"})
+@_cli
+def series(c, profile, host=None, out=None, mlflow=None, experiment=None):
+    """A profile's runs and experiments in order (run #1 ... #N), each with its variable, verdict and cost."""
+    from servedeck.ab.series import build_series, export_mlflow, render_series
+    runs_dir = _project().runs_dir
+    doc = build_series(runs_dir, profile, host=host)
+    text = render_series(doc)
+    if out:
+        _write_out(out, text)
+    else:
+        sys.stdout.write(text)
+    if mlflow:
+        exported = export_mlflow(doc, runs_dir, mlflow, experiment=experiment)
+        print(f"exported {len(exported)} MLflow runs to {mlflow}", file=sys.stderr)
+
+
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan, next_, tune)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan, next_, tune,
+              series)
 
 
 def namespace() -> Collection:
