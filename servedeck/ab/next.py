@@ -104,7 +104,9 @@ class NextPlan(BaseModel):
 # Values and evidence
 # --------------------------------------------------------------------------------------------
 
-def _get(doc: dict, path: str) -> Any:
+def dotted_get(doc: dict, path: str) -> Any:
+    """The value at dotted ``path`` (``engine.speculative.num_speculative_tokens``) of a nested
+    dict, or None when a part is missing."""
     node: Any = doc
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -134,10 +136,10 @@ def _neighbours(knob: Knob, current: Any) -> list[Any]:
 def _current(knob: Knob, profile: dict, effective: dict, facts: dict) -> Any:
     """The knob's value in effect: the profile's field, else the effective setting, else the
     host fact (the power cap)."""
-    value = _get(profile, knob.profile_path)
+    value = dotted_get(profile, knob.profile_path)
     if value is None:
         for var in knob.variables:
-            value = _get(effective, var) if "." in var else effective.get(var)
+            value = dotted_get(effective, var) if "." in var else effective.get(var)
             if value is not None:
                 break
     if value is None and knob.id == "power-cap":
@@ -440,7 +442,7 @@ def profile_alternatives(profiles: list[dict], knowledge: KnowledgeBase | None =
         if knob.values:
             continue
         for prof in profiles:
-            value = _get(prof, knob.profile_path)
+            value = dotted_get(prof, knob.profile_path)
             if value is not None and value not in out.setdefault(knob.id, []):
                 out[knob.id].append(value)
     return {k: v for k, v in out.items() if v}

@@ -44,6 +44,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
+from servedeck.ab.next import dotted_get
 from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
@@ -192,15 +193,6 @@ def tune_knowledge(spec: TuneSpec, kb: KnowledgeBase | None = None) -> Knowledge
     return KnowledgeBase(knobs=knobs)
 
 
-def _nested_get(doc: dict, path: str) -> Any:
-    node: Any = doc
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
@@ -253,7 +245,7 @@ def start(runs_dir: Path, spec: TuneSpec, base_profile: dict, ops: TuneOps) -> T
         return state
     best = {}
     for path, ladder in spec.variables.items():
-        current = _nested_get(base_profile, path)
+        current = dotted_get(base_profile, path)
         best[path] = current if current in ladder else ladder[0]
     profile = ops.write_profile(spec.base, best, spec.name)
     state = TuneState(spec=spec, best=best, best_profile=profile, original=ops.serving(), started_at=store.utcnow())

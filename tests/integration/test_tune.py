@@ -11,10 +11,8 @@ benchmarked: the tune reuses that run as its baseline and puts that deployment b
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -26,6 +24,7 @@ from servedeck.host.remote import RemoteHost, SshTarget
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.project import Project
 from test_deploy import PORT, ROOT, SSH_CONFIG, _variant
+from test_experiments import _servedeck
 
 HOST = "b70"
 SURFACE = {"max_num_batched_tokens": {"4096": 1.0, "8192": 1.2, "16384": 1.1},
@@ -34,12 +33,6 @@ VARY = ["--vary", "engine.max_num_batched_tokens=4096,8192,16384", "--vary", "en
 MAX_EXPERIMENTS_TO_BEST = 4
 """The stated bound: the tune reaches (8192, 32) within this many experiments (one step per
 variable and direction from each best: 4096→8192 kept, 8192→16384 reverted, 16→32 kept)."""
-
-
-def _servedeck(project: Project, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SERVEDECK_PROJECT": str(project.root)}
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], env=env,
-                          capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
