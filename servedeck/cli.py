@@ -801,7 +801,7 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
                               out=Path(out) if out else (default_report_path(runs_dir, runs_a[0], runs_b[0])
                                                          if interleave else None),
                               hypothesis=text(hypothesis), verdict=text(verdict),
-                              interleaving=interleaving, alternatives=_profile_alternatives(), **settings)
+                              interleaving=interleaving, project_profiles=_project_profiles(), **settings)
     except ValueError as exc:
         raise ServedeckError(str(exc), hint="--alpha between 0 and 1, --margin between 0 and 1") from None
     print(f"A = {', '.join(r.name for r in result.runs_a)}\nB = {', '.join(r.name for r in result.runs_b)}")
@@ -826,15 +826,14 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"experiment record: {result.experiment}")
 
 
-def _profile_alternatives() -> dict:
-    """Values the project's profiles give knobs without a ladder (servedeck.ab.next); {} when a
-    profile does not load (the comparison does not depend on them)."""
-    from servedeck.ab.next import profile_alternatives
+def _project_profiles() -> list[dict]:
+    """The project's resolved profiles (for the drafted recommendations); [] when one does not
+    load (the comparison does not depend on them)."""
     try:
         store = _store()
-        return profile_alternatives([store.load(n).profile.model_dump(mode="json") for n in store.names()])
+        return [store.load(n).profile.model_dump(mode="json") for n in store.names()]
     except ServedeckError:
-        return {}
+        return []
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, sequential=None,
@@ -953,15 +952,13 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
     if runs_dir.is_dir():
         rows = [r for r in list_runs(runs_dir, profile=profile) if r.host == host and r.comparable]
         baseline = rows[-1].path if rows else None
-    store = _store()
     return propose(rendered.profile.model_dump(mode="json"), host, runs_dir,
                    effective=effective_settings(rendered.profile, rendered.facts),
                    facts=run_store.read_json(baseline, run_store.FACTS) if baseline else None, baseline=baseline,
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
                    only=list(only) if only else None,
-                   alternatives=profile_alternatives([store.load(n).profile.model_dump(mode="json")
-                                                      for n in store.names()]))
+                   alternatives=profile_alternatives(_project_profiles(), like=rendered.profile.model_dump(mode="json")))
 
 
 @task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,

@@ -50,7 +50,7 @@ def _host_and_image(run_dir: Path) -> tuple[str | None, str | None]:
 def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path], *, aa: bool = False,
                  allow_multi: bool = False, alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
                  out: Path | None = None, hypothesis: str | None = None, verdict: str | None = None,
-                 interleaving=None, drafted: bool = True, alternatives: dict | None = None) -> Outcome:
+                 interleaving=None, drafted: bool = True, project_profiles: list[dict] | None = None) -> Outcome:
     """Guard, compare and (with ``out``) report two arms of recorded runs.
 
     An A/A comparison (``aa``) needs identical configurations, on one host and image, and
@@ -61,7 +61,8 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
 
     With ``drafted`` (default) the hypothesis, findings, verdict and recommendations are drafted
     (:mod:`servedeck.ab.draft`, the next candidates from :mod:`servedeck.ab.next` on the arm
-    the verdict keeps), and a written report leaves ``experiment.json`` beside it
+    the verdict keeps; ``project_profiles``: the project's resolved profiles, see
+    :func:`draft_outcome`), and a written report leaves ``experiment.json`` beside it
     (:mod:`servedeck.ab.history`).
 
     Raises:
@@ -90,7 +91,7 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
         result.noise = load_noise_floor(runs_dir, ha, ia)
     if drafted:
         result.draft, result.plan = draft_outcome(runs_dir, diff, comparison, runs_a, runs_b, result.noise, ha,
-                                                  alternatives)
+                                                  project_profiles)
     if out is not None:
         from servedeck.ab.report import write_report
         result.report, result.chart = write_report(Path(out), diff, comparison, a, b, hypothesis=hypothesis,
@@ -104,13 +105,14 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
 
 
 def draft_outcome(runs_dir: Path, diff: ArmDiff, comparison: Comparison, runs_a: list[Path], runs_b: list[Path],
-                  noise: NoiseFloor | None, host: str | None, alternatives: dict | None = None):
+                  noise: NoiseFloor | None, host: str | None, project_profiles: list[dict] | None = None):
     """The drafted report text and the next candidates (on the arm the verdict keeps, with this
-    experiment already in the host's history)."""
+    experiment already in the host's history; ``project_profiles``: the project's resolved
+    profiles, whose values of knobs without a ladder are candidates too)."""
     from servedeck.ab.draft import draft, verdict as draft_verdict
     from servedeck.ab.history import load_experiments, r_ids
     from servedeck.ab.knowledge import load_knowledge
-    from servedeck.ab.next import propose
+    from servedeck.ab.next import profile_alternatives, propose
     from servedeck.ab.signals import read_signals
     kb = load_knowledge()
     signals = read_signals(runs_b[0])
@@ -127,7 +129,8 @@ def draft_outcome(runs_dir: Path, diff: ArmDiff, comparison: Comparison, runs_a:
         plan = propose(profile, host, runs_dir, effective=store.read_json(kept, store.EFFECTIVE) or {},
                        facts=store.read_json(kept, store.FACTS) or {}, baseline=kept, knowledge=kb,
                        margin=comparison.margin, alpha=comparison.alpha, signals=read_signals(kept),
-                       history=[*history, now], alternatives=alternatives)
+                       history=[*history, now],
+                       alternatives=profile_alternatives(project_profiles or [], kb, like=profile))
     return draft(diff, comparison, runs_a[0], runs_b[0], noise=noise, knowledge=kb, history=history,
                  candidates=plan.candidates if plan else None, signals=signals), plan
 

@@ -411,6 +411,9 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
         needed = samples_needed(sd, math.log1p(abs(gain)) if gain > -1 else 5.0, margin, alpha, FAMILY)
     clears = bool(gain is not None and gain > 0 and abs(math.log1p(gain)) >= math.log1p(margin)
                   and needed is not None and needed <= max_requests)
+    if clears and sd is None:
+        why.append("this host's noise is not measured yet (no A/A noise floor, no benchmarked baseline): the "
+                   "samples needed assume none")
     if gain is not None and gain > 0 and not clears:
         if abs(math.log1p(gain)) < math.log1p(margin):
             why.append(f"expected {_pct(gain)} is inside the ±{margin * 100:g} % margin")
@@ -433,10 +436,19 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
 
 
 
-def profile_alternatives(profiles: list[dict], knowledge: KnowledgeBase | None = None) -> dict[str, list[Any]]:
+#: Profile fields that must match for another profile's value to be a candidate: the same
+#: launcher config, served model and image (a tiny CPU model's weights are no candidate for a 27B).
+ALTERNATIVE_MATCH = ("launcher.config", "model.served_model_name", "image")
+
+
+def profile_alternatives(profiles: list[dict], knowledge: KnowledgeBase | None = None, *,
+                         like: dict | None = None) -> dict[str, list[Any]]:
     """Per knob id, the values a project's profiles give the knob's field (``model.weights_dir``
-    of a quality profile): candidates the ladder does not hold."""
+    of a quality profile): candidates the ladder does not hold. With ``like``, only profiles
+    that match it in :data:`ALTERNATIVE_MATCH`."""
     kb = knowledge or load_knowledge()
+    if like is not None:
+        profiles = [p for p in profiles if all(dotted_get(p, f) == dotted_get(like, f) for f in ALTERNATIVE_MATCH)]
     out: dict[str, list[Any]] = {}
     for knob in kb.knobs:
         if knob.values:

@@ -33,9 +33,11 @@ def seed_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     for run in (A, B):
         shutil.copytree(run, root / run.name)
-    alternatives = {"weights": ["./models/qwen3.8-27b-exl3-5.00bpw-h6"]}
+    from servedeck.model.profile import ProfileStore
+    store = ProfileStore(Path(__file__).resolve().parents[2] / "profiles")
+    profiles = [store.load(n).profile.model_dump(mode="json") for n in store.names()]
     out = compare_runs(root, [root / A.name], [root / B.name], out=root / "reports" / "r" / "report.md",
-                       alternatives=alternatives)
+                       project_profiles=profiles)
     return root, out
 
 
@@ -82,6 +84,7 @@ def test_the_seed_recommendations_split_speed_and_quality(seed_runs):
     assert not any("batch budget" in line for line in speed[1:])  # the knob just decided is not proposed again
     knobs = " ".join(quality)
     assert "EXL3_INT8_PREFILL" in knobs and "5.00bpw" in knobs  # the seed's quality variant
+    assert "qwen3-tiny" not in knobs  # another model's weights are no candidate
     assert all("Carried" in line for line in quality)
     text = out.report.read_text()
     assert "## Recommendations" in text and "### Speed variant" in text and "### Quality variant" in text
