@@ -58,6 +58,8 @@ EXPLORE_FACTOR = 2.0
 DEFAULT_METRIC = "warm decode_tok_s"
 
 Finally = Literal["restore", "keep-winner"]
+BUDGET_FIELDS = ("max_experiments", "max_seconds", "finally_")
+"""What a resumed, unfinished tune takes from the command that resumes it."""
 
 
 class TuneSpec(BaseModel):
@@ -242,6 +244,8 @@ def start(runs_dir: Path, spec: TuneSpec, base_profile: dict, ops: TuneOps) -> T
                                  f"{state.spec.host}, variables {list(state.spec.variables)})",
                                  file=str(tune_dir(runs_dir, spec.name) / STATE_FILE),
                                  hint="give another --name, or the same base, host and --vary to resume it")
+        if not state.finished:  # a resumed tune takes the budget it is given now
+            state.spec = state.spec.model_copy(update={k: getattr(spec, k) for k in BUDGET_FIELDS})
         return state
     best = {}
     for path, ladder in spec.variables.items():

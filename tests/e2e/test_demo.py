@@ -348,3 +348,5 @@ def test_tune_over_two_variables_resumes_after_an_interrupt_and_restores_the_hos
     assert done.stopped.startswith("experiment budget")
     now = status(host, entry)
     assert now["serving"] and now["compose_sha256"] == before["compose_sha256"]
+    for cached in (cli.current_project, cli._store, cli._catalog):  # the next test's project is its own
+        cached.cache_clear()
