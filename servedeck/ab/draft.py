@@ -214,17 +214,16 @@ def _compile_claim(c: Comparison) -> Claim | None:
 # Findings and verdict
 # --------------------------------------------------------------------------------------------
 
-def _workload(run_dir: Path) -> dict:
-    try:
-        return store.read_json(run_dir, store.WORKLOAD) or {}
-    except Exception:  # noqa: BLE001 - context
-        return {}
-
-
 def single_stream(run_dir: Path) -> bool:
-    """True when the run's benchmark sent one request at a time."""
-    w = _workload(run_dir)
-    return int(w.get("concurrency") or w.get("max_concurrency") or 1) <= 1
+    """True when the run's benchmark sent one request at a time (servedeck's client does; a
+    workload that records a ``concurrency`` or ``max_concurrency`` above 1 did not)."""
+    from servedeck.errors import ServedeckError
+    try:
+        workload = store.read(Path(run_dir), store.WORKLOAD)
+    except ServedeckError:
+        return True
+    level = getattr(workload, "concurrency", None) or getattr(workload, "max_concurrency", None) or 1
+    return int(level) <= 1
 
 
 def findings(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBase | None = None,

@@ -121,13 +121,15 @@ def draft_outcome(runs_dir: Path, diff: ArmDiff, comparison: Comparison, runs_a:
     this = (*[r.name for r in runs_a], "|", *[r.name for r in runs_b])
     history = [h for h in load_experiments(runs_dir, host=host) if r_ids(h) != this] if host else []
     plan = None
-    profile = store.read_json(kept, store.PROFILE_RESOLVED)
+    from servedeck.ab.compare import load_arm
+    arm = load_arm(kept)
+    profile = arm.profile
     if host and isinstance(profile, dict):
         from servedeck.ab.draft import Draft
         now = experiment_record(runs_dir, Path("-"), diff, comparison, runs_a, runs_b,
                                 Draft(hypothesis="", findings=[], verdict=v, speed=[], quality=[]), None)
-        plan = propose(profile, host, runs_dir, effective=store.read_json(kept, store.EFFECTIVE) or {},
-                       facts=store.read_json(kept, store.FACTS) or {}, baseline=kept, knowledge=kb,
+        plan = propose(profile, host, runs_dir, effective=arm.effective or {}, facts=arm.facts, baseline=kept,
+                       knowledge=kb,
                        margin=comparison.margin, alpha=comparison.alpha, signals=read_signals(kept),
                        history=[*history, now],
                        alternatives=profile_alternatives(project_profiles or [], kb, like=profile))
@@ -143,15 +145,17 @@ def experiment_record(runs_dir: Path, report: Path, diff: ArmDiff, comparison: C
     from servedeck.ab.knowledge import load_knowledge
     var = diff.single_variable
     knob = load_knowledge().for_variable(var.name) if var is not None else None
-    meta_a, meta_b = store.peek_meta(runs_a[0]) or {}, store.peek_meta(runs_b[0]) or {}
+    from servedeck.ab.history import meta_or_none
+    meta_a, meta_b = meta_or_none(runs_a[0]), meta_or_none(runs_b[0])
     startup_b = comparison.startup_b or {}
     try:
         rel = str(Path(report).relative_to(runs_dir))
     except ValueError:
         rel = str(report)
     return ExperimentRecord(
-        report=rel, runs_a=[r.name for r in runs_a], runs_b=[r.name for r in runs_b], host=meta_b.get("host"),
-        profile_a=meta_a.get("profile"), profile_b=meta_b.get("profile"),
+        report=rel, runs_a=[r.name for r in runs_a], runs_b=[r.name for r in runs_b],
+        host=meta_b.host if meta_b else None, profile_a=meta_a.profile if meta_a else None,
+        profile_b=meta_b.profile if meta_b else None,
         variable=var.name if var else None, a=var.a if var else None, b=var.b if var else None,
         variables=[v.name for v in diff.differences], knob=knob.id if knob else None,
         action=drafted.verdict.action, verdict=user_verdict or drafted.verdict.text, user_verdict=bool(user_verdict),
@@ -162,7 +166,7 @@ def experiment_record(runs_dir: Path, report: Path, diff: ArmDiff, comparison: C
         costs_s={"time_to_ready_s": startup_b.get("time_to_ready_s"),
                  "compile_s": startup_b.get("torch_compile_total_s") or startup_b.get("init_engine_compilation_s"),
                  "bench_s": sum(x for x in (bench_seconds(r) for r in runs_b) if x) or None,
-                 "deploy_total_s": (meta_b.get("timings_s") or {}).get("deploy_total_s")},
+                 "deploy_total_s": (meta_b.timings_s or {}).get("deploy_total_s") if meta_b else None},
         sequential=comparison.sequential.stopped if comparison.sequential is not None else None,
         written_at=store.utcnow())
 

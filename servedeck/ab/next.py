@@ -37,7 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experiments
+from servedeck.ab.draft import single_stream
+from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experiments, meta_or_none
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge, order
 from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
 from servedeck.ab.signals import Signal, read_signals
@@ -166,14 +167,15 @@ def _spec_depth_gain(per_position: list[float], current: int, proposed: int) -> 
 def _per_position(run_dir: Path | None) -> list[float]:
     if run_dir is None:
         return []
+    from servedeck.errors import ServedeckError
     try:
-        server = (store.read_json(run_dir, store.BENCH_SUMMARY) or {}).get("server") or {}
-    except Exception:  # noqa: BLE001 - evidence is context
+        summary = store.read(run_dir, store.BENCH_SUMMARY)
+    except ServedeckError:  # evidence is context
         return []
     for phase in ("warm", "cold"):
-        rates = (server.get(phase) or {}).get("spec_per_position")
-        if rates:
-            return [float(r) for r in rates]
+        server = summary.server.get(phase) if summary is not None else None
+        if server is not None and server.spec_per_position:
+            return [float(r) for r in server.spec_per_position]
     return []
 
 
@@ -227,7 +229,7 @@ def _noise(runs_dir: Path, host: str, digest: str | None, baseline: Path | None)
                 f"A/A noise floor of host {host} ({' vs '.join(floor.runs)})")
     if baseline is None:
         return {}, None
-    samples = store.read_samples(baseline)
+    samples = store.read(baseline, store.BENCH_SAMPLES)
     out = {}
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:
@@ -248,31 +250,21 @@ def _costs(runs_dir: Path, host: str, baseline: Path | None) -> tuple[float | No
     request_s = compile_s = None
     if baseline is not None:
         took = bench_seconds(baseline)
-        n = len([s for s in store.read_samples(baseline) if s.get("phase") in BENCH_PHASES])
+        n = len([s for s in store.read(baseline, store.BENCH_SAMPLES) if s.phase in BENCH_PHASES])
         request_s = took / n if took and n else None
+        from servedeck.errors import ServedeckError
         try:
-            startup = store.read_json(baseline, store.STARTUP) or {}
-        except Exception:  # noqa: BLE001
-            startup = {}
-        compile_s = startup.get("torch_compile_total_s") or startup.get("init_engine_compilation_s")
+            startup = store.read(baseline, store.STARTUP)
+        except ServedeckError:
+            startup = None
+        if startup is not None:
+            compile_s = startup.torch_compile_total_s or startup.init_engine_compilation_s
     return ready, request_s, compile_s
 
 
 # --------------------------------------------------------------------------------------------
 # Ranking
 # --------------------------------------------------------------------------------------------
-
-def _single_stream(baseline: Path | None) -> bool:
-    """True when the baseline's benchmark sent one request at a time (servedeck's client does;
-    an imported or load workload says otherwise with ``concurrency``)."""
-    if baseline is None:
-        return True
-    try:
-        workload = store.read_json(baseline, store.WORKLOAD) or {}
-    except Exception:  # noqa: BLE001
-        return True
-    return int(workload.get("concurrency") or workload.get("max_concurrency") or 1) <= 1
-
 
 def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None = None, facts: dict | None = None,
             baseline: Path | None = None, knowledge: KnowledgeBase | None = None,
@@ -288,7 +280,7 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         host: the inventory host the experiments would run on.
         runs_dir: the project's runs directory (history, noise floors, costs).
         effective: the profile's effective settings (the knob values the image defaults set).
-        facts: the baseline's ``facts.json`` (the power cap), if any.
+        facts: the baseline's ``facts.json`` (the power cap; the record or its JSON), if any.
         baseline: the benchmarked run of the profile on the host (its samples, acceptance and
             costs), if any.
         knowledge: the knowledge base (default: the shipped one).
@@ -309,16 +301,18 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
     kb = knowledge or load_knowledge()
     runs_dir = Path(runs_dir)
     effective = effective or {}
+    if facts is not None and hasattr(facts, "model_dump"):
+        facts = facts.model_dump(mode="json")
     digest = ((facts or {}).get("image") or {}).get("digest")
     if digest is None and baseline is not None:
-        meta = store.peek_meta(baseline) or {}
-        digest = (meta.get("image") or {}).get("digest")
+        meta = meta_or_none(baseline)
+        digest = meta.image.digest if meta is not None and meta.image else None
     if history is None:
         history = load_experiments(runs_dir, host=host) if runs_dir.is_dir() else []
     noise, noise_source = _noise(runs_dir, host, digest, baseline)
     ready_s, request_s, compile_s = _costs(runs_dir, host, baseline) if runs_dir.is_dir() else (None, None, None)
     per_position = _per_position(baseline)
-    single = _single_stream(baseline)
+    single = single_stream(baseline) if baseline is not None else True
     if signals is None:
         signals = read_signals(baseline) if baseline is not None else []
     roof = {s.phase: s.headroom for s in signals if s.kind == "roofline" and s.headroom is not None}

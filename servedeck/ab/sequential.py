@@ -53,20 +53,24 @@ import time
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from servedeck.ab.stats import (
     ALPHA, BENCH_PHASES, DEFAULT_MARGIN, MetricComparison, MetricSamples, bench_metrics, judge_bench,
     ratio_interval, smallest_p,
 )
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
 from servedeck.runs import store
+from servedeck.runs.records import Look, Sample, SequentialDesign, SequentialRecord
+
+__all__ = ["Look", "Looker", "Monitor", "SequentialDesign", "SequentialRecord", "all_decided", "bench_against",
+           "describe_stop", "interleave_monitor", "judge_looks", "load_record", "pooled_samples",
+           "replay", "requests_per_phase", "save_record", "spent_alpha"]
 
 Spending = Literal["pocock", "obrien-fleming"]
 
 SEQUENTIAL = store.SEQUENTIAL
-"""The run file holding the sequential record of the experiment the run belongs to."""
+"""The run file holding the sequential record of the experiment the run belongs to (its model,
+:class:`~servedeck.runs.records.SequentialRecord`, and :class:`~servedeck.runs.records.SequentialDesign`
+and :class:`~servedeck.runs.records.Look`, live with the other run-file models)."""
 
 DEFAULT_BATCH = 2
 """Requests per phase added between two looks of ``invoke bench --against``."""
@@ -94,82 +98,6 @@ def spent_alpha(alpha: float, fraction: float, spending: Spending = "pocock") ->
         from scipy.stats import norm
         return float(2.0 - 2.0 * norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t)))
     raise ValueError(f"unknown spending function {spending!r} (pocock or obrien-fleming)")
-
-
-def information(n_a: int, n_b: int) -> float:
-    """``n_a·n_b/(n_a+n_b)``: the precision of a two-sample comparison in samples (0 when
-    either arm is empty)."""
-    return n_a * n_b / (n_a + n_b) if n_a > 0 and n_b > 0 else 0.0
-
-
-class SequentialDesign(BaseModel):
-    """How an experiment samples and when it stops.
-
-    Attributes:
-        alpha: family-wise error rate of difference claims over all looks (and, separately,
-            of equivalence claims), as at fixed n.
-        margin: practical-equivalence margin, relative.
-        spending: the alpha-spending function (module docstring).
-        max_requests_a, max_requests_b: the sample budget: requests per phase each arm may
-            reach (a recorded baseline arm: the requests it has).
-        max_seconds: the time budget, or None.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    alpha: float = Field(ALPHA, gt=0, lt=1)
-    margin: float = Field(DEFAULT_MARGIN, ge=0, lt=1)
-    spending: Spending = "pocock"
-    max_requests_a: int = Field(ge=1)
-    max_requests_b: int = Field(ge=1)
-    max_seconds: float | None = Field(None, gt=0)
-
-    def fraction(self, n_a: int, n_b: int) -> float:
-        """The information fraction of a look with ``n_a``/``n_b`` requests per phase."""
-        full = information(self.max_requests_a, self.max_requests_b)
-        return min(1.0, information(n_a, n_b) / full) if full else 1.0
-
-
-class Look(BaseModel):
-    """One look: how many requests per phase each arm had, and what it decided.
-
-    Attributes:
-        requests_a, requests_b: requests per phase of each arm (the first ones, in the order
-            of its runs and their ``bench.jsonl``).
-        final: the last look the budget allowed (it takes the alpha that is left).
-        fraction: information fraction; level_difference, level_equivalence: the levels this
-            look was held to; spent_difference, spent_equivalence: what it counted against
-            the budget (0 when its sample sizes could reject nothing).
-        decided: the metrics (``phase name``) this look decided, with their verdicts.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    requests_a: int
-    requests_b: int
-    final: bool = False
-    fraction: float | None = None
-    level_difference: float | None = None
-    level_equivalence: float | None = None
-    spent_difference: float | None = None
-    spent_equivalence: float | None = None
-    decided: dict[str, str] = Field(default_factory=dict)
-
-
-class SequentialRecord(BaseModel):
-    """``sequential.json``: the design, the arms' runs, the looks taken and why sampling stopped."""
-
-    model_config = ConfigDict(extra="forbid")
-    design: SequentialDesign
-    runs_a: list[str]
-    runs_b: list[str]
-    looks: list[Look] = Field(default_factory=list)
-    stopped: Stopped | None = None
-    started_at: str | None = None
-    updated_at: str | None = None
-    experiment: str | None = None
-
-    def matches(self, runs_a: Sequence[str], runs_b: Sequence[str]) -> bool:
-        """True when this record's arms are exactly ``runs_a`` and ``runs_b`` (run ids)."""
-        return list(runs_a) == self.runs_a and list(runs_b) == self.runs_b
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,12 +209,12 @@ def judge_looks(looks: Sequence[Sequence[MetricSamples]], fractions: Sequence[fl
     return looker.verdicts(intervals), looker.looks
 
 
-def _phase_prefix(samples: list[dict], n: int) -> list[dict]:
+def _phase_prefix(samples: list[Sample], n: int) -> list[Sample]:
     """The first ``n`` samples of every phase (``warmup`` excluded), in file order."""
     seen: dict[str, int] = {}
     out = []
     for s in samples:
-        phase = s.get("phase")
+        phase = s.phase
         if phase == "warmup":
             continue
         seen[phase] = seen.get(phase, 0) + 1
@@ -295,17 +223,17 @@ def _phase_prefix(samples: list[dict], n: int) -> list[dict]:
     return out
 
 
-def requests_per_phase(samples: Sequence[dict]) -> int:
+def requests_per_phase(samples: Sequence[Sample]) -> int:
     """Requests per measured phase in a list of bench samples (the smallest phase count over
     the phases present; 0 when none)."""
     counts: dict[str, int] = {}
     for s in samples:
-        if s.get("phase") in BENCH_PHASES:
-            counts[s["phase"]] = counts.get(s["phase"], 0) + 1
+        if s.phase in BENCH_PHASES:
+            counts[s.phase] = counts.get(s.phase, 0) + 1
     return min(counts.values()) if counts else 0
 
 
-def replay(record: SequentialRecord, samples_a: list[dict], samples_b: list[dict], *,
+def replay(record: SequentialRecord, samples_a: list[Sample], samples_b: list[Sample], *,
            intervals: bool = True) -> list[MetricComparison]:
     """Judge the bench metrics of two arms' pooled samples at the looks ``record`` took, and
     fill each look's levels and decisions into ``record.looks``.
@@ -346,11 +274,11 @@ def all_decided(metrics: Sequence[MetricComparison]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 def save_record(run_dirs: Sequence[Path], record: SequentialRecord) -> None:
-    """Write ``record`` as ``sequential.json`` into every run of the experiment (atomically)."""
+    """Write ``record`` as ``sequential.json`` into every run of the experiment, through the run
+    store (validated, atomic)."""
     record.updated_at = store.utcnow()
-    text = record.model_dump_json(indent=2) + "\n"
     for run_dir in run_dirs:
-        atomic_write(Path(run_dir) / SEQUENTIAL, text)
+        store.open_run(Path(run_dir)).write(SEQUENTIAL, record)
 
 
 def load_record(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> SequentialRecord | None:
@@ -358,20 +286,12 @@ def load_record(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> SequentialRec
     then of A), or None (a fixed-n comparison, or runs compared otherwise than sampled).
 
     Raises:
-        ServedeckError: ``sequential.json`` exists but is not a valid record.
+        ServedeckError: ``sequential.json`` exists but is not a valid record (file and field).
     """
     ids_a, ids_b = [Path(r).name for r in runs_a], [Path(r).name for r in runs_b]
     for run_dir in (*runs_b[:1], *runs_a[:1]):
-        path = Path(run_dir) / SEQUENTIAL
-        if not path.exists():
-            continue
-        try:
-            record = SequentialRecord.model_validate_json(path.read_bytes())
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ServedeckError(f"invalid sequential record: {first['msg']}", file=str(path),
-                                 field=".".join(str(p) for p in first["loc"]) or None) from None
-        if record.matches(ids_a, ids_b):
+        record = store.read(Path(run_dir), SEQUENTIAL)
+        if record is not None and record.matches(ids_a, ids_b):
             return record
     return None
 
@@ -406,7 +326,7 @@ class Monitor:
         limit = self.record.design.max_seconds
         return limit is not None and self.clock() - self.started >= limit
 
-    def look(self, samples_a: list[dict], samples_b: list[dict]) -> bool:
+    def look(self, samples_a: list[Sample], samples_b: list[Sample]) -> bool:
         """Record a look at the arms' samples so far; True to go on sampling.
 
         The look is final (takes the alpha left) when either arm reached its budget or the
@@ -445,9 +365,9 @@ class Monitor:
         return [m.key for m in self.metrics if m.judged and not m.decided]
 
 
-def pooled_samples(runs: Sequence[Path]) -> list[dict]:
+def pooled_samples(runs: Sequence[Path]) -> list[Sample]:
     """Every bench sample of ``runs``, in run order then file order."""
-    return [s for r in runs for s in store.read_samples(Path(r))]
+    return [s for r in runs for s in store.read(Path(r), store.BENCH_SAMPLES)]
 
 
 def describe_stop(record: SequentialRecord) -> str:
@@ -484,7 +404,7 @@ def bench_against(baseline: Path, run_dir: Path, *, max_requests: int = DEFAULT_
         raise ServedeckError(f"--batch {batch} and --max-requests {max_requests} must be at least 1",
                              field="--batch" if batch < 1 else "--max-requests")
     baseline = Path(baseline)
-    samples_a = store.read_samples(baseline)
+    samples_a = store.read(baseline, store.BENCH_SAMPLES)
     n_a = requests_per_phase(samples_a)
     if not n_a:
         raise ServedeckError(f"run {baseline.name} holds no bench samples to compare against",
@@ -495,7 +415,7 @@ def bench_against(baseline: Path, run_dir: Path, *, max_requests: int = DEFAULT_
                       [Path(run_dir)], clock=clock)
 
     def more(result):
-        samples_b = [s.model_dump(mode="json") for s in result.samples]
+        samples_b = list(result.samples)
         if not monitor.look(samples_a, samples_b):
             return None
         left = max_requests - requests_per_phase(samples_b)

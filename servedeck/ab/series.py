@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servedeck.ab.compare import fmt_value
-from servedeck.ab.history import ExperimentRecord, load_experiments
+from servedeck.ab.history import ExperimentRecord, load_experiments, meta_or_none
 from servedeck.ab.stats import BENCH_METRICS, BENCH_PHASES, STARTUP_FACTS
 from servedeck.errors import ServedeckError
 from servedeck.numfmt import fmt_num
@@ -61,9 +61,9 @@ def family(runs_dir: Path, profile: str) -> list[str]:
     them: ``run.json`` ``parent_profile``), first the profile itself."""
     parents: dict[str, str | None] = {}
     for _, d in store.run_dirs(runs_dir):
-        meta = store.peek_meta(d) or {}
-        if meta.get("profile"):
-            parents.setdefault(meta["profile"], meta.get("parent_profile"))
+        meta = meta_or_none(d)
+        if meta is not None and meta.profile:
+            parents.setdefault(meta.profile, meta.parent_profile)
     out = [profile]
     up = parents.get(profile)
     while up and up not in out:
@@ -79,10 +79,10 @@ def family(runs_dir: Path, profile: str) -> list[str]:
     return out
 
 
-def _series_run(run_dir: Path, meta: dict) -> SeriesRun:
+def _series_run(run_dir: Path, meta) -> SeriesRun:
     medians: dict[str, float] = {}
     try:
-        samples = store.read_samples(run_dir)
+        samples = store.read(run_dir, store.BENCH_SAMPLES)
     except ServedeckError:
         samples = []
     for phase in BENCH_PHASES:
@@ -91,16 +91,16 @@ def _series_run(run_dir: Path, meta: dict) -> SeriesRun:
             if values:
                 medians[f"{phase} {metric}"] = float(statistics.median(values))
     try:
-        startup = store.read_json(run_dir, store.STARTUP) or {}
+        stored = store.read(run_dir, store.STARTUP)
     except ServedeckError:
-        startup = {}
+        stored = None
+    startup = stored.to_dict() if stored is not None else {}
     facts = {k: float(startup[k]) for k in STARTUP_FACTS
              if isinstance(startup.get(k), (int, float)) and not isinstance(startup.get(k), bool)}
-    return SeriesRun(run_id=run_dir.name, sequence=int(meta.get("sequence") or store.sequence_of(run_dir) or 0),
-                     profile=meta.get("profile"), host=meta.get("host"), started_at=meta.get("started_at"),
-                     outcome=meta.get("outcome"), image_digest=(meta.get("image") or {}).get("digest"),
-                     medians=medians, startup=facts,
-                     time_to_ready_s=(meta.get("timings_s") or {}).get("container_start_to_ready_s"))
+    return SeriesRun(run_id=run_dir.name, sequence=meta.sequence, profile=meta.profile, host=meta.host,
+                     started_at=meta.started_at, outcome=meta.outcome,
+                     image_digest=meta.image.digest if meta.image else None, medians=medians, startup=facts,
+                     time_to_ready_s=(meta.timings_s or {}).get("container_start_to_ready_s"))
 
 
 def build_series(runs_dir: Path, profile: str, *, host: str | None = None) -> Series:
@@ -117,8 +117,8 @@ def build_series(runs_dir: Path, profile: str, *, host: str | None = None) -> Se
     names = family(runs_dir, profile)
     runs = []
     for _, d in store.run_dirs(runs_dir):
-        meta = store.peek_meta(d) or {}
-        if meta.get("profile") in names and (host is None or meta.get("host") == host):
+        meta = meta_or_none(d)
+        if meta is not None and meta.profile in names and (host is None or meta.host == host):
             runs.append(_series_run(d, meta))
     if not runs:
         raise ServedeckError(f"no run of profile {profile!r} (or its relatives) is recorded"
@@ -224,8 +224,8 @@ def export_mlflow(series: Series, runs_dir: Path, tracking_uri: str, *, experime
             run_dir = Path(runs_dir) / r.run_id
             with mlflow.start_run(run_name=r.run_id) as active:
                 params = {"profile": r.profile, "host": r.host, "image_digest": r.image_digest}
-                effective = store.read_json(run_dir, store.EFFECTIVE) or {}
-                params.update({f"engine.{k}": v for k, v in effective.items()})
+                effective = store.read(run_dir, store.EFFECTIVE)
+                params.update({f"engine.{k}": v for k, v in (effective.root if effective is not None else {}).items()})
                 mlflow.log_params({k: _param(v) for k, v in params.items() if v is not None})
                 metrics = {_metric_key(k): v for k, v in r.medians.items()}
                 metrics.update({f"startup_{k}": v for k, v in r.startup.items()})

@@ -46,6 +46,7 @@ from typing import Any, Collection, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -539,8 +540,8 @@ def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCa
     run_dir = Path(run_dir)
     if startup is None:
         try:
-            startup = store.read_json(run_dir, store.STARTUP) or {}
-        except Exception:  # noqa: BLE001 - a state is context, never a reason to fail
+            startup = _startup_facts(run_dir)
+        except ServedeckError:  # a state is context, never a reason to fail
             startup = {}
     hit = startup.get("compile_cache_hit")
     ranges = ", ".join(f"{r.get('graph') or 'graph'} {tuple(r['range']) if isinstance(r.get('range'), list) else r.get('range')}"
@@ -551,23 +552,23 @@ def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCa
     if hit is False:
         return CompileCacheState(state="compiled", evidence="its log shows a fresh compile"
                                                             + (f" of {ranges}" if ranges else ""))
-    meta = store.peek_meta(run_dir) or {}
-    seq, host = meta.get("sequence"), meta.get("host")
-    digest = (meta.get("image") or {}).get("digest")
-    if isinstance(seq, int) and host:
+    from servedeck.ab.history import meta_or_none
+    meta = meta_or_none(run_dir)
+    if meta is not None:
+        digest = meta.image.digest if meta.image else None
         for other_seq, other in reversed(store.run_dirs(run_dir.parent)):
-            if other_seq >= seq:
+            if other_seq >= meta.sequence:
                 continue
-            om = store.peek_meta(other) or {}
-            if om.get("host") == host and (om.get("image") or {}).get("digest") == digest and (
-                    om.get("outcome") == store.SERVED or om.get("ready_at")):
+            om = meta_or_none(other)
+            if om is not None and om.host == meta.host and (om.image.digest if om.image else None) == digest and (
+                    om.served or om.ready_at):
                 return CompileCacheState(
                     state="after-start",
                     evidence=f"its log does not say; it started after run {other.name} of the same image "
-                             f"on host {host}, whose compile caches it may have reused")
+                             f"on host {meta.host}, whose compile caches it may have reused")
         return CompileCacheState(state="first-start",
                                  evidence=f"its log does not say; no earlier start of this image on host "
-                                          f"{host} is recorded")
+                                          f"{meta.host} is recorded")
     return CompileCacheState(state="unknown", evidence="neither its log nor its record says")
 
 
@@ -627,13 +628,13 @@ def _startup_facts(run_dir: Path) -> dict:
     """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
     parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
-    log = Path(run_dir) / store.STARTUP_LOG
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
-    return record_facts(store.read_json(run_dir, store.STARTUP), text)
+    stored = store.read(run_dir, store.STARTUP)
+    return record_facts(stored.to_dict() if stored is not None else None, store.read(run_dir, store.STARTUP_LOG))
 
 
-def bench_metrics(samples_a: list[dict], samples_b: list[dict]) -> list[MetricSamples]:
-    """The bench metrics of two arms' samples (``bench.jsonl`` rows), as :func:`judge_bench`
+def bench_metrics(samples_a: list, samples_b: list) -> list[MetricSamples]:
+    """The bench metrics of two arms' samples (``bench.jsonl`` rows,
+    :class:`servedeck.runs.records.Sample`), as :func:`judge_bench`
     takes them: every metric of :data:`BENCH_METRICS` per phase of :data:`BENCH_PHASES` that
     either arm measured (``warmup`` samples excluded)."""
     wanted: list[MetricSamples] = []
@@ -676,8 +677,8 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n),
                                     not_comparable=differ if n in COMPILE_TIMED_FACTS else None)
                for n in STARTUP_FACTS]
-    samples_a = [s for r in la for s in store.read_samples(r)]
-    samples_b = [s for r in lb for s in store.read_samples(r)]
+    samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
+    samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
     if sequential is not None:
         from servedeck.ab.sequential import replay
         alpha, margin = sequential.design.alpha, sequential.design.margin

@@ -382,7 +382,7 @@ def _next_candidate(runs_dir: Path, state: TuneState, ops: TuneOps, kb: Knowledg
     best_run = Path(runs_dir) / state.best_run if state.best_run else None
     history = load_experiments(runs_dir, host=spec.host)
     plan = propose_fn(doc["profile"], spec.host, runs_dir, effective=doc.get("effective") or {},
-                      facts=store.read_json(best_run, store.FACTS) if best_run else None, baseline=best_run,
+                      facts=store.read(best_run, store.FACTS) if best_run else None, baseline=best_run,
                       knowledge=kb, margin=spec.margin, alpha=spec.alpha, max_requests=spec.max_requests,
                       history=history, explore=EXPLORE_FACTOR * max(spec.margin, 0.01), metric=spec.metric)
     tried = {(s.variable, json.dumps(s.a), json.dumps(s.b), json.dumps(s.overrides, sort_keys=True))

@@ -121,16 +121,17 @@ def test_the_users_text_wins(tmp_path):
 def _run_with(tmp_path: Path, src: Path, name: str, decode: float, ttft: float, n: int = 12, seed: int = 0,
               noise: float = 0.005) -> Path:
     """A copy of a fixture run whose bench samples are redrawn around ``decode``/``ttft``."""
+    from conftest import make_sample
     rng = np.random.default_rng(seed)
     run = tmp_path / name
     shutil.copytree(src, run)
     rows = []
     for i in range(n):
         for phase in ("cold", "warm"):
-            rows.append({"phase": phase, "rep": i, "decode_tok_s": float(decode * np.exp(rng.normal(0, noise))),
-                         "ttft_s": float(ttft * np.exp(rng.normal(0, noise))),
-                         "prefill_tok_s": float(1000 * np.exp(rng.normal(0, noise))), "server": {}})
-    (run / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            rows.append(make_sample(phase, i, decode_tok_s=float(decode * np.exp(rng.normal(0, noise))),
+                                    ttft_s=float(ttft * np.exp(rng.normal(0, noise))),
+                                    prefill_tok_s=float(1000 * np.exp(rng.normal(0, noise)))))
+    (run / "bench.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
     return run
 
 

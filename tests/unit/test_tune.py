@@ -18,7 +18,6 @@ from servedeck.ab.sequential import bench_against
 from servedeck.ab.tune import TuneOps, TuneSpec, load_state, run_tune, start, summary, tune_knowledge
 from servedeck.bench.client import BenchResult, Sample, ServerDelta, Workload
 from servedeck.bench.record import append_result
-from servedeck.runs.store import write_bench_files
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
 A = RUNS / "0002-base-b70"
@@ -106,8 +105,7 @@ class Lab:
             while nxt is not None:
                 result = append_result(result, self._batch(pname, nxt.repetitions))
                 nxt = more(result)
-        write_bench_files(run, result.workload.model_dump(mode="json"),
-                          [s.model_dump(mode="json") for s in result.samples], result.summary())
+        result.write(run)
 
     def restore(self, original: dict) -> None:
         self.restored += 1
