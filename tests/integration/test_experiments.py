@@ -45,18 +45,17 @@ def _servedeck(project: Project, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def lab(test_services, tmp_path_factory):
-    """A project whose two profiles (``arm-a``, ``arm-b``: max_num_batched_tokens 8192 vs 4096)
-    serve the stand-in image, and a fresh working directory on the loopback card host."""
-    standin = imagebuild.build_standin_image(progress=False)
-    root = tmp_path_factory.mktemp("experiments")
-    for name in ("profiles", "templates", "schema"):
-        subprocess.run(["cp", "-r", str(ROOT / name), str(root / name)], check=True)
+def standin_project(tmp_path_factory, name: str) -> tuple[Project, RemoteHost, str]:
+    """A copy of the repository's profiles, templates, schema and image catalog with one host
+    ``b70``: the loopback card host, in a fresh working directory holding stand-in weights.
+    Returns ``(project, host, workdir)``; the caller brings the deployment down and removes
+    the directory."""
+    root = tmp_path_factory.mktemp(name)
+    for part in ("profiles", "templates", "schema"):
+        subprocess.run(["cp", "-r", str(ROOT / part), str(root / part)], check=True)
     (root / "deploy").mkdir()
     (root / "deploy" / "images.yaml").write_bytes((ROOT / "deploy" / "images.yaml").read_bytes())
-    project = Project(root)
-    workdir = f"/srv/servedeck-test/experiments-{uuid.uuid4().hex[:8]}"
+    workdir = f"/srv/servedeck-test/{name}-{uuid.uuid4().hex[:8]}"
     host = RemoteHost(HOST, SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
     host.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" "$1/cache" && '
                     'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
@@ -64,6 +63,15 @@ def lab(test_services, tmp_path_factory):
         f"hosts:\n  {HOST}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
         f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
         f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
+    return Project(root), host, workdir
+
+
+@pytest.fixture(scope="module")
+def lab(test_services, tmp_path_factory):
+    """A project whose two profiles (``arm-a``, ``arm-b``: max_num_batched_tokens 8192 vs 4096)
+    serve the stand-in image, and a fresh working directory on the loopback card host."""
+    standin = imagebuild.build_standin_image(progress=False)
+    project, host, workdir = standin_project(tmp_path_factory, "experiments")
     env = "\n".join(f"    {k}: \"{v}\"" for k, v in {
         "ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
         "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": "1",

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import uuid
 
 import pytest
 
 from devtools import imagebuild
 from servedeck.ab.tune import load_state
 from servedeck.deploy.ops import status
-from servedeck.host.remote import RemoteHost, SshTarget
 from servedeck.model.inventory import get_host, load_inventory
-from servedeck.model.project import Project
-from test_deploy import PORT, ROOT, SSH_CONFIG, _variant
-from test_experiments import _servedeck
+from test_deploy import _variant
+from test_experiments import _servedeck, standin_project
 
 HOST = "b70"
 SURFACE = {"max_num_batched_tokens": {"4096": 1.0, "8192": 1.2, "16384": 1.1},
@@ -38,20 +34,7 @@ variable and direction from each best: 4096→8192 kept, 8192→16384 reverted, 
 @pytest.fixture(scope="module")
 def tuned(test_services, tmp_path_factory):
     standin = imagebuild.build_standin_image(progress=False)
-    root = tmp_path_factory.mktemp("tune")
-    for name in ("profiles", "templates", "schema"):
-        subprocess.run(["cp", "-r", str(ROOT / name), str(root / name)], check=True)
-    (root / "deploy").mkdir()
-    (root / "deploy" / "images.yaml").write_bytes((ROOT / "deploy" / "images.yaml").read_bytes())
-    project = Project(root)
-    workdir = f"/srv/servedeck-test/tune-{uuid.uuid4().hex[:8]}"
-    host = RemoteHost(HOST, SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
-    host.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" "$1/cache" && '
-                    'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
-    (root / "deploy" / "hosts.yaml").write_text(
-        f"hosts:\n  {HOST}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
-        f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
+    project, host, workdir = standin_project(tmp_path_factory, "tune")
     env = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
            "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": "1",
            "STANDIN_DECODE_S_PER_TOKEN": "0.002", "STANDIN_NOISE": "0.02",
