@@ -38,6 +38,7 @@ comparable`` instead of ``higher``/``lower``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from pathlib import Path
@@ -309,8 +310,11 @@ def rank_test(x: Sequence[float], y: Sequence[float], alternative: str = "two-si
 
 def rank_tests(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
                alternative: str = "two-sided") -> list[tuple[float, str]]:
-    """:func:`rank_test` for many ``(x, y)`` pairs at once: pairs without ties that share their
-    sample sizes go through one vectorised ``scipy.stats.mannwhitneyu`` call."""
+    """:func:`rank_test` for many ``(x, y)`` pairs at once. Pairs without ties get the exact
+    permutation distribution of U (:func:`_u_counts`, the distribution
+    ``scipy.stats.mannwhitneyu(method="exact")`` uses; one array operation per sample-size pair,
+    which the sequential looks call thousands of times); tied pairs go through scipy's
+    permutation test."""
     from scipy.stats import PermutationMethod, mannwhitneyu
 
     out: list[tuple[float, str] | None] = [None] * len(pairs)
@@ -327,13 +331,46 @@ def rank_tests(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
             warnings.simplefilter("ignore")
             p = float(mannwhitneyu(ya, xa, alternative=alternative, method=method).pvalue)
         out[i] = (min(1.0, p), METHOD_TIES)
-    for idx in groups.values():
+    for (n_x, n_y), idx in groups.items():
         xs = np.stack([arrays[i][0] for i in idx])
         ys = np.stack([arrays[i][1] for i in idx])
-        ps = np.atleast_1d(mannwhitneyu(ys, xs, alternative=alternative, method="exact", axis=1).pvalue)
+        u_y = (ys[:, :, None] > xs[:, None, :]).sum(axis=(1, 2))  # U of y: pairs where y is larger
+        if alternative == "greater":
+            ps = _u_tail(u_y, n_y, n_x)
+        elif alternative == "less":
+            ps = _u_tail(n_x * n_y - u_y, n_y, n_x)
+        else:
+            ps = np.minimum(1.0, 2.0 * _u_tail(np.maximum(u_y, n_x * n_y - u_y), n_y, n_x))
         for i, p in zip(idx, ps):
             out[i] = (float(p), METHOD_EXACT)
     return out  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=4096)
+def _u_counts(m: int, n: int) -> np.ndarray:
+    """How many of the ``C(m+n, m)`` equally likely splits of ``m + n`` distinct values give
+    each U (0 … m·n) of the ``m`` sample: the exact null distribution of the Mann–Whitney U
+    statistic without ties, by the recurrence ``c(u; m, n) = c(u − n; m − 1, n) + c(u; m, n − 1)``
+    (the largest value belongs to the first sample or not; Mann & Whitney 1947, Ann. Math.
+    Statist. 18:50-60). Floats: exact up to 2**53, relative error 1e-16 beyond."""
+    if m == 0 or n == 0:
+        return np.ones(1)
+    out = np.zeros(m * n + 1)
+    out[n:] += _u_counts(m - 1, n)          # the largest value is in the first sample: it beats all n
+    out[: m * (n - 1) + 1] += _u_counts(m, n - 1)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _u_sf(m: int, n: int) -> np.ndarray:
+    """``P(U ≥ u)`` for u = 0 … m·n under the null (:func:`_u_counts`)."""
+    counts = _u_counts(m, n)
+    return np.cumsum(counts[::-1])[::-1] / counts.sum()
+
+
+def _u_tail(u: np.ndarray, m: int, n: int) -> np.ndarray:
+    """Exact one-sided p ``P(U ≥ u)`` of the U of an ``m`` sample against an ``n`` sample."""
+    return _u_sf(m, n)[np.asarray(u, dtype=int)]
 
 
 def smallest_p(n_a: int, n_b: int) -> float:

@@ -352,3 +352,19 @@ def test_startup_timings_are_not_compared_when_b_may_have_reused_the_cache_a_fil
     assert (init.a, init.b, init.verdict) == (24.4, 10.3, "not comparable")
     assert "compile caches differed" in init.reason
     assert c.metric("kv_cache_tokens").verdict == "lower"  # not a compile timing: still compared
+
+
+def test_the_exact_rank_test_agrees_with_scipy():
+    """The exact U distribution the looks use (servedeck.ab.stats._u_counts) gives scipy's exact
+    Mann-Whitney p values (scipy.stats.mannwhitneyu(method="exact")) for every alternative."""
+    from scipy.stats import mannwhitneyu
+
+    from servedeck.ab.stats import rank_tests
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        m, n = (int(v) for v in rng.integers(1, 26, 2))
+        x, y = rng.normal(size=m), rng.normal(size=n) + rng.normal() * 0.5
+        for alt in ("two-sided", "less", "greater"):
+            p, method = rank_tests([(x, y)], alt)[0]
+            assert method == "Mann-Whitney U, exact"
+            assert p == pytest.approx(float(mannwhitneyu(y, x, alternative=alt, method="exact").pvalue), rel=1e-9)
