@@ -157,18 +157,19 @@ def test_tune_reaches_the_best_setting_and_stops_at_the_noise_floor(tmp_path):
 
 def test_tune_resumes_after_an_interrupt_and_keeps_the_winner_when_asked(tmp_path):
     lab = Lab(tmp_path, seed=5)
-    lab.interrupt_bench_at = 3  # Ctrl-C while the second experiment benchmarks
-    state = start(lab.runs, _spec(**{"finally": "keep-winner"}), _base_profile(), lab.ops())
+    lab.interrupt_bench_at = 2  # Ctrl-C while the first experiment benchmarks
+    spec = TuneSpec(name="t", base="base", host="b70", variables={MNBT: LADDERS[MNBT]}, **{"finally": "keep-winner"})
+    state = start(lab.runs, spec, _base_profile(), lab.ops())
     with pytest.raises(KeyboardInterrupt):
         run_tune(lab.runs, state, lab.ops())
     saved = load_state(lab.runs, "t")
     assert saved.steps[-1].status == "deployed" and not saved.finished
+    interrupted_run = saved.steps[-1].run_b
     done = run_tune(lab.runs, saved, lab.ops())
-    assert done.finished and done.best == {MNBT: 8192, DEPTH: 32}, summary(done)
-    assert lab.serving["run_id"] == done.best_run or lab.deploys[-1] == done.best_profile
-    assert lab.restored == 0
+    assert done.finished and done.best == {MNBT: 8192}, summary(done)
     # the interrupted step was deployed again as a new run; the first deployment stays recorded
-    assert len(lab.deploys) == len(done.steps) + 1 or lab.deploys[-1] == done.best_profile
+    assert done.experiments[0].run_b != interrupted_run and (lab.runs / interrupted_run).is_dir()
+    assert lab.serving["compose_sha256"] == done.best_profile and lab.restored == 0  # the winner serves
 
 
 def test_a_tune_of_another_spec_under_the_same_name_is_refused(tmp_path):
