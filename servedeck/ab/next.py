@@ -293,7 +293,9 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         metric: the objective every gain is estimated on (``phase name``); default each knob's
             own (its first ``prior_gain`` metric).
         explore: ``invoke tune``: the gain expected of a step nothing has measured yet (the
-            user chose these knobs: the load-dependence rule does not zero it).
+            user chose these knobs: the load-dependence rule does not zero it); such a step
+            counts as clearing the noise floor (one experiment, at the sample budget, measures
+            it), so every tuned variable is measured once in each direction from each best.
 
     Returns:
         a :class:`NextPlan`, candidates best first.
@@ -405,6 +407,8 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
         needed = samples_needed(sd, math.log1p(abs(gain)) if gain > -1 else 5.0, margin, alpha, FAMILY)
     clears = bool(gain is not None and gain > 0 and abs(math.log1p(gain)) >= math.log1p(margin)
                   and needed is not None and needed <= max_requests)
+    if source == "unmeasured":  # tune: a step nobody measured is worth the one experiment that measures it
+        clears, needed = True, max_requests
     if clears and sd is None:
         why.append("this host's noise is not measured yet (no A/A noise floor, no benchmarked baseline): the "
                    "samples needed assume none")

@@ -7,13 +7,14 @@ at the profile's own value when the ladder holds it). It is deployed and benchma
 
 1. *propose*: ``invoke next``'s ranking (:func:`servedeck.ab.next.propose`) restricted to the
    tuned variables, each a step up or down its ladder from the current best. A step not yet
-   measured on this host is expected to gain :data:`EXPLORE_FACTOR` × the margin (worth one
-   experiment: this is how a variable gets its first measurement); a measured one expects what
-   the host's history says (the same change: its measured ratio; one step further the same
-   way: half of the last step's gain; the way back: the inverse);
-2. *stop* when no candidate is expected to clear the noise floor (beyond the margin within the
-   sample budget at the host's noise: the A/A noise floor when measured, else the baseline's own
-   spread), or when the experiment or time budget is spent;
+   measured on this host is expected to gain :data:`EXPLORE_FACTOR` × the margin and is always
+   worth its one experiment (this is how a variable gets its first measurement); a measured one
+   expects what the host's history says (the same change: its measured ratio; one step further
+   the same way: half of the last step's gain; the way back: the inverse);
+2. *stop* when no candidate is expected to clear the noise floor (every step measured, and none
+   expected beyond the margin within the sample budget at the host's noise: the A/A noise floor
+   when measured, else the baseline's own spread), or when the experiment or time budget is
+   spent;
 3. *deploy* the best profile with that one change (a profile written as ``invoke sweep``
    writes its arms, ``<base>-sw<hash>``); *bench* it against the best's run until every metric
    is decided (:func:`servedeck.ab.sequential.bench_against`); *judge* it with a normal report
