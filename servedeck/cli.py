@@ -899,6 +899,9 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
         for t in interleaving.trends:
             print(f"  trend {t.metric}: {t.reading}")
+    if result.comparison.sequential is not None:
+        from servedeck.ab.sequential import describe_stop
+        print(f"  {describe_stop(result.comparison.sequential)}")
     if result.draft is not None and not verdict:
         print(f"verdict (drafted): {result.draft.verdict.text}")
     if result.noise_path:
