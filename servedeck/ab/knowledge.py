@@ -47,6 +47,7 @@ class Knob(BaseModel):
     values: list[Any] = Field(default_factory=list)
     prior_gain: dict[str, float] = Field(default_factory=dict)
     quality_direction: Literal["raise", "lower"] | None = None
+    default: Any = None
     sources: list[str] = Field(min_length=1)
 
     def step(self, a: Any, b: Any) -> int:

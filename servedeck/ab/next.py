@@ -42,7 +42,9 @@ from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experimen
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge, order
 from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
 from servedeck.ab.signals import Signal, read_signals
-from servedeck.ab.stats import ALPHA, BENCH_METRICS, BENCH_PHASES, DEFAULT_MARGIN, pooled_log_sd, samples_needed
+from servedeck.ab.stats import (
+    ALPHA, BENCH_METRICS, BENCH_PHASES, DECIDED_VERDICTS, DEFAULT_MARGIN, pooled_log_sd, samples_needed,
+)
 from servedeck.runs import store
 
 DRAFT_STEP_COST = 0.1
@@ -136,7 +138,7 @@ def _neighbours(knob: Knob, current: Any) -> list[Any]:
 
 def _current(knob: Knob, profile: dict, effective: dict, facts: dict) -> Any:
     """The knob's value in effect: the profile's field, else the effective setting, else the
-    host fact (the power cap)."""
+    host fact (the power cap), else the knob's fixed default (vLLM's own), else None."""
     value = dotted_get(profile, knob.profile_path)
     if value is None:
         for var in knob.variables:
@@ -145,7 +147,7 @@ def _current(knob: Knob, profile: dict, effective: dict, facts: dict) -> Any:
                 break
     if value is None and knob.id == "power-cap":
         value = ((facts or {}).get("host") or {}).get("gpu_power_cap_w")
-    return value
+    return value if value is not None else knob.default
 
 
 def _spec_depth_gain(per_position: list[float], current: int, proposed: int) -> float | None:
@@ -189,12 +191,15 @@ def _history_gain(knob: Knob, current: Any, proposed: Any, history: list[Experim
         if rec.variable is None or rec.knob != knob.id:
             continue
         m = rec.metrics.get(metric)
-        ratio = m.ratio if m else None
+        # only a decided measurement is evidence: an undecided ratio is mostly noise
+        ratio = m.ratio if m is not None and m.verdict in DECIDED_VERDICTS else None
         lower_better = BENCH_METRICS.get(metric.split(" ", 1)[-1], False)
         gain = None if ratio is None else ((1 / ratio - 1) if lower_better else (ratio - 1))
         same = (rec.a, rec.b) == (current, proposed)
         undo = (rec.a, rec.b) == (proposed, current)
         run = rec.runs_b[0]
+        if same and gain is None and rec.action not in DECIDED_ACTIONS:
+            continue  # measured, undecided: no evidence either way (it may be run again)
         if same:
             return gain, f"measured {_pct(gain)} on {metric} by {run} ({rec.action})", rec.action
         if undo and gain is not None:
@@ -409,9 +414,9 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
                   and needed is not None and needed <= max_requests)
     if source == "unmeasured":  # tune: a step nobody measured is worth the one experiment that measures it
         clears, needed = True, max_requests
-    if clears and sd is None:
-        why.append("this host's noise is not measured yet (no A/A noise floor, no benchmarked baseline): the "
-                   "samples needed assume none")
+    if clears and sd is None and source != "unmeasured":
+        why.append("this host's noise is not known (no A/A noise floor, and no baseline with 4 or more requests "
+                   "per phase): the samples needed assume none")
     if gain is not None and gain > 0 and not clears:
         if abs(math.log1p(gain)) < math.log1p(margin):
             why.append(f"expected {_pct(gain)} is inside the ±{margin * 100:g} % margin")
