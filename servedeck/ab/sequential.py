@@ -234,9 +234,11 @@ def requests_per_phase(samples: Sequence[Sample]) -> int:
 
 
 def replay(record: SequentialRecord, samples_a: list[Sample], samples_b: list[Sample], *,
-           intervals: bool = True) -> list[MetricComparison]:
+           intervals: bool = True, extra: Sequence[MetricSamples] = ()) -> list[MetricComparison]:
     """Judge the bench metrics of two arms' pooled samples at the looks ``record`` took, and
-    fill each look's levels and decisions into ``record.looks``.
+    fill each look's levels and decisions into ``record.looks``. ``extra`` metrics (those other
+    stages measure per run, :func:`servedeck.ab.stats.register_metric_source`) join the last
+    look's family: they are judged once, at that look's level.
 
     Raises:
         ServedeckError: the record has no look, or a look needs more requests than the arms hold.
@@ -253,6 +255,7 @@ def replay(record: SequentialRecord, samples_a: list[Sample], samples_b: list[Sa
         looks.append(bench_metrics(_phase_prefix(samples_a, look.requests_a),
                                    _phase_prefix(samples_b, look.requests_b)))
         fractions.append(record.design.fraction(look.requests_a, look.requests_b))
+    looks[-1] = [*looks[-1], *extra]
     metrics, judged = judge_looks(looks, fractions, record.design, final=[lk.final for lk in record.looks],
                                   intervals=intervals)
     for look, result in zip(record.looks, judged):

@@ -102,6 +102,22 @@ def lower_is_better(name: str) -> bool | None:
     return METRIC_DIRECTIONS.get(name)
 
 
+MetricSource = Any
+"""``(runs_a, runs_b) -> list[MetricSamples]``: the metrics a stage measures per run (load,
+quality, energy), read from its own run files."""
+
+METRIC_SOURCES: list = []
+
+
+def register_metric_source(source: MetricSource) -> MetricSource:
+    """Register a stage's metric source (usable as a decorator): :func:`compare_metrics` judges
+    its metrics with the bench metrics, in the same Holm family (a sequential comparison, at
+    its last look). Register each metric's direction with :func:`register_metric`."""
+    if source not in METRIC_SOURCES:
+        METRIC_SOURCES.append(source)
+    return source
+
+
 def register_metric(name: str, lower_is_better: bool | None) -> None:
     """Register the direction of a metric judged through :func:`judge_bench` (load, quality and
     energy metrics of other stages): its verdicts then read ``faster``/``slower`` (a direction)
@@ -701,7 +717,8 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     file gives ``missing`` verdicts rather than an error. Bench metrics are compared for the
     ``cold`` and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has
     samples. Startup timings are ``not comparable`` when the arms' compile caches differed
-    (:func:`compile_cache_state`).
+    (:func:`compile_cache_state`). Metrics of registered sources (:func:`register_metric_source`)
+    are judged beside the bench metrics.
 
     Raises:
         ServedeckError: a JSON file is invalid, or the sequential record does not fit the runs.
@@ -716,12 +733,13 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
                for n in STARTUP_FACTS]
     samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
     samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
+    extra = [m for source in METRIC_SOURCES for m in source(la, lb)]
     if sequential is not None:
         from servedeck.ab.sequential import replay
         alpha, margin = sequential.design.alpha, sequential.design.margin
-        bench = replay(sequential, samples_a, samples_b)
+        bench = replay(sequential, samples_a, samples_b, extra=extra)
     else:
-        bench = judge_bench(bench_metrics(samples_a, samples_b), alpha=alpha, margin=margin)
+        bench = judge_bench([*bench_metrics(samples_a, samples_b), *extra], alpha=alpha, margin=margin)
 
     def label(runs: list[Path]) -> str:
         return runs[0].name if len(runs) == 1 else f"{runs[0].name} (+{len(runs) - 1})"

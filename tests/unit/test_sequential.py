@@ -368,3 +368,18 @@ def test_the_exact_rank_test_agrees_with_scipy():
             p, method = rank_tests([(x, y)], alt)[0]
             assert method == "Mann-Whitney U, exact"
             assert p == pytest.approx(float(mannwhitneyu(y, x, alternative=alt, method="exact").pvalue), rel=1e-9)
+
+
+def test_other_stages_add_metrics_to_the_same_family(monkeypatch):
+    """A stage's metric source (load, quality, energy) is judged with the bench metrics: its
+    direction registered, its p Holm-adjusted with theirs."""
+    from servedeck.ab import stats
+    monkeypatch.setattr(stats, "METRIC_SOURCES", [])
+    monkeypatch.setitem(stats.METRIC_DIRECTIONS, "goodput_req_s", False)
+    rng = np.random.default_rng(4)
+    stats.register_metric_source(lambda a, b: [("goodput_req_s", "load", list(10 * np.exp(rng.normal(0, .01, 8))),
+                                                list(13 * np.exp(rng.normal(0, .01, 8))))])
+    c = compare_metrics(A, B)
+    good = c.metric("goodput_req_s", "load")
+    assert good.verdict == "faster" and good.judged
+    assert good.p_adjusted >= good.p * 1.0 and len([m for m in c.bench if m.judged]) == 9  # 8 bench + 1
