@@ -292,8 +292,10 @@ def run_tune(runs_dir: Path, state: TuneState, ops: TuneOps, *, judge: Callable[
         return state
     # the baseline
     if state.best_run is None:
-        step = _open_step(state, None, None, None, state.best_profile, dict(state.best))
-        reused = ops.reuse(state.best_profile)
+        step = next((s for s in state.steps if s.variable is None), None)  # an interrupted baseline resumes
+        if step is None:
+            step = _open_step(state, None, None, None, state.best_profile, dict(state.best))
+        reused = ops.reuse(state.best_profile) if step.status == "planned" else None
         if reused is not None:
             ops.say(f"baseline {state.best_profile}: reusing run {Path(reused).name} (the same configuration, "
                     "benchmarked on this host)")

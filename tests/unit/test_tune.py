@@ -179,3 +179,15 @@ def test_a_tune_of_another_spec_under_the_same_name_is_refused(tmp_path):
     other = TuneSpec(name="t", base="base", host="b70", variables={MNBT: [4096, 8192]})
     with pytest.raises(ServedeckError, match="exists with other settings"):
         start(lab.runs, other, _base_profile(), lab.ops())
+
+
+def test_an_interrupted_baseline_resumes_as_the_same_step(tmp_path):
+    lab = Lab(tmp_path, seed=6)
+    lab.interrupt_bench_at = 1  # Ctrl-C while the baseline benchmarks
+    spec = TuneSpec(name="t", base="base", host="b70", variables={MNBT: LADDERS[MNBT]}, max_experiments=1)
+    state = start(lab.runs, spec, _base_profile(), lab.ops())
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(lab.runs, state, lab.ops())
+    done = run_tune(lab.runs, load_state(lab.runs, "t"), lab.ops())
+    assert [s.variable for s in done.steps] == [None, MNBT] and done.finished
+    assert done.best_run == done.steps[0].run_b and done.stopped.startswith("experiment budget")
