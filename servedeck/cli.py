@@ -1029,7 +1029,6 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
     from servedeck.ab.stats import DEFAULT_MARGIN
     from servedeck.runs import store as run_store
     from servedeck.runs.history import list_runs
-    from servedeck.vllm.launcher import effective_settings
     _host(host, inventory)  # the host must exist
     rendered = _render(profile)
     runs_dir = _project().runs_dir
@@ -1038,7 +1037,7 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
         rows = [r for r in list_runs(runs_dir, profile=profile) if r.host == host and r.comparable]
         baseline = rows[-1].path if rows else None
     return propose(rendered.profile.model_dump(mode="json"), host, runs_dir,
-                   effective=effective_settings(rendered.profile, rendered.facts),
+                   effective=rendered.service.settings(),
                    facts=run_store.read(baseline, run_store.FACTS) if baseline else None, baseline=baseline,
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
@@ -1100,7 +1099,6 @@ def _tune_ops(spec, inventory):
     from servedeck.model.profile import ProfileStore
     from servedeck.runs import store as run_store
     from servedeck.runs.history import list_runs
-    from servedeck.vllm.launcher import effective_settings
     project = _project()
     remote, entry = _host(spec.host, inventory)
     reporter = ConsoleReporter()
@@ -1110,7 +1108,7 @@ def _tune_ops(spec, inventory):
 
     def profile_doc(name):
         r = rendered(name)
-        return {"profile": r.profile.model_dump(mode="json"), "effective": effective_settings(r.profile, r.facts),
+        return {"profile": r.profile.model_dump(mode="json"), "effective": r.service.settings(),
                 "compose_text": r.compose_text}
 
     def deploy(name):
