@@ -47,6 +47,10 @@ Environment:
   flattened to dotted names such as ``speculative_config.num_speculative_tokens``, or a
   passthrough ``--setting-name VALUE``; values compared as text, ``"*"`` the factor of any other
   value, 1 when absent). The decode pace becomes ``STANDIN_DECODE_S_PER_TOKEN / Π FACTOR``.
+* ``--print`` (the exl3xpu launcher's own option): print the final command as that launcher
+  does (``ZE_AFFINITY_MASK=<gpu> vllm serve <model> <flags>``, the ``--set vllm.*`` settings as
+  flags, then the passthrough) and exit 0, so that servedeck's in-image check can ask it (and
+  then finds no vLLM to judge the command with).
 * ``STANDIN_NOISE``: per-request noise of the pace (default 0: none): each request's prefill and
   decode pace is multiplied by ``exp(N(0, STANDIN_NOISE))`` (a log-normal spread, 0.02 = 2 %).
 
@@ -120,7 +124,20 @@ def parse_argv(argv: list[str]) -> dict:
     keys = _flag_values(passthrough, "--api-key")
     api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough)}
+            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough),
+            "print_only": args.print_only, "sets": sets, "passthrough": passthrough}
+
+
+def printed_command(cfg: dict) -> str:
+    """The launcher's ``--print`` line: ``ZE_AFFINITY_MASK=<gpu> vllm serve <model> ...``."""
+    import shlex
+    words = ["vllm", "serve", cfg["model"], "--served-model-name", *cfg["served_names"], "--host", "0.0.0.0",
+             "--port", str(cfg["port"])]
+    for key, value in cfg["sets"].items():
+        if key.startswith("vllm."):
+            words += ["--" + key[len("vllm."):].replace("_", "-"), value]
+    words += cfg["passthrough"]
+    return f"ZE_AFFINITY_MASK={cfg['gpu']} " + " ".join(shlex.quote(w) for w in words)
 
 
 def _flatten(value, key: str, out: dict) -> None:
@@ -497,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
+    if cfg["print_only"]:
+        say(printed_command(cfg))
+        return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
