@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -388,3 +389,14 @@ def _cached(key: str, t0: float) -> DryRunResult | None:
         return None  # a damaged cache entry is judged again
     _MEMO[key] = res
     return res
+
+
+def judge(client_or_host: Any = None
+          ) -> Callable[[str, list[list[str]], list[str] | None, str | None], list[DryRunResult]]:
+    """The in-image dry run as a compose check asks it (``servedeck.compose.check.Judge``):
+    ``judge(image, commands, entrypoint, mode)`` is :func:`dry_run_each` of those commands on
+    ``client_or_host`` (a docker SDK client, a RemoteHost, or None: the local engine)."""
+    def run(image: str, commands: list[list[str]], entrypoint: list[str] | None,
+            mode: str | None) -> list[DryRunResult]:
+        return dry_run_each(client_or_host, image, commands, entrypoint=entrypoint, mode=mode)
+    return run
