@@ -50,7 +50,8 @@ def _host_and_image(run_dir: Path) -> tuple[str | None, str | None]:
 def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path], *, aa: bool = False,
                  allow_multi: bool = False, alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
                  out: Path | None = None, hypothesis: str | None = None, verdict: str | None = None,
-                 interleaving=None, drafted: bool = True, project_profiles: list[dict] | None = None) -> Outcome:
+                 interleaving=None, drafted: bool = True, project_profiles: list[dict] | None = None,
+                 slo=None) -> Outcome:
     """Guard, compare and (with ``out``) report two arms of recorded runs.
 
     An A/A comparison (``aa``) needs identical configurations, on one host and image, and
@@ -65,6 +66,9 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
     :func:`draft_outcome`), and a written report leaves ``experiment.json`` beside it
     (:mod:`servedeck.ab.history`).
 
+    ``slo`` (:class:`servedeck.runs.records.Slo`) judges runs with a load benchmark against
+    another SLO than the one they recorded.
+
     Raises:
         ServedeckError: the guard refuses the arms, an A/A spans two hosts or images, or a run
             record is unreadable.
@@ -77,6 +81,9 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
     from servedeck.ab.sequential import load_record
     comparison = compare_metrics(runs_a, runs_b, alpha=alpha, margin=margin,
                                  sequential=load_record(runs_a, runs_b))
+    if slo is not None:  # re-judge the arms under load against another SLO than the one recorded
+        from servedeck.ab.load import compare_load
+        comparison.load = compare_load(runs_a, runs_b, slo=slo, alpha=alpha)
     ha, ia = _host_and_image(a)
     hb, ib = _host_and_image(b)
     result = Outcome(run_a=a, run_b=b, diff=diff, comparison=comparison, interleaving=interleaving,

@@ -70,8 +70,10 @@ BENCH_METRICS: dict[str, bool] = {
     "spec_accept_len": False,
 }
 
-#: Directions of every judged metric (bench metrics and those registered by other stages).
-METRIC_DIRECTIONS: dict[str, bool | None] = dict(BENCH_METRICS)
+#: Directions of every judged metric (lower is better; None: no preferred direction): the bench
+#: metrics' and those other measurements add (the load benchmark's per-level latencies,
+#: :mod:`servedeck.ab.load`; others through :func:`register_metric`).
+METRIC_DIRECTIONS: dict[str, bool | None] = {**BENCH_METRICS, "tpot_s": True, "e2e_s": True}
 
 BENCH_PHASES = ("cold", "warm")
 MIN_SAMPLES = 2
@@ -261,6 +263,8 @@ class Comparison(BaseModel):
     sequential: Any = None
     """The sequential record (:class:`servedeck.ab.sequential.SequentialRecord`) the bench
     verdicts were replayed under, None at fixed n."""
+    load: Any = None
+    """The arms under load (:class:`servedeck.ab.load.LoadComparison`), when both ran a load benchmark."""
 
     def metric(self, name: str, phase: str = "startup") -> MetricComparison | None:
         """The comparison of ``name`` in ``phase`` (``startup``, ``cold``, ``warm``), or None."""
@@ -717,8 +721,11 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     file gives ``missing`` verdicts rather than an error. Bench metrics are compared for the
     ``cold`` and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has
     samples. Startup timings are ``not comparable`` when the arms' compile caches differed
-    (:func:`compile_cache_state`). Metrics of registered sources (:func:`register_metric_source`)
-    are judged beside the bench metrics.
+    (:func:`compile_cache_state`). When both arms ran a load benchmark (``load.jsonl``), each
+    level's per-request ``ttft_s``/``tpot_s``/``e2e_s`` join the judged metrics (phase = the
+    level, ``c=4``) and ``load`` holds the curves and the capacity verdict
+    (:func:`servedeck.ab.load.compare_load`). Metrics of registered sources
+    (:func:`register_metric_source`) are judged beside the bench metrics.
 
     Raises:
         ServedeckError: a JSON file is invalid, or the sequential record does not fit the runs.
@@ -733,7 +740,8 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
                for n in STARTUP_FACTS]
     samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
     samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
-    extra = [m for source in METRIC_SOURCES for m in source(la, lb)]
+    from servedeck.ab.load import compare_load, load_metrics
+    extra = [*load_metrics(la, lb), *(m for source in METRIC_SOURCES for m in source(la, lb))]
     if sequential is not None:
         from servedeck.ab.sequential import replay
         alpha, margin = sequential.design.alpha, sequential.design.margin
@@ -746,4 +754,5 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     return Comparison(arm_a=label(la), arm_b=label(lb), startup=startup, bench=bench,
                       warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb,
                       alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb],
-                      compile_cache_a=cache_a, compile_cache_b=cache_b, sequential=sequential)
+                      compile_cache_a=cache_a, compile_cache_b=cache_b, sequential=sequential,
+                      load=compare_load(la, lb, alpha=alpha))
