@@ -26,7 +26,7 @@ class ServedeckError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None,
                  hint: str | None = None, line: int | None = None, rule: str | None = None,
-                 problems: "list[ServedeckError] | None" = None) -> None:
+                 problems: list[ServedeckError] | None = None) -> None:
         self.message = message
         self.file = file
         self.field = field
@@ -37,7 +37,7 @@ class ServedeckError(Exception):
         super().__init__(self.render())
 
     @classmethod
-    def several(cls, problems: "list[ServedeckError]") -> "ServedeckError":
+    def several(cls, problems: list[ServedeckError]) -> ServedeckError:
         """One error standing for ``problems`` (one or more): the first one's fields, all of
         them in :meth:`render` and :meth:`findings`."""
         if len(problems) == 1:

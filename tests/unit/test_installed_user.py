@@ -25,7 +25,7 @@ def _servedeck(*args: str, cwd: Path, state: Path | None = None) -> subprocess.C
     if state is not None:
         env["SERVEDECK_STATE_DIR"] = str(state)
     return subprocess.run([sys.executable, "-m", "servedeck", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
 
 
 def _only_profiles(tmp_path: Path) -> Path:
@@ -244,6 +244,7 @@ def test_placeholder_hint_names_no_development_task_in_an_installed_servedeck(mo
 
 def test_clip_keeps_the_start_and_cuts_between_words():
     import pytest
+
     from servedeck.textfmt import clip
     line = "WARNING 12-03 10:00:01 Using a large max_num_seqs can cause fd limit errors like too many open files"
     out = clip(line, 60)
