@@ -205,6 +205,8 @@ def render(c, profile, out=None, flags=False):
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
                                   expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
+        from servedeck.compose.positions import profile_positions
+        findings = profile_positions(findings, _load(profile), rendered)
         print(as_typed(format_findings([f for f in findings if f.severity is Severity.error])), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
@@ -290,9 +292,10 @@ def _check_profile(name: str) -> tuple[str, list]:
         rendered = _render(name)
     except ServedeckError as exc:
         return None, _load_findings(exc)
-    return rendered.compose_text, check_compose_text(
+    from servedeck.compose.positions import profile_positions
+    return rendered.compose_text, profile_positions(check_compose_text(
         rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
-        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))), _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)

@@ -267,3 +267,44 @@ def test_a_deploys_wait_line_shows_the_log_line_from_its_start(capsys):
     assert "wait   10.0 s | INFO 12-03 10:00:01 [api_server.py:1] a large" in err
     shown = err.split("| ", 1)[1].rstrip("\n")
     assert shown.endswith("…") and log.startswith(shown[:-1])
+
+
+# ----------------------------------------------------------------------------- profile positions
+
+
+def test_a_failing_profile_points_to_the_profile_line_that_produced_the_rendered_line(tmp_path):
+    proj = _only_profiles(tmp_path)
+    (proj / "profiles" / "tp.yaml").write_text("# a variant\nextends: speed\nengine:\n  tool_call_parser: qwen9_xml\n")
+    res = _servedeck("check", "--profile", "tp", "--json", cwd=proj, state=tmp_path / "state")
+    assert res.returncode == 1
+    [err] = [f for f in json.loads(res.stdout) if f["severity"] == "error"]
+    assert err["rule"] == "vllm/unknown-tool-call-parser"
+    assert (err["profile_file"], err["profile_line"], err["profile_field"]) == (
+        str(proj / "profiles" / "tp.yaml"), 4, "engine.tool_call_parser")
+    rendered = _servedeck("render", "--profile", "speed", cwd=proj, state=tmp_path / "state").stdout.splitlines()
+    assert err["file"] == "profile:tp" and "qwen" in rendered[err["line"] - 1]  # the rendered line too
+    text = _servedeck("check", "--profile", "tp", cwd=proj, state=tmp_path / "state").stdout
+    assert f"{proj / 'profiles' / 'tp.yaml'}:4 engine.tool_call_parser\n        rendered: profile:tp:{err['line']} " \
+        "services.exl3xpu.command[17]" in text
+
+
+def test_positions_follow_the_extends_chain_and_list_items_by_value():
+    from servedeck.cli import _render
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.positions import profile_positions
+    from servedeck.model.profile import ProfileStore
+    loaded = ProfileStore(ROOT / "profiles").load("speed")
+    rendered = _render("speed")
+    found = profile_positions(check_compose_text(rendered.compose_text, file="profile:speed", known=[rendered.service],
+                                                 expect=CheckExpectations(rendered=True)), loaded, rendered)
+    by = {(f.rule, f.path): f for f in found}
+    restart = by[("restart/loops-on-failure", "services.exl3xpu.restart")]
+    base_lines = (ROOT / "profiles" / "base.yaml").read_text().splitlines()
+    assert restart.profile_file == str(ROOT / "profiles" / "base.yaml")  # set by the parent
+    assert base_lines[restart.profile_line - 1].strip().startswith("restart:")
+    cache = by[("paths/relative", "services.exl3xpu.volumes[1]")]
+    speed_lines = (ROOT / "profiles" / "speed.yaml").read_text().splitlines()
+    assert cache.profile_field == "container.volumes[0]" and "./cache" in speed_lines[cache.profile_line - 1]
+    # the weights mount is the template's own item, not a profile's list item: rendered position only
+    weights = by[("paths/relative", "services.exl3xpu.volumes[0]")]
+    assert weights.profile_file is None and weights.line is not None
