@@ -237,18 +237,22 @@ class Catalog:
 
     def describe_source(self, digest: str | None) -> str | None:
         """Which catalog the facts of ``digest`` come from, as a user reads it: ``the shipped
-        catalog (PATH)``, ``the project's catalog (PATH)``, ``local builds (PATH)``; None when
+        catalog (PATH)``, ``the project's catalog (PATH)``, ``your per-user catalog (PATH)``,
+        ``the catalog of local builds (PATH)``; None when
         the digest is unknown."""
         found = self.source(digest)
         if found is None:
             return None
         path = found[0]
+        from servedeck.model.project import state_dir
         if path == self.shipped_path:
             kind = "the shipped catalog"
         elif self.local is not None and path == self.local.catalog_path:
             kind = "the catalog of local builds"
+        elif path.parent == state_dir():
+            kind = "your per-user catalog"
         else:
-            kind = "the user's catalog"
+            kind = "the project's catalog"
         return f"{kind} ({path})"
 
     def vllm_facts_path(self, digest: str | None) -> Path | None:

@@ -65,7 +65,7 @@ def test_the_users_entry_replaces_the_shipped_one_and_the_rest_stay_known(tmp_pa
     again = Catalog(user, shipped=shipped)
     assert again.lookup(a).vllm_version == "0.9.0" and again.source(a)[0] == user
     assert again.lookup(b).vllm_version == "0.2.0"
-    assert again.describe_source(a) == f"the user's catalog ({user})"
+    assert again.describe_source(a) == f"the project's catalog ({user})"
     assert again.describe_source(b) == f"the shipped catalog ({shipped})"
     assert again.describe_source("sha256:" + "c" * 64) is None
 
