@@ -308,3 +308,29 @@ def test_positions_follow_the_extends_chain_and_list_items_by_value():
     # the weights mount is the template's own item, not a profile's list item: rendered position only
     weights = by[("paths/relative", "services.exl3xpu.volumes[0]")]
     assert weights.profile_file is None and weights.line is not None
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def _revision(n: int, sha: str, profile: str) -> list[dict]:
+    return [{"revision": n, "event": "deploy", "outcome": "started", "compose_sha256": sha, "profile": profile},
+            {"revision": n, "outcome": "ready"}]
+
+
+def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_takes_it():
+    from servedeck.deploy.ops import _rollback_target, _same_compose, format_status
+    from servedeck.host import history as hist
+    from servedeck.host.remote import HostState
+    records = _revision(1, "a", "speed") + _revision(2, "b", "base") + _revision(3, "a", "speed")
+    state = HostState("acquired", compose_sha256="a", good={"a", "b"}, history=records)
+    revs = hist.revisions(records)
+    good = [{"revision": r.number, "profile": r.profile, "same_as": _same_compose(revs, r)} for r in state.known_good()]
+    assert good == [{"revision": 3, "profile": "speed", "same_as": [1]},
+                    {"revision": 2, "profile": "base", "same_as": []}]
+    text = format_status({"host": "b70", "workdir": "/w", "compose_present": True, "known_good": good})
+    assert "known-good revisions (rollback --to N): 3 speed (the same compose file as revision 1), 2 base" in text
+
+    class H:
+        name = "b70"
+    assert _rollback_target(H(), state, 1).number == 3  # revision 1's file, kept as revision 3's
