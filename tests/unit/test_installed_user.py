@@ -328,7 +328,7 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     good = [{"revision": r.number, "profile": r.profile, "same_as": _same_compose(revs, r)} for r in state.known_good()]
     assert good == [{"revision": 3, "profile": "speed", "same_as": [1]},
                     {"revision": 2, "profile": "base", "same_as": []}]
-    text = format_status({"host": "b70", "workdir": "/w", "compose_present": True, "known_good": good})
+    text = format_status({"host": "b70", "workdir": "/w", "compose_present": True, "drift": [], "known_good": good})
     assert "known-good revisions (rollback --to N): 3 speed (the same compose file as revision 1), 2 base" in text
 
     class H:
