@@ -334,3 +334,39 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     class H:
         name = "b70"
     assert _rollback_target(H(), state, 1).number == 3  # revision 1's file, kept as revision 3's
+
+
+# ----------------------------------------------------------------------------- chart axes
+
+
+def test_chart_axes_start_at_zero_carry_units_and_no_offset_label(monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servedeck.ab.chart import chart_png
+    from servedeck.ab.stats import compare_metrics
+    runs = ROOT / "tests" / "fixtures" / "runs-cpu"
+    c = compare_metrics(runs / "0001-cpu-4096-local", runs / "0002-cpu-8192-local")
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    try:
+        assert chart_png(c)[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        monkeypatch.setattr(plt, "close", real_close)
+    [fig] = figures
+    fig.canvas.draw()
+    drawn = [ax for ax in fig.axes if ax.axison]
+    assert drawn
+    by_title = {ax.get_title().split("\n")[0]: ax for ax in drawn}
+    for title, ax in by_title.items():
+        assert ax.get_ylabel(), title  # a unit on every axis
+        assert ax.yaxis.get_offset_text().get_text() == "", title  # no "1e6" above the axis
+        if all(v >= 0 for coll in ax.collections for v in coll.get_offsets()[:, 1]):
+            assert ax.get_ylim()[0] == 0, title
+    kv = next(ax for t, ax in by_title.items() if "kv_cache_tokens" in t)
+    assert kv.get_ylabel() == "tokens"
+    decode = next(ax for t, ax in by_title.items() if t.endswith("decode_tok_s"))
+    assert decode.get_ylabel() == "tok/s"
+    real_close(fig)
