@@ -370,3 +370,16 @@ def test_chart_axes_start_at_zero_carry_units_and_no_offset_label(monkeypatch):
     decode = next(ax for t, ax in by_title.items() if t.endswith("decode_tok_s"))
     assert decode.get_ylabel() == "tok/s"
     real_close(fig)
+
+
+def test_startup_facts_cut_the_error_text_between_words():
+    from servedeck.vllm.startup_facts import StartupFacts, summarize
+    f = StartupFacts()
+    text = ("max_num_batched_tokens (2048) is smaller than max_model_len (131072). This effectively limits "
+            "the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. ") * 3
+    f.error = {"kind": "ValueError", "text": text}
+    shown = dict(summarize(f))["error"]
+    body = shown.removeprefix("ValueError: ")
+    assert body.endswith("…") and len(body) <= 300
+    assert " ".join(text.split()).startswith(body[:-1])
+    assert body[:-1].split()[-1] in text.split()  # the last word is whole
