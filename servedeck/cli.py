@@ -248,6 +248,8 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
             from servedeck.host.inimage import judge
+            print(f"judging {sum(t is not None for t in texts)} profile(s) with vLLM inside their images "
+                  "(one container per image; a first look at an image takes a while)…", file=sys.stderr)
             findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)
                                              if text is not None], judge=judge(), catalog=_catalog())
     if json_:
@@ -686,6 +688,7 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
                              "never writes inside its package",
                              hint=f"drop --table: `{PROGRAM} image-facts IMAGE` records the image's "
                                   "vLLM facts beside your project's catalog, and check reads them there")
+    print(f"reading {image} (pulled when missing; its vLLM asked in one container)…", file=sys.stderr)
     digest, facts, vf = extract_facts(None, image)
     if not no_record:
         _catalog().add_with_vllm_facts(digest, facts, vf)
