@@ -408,3 +408,13 @@ def test_an_image_build_step_prints_progress_lines_when_not_on_a_terminal(tmp_pa
     assert live is None and isinstance(plain, PlainProgress)
     live, plain = _progress(Console(file=io.StringIO(), force_terminal=True))
     assert live is not None and plain is None
+
+
+def test_every_json_option_prints_json_on_an_error(tmp_path):
+    res = _servedeck("startup-facts", "--log", "nowhere.log", "--json", cwd=tmp_path, state=tmp_path / "state")
+    assert res.returncode == 2
+    doc = json.loads(res.stdout)
+    assert doc["error"]["message"] == "file not found" and doc["error"]["file"] == "nowhere.log"
+    assert "error: nowhere.log: file not found" in res.stderr  # the text stays on stderr
+    res = _servedeck("startup-facts", "--log", "nowhere.log", cwd=tmp_path, state=tmp_path / "state")
+    assert res.stdout == ""  # without --json: text only
