@@ -73,6 +73,21 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
+def _served_model(run: RunRecord) -> str:
+    """The served model name the requests of a benchmark of ``run`` carry (``run.json``).
+
+    Raises:
+        ServedeckError: the record names none (a rollback to a revision whose history line
+            predates it): the server cannot be asked for a model nobody named.
+    """
+    name = run.meta.served_model_name
+    if not name:
+        raise ServedeckError(f"run {run.run_id} names no served model, so its server cannot be benchmarked",
+                             file=str(run.path / store.RUN_META),
+                             hint="redeploy the profile (a new run records the name it serves under)")
+    return name
+
+
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
@@ -93,7 +108,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
 
     headers = _auth_headers(host)
     client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) if headers else None
-    result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+    result = run_bench(base_url, workload, served_model=_served_model(run),
                        progress=progress, client=client)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
@@ -135,10 +150,11 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
         raise ServedeckError(f"run {run.run_id} already holds load results", file=str(run.path / store.LOAD_SUMMARY),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     headers = _auth_headers(host)
-    model = run.meta.served_model_name
+    model = _served_model(run)
     if capacity is not None:
         from servedeck.runs.kv_history import read_kv
-        kv = (read_kv(run.path) or {}).get("prediction")
+        kv_doc = read_kv(run.path)
+        kv = kv_doc.prediction if kv_doc is not None else None
         result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
                               precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
                               kv_prediction=kv, headers=headers, progress=progress)
