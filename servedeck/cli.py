@@ -27,6 +27,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
+
+Justify = Literal["default", "left", "center", "right", "full"]
+"""How a table column is aligned (rich's ``JustifyMethod``)."""
 
 
 def _import_invoke_without_mock():
@@ -160,7 +164,7 @@ def _write_out(path: str, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: list[list[str]]) -> None:
     """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
     texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
     from rich.console import Console
@@ -802,7 +806,8 @@ def runs(c, profile=None, limit=50):
     if limit < 0:
         raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
     if limit and len(rows) > limit:
-        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)",
+              file=sys.stderr)
         rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
@@ -811,7 +816,8 @@ def runs(c, profile=None, limit=50):
                        ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s),
+                  cell(r.cold_ttft_s)]
                  for r in rows])
 
 

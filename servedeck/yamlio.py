@@ -1,8 +1,8 @@
 """Reading YAML the way each consumer needs it, and small helpers for loaded documents.
 
 * :func:`read_yaml_file` — a user's file (profile, inventory) with ruamel.yaml, YAML 1.2
-  (safe loader for plain data, round-trip otherwise); errors name the file and the line. Compose files are read by the compose
-  document model (:mod:`servedeck.compose.document`).
+  (safe loader for plain data, round-trip otherwise); errors name the file and the line. Compose files are read by
+  the compose document model (:mod:`servedeck.compose.document`).
 * :func:`load_data` — YAML 1.2 text to plain data (catalog, inventories, local images): libyaml's
   parser through ``ruamel.yaml.clib`` when it is installed, ruamel's own YAML 1.2 parser otherwise
   and whenever libyaml refuses the text.

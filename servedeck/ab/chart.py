@@ -33,7 +33,7 @@ def chart_png(comparison: Comparison) -> bytes:
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.8 * nrows), squeeze=False)
     colors = ("#4c72b0", "#dd8452")
     for ax, m in zip(axes.flat, panels):
-        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
+        for i, (_arm, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
                                                       (comparison.arm_b, m.samples_b, m.b))):
             if median is not None:
                 ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)

@@ -289,7 +289,7 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
     out_path = Path(out_path)
     chart_path: Path | None = out_path.with_suffix(".png")
     try:
-        render_chart(comparison, chart_path)
+        render_chart(comparison, out_path.with_suffix(".png"))
     except ServedeckError:
         chart_path = None
     load_chart: Path | None = None

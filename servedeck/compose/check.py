@@ -267,13 +267,13 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                          "run judges vLLM's own starts and launchers that print their final command")
                 continue
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
-    for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
-        mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
-        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
+    for ref, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4], job[5]) == (ref, start, mode)]
+        verdicts = judge(ref, [job[3] for job in mine], list(start) if start is not None else None, mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:
-                ctx.info("inimage/accepted", path, f"vLLM in {image} accepts the command{how}")
+                ctx.info("inimage/accepted", path, f"vLLM in {ref} accepts the command{how}")
             else:
                 ctx.error("inimage/rejected", path,
                           f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",

@@ -603,9 +603,10 @@ def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = 
             return None
         if isinstance(spec, dict) and isinstance(spec.get("file"), str):
             doc = files.get(spec["file"])
-            pool = doc.get("services") if isinstance(doc, dict) else None
-            if not isinstance(pool, dict):
+            other = doc.get("services") if isinstance(doc, dict) else None
+            if not isinstance(other, dict):
                 return None
+            pool = other
         found = pool.get(name)
         return (found, name, pool) if isinstance(found, dict) else None
 
@@ -804,7 +805,7 @@ class ServiceDefinition:
             elif key == "environment":
                 svc.environment = Environment.parse(value)
             elif key in ("ports", "volumes", "devices"):
-                kind = {"ports": Port, "volumes": Mount, "devices": Device}[key]
+                kind: Any = {"ports": Port, "volumes": Mount, "devices": Device}[key]
                 items = []
                 for i, item in enumerate(value or []):
                     try:

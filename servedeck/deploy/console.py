@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 class Reporter:
@@ -53,7 +57,7 @@ class ConsoleReporter(Reporter):
         self._console = None  # made at the first line on a terminal
         self._stderr = stderr
         self._lock = threading.Lock()
-        self._status = None
+        self._status: Status | None = None
         self._last_plain = 0.0
         self._terminal: bool | None = None
         self.run_dir = None

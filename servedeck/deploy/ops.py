@@ -95,7 +95,7 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
             return out
         attrs = container.attrs
         st = container.state(reload=False)
-        digests = host.engine.image_digests(attrs.get("Image"))
+        digests = host.engine.image_digests(attrs.get("Image", ""))
         out["container"] = {
             "name": container.name, "state": st["status"], "running": st["running"],
             "restarting": st["restarting"], "exit_code": st["exit_code"],
@@ -222,11 +222,12 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                                                   timeout_s=timeout_s or entry.ready_timeout_s,
                                                   reporter=reporter, who=owner(), run_id=run.run_id,
                                                   reason="invoke rollback")
-        if run.run is not None:
-            restored = host.read_file(host.good_file(target.compose_sha256), missing_ok=True)
+        sha = target.compose_sha256
+        assert sha is not None  # a known-good revision has its compose file (Revision.good)
+        if run.run is not None and project is not None:
+            restored = host.read_file(host.good_file(sha), missing_ok=True)
             record_restored(run, project.runs_dir, target.record.get("run_id"),
-                            restored.decode("utf-8") if restored is not None else None,
-                            target.compose_sha256, rb)
+                            restored.decode("utf-8") if restored is not None else None, sha, rb)
         run.save_meta(revision=revision, compose_sha256=target.compose_sha256,
                       outcome="ready" if rb.ready else "failed",
                       **({"ready_at": utcnow()} if rb.ready else {"failure": rb.reason, "ended_at": utcnow()}))

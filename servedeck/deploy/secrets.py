@@ -19,6 +19,7 @@ secrets of a file that is already on a host are read as Compose reads them there
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,7 @@ class Secrets:
         return self.values.get("--api-key") or self.values.get("environment.VLLM_API_KEY")
 
 
-def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str] | None) -> Secrets:
+def find_secrets(argv: list[str], environment: Mapping[str, str | None] | list[str] | None) -> Secrets:
     """The secrets in a server argv and a container environment (mapping or ``NAME=VALUE``
     list)."""
     found: dict[str, str] = {}
@@ -97,10 +98,10 @@ def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str]
             elif item.startswith(flag + "="):
                 found[flag] = item.split("=", 1)[1]
     pairs: list[tuple[str, Any]]
-    if isinstance(environment, dict):
+    if isinstance(environment, Mapping):
         pairs = list(environment.items())
     else:
-        pairs = [tuple(e.split("=", 1)) if "=" in e else (e, None) for e in environment or []]
+        pairs = [(name, value if eq else None) for name, eq, value in (e.partition("=") for e in environment or [])]
     for name, value in pairs:
         if value and SECRET_ENV_RE.search(str(name)):
             found[f"environment.{name}"] = str(value)

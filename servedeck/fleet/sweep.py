@@ -319,8 +319,8 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
     read from the run records (layout ``docs/run-record.md``)."""
     from servedeck.errors import ServedeckError
     from servedeck.runs import store
-    out = {h: {"ready_s": [], "bench_s": [], "command_s": [], **{k: [] for k in _STEPS.values()}}
-           for h in hosts}
+    out: dict[str, dict[str, list[float]]] = {
+        h: {"ready_s": [], "bench_s": [], "command_s": [], **{k: [] for k in _STEPS.values()}} for h in hosts}
     if not runs_dir.exists():
         return out
     ready_by_run: dict[str, float] = {}

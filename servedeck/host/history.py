@@ -96,8 +96,9 @@ def known_good(records: list[dict[str, Any]], stored: set[str] | None = None) ->
     out: list[Revision] = []
     seen: set[str] = set()
     for rev in reversed(revisions(records)):
-        if rev.good and rev.compose_sha256 not in seen and (stored is None or rev.compose_sha256 in stored):
-            seen.add(rev.compose_sha256)
+        sha = rev.compose_sha256
+        if rev.good and sha and sha not in seen and (stored is None or sha in stored):
+            seen.add(sha)
             out.append(rev)
     return out
 

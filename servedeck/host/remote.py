@@ -137,7 +137,7 @@ if [ -z "$mine" ]; then echo kept
 elif [ ! -f "$lock" ]; then echo absent
 elif [ "$(cat "$lock")" = "$mine" ]; then rm -f "$lock"; echo released
 else echo other; cat "$lock"; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 
 @dataclass
@@ -570,7 +570,8 @@ class RemoteHost:
         res = self.run_script(script, args, timeout=60)
         facts_text, _, state_text = ("\n" + res.stdout).partition("\n==lock\n")  # the state's first section
         state_text, _, snapshot = ("==lock\n" + state_text).partition("\n==snapshot\n")
-        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
+        # an unreadable file is left out: read_file reports it later
+        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))
         state = self._parse_state(state_text, lock_owner)
         facts = parse_facts(self.name, self.workdir, facts_text, port, [(p, self.abspath(p)) for p in paths])
         if state.holder is not None:

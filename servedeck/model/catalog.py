@@ -312,6 +312,6 @@ def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     if "xpu" in (tag or "").lower() and device == "cuda":
         device = "xpu"
     return ImageFacts(repository=repository, launcher=launcher.name, vllm_version=version,
-                      device=device,  # type: ignore[arg-type]
+                      device=device,
                       entrypoint=list(launcher.start), default_port=launcher.default_port, inferred=True,
                       note=f"inferred from the repository and tag {tag or '(none)'}")

@@ -25,7 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSch
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings
-from servedeck.model.catalog import ImageRef
+from servedeck.model.catalog import Device, ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -301,7 +301,7 @@ class Container(_Strict):
     compose_extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def device(self) -> str:
+    def device(self) -> Device:
         """The device these settings give the server: ``xpu`` with ``/dev/dri``, ``cuda`` with an
         NVIDIA request (a CDI ``nvidia.com/...`` device; in ``compose_extra``: ``gpus``,
         ``runtime: nvidia``, or a ``deploy.resources.reservations.devices`` entry with the
@@ -315,7 +315,8 @@ class Container(_Strict):
         nvidia = isinstance(node, list) and any(
             isinstance(r, dict) and (r.get("driver") == "nvidia" or "gpu" in (r.get("capabilities") or []))
             for r in node)
-        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" or any(d.startswith("nvidia.com/") for d in self.devices):
+        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" \
+                or any(d.startswith("nvidia.com/") for d in self.devices):
             return "cuda"
         return "cpu"
 

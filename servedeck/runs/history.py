@@ -186,7 +186,7 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     for _, name, mtime in _scan(runs_dir):
         hit = cached.get(name)
         if hit and hit[0] == mtime and len(hit[1]) == len(_CACHED_FIELDS):
-            row = RunSummary(*hit[1], runs_dir)
+            row = RunSummary(*hit[1] + [runs_dir])  # the cached fields in their order, then runs_dir
             fresh[name] = hit
         else:
             row = summarize_run(runs_dir / name)
@@ -316,8 +316,9 @@ def run_document(run_dir: Path) -> dict[str, Any]:
         ServedeckError: a file is not valid JSON or does not match its model.
     """
     run_dir = Path(run_dir)
-    named = {"run": store.RUN_META, "startup": store.STARTUP, "args_verification": store.ARGS_VERIFICATION,
-             "bench": store.BENCH_SUMMARY, "diff": store.PROFILE_DIFF}
+    named: dict[str, store.RunFile[Any]] = {
+        "run": store.RUN_META, "startup": store.STARTUP, "args_verification": store.ARGS_VERIFICATION,
+        "bench": store.BENCH_SUMMARY, "diff": store.PROFILE_DIFF}
     doc: dict[str, Any] = {key: _as_json(run_dir, file) for key, file in named.items()}
     doc["files"] = {str(f): _as_json(run_dir, f) for f in store.present_files(run_dir)
                     if f.form == "json" and f not in named.values()}

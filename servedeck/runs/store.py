@@ -248,7 +248,7 @@ def _invalid(file: RunFile[Any], path: Path, exc: Any, verb: str, line: int | No
                                f"(servedeck.runs.records.{file.model})")
 
 
-def encode(file: RunFile[M], value: M | Any, *, path: Path | None = None) -> Any:
+def encode(file: RunFile[M], value: Any, *, path: Path | None = None) -> Any:
     """``value`` (the file's model, or data that validates as it) as JSON data, validated
     against ``file``'s model (for ``jsonl``: a list of such items; for ``run.json``: the fields
     that were set).
@@ -298,7 +298,7 @@ class RunRecord:
     def run_id(self) -> str:
         return self.path.name
 
-    def write(self, file: RunFile[M], value: M | Any, *, scrub: Any = None) -> Path:
+    def write(self, file: RunFile[M], value: Any, *, scrub: Any = None) -> Path:
         """Write ``file`` atomically: for a JSON file ``value`` validated against its model
         (:func:`encode`), ``scrub`` (a function over the JSON data, e.g. a deployment's
         :meth:`~servedeck.deploy.secrets.Secrets.scrub`) applied, and secrets redacted; text is
@@ -494,11 +494,17 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
 # --------------------------------------------------------------------------------------------
 
 @overload
+def read(run_dir: Path, file: RunFile[str], *, required: Literal[True]) -> str: ...
+@overload
 def read(run_dir: Path, file: RunFile[str], *, required: bool = False) -> str | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[bytes], *, required: bool = False) -> bytes | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[Sample], *, required: bool = False) -> list[Sample]: ...
+@overload
+def read(run_dir: Path, file: RunFile[RequestRecord], *, required: bool = False) -> list[RequestRecord]: ...
+@overload
+def read(run_dir: Path, file: RunFile[M], *, required: Literal[True]) -> M: ...
 @overload
 def read(run_dir: Path, file: RunFile[M], *, required: bool = False) -> M | None: ...
 def read(run_dir: Path, file: RunFile[Any], *, required: bool = False) -> Any:  # noqa: E302

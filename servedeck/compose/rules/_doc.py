@@ -196,7 +196,9 @@ def parse(text: str, file: str | None = None) -> Doc:
         DocError: on a YAML syntax error (rule ``yaml/syntax``), a duplicate key
             (``yaml/duplicate-key``) or an empty document (``yaml/empty``).
     """
-    yaml = YAML(typ="safe", pure=True)  # the "rt" nodes, marks and styles without comment handling (2x faster); not libyaml, which reads some plain scalars differently
+    # the "rt" nodes, marks and styles without comment handling (2x faster); not libyaml, which
+    # reads some plain scalars differently
+    yaml = YAML(typ="safe", pure=True)
     try:
         node = yaml.compose(text)
     except MarkedYAMLError as exc:
