@@ -253,7 +253,8 @@ def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_ci
     result, project, host, entry, _ = demo
     a, a_again = result.runs[0], result.runs[2]
     bench_deployed(a_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
-    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name, "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
+    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name,
+                      "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "A/A: same configuration (noise floor)" in proc.stdout
     assert f"A = {a.name}" in proc.stdout and f"B = {a_again.name}" in proc.stdout

@@ -281,7 +281,8 @@ def test_report_findings(report_ab):
     for phase in ("cold", "warm"):
         for metric in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len"):
             assert re.search(rf"^- {phase} {metric} .*95% CI \d+\.\d+–\d+\.\d+; Mann-Whitney U, [a-z ()]+, "
-                             r"p=[\d.e-]+, Holm p=[\d.e-]+\): (no verdict|equivalent): ", findings, re.M), (phase, metric)
+                             r"p=[\d.e-]+, Holm p=[\d.e-]+\): (no verdict|equivalent): ", findings, re.M), \
+                (phase, metric)
     assert "_Verdict: to be written_" in report_ab
     assert "_Hypothesis: to be written_" in report_ab
     # startup table gives both arms
