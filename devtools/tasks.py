@@ -51,10 +51,23 @@ def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitio
     print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
 
 
-@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)"})
-def test(c, k=None, unit=False):
-    """Start the test services (dockerd, registry, sshd), then run the whole test suite."""
+def _lint(c) -> None:
+    c.run(f"cd {ROOT} && python -m ruff check . && python -m mypy", pty=False)
+
+
+@task
+def lint(c):
+    """``ruff check`` over the repository and ``mypy`` over the package (settings in pyproject.toml)."""
+    _lint(c)
+
+
+@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)",
+            "lint": "run `invoke lint` first (on by default; --no-lint skips it)"})
+def test(c, k=None, unit=False, lint=True):
+    """Lint (ruff, mypy), start the test services (dockerd, registry, sshd), then run the whole test suite."""
     root = ROOT
+    if lint:
+        _lint(c)
     if not unit:
         c.run(f"bash {root}/scripts/test-services up", pty=False)
         c.run(f"bash {root}/scripts/test-services clean", pty=False)  # what a killed run left deployed
