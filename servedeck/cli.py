@@ -590,6 +590,8 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     result = run_sweep(_project(), sweep_plan,
                        progress=console_progress(lambda line: print(line, file=sys.stderr)))
     print(render_table(sweep_table(result)), end="")
+    for line in result.power_restored:
+        print(line, file=sys.stderr)
     if result.chart:
         print(f"chart: {result.chart}")
     print(f"summary: {result.summary}")
@@ -661,16 +663,31 @@ def startup_facts(c, log, json_=False):
                            "per level, as --append-result writes them)",
             "import_curve": "store an external load curve beside --run: a `vllm bench sweep serve` directory, a "
                             "GuideLLM report with several benchmarks, or appended `vllm bench serve` results",
-            "serve": "with --import-curve of a sweep over server settings: the SERVE- combination to take"})
+            "serve": "with --import-curve of a sweep over server settings: the SERVE- combination to take",
+            "no_quality": "skip the quality probes (likelihood, agreement, degenerate output, features, needle)",
+            "needle_tokens": "longest needle context in tokens, or `max` for the deployed max_model_len "
+                             "(default 32768)",
+            "lm_eval": "also run lm-evaluation-harness on these tasks (comma-separated; needs servedeck[lm-eval])",
+            "lm_eval_include": "directory of your lm-eval task YAML files",
+            "lm_eval_limit": "lm-eval documents per task",
+            "lm_eval_backend": "local-chat-completions (default) or local-completions (log-likelihood tasks)",
+            "no_telemetry": "do not sample energy, power, clocks and throttling on the host",
+            "telemetry_period_s": "seconds between the host's telemetry samples (default 0.1)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=None,
           import_file=None, workload=None, load=None, slo=None, capacity=False, precision=None, max_levels=None,
-          requests=None, export_vllm=None, import_curve=None, serve=None):
+          requests=None, export_vllm=None, import_curve=None, serve=None, no_quality=False, needle_tokens=None,
+          lm_eval=None, lm_eval_include=None, lm_eval_limit=None, lm_eval_backend=None, no_telemetry=False,
+          telemetry_period_s=None):
     """Benchmark the deployed server: one stream (cold/warm TTFT, decode tok/s, MTP) or a workload under load.
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json).
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
+    standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
+    during the benchmark (telemetry.json) and each request is set against the card's ceilings
+    (roofline.json).
     """
     from servedeck.runs.history import resolve_run
     from servedeck.bench.record import import_external, latest_ready_run
@@ -712,6 +729,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     under_load = None
     if loaded is not None and loaded.kind != "single-stream":  # settings checked before the host is asked
         under_load = _load_settings(loaded, load, slo, capacity, precision, max_levels, requests)
+    quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
@@ -732,9 +750,19 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         int(max_tokens) if max_tokens else (base.max_tokens if base.max_tokens != default.max_tokens else None))
     workload_ = base.model_copy(update={"prompt_tokens": prompt, "max_tokens": out,
                                         "repetitions": int(repetitions) if repetitions else base.repetitions})
+    from servedeck.bench.limits import format_roofline, format_telemetry, read_roofline, read_telemetry
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress)
+        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress, probes=not no_quality,
+                                quality_settings=quality, lm_eval=tasks, telemetry=not no_telemetry,
+                                telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None,
+                                catalog=_catalog(), runs_dir=runs_dir)
     print(format_table(result))
+    for line in [*format_roofline(read_roofline(run_dir)), *format_telemetry(read_telemetry(run_dir))]:
+        print(line)
+    if not no_quality:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
@@ -787,6 +815,43 @@ def workloads(c, json_=False):
         return
     print_table(None, [("workload", "left"), ("kind", "left"), ("what", "left")],
                 [[n, w.kind, describe(w).split(": ", 1)[-1]] for n, w in docs.items()])
+
+
+def _quality_options(needle_tokens, lm_eval, include, limit, backend):
+    """(QualitySettings, LmEvalSettings | None) from `invoke bench`'s options.
+
+    Raises:
+        ServedeckError: a value is not a count (the option named).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.bench.quality import QualitySettings
+    quality = QualitySettings()
+    if needle_tokens is not None:
+        text = str(needle_tokens).strip().lower()
+        if text != "max" and not text.isdigit():
+            raise ServedeckError(f"--needle-tokens {needle_tokens!r} is neither a token count nor `max`",
+                                 field="--needle-tokens")
+        quality = QualitySettings(needle_max_tokens=None if text == "max" else int(text))
+    if not lm_eval:
+        if include or limit or backend:
+            raise ServedeckError("--lm-eval-include/--lm-eval-limit/--lm-eval-backend need --lm-eval TASKS")
+        return quality, None
+    from servedeck.bench.lmeval import LmEvalSettings
+    try:
+        tasks = LmEvalSettings(tasks=[t.strip() for t in str(lm_eval).split(",") if t.strip()],
+                               include_path=str(Path(include).resolve()) if include else None,
+                               limit=int(limit) if limit else None,
+                               **({"backend": backend} if backend else {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = {"backend": "--lm-eval-backend", "limit": "--lm-eval-limit", "tasks": "--lm-eval"}.get(
+            str(err["loc"][0]), "--lm-eval")
+        raise ServedeckError(f"bad lm-eval option: {err['msg']}", field=option) from None
+    except ValueError:
+        raise ServedeckError(f"bad lm-eval option: {limit!r} is not a count",
+                             field="--lm-eval-limit") from None
+    return quality, tasks
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -905,10 +970,108 @@ def _show_formatters() -> dict:
     def capacity(result) -> list[str]:
         from servedeck.bench.table import format_capacity
         return ["capacity:", *("  " + line for line in format_capacity(store.encode(store.CAPACITY, result)))]
+
+    def quality(result) -> list[str]:
+        from servedeck.bench.table import format_quality
+        return format_quality(result).splitlines()
+
+    def lm_eval(result) -> list[str]:
+        return [f"lm-eval {result.lm_eval_version}: " + ", ".join(
+            f"{m.key} {m.value:.4g} (n={len(m.per_doc)})" for m in result.task_metrics if m.value is not None)]
+
+    def roofline_(record) -> list[str]:
+        from servedeck.bench.limits import format_roofline
+        return format_roofline(record)
+
+    def telemetry(record) -> list[str]:
+        from servedeck.bench.limits import format_telemetry
+        return format_telemetry(record)
     return {store.PROFILE_DIFF: lambda diff: [f"  changed vs parent: {ch.path}: {ch.parent} -> {ch.value}"
                                               for ch in diff.root],
             store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench,
-            store.LOAD_SUMMARY: load, store.CAPACITY: capacity}
+            store.LOAD_SUMMARY: load, store.CAPACITY: capacity, store.QUALITY: quality, store.LM_EVAL: lm_eval,
+            store.ROOFLINE: roofline_, store.TELEMETRY: telemetry}
+
+
+@task(help={"host": "inventory host name (default: list the shipped card table)", "inventory": _INV,
+            "measure": "measure the device's read bandwidth and matrix rate in the host's running server "
+                       "container and keep them (runs/ceilings/HOST.json)",
+            "buffer_mib": "with --measure: the bandwidth buffer in MiB (default 256)",
+            "repeats": "with --measure: timed passes of each kind, the best counts (default 5)",
+            "json": "print JSON"})
+@_cli
+def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeats=5, json_=False):
+    """The limits a host's runs are measured against: card table, inventory overrides, measured figures."""
+    from servedeck.bench.roofline import resolve_ceilings
+    from servedeck.model.cards import CARDS
+    from servedeck.numfmt import fmt_num
+    from servedeck.runs import store
+    if not host:
+        if json_:
+            print(json.dumps([c_.to_dict() for c_ in CARDS], indent=2))
+            return
+        print_table(None, [("card", "left"), ("name", "left"), ("GB/s", "right"), ("GiB", "right"), ("W", "right"),
+                           ("FP16 TFLOPS", "right"), ("INT8 TOPS", "right")],
+                    [[c_.id, c_.name, fmt_num(c_.memory_bandwidth_gb_s), fmt_num(c_.memory_gib),
+                      fmt_num(c_.board_power_w), fmt_num(c_.matrix_fp16_tflops), fmt_num(c_.matrix_int8_tops)]
+                     for c_ in CARDS])
+        print("sources:")
+        for c_ in CARDS:
+            print(f"  {c_.id}: {'; '.join(c_.sources)}" + (f" ({c_.notes})" if c_.notes else ""))
+        return
+    runs_dir = _project().runs_dir
+    remote, entry = _host(host, inventory)
+    measured = store.read_host_ceilings(runs_dir, host)
+    if measure:
+        from servedeck.deploy.ops import status
+        from servedeck.host.ceilings import measure_ceilings
+        from servedeck.runs.records import MeasuredCeilings
+        running = status(remote, entry).get("container") or {}
+        if not running.get("running"):
+            raise ServedeckError(f"nothing is running on host {host}: the measurement runs in the server's container",
+                                 hint=f"servedeck deploy --host {host} --profile NAME")
+        doc = measure_ceilings(remote, running["name"], buffer_mib=int(buffer_mib), repeats=int(repeats))
+        measured = MeasuredCeilings(**doc, host=host, container=running["name"], measured_at=store.utcnow())
+        path = store.write_host_ceilings(runs_dir, measured)
+        print(f"measured on {host} ({measured.device}): read {fmt_num(measured.memory_bandwidth_gb_s)} GB/s, "
+              f"{measured.matrix_dtype} matmul {fmt_num(measured.matrix_tflops)} TFLOPS; kept in {path}",
+              file=sys.stderr)
+    from servedeck.bench.limits import deployed_service, device_of
+    from servedeck.runs.history import newest_served
+    try:
+        newest = newest_served(runs_dir, host)
+        profile, startup = store.read(newest, store.PROFILE_RESOLVED), store.read(newest, store.STARTUP)
+        device = device_of(profile.root if profile is not None else {}, deployed_service(newest, _catalog()))
+        total = startup.total_memory_gib if startup is not None else None
+    except ServedeckError:  # no run of this host yet: the inventory and the measurement decide
+        device, total = None, None
+    ceil = resolve_ceilings(entry, host=host, device=device, total_memory_gib=total,
+                            measured=measured.model_dump(mode="json") if measured else None)
+    if json_:
+        print(json.dumps({"ceilings": ceil.model_dump(mode="json"),
+                          "measured": measured.model_dump(mode="json") if measured else None}, indent=2))
+        return
+    print(f"{host}: card {ceil.card_name or '–'} ({ceil.card_source or 'unknown'})")
+    print(f"  memory bandwidth {fmt_num(ceil.memory_bandwidth_gb_s)} GB/s ({ceil.bandwidth_source or '–'})")
+    print(f"  matrix rate {fmt_num(ceil.matrix_tflops)} TFLOPS FP16 ({ceil.matrix_source or '–'})")
+    for note in ceil.notes:
+        print(f"  note: {note}")
+
+
+@task(help={"run": "run id / sequence / latest[:PROFILE] / newest[:PROFILE]", "inventory": _INV})
+@_cli
+def roofline(c, run, inventory=None):
+    """Recompute a benchmarked run's roofline with the ceilings that apply now (card set, host measured)."""
+    from servedeck.bench.limits import format_roofline, recompute_roofline
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.runs.history import resolve_run
+    from servedeck.runs.store import read_meta
+    runs_dir = _project().runs_dir
+    path = resolve_run(runs_dir, run)
+    meta = read_meta(path)
+    inv_path = Path(inventory) if inventory else _project().inventory_path
+    entry = get_host(load_inventory(inv_path), meta.host, inv_path)
+    print("\n".join(format_roofline(recompute_roofline(path, entry, runs_dir=runs_dir, catalog=_catalog()))))
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
@@ -926,11 +1089,17 @@ def _show_formatters() -> dict:
             "load": "with --interleave --workload: the load schedule every deployment runs (default: the workload's)",
             "slo": "judge the levels and capacity against this SLO: ttft_s=S,tpot_s=S,e2e_s=S,p=PCT "
                    "(default: the workload's, or what the runs recorded)",
-            "out": "write the Markdown report (and its chart beside it)"})
+            "out": "write the Markdown report (and its chart beside it)",
+            "ppl_margin": "quality: perplexity rise tolerated, relative (default 0.01 = +1 %)",
+            "min_agreement": "quality: next-token agreement with the reference below this gates (default 0.95)",
+            "min_generation_agreement": "quality: greedy generation agreement below this gates (default 0.5)",
+            "task_margin": "quality: lm-eval score margin, absolute (default 0.01)",
+            "quality_reference": "quality: the reference arm, A (default) or B; the other arm is gated"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
        margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=None, workload=None, load=None, slo=None):
+       order="abba", requests=None, workload=None, load=None, slo=None, ppl_margin=None, min_agreement=None,
+       min_generation_agreement=None, task_margin=None, quality_reference=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -939,6 +1108,8 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     runs_dir = _project().runs_dir
     settings = dict(alpha=float(alpha) if alpha is not None else ALPHA,
                     margin=float(margin) if margin is not None else DEFAULT_MARGIN)
+    settings["quality"] = _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin,
+                                         quality_reference, settings["alpha"])
 
     def text(v):
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
@@ -992,6 +1163,37 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
 
 
+def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin, reference, alpha):
+    """The quality gate's settings from `invoke ab`'s options.
+
+    Raises:
+        ServedeckError: a value out of range (the option named, with its range).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.ab.quality import QualityGateSettings
+    given = {"ppl_margin": ppl_margin, "min_agreement": min_agreement,
+             "min_generation_agreement": min_generation_agreement, "task_margin": task_margin}
+    values = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise ServedeckError(f"--{name.replace('_', '-')} {value!r} is not a number",
+                                 field=f"--{name.replace('_', '-')}") from None
+    if reference is not None:
+        values["reference"] = str(reference).strip().upper()
+    try:
+        return QualityGateSettings(alpha=alpha, **values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0])
+        raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
+                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+
+
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, under_load=None):
     """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave); with
     ``under_load`` (``_load_settings``) every deployment runs that workload's load schedule."""
@@ -1019,10 +1221,14 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
         from servedeck.bench.sizing import max_model_len_of, size_workload
         prompt, out = size_workload(max_model_len_of(run_dir))
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
-                                                        repetitions=requests))
-    return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
-                           bench_fn=bench_fn, host=host,
-                           on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+                                                        repetitions=requests), runs_dir=_project().runs_dir)
+    from servedeck.deploy.power_series import power_series, varies_power_cap
+    capped = varies_power_cap([_load(profile_a).profile, _load(profile_b).profile])
+    with power_series([(remote, entry)], series=f"ab --interleave {profile_a} {profile_b}", enabled=capped,
+                      report=lambda line: print(line, file=sys.stderr)):
+        return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
+                               bench_fn=bench_fn, host=host,
+                               on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",
@@ -1067,7 +1273,8 @@ def _ab_kv(run_dirs) -> None:
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, workloads, runs, show, ab, plan)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, workloads, runs, show, ab, plan,
+              ceilings, roofline)
 
 
 def namespace() -> Collection:

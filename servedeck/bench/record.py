@@ -88,16 +88,36 @@ def _served_model(run: RunRecord) -> str:
     return name
 
 
-def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
+def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
+                   probes: bool = True, quality_settings=None, lm_eval=None, telemetry: bool = True,
+                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
+
+    Besides the samples, the run gets ``telemetry.json`` (energy, power, clocks and throttling
+    of each request, sampled on the host; ``telemetry=False`` skips it) and ``roofline.json``
+    (each request against the card's ceilings), see :mod:`servedeck.bench.limits`. After the
+    speed benchmark, the quality probes (:func:`servedeck.bench.probes.run_probes`, sized by the
+    run's effective settings and ``max_model_len``) write ``quality.json``, and with ``lm_eval``
+    (:class:`servedeck.bench.lmeval.LmEvalSettings`) lm-evaluation-harness writes
+    ``lm_eval.json``; ``benched_at`` is set once all of it is stored.
+
+    Args:
+        probes: run the quality probes (default on); quality_settings: their
+            :class:`servedeck.bench.quality.QualitySettings` (default sizes when None).
+        catalog: the project's image catalog (the image's device and launcher defaults), when known.
+        runs_dir: the project's runs directory (a host's measured ceilings are kept there);
+            default: the run's parent directory.
 
     Returns:
         the :class:`servedeck.bench.client.BenchResult`.
 
     Raises:
-        ServedeckError: the guard fails, or the server misbehaves.
+        ServedeckError: the guard fails, or the server misbehaves, or lm-eval fails (the speed
+            and probe results are stored before).
     """
     from servedeck.bench.client import run_bench
+    from servedeck.bench.limits import BenchTelemetry, record_roofline
+    from servedeck.bench.windows import RequestWindows
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
     if store.is_benchmarked(run.path):
@@ -106,11 +126,31 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     import httpx
 
-    headers = _auth_headers(host)
-    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) if headers else None
-    result = run_bench(base_url, workload, served_model=_served_model(run),
-                       progress=progress, client=client)
+    from servedeck.deploy.secrets import deployed_secrets
+    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    timed = RequestWindows({workload.endpoint})
+    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
+                          headers={"Authorization": f"Bearer {key}"} if key else None)
+    profile = store.read(run.path, store.PROFILE_RESOLVED)
+    gpu = int(((profile.root if profile is not None else {}).get("launcher") or {}).get("gpu") or 0)
+    tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
+    tel.start()
+    try:
+        result = run_bench(base_url, workload, served_model=_served_model(run),
+                           progress=progress, client=client)
+    finally:
+        tel.stop()
+        client.close()
     result.write(run.path)
+    samples = [s.model_dump(mode="json") for s in result.samples]
+    tel.record(run, samples, timed.windows)
+    record_roofline(run, host, entry, catalog=catalog, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
+    if probes:
+        probe_run(run, base_url, quality_settings, api_key=key, progress=progress)
+    if lm_eval is not None:
+        from servedeck.bench.lmeval import run_lm_eval
+        scores = run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=key)
+        run.write(store.LM_EVAL, scores)
     run.save_meta(benched_at=result.finished_at)
     return result
 
@@ -164,6 +204,31 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     result.write(run.path)
     run.save_meta(load_benched_at=result.summary.finished_at)
     return result
+def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | None = None, progress=None):
+    """Run the quality probes against the server of ``run`` and write ``quality.json``.
+
+    What the profile enables (tool-call and reasoning parsers) comes from the run's
+    ``effective.json``, the context length from its startup log (:func:`servedeck.bench.sizing.max_model_len_of`).
+
+    Returns:
+        the :class:`servedeck.bench.quality.QualityResult`.
+
+    Raises:
+        ServedeckError: the server is unreachable or serves another model.
+    """
+    import httpx
+
+    from servedeck.bench.probes import ServerFeatures, run_probes
+    from servedeck.bench.sizing import max_model_len_of
+    effective = store.read(run.path, store.EFFECTIVE)
+    features = ServerFeatures.from_effective(effective.root if effective is not None else None,
+                                             max_model_len_of(run.path))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
+        quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
+                             client=client, progress=progress)
+    run.write(store.QUALITY, quality)
+    return quality
 
 
 def import_external(run_dir: Path, path: Path) -> dict[str, Any]:

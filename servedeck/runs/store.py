@@ -51,8 +51,9 @@ from servedeck.fsutil import atomic_write
 if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
     from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, CapacityResult, CurveSummary,
                                         EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
-                                        LoadSummary, Outcome, ProfileDiff, ProfileSnapshot, RequestRecord, RunMeta,
-                                        Sample, StartupFacts, Workload)
+                                        LmEvalResult, LoadSummary, MeasuredCeilings, Outcome, ProfileDiff,
+                                        ProfileSnapshot, QualityResult, RequestRecord, Roofline, RunMeta, Sample,
+                                        StartupFacts, TelemetryRecord, Workload)
 
 M = TypeVar("M")
 
@@ -133,6 +134,17 @@ LOAD_SUMMARY: RunFile[LoadSummary] = RunFile(
 CAPACITY: RunFile[CapacityResult] = RunFile(
     "capacity.json", "CapacityResult", "a capacity search: the highest load meeting the SLO, its bracket, "
     "saturation, knee and KV check")
+QUALITY: RunFile[QualityResult] = RunFile(
+    "quality.json", "QualityResult", "the quality probes run after the benchmark: the likelihood of the shipped "
+    "texts, greedy generations, the checks of what the profile enables, the needle")
+LM_EVAL: RunFile[LmEvalResult] = RunFile(
+    "lm_eval.json", "LmEvalResult", "lm-evaluation-harness scores on the user's tasks, each document's score kept")
+TELEMETRY: RunFile[TelemetryRecord] = RunFile(
+    "telemetry.json", "TelemetryRecord", "energy, power, GPU clocks and throttling of each bench window, from the "
+    "host's counters sampled during the bench, with the raw samples")
+ROOFLINE: RunFile[Roofline] = RunFile(
+    "roofline.json", "Roofline", "each request against the card's ceilings: decode against memory bandwidth, "
+    "prefill against the matrix rate, with every figure's source")
 EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
@@ -149,7 +161,7 @@ EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
     ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, LOAD_SAMPLES, LOAD_SUMMARY, CAPACITY,
-    EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
+    QUALITY, LM_EVAL, TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
@@ -158,6 +170,8 @@ REPORTS_DIR = "reports"
 """A/B reports live under ``runs/reports/<A>_vs_<B>/``."""
 NOISE_DIR = "noise"
 """A/A noise floors live under ``runs/noise/<host>-<image digest>.json``."""
+CEILINGS_DIR = "ceilings"
+"""Ceilings measured on a host live under ``runs/ceilings/<host>.json`` (:mod:`servedeck.host.ceilings`)."""
 
 
 def external_raw(name: str) -> RunFile[bytes]:
@@ -428,6 +442,47 @@ def read_load(run_dir: Path) -> tuple[LoadSummary | None, list[RequestRecord]]:
 def is_load_benchmarked(run_dir: Path) -> bool:
     """True when the run holds a load benchmark (``load.json``)."""
     return (Path(run_dir) / LOAD_SUMMARY).is_file()
+def host_ceilings_path(runs_dir: Path, host: str) -> Path:
+    """``runs/ceilings/<host>.json``: the ceilings last measured on ``host``."""
+    return Path(runs_dir) / CEILINGS_DIR / f"{host}.json"
+
+
+def write_host_ceilings(runs_dir: Path, measured: MeasuredCeilings | dict[str, Any]) -> Path:
+    """Keep a host's measured ceilings (:class:`~servedeck.runs.records.MeasuredCeilings`,
+    validated) atomically; returns the file.
+
+    Raises:
+        ServedeckError: the measurement does not validate (nothing is written).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.runs.records import MeasuredCeilings
+    try:
+        doc = MeasuredCeilings.model_validate(measured)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServedeckError(f"invalid measurement: {err['msg']}", field=".".join(str(x) for x in err["loc"])) from None
+    return atomic_write(host_ceilings_path(runs_dir, doc.host), doc.model_dump_json(indent=2) + "\n")
+
+
+def read_host_ceilings(runs_dir: Path, host: str) -> MeasuredCeilings | None:
+    """The ceilings last measured on ``host``, or None.
+
+    Raises:
+        ServedeckError: the file is not valid JSON or not a measurement (file and field).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.runs.records import MeasuredCeilings
+    path = host_ceilings_path(runs_dir, host)
+    try:
+        return MeasuredCeilings.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServedeckError(f"invalid: {err['msg']}", file=str(path),
+                             field=".".join(str(x) for x in err["loc"]) or None) from None
 
 
 def sequence_of(run_dir: Path) -> int | None:
