@@ -1191,7 +1191,8 @@ def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_mar
         err = exc.errors()[0]
         name = str(err["loc"][0])
         raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
-                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+                             hint="margins and agreements are fractions (0.01 = 1 %); "
+                                  "--quality-reference is A or B") from None
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, under_load=None):

@@ -168,7 +168,7 @@ def agreement_sentence(agr, reference: str, candidate: str) -> str:
 def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
     """The Quality table: ``(check, A, B, B against the reference)`` per row."""
     q = comparison.quality
-    ref, cand = q.settings.reference, q.gate.arm
+    ref = q.settings.reference
     rows = []
     m = q.likelihood
     if m is not None:
@@ -187,7 +187,9 @@ def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
                      check.summary or ("same fault in both" if check.shared else "nothing new")))
     for t in q.tasks:
         rows.append((t.name, fmt_num(t.a), fmt_num(t.b), t.verdict))
-    return [tuple(cell.replace("|", "\\|").replace("\n", " ") for cell in row) for row in rows]
+    def escaped(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+    return [(escaped(c), escaped(a), escaped(b), escaped(v)) for c, a, b, v in rows]
 
 
 def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:

@@ -149,7 +149,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         probe_run(run, base_url, quality_settings, api_key=key, progress=progress)
     if lm_eval is not None:
         from servedeck.bench.lmeval import run_lm_eval
-        scores = run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=key)
+        scores = run_lm_eval(base_url, _served_model(run), lm_eval, api_key=key)
         run.write(store.LM_EVAL, scores)
     run.save_meta(benched_at=result.finished_at)
     return result
@@ -225,7 +225,7 @@ def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | No
                                              max_model_len_of(run.path))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
-        quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
+        quality = run_probes(base_url, _served_model(run), settings=settings, features=features,
                              client=client, progress=progress)
     run.write(store.QUALITY, quality)
     return quality
