@@ -90,7 +90,8 @@ def _served_model(run: RunRecord) -> str:
 
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
                    probes: bool = True, quality_settings=None, lm_eval=None, telemetry: bool = True,
-                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None):
+                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None,
+                   more=None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
     Besides the samples, the run gets ``telemetry.json`` (energy, power, clocks and throttling
@@ -107,13 +108,18 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         catalog: the project's image catalog (the image's device and launcher defaults), when known.
         runs_dir: the project's runs directory (a host's measured ceilings are kept there);
             default: the run's parent directory.
+        more: sequential sampling (:mod:`servedeck.ab.sequential`): called with the results
+            so far (already written into ``run_dir``) after each batch; returns the workload of
+            the next batch (its requests are added to the same run: ``rep`` numbers continue,
+            no warm-up) or None to stop. None: one batch, ``workload``. Telemetry spans every
+            batch; the roofline and the probes follow the last.
 
     Returns:
-        the :class:`servedeck.bench.client.BenchResult`.
+        the :class:`servedeck.bench.client.BenchResult` (every batch's samples).
 
     Raises:
-        ServedeckError: the guard fails, or the server misbehaves, or lm-eval fails (the speed
-            and probe results are stored before).
+        ServedeckError: the guard fails, or the server misbehaves (the batches finished before
+            stay recorded), or lm-eval fails (the speed and probe results are stored before).
     """
     from servedeck.bench.client import run_bench
     from servedeck.bench.limits import BenchTelemetry, record_roofline
@@ -138,10 +144,17 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     try:
         result = run_bench(base_url, workload, served_model=_served_model(run),
                            progress=progress, client=client)
+        result.write(run.path)
+        while more is not None:
+            batch = more(result)
+            if batch is None:
+                break
+            result = append_result(result, run_bench(base_url, batch, served_model=run.meta.served_model_name,
+                                                     progress=progress, client=client))
+            result.write(run.path)
     finally:
         tel.stop()
         client.close()
-    result.write(run.path)
     samples = [s.model_dump(mode="json") for s in result.samples]
     tel.record(run, samples, timed.windows)
     record_roofline(run, host, entry, catalog=catalog, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
@@ -153,6 +166,23 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         run.write(store.LM_EVAL, scores)
     run.save_meta(benched_at=result.finished_at)
     return result
+
+
+def append_result(first, extra):
+    """One :class:`~servedeck.bench.client.BenchResult` of two batches on the same server:
+    ``extra``'s samples after ``first``'s, their ``rep`` numbers continued per phase, the
+    workload's ``repetitions`` the total per phase, the times spanning both."""
+    counts: dict[str, int] = {}
+    for s in first.samples:
+        counts[s.phase] = max(counts.get(s.phase, 0), s.rep + 1)
+    moved = [s.model_copy(update={"rep": s.rep + counts.get(s.phase, 0)}) if s.phase != "warmup" else s
+             for s in extra.samples]
+    total = max((sum(1 for s in [*first.samples, *moved] if s.phase == ph) for ph in ("cold", "warm")),
+                default=first.workload.repetitions)
+    return type(first)(workload=first.workload.model_copy(update={"repetitions": total}),
+                       served_model=first.served_model, base_url=first.base_url,
+                       samples=[*first.samples, *moved], started_at=first.started_at,
+                       finished_at=extra.finished_at)
 
 
 def _auth_headers(host: RemoteHost) -> dict[str, str]:

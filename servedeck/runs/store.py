@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written o
                                         EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
                                         LmEvalResult, LoadSummary, MeasuredCeilings, Outcome, ProfileDiff,
                                         ProfileSnapshot, QualityResult, RequestRecord, Roofline, RunMeta, Sample,
-                                        StartupFacts, TelemetryRecord, Workload)
+                                        SequentialRecord, StartupFacts, TelemetryRecord, Workload)
 
 M = TypeVar("M")
 
@@ -125,6 +125,10 @@ WORKLOAD: RunFile[Workload] = RunFile("workload.json", "Workload", "the benchmar
 BENCH_SAMPLES: RunFile[Sample] = RunFile("bench.jsonl", "Sample", "one line per request sample", form="jsonl",
                                          shown=False)
 BENCH_SUMMARY: RunFile[BenchSummary] = RunFile("bench.json", "BenchSummary", "summary per phase and metric")
+SEQUENTIAL: RunFile[SequentialRecord] = RunFile(
+    "sequential.json", "SequentialRecord", "sequential sampling (`bench --against`, `ab --interleave`): the design, "
+    "the runs of each arm, each look's requests, levels and decisions, why sampling stopped; in every run of the "
+    "experiment")
 LOAD_SAMPLES: RunFile[RequestRecord] = RunFile(
     "load.jsonl", "RequestRecord", "a load benchmark: one line per request of every level (warm-up: level -1)",
     form="jsonl", shown=False)
@@ -160,8 +164,8 @@ EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
 #: ``invoke show``).
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
-    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, LOAD_SAMPLES, LOAD_SUMMARY, CAPACITY,
-    QUALITY, LM_EVAL, TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
+    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, SEQUENTIAL, LOAD_SAMPLES, LOAD_SUMMARY,
+    CAPACITY, QUALITY, LM_EVAL, TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
