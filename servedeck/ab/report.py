@@ -382,7 +382,6 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
                     "evidence": _evidence(v)} for v in diff.differences],
         verification_b=_verification(run_b, names),
         hypothesis=hypothesis, verdict=verdict,
-        findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
         quality=comparison.quality, quality_rows=quality_rows(comparison) if comparison.quality else [],
         findings=findings(comparison, noise), noise=noise, interleaving=interleaving, draft=draft,
         sequential=comparison.sequential,
