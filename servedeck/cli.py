@@ -1402,7 +1402,8 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
                    only=list(only) if only else None,
-                   alternatives=profile_alternatives(_project_profiles(), like=rendered.profile.model_dump(mode="json")))
+                   alternatives=profile_alternatives(_project_profiles(),
+                                                     like=rendered.profile.model_dump(mode="json")))
 
 
 @task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
@@ -1419,7 +1420,7 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
 @_cli
 def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
          keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
-    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
     from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
     from servedeck.fleet.sweep import parse_vary
     variables = parse_vary(vary or [])

@@ -149,7 +149,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
             batch = more(result)
             if batch is None:
                 break
-            result = append_result(result, run_bench(base_url, batch, served_model=run.meta.served_model_name,
+            result = append_result(result, run_bench(base_url, batch, served_model=_served_model(run),
                                                      progress=progress, client=client))
             result.write(run.path)
     finally:
