@@ -337,7 +337,7 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
 
     Args:
         diff: from :func:`servedeck.ab.compare.compare_arms` (already passed :func:`servedeck.ab.compare.guard`).
-        comparison: from :func:`servedeck.ab.compare.compare_metrics`.
+        comparison: from :func:`servedeck.ab.comparison.compare_metrics`.
         run_a, run_b: the run directories (baseline, variant); their ``docker-compose.yml`` is
             appended verbatim, ``run.json``/``args_verification.json`` add context when present.
         hypothesis, verdict: user text; None leaves a placeholder (``_Verdict: to be written_``).

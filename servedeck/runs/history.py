@@ -103,13 +103,6 @@ def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _meta_or_none(run_dir: Path) -> RunMeta | None:
-    try:
-        return store.read_meta(run_dir)
-    except ServedeckError:
-        return None
-
-
 def _profile_from_name(run_dir: Path) -> str | None:
     parts = Path(run_dir).name.split("-", 1)
     if len(parts) == 2 and "-" in parts[1]:
@@ -120,7 +113,7 @@ def _profile_from_name(run_dir: Path) -> str | None:
 def summarize_run(run_dir: Path) -> RunSummary:
     """Build the history line of one run directory (unreadable files give None fields)."""
     run_dir = Path(run_dir)
-    meta = _meta_or_none(run_dir)
+    meta = store.meta_or_none(run_dir)
     try:
         startup = store.read(run_dir, store.STARTUP)
     except ServedeckError:
@@ -219,7 +212,7 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, R
         d = runs_dir / name
         if not d.is_dir():
             continue
-        meta = _meta_or_none(d)
+        meta = store.meta_or_none(d)
         if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
             continue
         yield d, meta
@@ -258,6 +251,47 @@ def startup_seconds_by_profile(runs_dir: Path) -> dict[str, float]:
                 and row.start_to_ready_s is not None):
             found[row.profile] = float(row.start_to_ready_s)
     return found
+
+
+TIMING_RUNS = 5
+"""How many of a host's newest served runs a time estimate reads (:func:`host_timings`)."""
+
+
+def host_timings(runs_dir: Path, hosts: list[str], limit: int = TIMING_RUNS
+                 ) -> tuple[dict[str, dict[str, list[float]]], dict[str, float]]:
+    """What the run records say of each host's deploys and benchmarks, newest first.
+
+    Returns:
+        ``({host: {"ready_s": [...], "bench_s": [...]}}, {run id: ready s})``: per host, the
+        times to ready (run.json ``timings_s.deploy_total_s``) and bench durations (bench.json
+        ``finished_at - started_at``, seconds) of its last ``limit`` served runs; and the time to
+        ready of every served run of those hosts. Unreadable records are passed over.
+    """
+    out: dict[str, dict[str, list[float]]] = {h: {"ready_s": [], "bench_s": []} for h in hosts}
+    ready_by_run: dict[str, float] = {}
+    if not runs_dir.exists():
+        return out, ready_by_run
+    for _, path in sorted(store.run_dirs(runs_dir), reverse=True):
+        meta = store.meta_or_none(path)
+        if meta is None or meta.host not in out or not meta.served:
+            continue
+        host = meta.host
+        ready = meta.timings_s.get("deploy_total_s")
+        if ready is not None:
+            ready_by_run[path.name] = float(ready)
+        if ready is not None and len(out[host]["ready_s"]) < limit:
+            out[host]["ready_s"].append(float(ready))
+        if len(out[host]["bench_s"]) < limit:
+            try:
+                bench = store.read(path, store.BENCH_SUMMARY)
+            except ServedeckError:
+                continue
+            if bench is None:
+                continue
+            start, end = store.iso_seconds(bench.started_at), store.iso_seconds(bench.finished_at)
+            if start is not None and end is not None and end >= start:
+                out[host]["bench_s"].append(end - start)
+    return out, ready_by_run
 
 
 def resolve_run(runs_dir: Path, ref: str) -> Path:

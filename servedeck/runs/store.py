@@ -225,6 +225,17 @@ def utcnow() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def iso_seconds(text: str | None) -> float | None:
+    """A record's ISO 8601 time (:func:`utcnow`'s ``Z`` form, or with an offset) as Unix
+    seconds; None when absent or not a time."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def git_commit(path: Path) -> str | None:
     """The git commit of the repository holding ``path`` (``+dirty`` when profiles changed),
     or None outside a git repository."""
@@ -619,6 +630,15 @@ def read_meta(run_dir: Path) -> RunMeta:
     if not (Path(run_dir) / RUN_META).is_file():
         raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
     return read(run_dir, RUN_META, required=True)
+
+
+def meta_or_none(run_dir: Path) -> RunMeta | None:
+    """``run.json`` of a run directory, or None when it is missing or invalid (context that must
+    not fail a listing or a decision)."""
+    try:
+        return read_meta(run_dir)
+    except ServedeckError:
+        return None
 
 
 def open_run(path: Path) -> RunRecord:

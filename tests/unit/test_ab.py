@@ -18,7 +18,8 @@ import numpy as np
 from servedeck.ab.compare import (
     ArmDiff, compare_arms, flatten_argv, guard, load_arm, parse_compose, plan_against,
 )
-from servedeck.ab.stats import compare_metrics, holm, judge_bench, rank_test, ratio_interval, smallest_p
+from servedeck.ab.comparison import compare_metrics
+from servedeck.ab.stats import holm, judge_bench, rank_test, ratio_interval, smallest_p
 from servedeck.errors import ServedeckError
 from servedeck.ab.report import findings, fmt_num, render_report, write_report
 

@@ -345,7 +345,7 @@ def test_ab_judges_roofline_and_energy_and_reports_them(tmp_path):
     from servedeck.ab.chart import chart_png
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.report import render_report
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     a = _limited_copy(tmp_path, CPU_RUN, "0001-cpu-4096-local", 100.0)
     b = _limited_copy(tmp_path, CPU_RUN.parent / "0002-cpu-8192-local", "0002-cpu-8192-local", 60.0)
     c = compare_metrics(a, b)
@@ -363,7 +363,7 @@ def test_ab_judges_roofline_and_energy_and_reports_them(tmp_path):
 def test_a_run_without_limits_keeps_the_report_as_it_was():
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.report import render_report
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     b = CPU_RUN.parent / "0002-cpu-8192-local"
     c = compare_metrics(CPU_RUN, b)
     assert c.metric("energy_j_per_token", "warm") is None
