@@ -16,9 +16,10 @@ from typing import Any, Sequence
 from servedeck.ab.load import compare_load, load_metrics
 from servedeck.ab.quality import compare_quality
 from servedeck.ab.sequential import replay
-from servedeck.ab.stats import (ALPHA, COMPILE_TIMED_FACTS, DEFAULT_MARGIN, METRIC_SOURCES, STARTUP_FACTS,
-                                Comparison, as_runs, bench_metrics, compare_startup_fact, compare_warnings,
-                                compile_cache_comparable, compile_cache_state, judge_bench, startup_facts)
+from servedeck.ab import stats
+from servedeck.ab.stats import (ALPHA, COMPILE_TIMED_FACTS, DEFAULT_MARGIN, STARTUP_FACTS, Comparison, as_runs,
+                                bench_metrics, compare_startup_fact, compare_warnings, compile_cache_comparable,
+                                compile_cache_state, judge_bench, startup_facts)
 from servedeck.bench.limits import limit_metrics
 from servedeck.runs import store
 
@@ -63,7 +64,7 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
     samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
     extra = [*load_metrics(la, lb), *limit_metrics(la, lb),  # roofline share and energy per token (bench.limits)
-             *(m for source in METRIC_SOURCES for m in source(la, lb))]
+             *(m for source in stats.METRIC_SOURCES for m in source(la, lb))]  # the registry as it is now
     if sequential is not None:
         alpha, margin = sequential.design.alpha, sequential.design.margin
         bench = replay(sequential, samples_a, samples_b, extra=extra)
