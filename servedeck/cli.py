@@ -393,9 +393,9 @@ def _early_session(name: str, path: Path):
     (None, None) when the file cannot be read as data or the entry is not plainly an SSH target:
     the validated load that follows says what is wrong."""
     from servedeck.host.ssh import SshTarget, SshTransport
-    from servedeck.yamlio import load_data
+    from servedeck.yamlio import read_yaml_file
     try:
-        raw = load_data(path.read_text(encoding="utf-8")) or {}
+        raw = read_yaml_file(path) or {}
         target = SshTarget(**raw["hosts"][name]["ssh"])
     except Exception:  # noqa: BLE001 - best effort: any fault is reported by the validated load
         return None, None

@@ -99,11 +99,15 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
         (the file's text, its findings sorted by line).
 
     Raises:
-        OSError / UnicodeDecodeError: ``path`` cannot be read as UTF-8 text.
+        FileNotFoundError: no such file.
+        ServedeckError: it cannot be read, is larger than servedeck reads
+            (:data:`servedeck.yamlio.LIMITS`) or is not UTF-8 (naming the line).
     """
     from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_bounded(path, LIMITS.max_bytes, what="compose")
     ctx = _document_context(text, file, catalog, None)
     if isinstance(ctx, list):
         return text, ctx
@@ -116,6 +120,7 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
 def _check(ctx: Ctx) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
     document.check_schema(ctx)
+    document.check_keys(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
     svcs = services(ctx)

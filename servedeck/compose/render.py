@@ -2,7 +2,9 @@
 
 Quoting follows the compose document model's one policy
 (:func:`servedeck.compose.document.scalar_style`): every value a YAML 1.1 or 1.2 reader could
-misread is quoted (ports, numeric or boolean-looking strings, GIDs); served model names are
+misread is quoted (ports, numeric or boolean-looking strings, GIDs), and so is every mapping key
+(the ``key`` filter: a name is one YAML scalar, never text spliced into the document, whatever it
+holds; the model checks names against :mod:`servedeck.grammar` first); served model names are
 always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
 list item; JSON-valued flags are compact JSON in one item; ports and volumes are printed by the
 document model's grammar. Service keys servedeck does not model (``container.compose_extra``:
@@ -97,6 +99,7 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False, bytecode_cache=bytecode_cache)
     env.filters["q"] = lambda v, force=False: yaml_scalar(v, force)
+    env.filters["key"] = lambda k: scalar_text(str(k))  # a mapping key is one scalar, never spliced text
     return env
 
 

@@ -13,11 +13,12 @@ import json
 import tarfile
 from typing import Any
 
-from ruamel.yaml import YAML
 
 from servedeck.model.catalog import ImageFacts, LauncherDefaults
 from servedeck.model.profile import Profile
 from servedeck.runs.store import utcnow
+from servedeck.errors import ServedeckError
+from servedeck.yamlio import YAMLError, load_data
 
 _PROBE = r"""
 import json, sys
@@ -94,9 +95,13 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
             yaml_path = f"{workdir.rstrip('/')}/{yaml_path}"
         data = _read_from_image(client, image_ref, yaml_path)
         if data:
-            y = YAML(typ="safe", pure=True)
-            y.version = (1, 1)
-            doc = y.load(data.decode()) or {}
+            try:  # the launcher reads it with PyYAML: YAML 1.1
+                doc = load_data(data.decode("utf-8"), version=(1, 1)) or {}
+            except (UnicodeDecodeError, YAMLError) as exc:
+                raise ServedeckError(f"image {image_ref}: {yaml_path} cannot be read as YAML: "
+                                     f"{getattr(exc, 'problem', None) or exc}") from None
+            if not isinstance(doc, dict):
+                raise ServedeckError(f"image {image_ref}: {yaml_path} is not a YAML mapping")
             defaults.append(LauncherDefaults(
                 config=config, served_model_name=doc.get("served_model_name"),
                 vllm=dict(doc.get("vllm") or {}),

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
+from servedeck.grammar import HOST_NAME_RE, check
 from servedeck.host.remote import SshTarget
-from servedeck.yamlio import load_data
+from servedeck.yamlio import LIMITS, YAMLError, file_error, load_data
 
 if TYPE_CHECKING:
     from servedeck.model.profile import Profile
@@ -111,6 +111,14 @@ class Inventory(BaseModel):
     hosts: dict[str, HostEntry] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, v: dict[str, HostEntry]) -> dict[str, HostEntry]:
+        for name in v:
+            check(HOST_NAME_RE, name, "host name", "letters, digits, '.', '_', '-', starting with a "
+                  "letter or digit (it names run records and files)")
+        return v
+
     @model_validator(mode="after")
     def _group_members_exist(self) -> "Inventory":
         for group, members in self.groups.items():
@@ -145,15 +153,16 @@ def _read_data(path: str | Path) -> Any:
     Raises:
         ServedeckError: missing file or YAML error (naming the file).
     """
+    from servedeck.fsutil import read_bounded
     path = Path(path)
     try:
-        return load_data(path.read_text(encoding="utf-8")) or {}
+        return load_data(read_bounded(path, LIMITS.max_bytes, what="inventory")) or {}
     except FileNotFoundError:
         raise ServedeckError("inventory file not found", file=str(path),
                              hint="create deploy/hosts.yaml or pass --inventory FILE "
                                   "(or set SERVEDECK_INVENTORY)") from None
     except YAMLError as exc:
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+        raise file_error(exc, path) from None
 
 
 def get_host(inventory: Inventory, name: str, path: str | Path) -> HostEntry:

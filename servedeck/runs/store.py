@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from servedeck import __version__
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
+from servedeck.fsutil import atomic_write, read_bounded
+from servedeck.grammar import HOST_NAME_RE, RUN_ID_RE
 
 if TYPE_CHECKING:  # the typed model lives in servedeck.runs.meta (pydantic), imported when used
     from servedeck.runs.meta import FailurePhase, Outcome, RunMeta
@@ -109,6 +110,33 @@ RUN_FILES: dict[str, str] = {
 }
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
+
+
+def run_path(runs_dir: str | Path, run_id: Any) -> Path:
+    """``runs_dir / run_id`` for a run id read from outside (a host's history, a fleet host's
+    result file, the command line), checked against :data:`servedeck.grammar.RUN_ID_RE` before
+    any file is opened.
+
+    Raises:
+        ServedeckError: ``run_id`` is not a run id (a path, ``..``, empty, not a string).
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ServedeckError(f"{str(run_id)[:120]!r} is not a run id (<sequence>-<profile>-<host>, "
+                             "one name without '/')", hint="is the host's history or result file damaged?")
+    return Path(runs_dir) / run_id
+
+
+def recorded_run(runs_dir: str | Path, run_id: Any) -> Path | None:
+    """The local run directory a value read from outside names (a host history line's
+    ``run_id``), or None when it is not a run id (:data:`servedeck.grammar.RUN_ID_RE`) or no such run is
+    recorded here. Never a path outside ``runs_dir``."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        return None
+    path = Path(runs_dir) / run_id
+    return path if (path / RUN_META).is_file() else None
+
+TEXT_MAX_BYTES = 64 * 1024 * 1024
+"""The largest text file of a run (compose file, startup log) servedeck reads back."""
 
 SERVED = "ready"
 """The outcome of a run whose server became ready (``RunMeta.served``)."""
@@ -283,6 +311,10 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
             (then the directory is removed again).
     """
     runs_dir = Path(runs_dir)
+    for what, name in (("profile", profile), ("host", host)):
+        if not HOST_NAME_RE.match(name):  # a profile name is one too
+            raise ServedeckError(f"{what} name {name[:120]!r} cannot name a run: letters, digits, '.', "
+                                 "'_' and '-' only, starting with a letter or digit")
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -312,31 +344,29 @@ def read_json(run_dir: Path, name: str, *, required: bool = False) -> Any:
     """The JSON file ``name`` of a run directory, or None when it is missing and not ``required``.
 
     Raises:
-        ServedeckError: the file is required and missing, or it is not valid JSON (file and line).
+        ServedeckError: the file is required and missing, or it is not valid JSON or beyond
+            :data:`servedeck.jsonio.JSON_LIMITS` (file and line).
     """
+    from servedeck.jsonio import read_json_file
     path = Path(run_dir) / name
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_json_file(path)
     except FileNotFoundError:
         if required:
             raise ServedeckError("run record file is missing", file=str(path),
                                  hint="is this a servedeck run directory (docs/run-record.md)?") from None
         return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ServedeckError(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path)) from None
 
 
 def read_text(run_dir: Path, name: str) -> str:
     """A text file of a run directory (the compose file, the startup log).
 
     Raises:
-        ServedeckError: the file is missing.
+        ServedeckError: the file is missing, larger than :data:`TEXT_MAX_BYTES` or not UTF-8.
     """
     path = Path(run_dir) / name
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bounded(path, TEXT_MAX_BYTES, what="run record")
     except FileNotFoundError:
         raise ServedeckError("run record file is missing", file=str(path),
                              hint="every run records the deployed compose file verbatim") from None
@@ -350,9 +380,12 @@ def read_meta(run_dir: Path) -> RunMeta:
     """
     from servedeck.runs.meta import validate_meta
     path = Path(run_dir) / RUN_META
-    if not path.exists():
-        raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
-    return validate_meta(path.read_bytes(), path)
+    from servedeck.jsonio import read_json_bytes
+    try:
+        data = read_json_bytes(path)
+    except FileNotFoundError:
+        raise ServedeckError("not a run directory (no run.json)", file=str(run_dir)) from None
+    return validate_meta(data, path)
 
 
 def peek_meta(run_dir: Path) -> dict[str, Any] | None:
@@ -390,23 +423,14 @@ def read_samples(run_dir: Path) -> list[dict]:
     """Read ``bench.jsonl`` (one JSON sample per line); [] when the run was not benchmarked.
 
     Raises:
-        ServedeckError: a line is not valid JSON (file and line number given).
+        ServedeckError: a line is not valid JSON or the file is beyond
+            :data:`servedeck.jsonio.JSON_LIMITS` (file and line number given).
     """
-    path = Path(run_dir) / BENCH_SAMPLES
+    from servedeck.jsonio import read_json_lines
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_json_lines(Path(run_dir) / BENCH_SAMPLES)
     except FileNotFoundError:
         return []
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ServedeckError(f"not valid JSON: {exc.msg}", file=str(path),
-                                 field=f"line {lineno}") from None
-    return out
 
 
 def phase_samples(samples: list[dict], phase: str, metric: str) -> list[float]:
