@@ -49,7 +49,8 @@ from servedeck.fsutil import read_bounded
 
 __all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file", "load_roundtrip",
            "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
-           "to_plain", "flatten", "yaml_error_line", "file_error", "styled", "is_styled"]
+           "to_plain", "flatten", "yaml_error_line", "file_error", "styled", "is_styled",
+           "rewrite_scalars"]
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,9 @@ the files they include): 1 MiB, 64 levels, 10,000 nodes expanded, 1,000 aliases.
 are a few hundred nodes (a fleet inventory of 500 hosts is about 5,000);
 ``benchmarks/hostile_input.py`` measures what a file at each bound costs."""
 
-CATALOG_LIMITS = Limits(max_bytes=4 * 1024 * 1024, max_nodes=50_000, max_aliases=1_000)
+CATALOG_LIMITS = Limits(max_bytes=4 * 1024 * 1024, max_nodes=25_000, max_aliases=1_000)
 """The bounds of the image catalogs servedeck itself grows (``deploy/images.yaml``,
-``.servedeck/images.yaml``): about 120 nodes per image, so some 400 images."""
+``.servedeck/images.yaml``): about 120 nodes per image, so some 200 images."""
 
 
 class LimitError(MarkedYAMLError):
@@ -237,6 +238,46 @@ def compose_nodes(text: str, *, limits: Limits = LIMITS) -> Any:
     """
     _check_size(text, limits)
     return _pure("safe", limits).compose(text)
+
+
+def rewrite_scalars(text: str, fn: Any, *, limits: Limits = LIMITS) -> str:
+    """``text`` with every scalar (keys included) whose value ``fn(value)`` changes written
+    again: as a double-quoted scalar of the new value (a block scalar ``|``/``>``: ``fn`` applied
+    to its text in place); every other byte as it was. Text that is not one YAML document
+    within ``limits`` comes back unchanged.
+
+    For a record that must stay the document it was after a value in it is replaced (a
+    redacted secret: ``- ***`` would read as an alias)."""
+    import json
+
+    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+    try:
+        root = compose_nodes(text, limits=limits)
+    except YAMLError:
+        return text
+    edits: list[tuple[int, int, str]] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            new = fn(node.value)
+            if new != node.value:
+                start, end = node.start_mark.index, node.end_mark.index
+                if node.style in ("|", ">"):
+                    edits.append((start, end, fn(text[start:end])))
+                else:
+                    edits.append((start, end, json.dumps(new, ensure_ascii=False).replace("\x7f", "\\x7f")))
+        elif isinstance(node, SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
 
 
 def yaml_error_line(exc: YAMLError) -> int | None:

@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import threading
 
+from servedeck.safetext import printable
+
 
 class Reporter:
     """Where deploy phases report. The default prints plain lines; the CLI passes a rich one.
 
     Methods receive short human text; ``waiting`` is called repeatedly during the readiness
-    wait with (phase, elapsed seconds, last server log line).
+    wait with (phase, elapsed seconds, last server log line). Text may carry what a host or a
+    container said: the printing reporters write its control characters as visible escapes
+    (:func:`servedeck.safetext.printable`).
     """
 
     def phase(self, name: str, text: str) -> None:
-        print(f"[{name}] {text}", flush=True)
+        print(printable(f"[{name}] {text}"), flush=True)
 
     def info(self, text: str) -> None:
-        print(f"  {text}", flush=True)
+        print(printable(f"  {text}"), flush=True)
 
     def warn(self, text: str) -> None:
-        print(f"  warning: {text}", flush=True)
+        print(printable(f"  warning: {text}"), flush=True)
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
         pass
@@ -53,17 +57,20 @@ class ConsoleReporter(Reporter):
             return self._console
 
     def phase(self, name: str, text: str) -> None:
+        from rich.markup import escape
         self.done_waiting()
-        self.console.print(f"[bold cyan]{name:>9}[/] {text}", markup=True)
+        self.console.print(f"[bold cyan]{name:>9}[/] {escape(printable(text))}", markup=True)
 
     def info(self, text: str) -> None:
-        self.console.print(f"          {text}", markup=False)
+        self.console.print(f"          {printable(text)}", markup=False)
 
     def warn(self, text: str) -> None:
-        self.console.print(f"[yellow]  warning[/] {text}", markup=True)
+        from rich.markup import escape
+        self.console.print(f"[yellow]  warning[/] {escape(printable(text))}", markup=True)
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        line = f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}"
+        from rich.markup import escape
+        line = escape(printable(f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}"))
         if self.console.is_terminal:
             if self._status is None:
                 self._status = self.console.status(line)

@@ -25,6 +25,7 @@ from servedeck.host.remote import HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
 from servedeck.runs.store import git_commit, utcnow
+from servedeck.safetext import printable
 
 
 def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]:
@@ -319,8 +320,8 @@ def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = 
             raise DeployError(f"no container for service {service!r} on {host.name}")
         if follow:
             for chunk in container.logs(stream=True, follow=True, tail=tail):
-                write(chunk.decode("utf-8", "replace").rstrip("\n"))
+                write(printable(chunk.decode("utf-8", "replace")).rstrip("\n"))
         else:
-            write(container.logs(tail=tail).decode("utf-8", "replace").rstrip("\n"))
+            write(printable(container.logs(tail=tail).decode("utf-8", "replace")).rstrip("\n"))
     finally:
         host.close()

@@ -170,10 +170,19 @@ def owner() -> str:
 
 
 def with_image(profile: Profile, image: str | None) -> Profile:
-    """``profile`` with its image replaced by ``image`` (None: unchanged)."""
+    """``profile`` with its image replaced by ``image`` (None: unchanged).
+
+    Raises:
+        ServedeckError: ``image`` is not a digest-pinned reference (``repo[:tag]@sha256:<64 hex>``).
+    """
     if not image:
         return profile
-    return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+    from pydantic import ValidationError
+    try:
+        return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+    except ValidationError as exc:
+        raise ServedeckError(f"--image {image[:200]!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}",
+                             field="image", hint="give a digest-pinned reference: REPOSITORY[:TAG]@sha256:<64 hex>") from None
 
 
 def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from servedeck.deploy.console import Reporter
 from servedeck.host.docker import container_state
 from servedeck.host.remote import RemoteHost
+from servedeck.safetext import printable
 
 HEALTH_POLL_S = 0.1
 FAST_POLL_S = 0.01
@@ -140,7 +141,7 @@ class _Watcher(threading.Thread):
             partial = ""
             try:
                 for chunk in container.logs(stream=True, follow=True):
-                    text = chunk.decode("utf-8", "replace")
+                    text = printable(chunk.decode("utf-8", "replace"))
                     self.log_chunks.append(text)
                     buf = (buf + text)[-4000:]
                     lines = [ln for ln in buf.replace("\r", "\n").split("\n") if ln.strip()]
@@ -167,7 +168,7 @@ class _Watcher(threading.Thread):
             try:
                 c = self._container or self.host.engine.find_container(self.host.workdir, self.service)
                 if c is not None:
-                    out.append(c.logs().decode("utf-8", "replace"))
+                    out.append(printable(c.logs().decode("utf-8", "replace")))
             except Exception:  # noqa: BLE001
                 pass
 

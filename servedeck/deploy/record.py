@@ -60,7 +60,7 @@ class RunWriter:
         text's sha256 and which secrets were replaced."""
         if not self.run:
             return
-        clean = self.secrets.scrub_text(compose_text)
+        clean = self.secrets.scrub_yaml(compose_text)
         self.run.save_compose(clean)
         self.run.save_meta(compose_sha256=deployed_sha256, compose_redacted=clean != compose_text,
                            redacted=self.secrets.names)

@@ -135,6 +135,10 @@ def recorded_run(runs_dir: str | Path, run_id: Any) -> Path | None:
     path = Path(runs_dir) / run_id
     return path if (path / RUN_META).is_file() else None
 
+RUN_FILE_MODE = 0o600
+"""Run files are readable by their owner only (a record is redacted, but it names hosts, paths and
+settings); run directories are 0700."""
+
 TEXT_MAX_BYTES = 64 * 1024 * 1024
 """The largest text file of a run (compose file, startup log) servedeck reads back."""
 
@@ -145,22 +149,34 @@ SERVED = "ready"
 # Writing
 # --------------------------------------------------------------------------------------------
 
+_CREDENTIAL = r"(?P<v>(?!\*\*\*)(?![<$({\[])[^\s'\",}\]]{6,})"
+"""A value that looks like a credential: 6 characters or more, not ``***``, not a placeholder
+(``<key>``, ``$VAR``, ``{...}``): never a word of servedeck's own text ("--api-key or ...")."""
+
 _SECRET_PATTERNS = [
-    # --api-key VALUE / --api-key=VALUE / api_key: VALUE / 'api_key': 'VALUE'
-    re.compile(r"(?P<k>--api-key[= ]|--hf-token[= ]|['\"]?(?:api_key|hf_token|HF_TOKEN|HUGGING_FACE_HUB_TOKEN"
-               r"|HUGGINGFACE_TOKEN|OPENAI_API_KEY|VLLM_API_KEY)['\"]?\s*[:=]\s*['\"]?)"
-               r"(?P<v>(?!\*\*\*)[^\s'\",}]+)"),
-    re.compile(r"(?P<k>Authorization:\s*Bearer\s+)(?P<v>\S+)", re.I),
+    # --api-key VALUE / --api_key=VALUE / api_key: VALUE / 'api_key': 'VALUE'
+    re.compile(r"(?P<k>--(?:api|hf)[-_](?:key|token)(?:=|[ \t]+)|['\"]?(?:api_key|hf_token|HF_TOKEN"
+               r"|HUGGING_FACE_HUB_TOKEN|HUGGINGFACE_TOKEN|OPENAI_API_KEY|VLLM_API_KEY)['\"]?[ \t]*[:=][ \t]*['\"]?)"
+               + _CREDENTIAL),
+    re.compile(r"(?P<k>Authorization:\s*Bearer\s+)" + _CREDENTIAL, re.I),
     re.compile(r"(?P<k>)(?P<v>\bhf_[A-Za-z0-9]{20,}\b)"),
     re.compile(r"(?P<k>)(?P<v>\bsk-[A-Za-z0-9_\-]{20,}\b)"),
 ]
 
 
 def redact(text: str) -> str:
-    """Replace secret values in ``text`` with ``***`` (keys and structure are kept)."""
+    """Replace what looks like a secret value in ``text`` with ``***`` (keys and structure are
+    kept): the second net behind the deployment's own secrets, which are scrubbed by value."""
     for pat in _SECRET_PATTERNS:
         text = pat.sub(lambda m: m.group("k") + "***", text)
     return text
+
+
+def redact_yaml(text: str) -> str:
+    """:func:`redact` of YAML text that stays the same YAML document (a scalar that held a
+    secret is written again double-quoted, :func:`servedeck.yamlio.rewrite_scalars`)."""
+    from servedeck.yamlio import rewrite_scalars
+    return redact(rewrite_scalars(text, redact))
 
 
 def utcnow() -> str:
@@ -204,11 +220,11 @@ class RunRecord:
     def write_text(self, name: str, text: str, *, secret_safe: bool = False) -> Path:
         """Write ``name`` (one of this module's file names; redacted unless ``secret_safe``)
         atomically."""
-        return atomic_write(self.path / name, text if secret_safe else redact(text))
+        return atomic_write(self.path / name, text if secret_safe else redact(text), mode=RUN_FILE_MODE)
 
     def write_bytes(self, name: str, data: bytes) -> Path:
         """Write raw bytes atomically (no redaction: callers redact first)."""
-        return atomic_write(self.path / name, data)
+        return atomic_write(self.path / name, data, mode=RUN_FILE_MODE)
 
     def write_json(self, name: str, obj: Any) -> Path:
         """Write ``obj`` as indented JSON (redacted) atomically."""
@@ -249,7 +265,7 @@ class RunRecord:
         data = compose_text.encode()
         import hashlib  # here: OpenSSL's start-up costs commands that only read runs
         digest = hashlib.sha256(data).hexdigest()
-        clean = redact(compose_text)
+        clean = redact_yaml(compose_text)
         self.write_bytes(COMPOSE, clean.encode())
         self.save_meta(compose_sha256=digest, compose_redacted=clean != compose_text)
         return digest
@@ -271,9 +287,11 @@ def write_bench_files(run_dir: str | Path, workload: dict, samples: list[dict], 
     """
     run_dir = Path(run_dir)
     return {
-        WORKLOAD: atomic_write(run_dir / WORKLOAD, json.dumps(workload, indent=2) + "\n"),
-        BENCH_SAMPLES: atomic_write(run_dir / BENCH_SAMPLES, "".join(json.dumps(s) + "\n" for s in samples)),
-        BENCH_SUMMARY: atomic_write(run_dir / BENCH_SUMMARY, json.dumps(summary, indent=2) + "\n"),
+        WORKLOAD: atomic_write(run_dir / WORKLOAD, json.dumps(workload, indent=2) + "\n", mode=RUN_FILE_MODE),
+        BENCH_SAMPLES: atomic_write(run_dir / BENCH_SAMPLES, "".join(json.dumps(s) + "\n" for s in samples),
+                                    mode=RUN_FILE_MODE),
+        BENCH_SUMMARY: atomic_write(run_dir / BENCH_SUMMARY, json.dumps(summary, indent=2) + "\n",
+                                    mode=RUN_FILE_MODE),
     }
 
 
@@ -323,7 +341,7 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
     while True:
         path = runs_dir / f"{seq:04d}-{profile}-{host}"
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
             break
         except FileExistsError:
             seq += 1
