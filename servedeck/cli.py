@@ -539,6 +539,9 @@ def hosts(c, inventory=None, json_=False):
     print(render_table(hosts_table(fleet)), end="")
     for group, members in fleet.groups.items():
         print(f"{group}: {', '.join(members) or '-'}")
+    from servedeck.model.inventory import shared_deployments
+    for finding in shared_deployments(fleet.hosts):
+        print(f"warning: {finding}", file=sys.stderr)
 
 
 @task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "

@@ -12,6 +12,7 @@ digits and ``_``, not starting with a digit; IEEE Std 1003.1, "Environment Varia
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,199}$")
@@ -40,6 +41,17 @@ PROJECT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 """A SHA-256 in hex (a compose file's hash, the name of its known-good copy)."""
+
+
+def compose_project_name(workdir: str) -> str:
+    """The Compose project of a host working directory: the directory's name made a project name,
+    then 8 hex digits of the SHA-256 of the whole path, so ``/srv/a/same`` and ``/srv/b/same`` are
+    two projects (Compose's own default, the directory name alone, made them one: a deploy to one
+    removed the other's container). The same working directory always gets the same name,
+    whichever inventory name reaches it."""
+    path = workdir.rstrip("/") or "/"
+    base = re.sub(r"[^a-z0-9_-]+", "-", path.rsplit("/", 1)[-1].lower()).strip("-_")[:40] or "servedeck"
+    return f"{base}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
 
 
 def check(pattern: re.Pattern[str], value: object, what: str, rule: str) -> str:

@@ -136,6 +136,8 @@ class _BoundedComposer(Composer):
         self._count(1, event.start_mark)
         self._acc.append(0)
         node = super().compose_node(parent, index)
+        if getattr(node, "style", None) == "":  # libyaml's events say "" for plain, ruamel's parser None
+            node.style = None
         size = 1 + self._acc.pop()
         self._acc[-1] += size
         if getattr(node, "anchor", None) is not None or event.anchor is not None:
@@ -173,6 +175,12 @@ class _FastLoader:
     def load(self) -> Any:
         try:
             return self._constructor.get_single_data()
+        finally:
+            self._parser.dispose()
+
+    def compose(self) -> Any:
+        try:
+            return self._composer.get_single_node()
         finally:
             self._parser.dispose()
 
@@ -229,14 +237,23 @@ def load_roundtrip(text: str, *, limits: Limits = LIMITS) -> Any:
 
 
 def compose_nodes(text: str, *, limits: Limits = LIMITS) -> Any:
-    """The node graph of YAML 1.2 ``text`` (ruamel's pure parser: scalar styles and marks as
-    written; libyaml reads some plain scalars differently), within ``limits``; None for an
-    empty document. Aliases are the same node object more than once.
+    """The node graph of YAML 1.2 ``text`` (scalar styles as written, marks with line, column
+    and character index), within ``limits``; None for an empty document. Aliases are the same
+    node object more than once. Parsed as :func:`load_data` parses: libyaml's events when it
+    accepts the text (the same nodes, styles and marks as ruamel's own parser gives), else
+    ruamel's pure YAML 1.2 parser.
 
     Raises:
         LimitError, ruamel.yaml.error.YAMLError: as :func:`load_data`.
     """
     _check_size(text, limits)
+    if _CPARSER is not None:
+        try:
+            return _FastLoader(text, limits, None).compose()
+        except LimitError:
+            raise
+        except YAMLError:
+            pass
     return _pure("safe", limits).compose(text)
 
 

@@ -117,8 +117,12 @@ def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
 
 
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
-                   templates_dir: Path | Sequence[Path]) -> Rendered:
+                   templates_dir: Path | Sequence[Path], *, compose_name: str | None = None) -> Rendered:
     """Render ``profile`` to compose text with ``docker-compose.yml.j2``.
+
+    ``compose_name``: the Compose project the file is deployed as (the host working directory's,
+    :func:`servedeck.grammar.compose_project_name`), written as the top-level ``name:``; None for
+    a file not placed on a host.
 
     Template variables: ``profile``, ``c`` (container settings), ``command``, ``ports``,
     ``volumes`` (short syntax, the model's mount first), ``named_volumes``, ``force_quote``
@@ -149,7 +153,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
         profile=profile, c=c, command=command, volumes=[v.short() for v in mounts],
         named_volumes=named, ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(),
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
-        compose_extra=extra)
+        compose_extra=extra, compose_name=compose_name)
     if not text.endswith("\n"):
         text += "\n"
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,

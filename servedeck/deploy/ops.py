@@ -68,7 +68,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
         "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
         "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
-        "lock_stale": why the lock looks stale | None}``.
+        "lock_stale": why the lock looks stale | None, "project": the Compose project servedeck
+        deploys this working directory as, "history_damaged": history lines that could not be read}``.
     """
     state = host.state()
     revs = hist.revisions(state.history)
@@ -81,7 +82,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
                         "ended": r.record.get("ended")} for r in state.known_good()],
         "unfinished": [r.number for r in hist.unfinished(state.history)],
         "lock_stale": state.holder.stale_reason() if state.holder else None,
-        "power": power_status(host, entry.sysfs_root)}
+        "power": power_status(host, entry.sysfs_root), "project": host.project,
+        "history_damaged": hist.damaged(state.history)}
     if state.compose_sha256 is None:
         return out
     norm = host.normalised_service()
@@ -110,6 +112,11 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
             "restart_count": st["restart_count"], "image": (attrs.get("Config") or {}).get("Image"),
             "image_digests": digests}
         out["drift"] = drift(attrs, svc)
+        running_as = ((attrs.get("Config") or {}).get("Labels") or {}).get("com.docker.compose.project")
+        if running_as != host.project:
+            out["drift"].append(f"the container runs as Compose project {running_as!r}, not {host.project!r} "
+                                "(started before servedeck named projects per working directory, or by "
+                                "hand): the next deploy or rollback replaces it")
         ports = list(svc.get("ports") or [])
         port = int(ports[0]["published"]) if ports else entry.port
         if st["running"]:
@@ -134,7 +141,10 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"  image {c['image']}  digests {', '.join(c['image_digests']) or '-'}")
         lines.append(f"  serving: {'yes' if st['serving'] else 'no'}")
     if st.get("compose_sha256"):
-        lines.append(f"  compose sha256 {st['compose_sha256']}")
+        lines.append(f"  compose sha256 {st['compose_sha256']}, Compose project {st.get('project')}")
+    if st.get("history_damaged"):
+        lines.append(f"  history: {st['history_damaged']} damaged line(s) skipped (a torn write; later "
+                     "lines and revision numbers are unaffected)")
     if st.get("last_deploy"):
         d = st["last_deploy"]
         lines.append(f"  last revision {d.get('revision')}: {d.get('event', 'deploy')} "

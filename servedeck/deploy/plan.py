@@ -195,7 +195,9 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
     from servedeck.compose.render import render_profile
-    rendered = render_profile(profile, catalog, project.templates_dirs)
+    from servedeck.grammar import compose_project_name
+    rendered = render_profile(profile, catalog, project.templates_dirs,
+                              compose_name=compose_project_name(entry.workdir))
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))

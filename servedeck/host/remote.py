@@ -25,6 +25,7 @@ from typing import Any
 
 from servedeck.compose.document import literal_values
 from servedeck.errors import ServedeckError
+from servedeck.grammar import SHA256_RE, compose_project_name
 from servedeck.host import history as hist
 from servedeck.host.docker import Engine
 from servedeck.host.facts import COMPOSE_SH, PREFLIGHT_SCRIPT, parse_facts
@@ -92,30 +93,38 @@ echo "==history"
 cat "$sd/history.jsonl" 2>/dev/null || true
 """
 
-# $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, then the
-# `docker compose up` arguments. Installs the compose file (0600), appends the history line,
-# runs compose up in the workdir's project.
-_SWITCH_SCRIPT = COMPOSE_SH + r"""
+# $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, $5 the
+# Compose project, then the `docker compose up` arguments. Installs the compose file (0600),
+# appends the history line, stops and removes containers of this workdir that run under another
+# project name (Compose's old default, the directory name: a deploy of the new project could not
+# replace them), runs compose up in the workdir's project.
+_SWITCH_SCRIPT = COMPOSE_SH + hist.APPEND_SH + r"""
 set -u
-wd=$1; src=$2; sha=$3; line=$4; shift 4
+umask 077
+wd=$1; src=$2; sha=$3; line=$4; proj=$5; shift 5
 sd=$wd/.servedeck; mkdir -p "$sd"
 tmp=$(mktemp "$wd/.servedeck-upload.XXXXXX") || exit 5
 if [ "$src" = - ]; then cat > "$tmp"; else cp "$sd/good/$src.yml" "$tmp" || { rm -f "$tmp"; exit 6; }; fi
 chmod 600 "$tmp"
 got=$(sha256sum "$tmp" | cut -d' ' -f1)
 if [ "$got" != "$sha" ]; then rm -f "$tmp"; echo "checksum mismatch: want $sha, got $got" >&2; exit 3; fi
-printf '%s\n' "$line" >> "$sd/history.jsonl"
+sd_append "$sd/history.jsonl" "$line"
 mv -f "$tmp" "$wd/docker-compose.yml"
-sd_compose -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
+for c in $(docker ps -aq --filter "label=com.docker.compose.project.working_dir=$wd" 2>/dev/null); do
+  p=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}' "$c" 2>/dev/null) || continue
+  [ "$p" = "$proj" ] || { docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1; }
+done
+sd_compose -p "$proj" -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
 """
 
 # $1 workdir, $2 history line, $3 good sha to store ("" none), $4 lock JSON to release ("" keep),
 # $5 history lines to keep, then the good hashes to keep. Prints the lock release status.
-_FINISH_SCRIPT = r"""
+_FINISH_SCRIPT = hist.APPEND_SH + r"""
 set -u
+umask 077
 wd=$1; line=$2; store=$3; mine=$4; keep=$5; shift 5
 sd=$wd/.servedeck; mkdir -p "$sd/good"; chmod 700 "$sd" "$sd/good"
-printf '%s\n' "$line" >> "$sd/history.jsonl"
+sd_append "$sd/history.jsonl" "$line"
 if [ -n "$store" ] && [ -f "$wd/docker-compose.yml" ]; then
   got=$(sha256sum < "$wd/docker-compose.yml" | cut -d' ' -f1)
   if [ "$got" = "$store" ] && [ ! -f "$sd/good/$store.yml" ]; then
@@ -202,6 +211,13 @@ class RemoteHost:
         return f"RemoteHost({self.name!r}, {self.ssh_target.destination!r}, {self.workdir!r})"
 
     # ------------------------------------------------------------------ paths
+
+    @property
+    def project(self) -> str:
+        """The Compose project of this working directory
+        (:func:`servedeck.grammar.compose_project_name`): every compose command servedeck runs
+        here names it, and the rendered file carries it (``name:``)."""
+        return compose_project_name(self.workdir)
 
     @property
     def compose_path(self) -> str:
@@ -325,11 +341,12 @@ class RemoteHost:
 
     def compose(self, args: list[str], *, file: str = COMPOSE, check: bool = True,
                 timeout: float | None = 900.0) -> Result:
-        """Run ``docker compose -f <workdir>/<file> --project-directory <workdir> <args...>``
-        on the host (Compose v2, :data:`~servedeck.host.facts.COMPOSE_SH`). Same errors as
-        :meth:`run`."""
+        """Run ``docker compose -p <project> -f <workdir>/<file> --project-directory <workdir>
+        <args...>`` on the host (Compose v2, :data:`~servedeck.host.facts.COMPOSE_SH`). Same
+        errors as :meth:`run`."""
         return self.run_script(COMPOSE_SH + 'sd_compose "$@"',
-                               ["-f", self.abspath(file), "--project-directory", self.workdir, *args],
+                               ["-p", self.project, "-f", self.abspath(file), "--project-directory",
+                                self.workdir, *args],
                                check=check, timeout=timeout)
 
     def normalised_service(self, file: str = COMPOSE) -> tuple[str, dict[str, Any]] | None:
@@ -362,9 +379,11 @@ class RemoteHost:
         """
         if (data is None) == (good_sha is None):
             raise ValueError("give exactly one of data and good_sha")
+        if good_sha is not None and not SHA256_RE.match(good_sha):
+            raise ValueError(f"not a sha256: {good_sha!r}")
         sha = hashlib.sha256(data).hexdigest() if data is not None else good_sha
         args = [self.workdir, "-" if data is not None else str(good_sha), str(sha),
-                hist.line(history_line).decode().rstrip("\\n"), *compose_args]
+                hist.line(history_line).decode().rstrip("\n"), self.project, *compose_args]
         return self.run_script(_SWITCH_SCRIPT, args, input=data, check=False, timeout=timeout)
 
     # ------------------------------------------------------------------ state, lock, history
@@ -405,7 +424,7 @@ class RemoteHost:
                 state.holder_raw = rest.strip()
         sha = "".join(sections.get("compose", [])).strip()
         state.compose_sha256 = sha or None
-        state.good = {f[:-4] for f in sections.get("good", []) if f.endswith(".yml")}
+        state.good = {f[:-4] for f in sections.get("good", []) if f.endswith(".yml") and SHA256_RE.match(f[:-4])}
         state.history = hist.history_records("\n".join(sections.get("history", [])).encode())
         return state
 
@@ -485,8 +504,8 @@ class RemoteHost:
         One ``>>`` append (O_APPEND) of a single line, so concurrent appends do not
         interleave. Values must be JSON-serialisable.
         """
-        self.run_script('set -eu; mkdir -p "$(dirname "$1")"; cat >> "$1"', [self.history_path],
-                        input=hist.line(line))
+        self.run_script(hist.APPEND_SH + 'set -eu; umask 077; mkdir -p "$(dirname "$1")"; sd_append "$1" "$2"',
+                        [self.history_path, hist.line(line).decode().rstrip("\n")])
 
     def finish(self, history_lines: list[dict[str, Any]], *, store_good: str | None = None,
                keep_good: list[str] | tuple[str, ...] = (), release: bool = True) -> str:

@@ -128,6 +128,27 @@ class Inventory(BaseModel):
         return self
 
 
+def shared_deployments(hosts: dict[str, HostEntry]) -> list[str]:
+    """Findings for inventory hosts that are one deployment under two names: the same SSH
+    target (alias or hostname, port, user, ssh config) and the same working directory, hence the
+    same Compose project (:func:`servedeck.grammar.compose_project_name`) on the same engine: a
+    deploy to one replaces the other's server. Different working directories never share a
+    project. One message per pair, naming both hosts and the project."""
+    from servedeck.grammar import compose_project_name
+    seen: dict[tuple, str] = {}
+    out = []
+    for name, entry in hosts.items():
+        s = entry.ssh
+        key = (s.alias or s.hostname, s.port, s.user, s.ssh_config, compose_project_name(entry.workdir))
+        if key in seen:
+            out.append(f"hosts {seen[key]} and {name} are one deployment: the same SSH target and "
+                       f"working directory {entry.workdir} (Compose project {key[-1]}); a deploy to "
+                       f"one replaces the other's server")
+        else:
+            seen[key] = name
+    return out
+
+
 def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
     """Read and validate an inventory file (``raw``: its YAML data, when the caller has read
     it already).

@@ -198,7 +198,7 @@ def parse(text: str, file: str | None = None) -> Doc:
             :data:`servedeck.yamlio.LIMITS`), a duplicate key (``yaml/duplicate-key``) or an
             empty document (``yaml/empty``).
     """
-    try:  # ruamel's pure parser: marks and styles as written (libyaml reads some plain scalars differently)
+    try:  # marks and styles as written; libyaml's parse, ruamel's pure one where libyaml refuses
         node = compose_nodes(text)
     except LimitError as exc:
         mark = exc.problem_mark
