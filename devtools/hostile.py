@@ -104,12 +104,12 @@ def _read_run_meta(path: Path) -> Any:
 
 def _read_run_json(path: Path) -> Any:
     from servedeck.runs import store
-    return store.read_json(path.parent, path.name)
+    return store.read(path.parent, store.FACTS)
 
 
 def _read_samples(path: Path) -> Any:
     from servedeck.runs import store
-    return store.read_samples(path.parent)
+    return store.read(path.parent, store.BENCH_SAMPLES)
 
 
 def _read_external(path: Path) -> Any:

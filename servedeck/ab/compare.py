@@ -14,8 +14,9 @@ Two *arms* are compared view by view; every view is flattened to ``{dotted path:
   ``--set env.NAME=V`` becomes ``env.NAME``; exl3xpu's own options become ``launcher.gpu``,
   ``launcher.model_path``, ...; positional tokens ``command.positional[i]``.
   (Launcher contract: ``0xSero/exl3xpu`` ``scripts/serve.py`` v2/v3.)
-* ``facts``     - ``facts.json`` host facts (name, kernel, docker/compose version, GPU power cap)
-  and image facts (digest -> ``image``, ``vllm_version``),
+* ``facts``     - ``facts.json`` (:class:`~servedeck.runs.records.FactsRecord`): the fields its
+  model marks as compared (host name, kernel, docker/compose version, GPU power cap; image
+  digest -> ``image``, ``vllm_version``),
 * ``workload``  - ``workload.json`` (``workload.<path>``).
 
 One logical change shows up in several views (profile field, effective setting, argv token).
@@ -39,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from servedeck.compose.document import Mount, parse_document
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
+from servedeck.runs.records import FactsRecord, compared_paths
 from servedeck.vllm import argv as argv_grammar
 from servedeck.yamlio import flatten, launcher_value
 
@@ -64,17 +66,6 @@ COMPOSE_NAMING_KEYS = frozenset({"container_name", "labels", "hostname"})
 LAUNCHER_OPTIONS = {"gpu": "launcher.gpu", "model_path": "launcher.model_path", "dp": "launcher.dp",
                     "print": "launcher.print", "log_dir": "launcher.log_dir"}
 
-#: facts.json paths compared, mapped to variable names.
-FACT_PATHS = {
-    ("host", "name"): "host.name",
-    ("host", "kernel"): "host.kernel",
-    ("host", "docker_version"): "host.docker_version",
-    ("host", "compose_version"): "host.compose_version",
-    ("host", "gpu_power_cap_w"): "host.gpu_power_cap_w",
-    ("image", "digest"): "image",
-    ("image", "vllm_version"): "vllm_version",
-}
-
 
 
 @dataclass
@@ -87,7 +78,7 @@ class ArmViews:
         effective: effective engine settings keyed by vLLM dest names, or None.
         compose_text: the compose file text (required).
         workload: benchmark workload dict, or None (not benchmarked / not planned yet).
-        facts: ``{"host": {...}, "image": {...}}``, or None (not gathered yet).
+        facts: the host and image facts (``facts.json``), or None (not gathered yet).
         source: the run directory, when the arm is a recorded run.
     """
 
@@ -96,7 +87,7 @@ class ArmViews:
     profile: dict | None = None
     effective: dict | None = None
     workload: dict | None = None
-    facts: dict | None = None
+    facts: FactsRecord | None = None
     source: Path | None = None
 
 
@@ -184,13 +175,16 @@ def load_arm(run_dir: Path) -> ArmViews:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ServedeckError("run directory does not exist", file=str(run_dir))
+    profile = store.read(run_dir, store.PROFILE_RESOLVED)
+    effective = store.read(run_dir, store.EFFECTIVE)
+    workload = store.read(run_dir, store.WORKLOAD)
     return ArmViews(
         label=run_dir.name,
-        compose_text=store.read_text(run_dir, store.COMPOSE),
-        profile=store.read_json(run_dir, store.PROFILE_RESOLVED),
-        effective=store.read_json(run_dir, store.EFFECTIVE),
-        workload=store.read_json(run_dir, store.WORKLOAD),
-        facts=store.read_json(run_dir, store.FACTS),
+        compose_text=store.read(run_dir, store.COMPOSE, required=True),
+        profile=profile.root if profile is not None else None,
+        effective=effective.root if effective is not None else None,
+        workload=workload.model_dump(mode="json") if workload is not None else None,
+        facts=store.read(run_dir, store.FACTS),
         source=run_dir,
     )
 
@@ -215,10 +209,11 @@ def views_from_profile(profile_views: dict, label: str | None = None) -> ArmView
         raise ServedeckError("the rendered profile has no compose text to compare")
     profile = profile_views.get("profile")
     name = (profile or {}).get("name") if isinstance(profile, dict) else None
+    facts = profile_views.get("facts")
     return ArmViews(label=label or f"profile {name or '(unnamed)'}",
                     compose_text=profile_views["compose_text"], profile=profile,
                     effective=profile_views.get("effective"), workload=profile_views.get("workload"),
-                    facts=profile_views.get("facts"))
+                    facts=FactsRecord.model_validate(facts) if facts is not None else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,13 +354,16 @@ def _volume_rest(vol: Mount) -> str:
     return ":".join([vol.source, *([vol.mode] if vol.mode else [])])
 
 
-def flatten_facts(facts: dict) -> dict[str, Any]:
-    """Pick the comparable host and image facts (see :data:`FACT_PATHS`)."""
+def flatten_facts(facts: FactsRecord) -> dict[str, Any]:
+    """The comparable host and image facts: ``{comparison name: value}`` of the fields
+    :class:`~servedeck.runs.records.FactsRecord` marks as compared
+    (:func:`~servedeck.runs.records.compared_paths`)."""
     out: dict[str, Any] = {}
-    for (section, key), name in FACT_PATHS.items():
-        sec = facts.get(section) or {}
-        if key in sec:
-            out[name] = sec[key]
+    for path, name in compared_paths(FactsRecord).items():
+        value: Any = facts
+        for part in path:
+            value = getattr(value, part)
+        out[name] = value
     return out
 
 

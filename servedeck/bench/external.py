@@ -31,50 +31,16 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import ExternalBench, RequestCounts
 
 __all__ = ["ExternalBench", "RequestCounts", "import_vllm_bench", "import_guidellm", "import_file"]
 
 
-class RequestCounts(BaseModel):
-    """How many requests an external benchmark sent and how they ended (``None``: the file
-    does not say). ``total`` = ``completed`` + ``failed`` (+ ``incomplete``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    total: int | None = None
-    completed: int | None = None
-    failed: int | None = None
-    incomplete: int | None = None
-
-
-class ExternalBench(BaseModel):
-    """An external benchmark result mapped onto servedeck's metric names.
-
-    ``metrics[name]`` = ``{"median", "mean", "min", "max", "n"}`` (missing statistics None;
-    ``n`` = successful requests) for ``ttft_s``, ``decode_tok_s``, ``e2e_s``,
-    ``prefill_tok_s``, ``output_tokens``, ``prompt_tokens`` where the source has them;
-    ``server`` holds ``spec_accept_len``, ``spec_per_position``, ``spec_drafts`` when reported.
-    ``requests``: :class:`RequestCounts`; ``partial``: some request did not succeed;
-    ``failure_reasons``: ``[{"text", "count"}]``, the distinct error messages of failed requests
-    (most frequent first) where the file keeps them; ``notes``: sentences for the user.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: Literal["vllm-bench-serve", "guidellm"]
-    path: str
-    metrics: dict[str, dict[str, float | int | None]]
-    server: dict[str, Any] = Field(default_factory=dict)
-    raw_keys: list[str] = Field(default_factory=list)
-    requests: RequestCounts = Field(default_factory=RequestCounts)
-    partial: bool = False
-    failure_reasons: list[dict[str, Any]] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+# The mapped result is run-file content (``external-STEM.json``): its models live with the run
+# store (servedeck.runs.records: ExternalBench, RequestCounts), imported here under their names.
 
 
 def _load_json(path: str | Path, what: str) -> Any:

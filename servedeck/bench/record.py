@@ -111,20 +111,20 @@ def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
     counts and a note; its statistics cover the successful requests only.
 
     Returns:
-        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
-        plus ``sha256`` of the file).
+        the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
+        :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
         ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
             written then).
     """
     from servedeck.bench.external import import_file
+    from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
     ext = import_file(path)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(store.external_raw(name), raw)
-    mapped = ext.model_dump(mode="json")
-    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
-    run.write_json(store.external_summary(name), mapped)
-    return mapped
+    run.write(store.external_raw(name), raw)
+    mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
+    run.write(store.external_summary(name), mapped)
+    return mapped.model_dump(mode="json")

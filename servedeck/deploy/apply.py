@@ -179,7 +179,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                      if options.record else RunWriter(None))
             d.result.run = d.run.run
             if d.run.path:
-                reporter.info(f"run record {d.run.path}")
+                reporter.recorded(d.run.path)
             d.recover_abandoned(state)
             d.revision = hist.next_revision(state.history)
             reporter.phase("pull", profile.image)

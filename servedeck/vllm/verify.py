@@ -13,14 +13,13 @@ model.yaml) fixes, and compares:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from servedeck.model.catalog import ImageFacts
-from servedeck.vllm.launcher import SET_FIELDS, effective_settings
-from servedeck.model.profile import Profile
-from servedeck.vllm.names import VLLM_DEFAULTS
+if TYPE_CHECKING:  # ArgCheck is a run file's content: reading a record imports pydantic only
+    from servedeck.model.catalog import ImageFacts
+    from servedeck.model.profile import Profile
 
 
 class ArgCheck(BaseModel):
@@ -36,11 +35,11 @@ class ArgCheck(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    setting: str
-    expected: Any
-    reported: Any = None
-    status: str
-    source: str
+    setting: str = Field(description="vLLM dest name (`max_num_batched_tokens`)")
+    expected: Any = Field(description="the value servedeck predicts (null: speculative decoding off)")
+    reported: Any = Field(None, description="the value in `non-default args` (null when absent)")
+    status: str = Field(description="`confirmed` | `differs` | `default` | `not reported`")
+    source: str = Field(description="`profile`, or `image` (a model.yaml default)")
 
     def render(self) -> str:
         """``max_num_batched_tokens: confirmed (8192)`` / ``differs (expected X, got Y)``."""
@@ -52,6 +51,7 @@ class ArgCheck(BaseModel):
 
 
 def _profile_settings(profile: Profile) -> set[str]:
+    from servedeck.vllm.launcher import SET_FIELDS
     e = profile.engine
     names = {n for n in SET_FIELDS if getattr(e, n) is not None}
     if e.speculative_state != "default":
@@ -87,6 +87,8 @@ def verify_args(profile: Profile, facts: ImageFacts | None,
         one :class:`ArgCheck` per setting the profile or the image's model.yaml fixes, in
         effective-settings order.
     """
+    from servedeck.vllm.launcher import effective_settings
+    from servedeck.vllm.names import VLLM_DEFAULTS
     reported_args = non_default_args or {}
     effective = effective_settings(profile, facts)
     mine = _profile_settings(profile)

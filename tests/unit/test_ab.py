@@ -414,7 +414,7 @@ def test_interleaved_schedule_orders():
         schedule("aabb", 2)
 
 
-def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path):
+def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path, bench_sample):
     """deploy_fn/bench_fn are stand-ins for servedeck.deploy.apply.deploy and
     servedeck.bench.record.bench_deployed (no server here): each "deploy" records a copy of a
     fixture run, each "bench" writes samples that drift downwards over time, as a warming host does."""
@@ -437,9 +437,10 @@ def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path)
         for phase in ("cold", "warm"):
             for rep in range(3):
                 t = next(clock)
-                samples.append({"phase": phase, "rep": rep, "ttft_s": 1.0 + 0.01 * t + 0.001 * rep,
-                                "prefill_tok_s": 6000.0 - 10 * t - rep, "decode_tok_s": 57.0 - 0.1 * t - 0.01 * rep})
-        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {})
+                samples.append(bench_sample(phase, rep, ttft_s=1.0 + 0.01 * t + 0.001 * rep,
+                                            prefill_tok_s=6000.0 - 10 * t - rep,
+                                            decode_tok_s=57.0 - 0.1 * t - 0.01 * rep))
+        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {"workload": {"prompt_tokens": 64}})
 
     steps = []
     runs_a, runs_b, ilv = run_interleaved({"A": "base", "B": "batch-8192"}, "abba", 2, deploy_fn=deploy_fn,

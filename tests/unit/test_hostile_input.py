@@ -11,6 +11,7 @@ holds on a loaded machine. The figures are printed by ``benchmarks/hostile_input
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -24,7 +25,7 @@ from devtools import hostile
 from servedeck.bench import external  # noqa: F401
 from servedeck.compose import check, document  # noqa: F401
 from servedeck.model import catalog, inventory, profile  # noqa: F401
-from servedeck.runs import meta, store  # noqa: F401
+from servedeck.runs import records, store  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_S = 1
@@ -45,6 +46,9 @@ def _in_limited_child(kind: str, path: Path) -> dict:
         os.close(read_fd)
         code = 0
         try:
+            # the test process's own objects out of the child's garbage collections (a collection
+            # would walk, and copy on write, the whole inherited heap of this long test session)
+            gc.freeze()
             resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S + 1))
             resource.setrlimit(resource.RLIMIT_AS, (_address_space() + MEMORY_BYTES,) * 2)
             try:
@@ -97,6 +101,7 @@ def test_the_limits_are_real_an_unbounded_reader_fails_them(tmp_path):
         pid = os.fork()
         if pid == 0:
             try:
+                gc.freeze()
                 resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S + 1))
                 resource.setrlimit(resource.RLIMIT_AS, (_address_space() + MEMORY_BYTES,) * 2)
                 _unbounded(path)

@@ -171,9 +171,9 @@ def test_run_record_keeps_prediction_beside_measurement(tmp_path):
     startup = json.loads((FIX / "runs/0003-batch-8192-b70/startup.json").read_text())
     record_kv(run, pred.to_dict(), startup)
     doc = read_kv(run.path)
-    assert doc["measured"]["kv_cache_tokens"] == 236470
-    assert doc["prediction"]["pool_tokens"] == pred.pool_tokens
-    assert doc["within_interval"] is True and abs(doc["error_pct"]["kv_cache_tokens"]) < 2
+    assert doc.measured.kv_cache_tokens == 236470
+    assert doc.prediction["pool_tokens"] == pred.pool_tokens
+    assert doc.within_interval is True and abs(doc.error_pct.kv_cache_tokens) < 2
 
 
 def test_kv_line_for_ab(tmp_path):

@@ -112,7 +112,7 @@ def _run_with_secret(runs: Path, source: Path, key: str) -> Path:
     for f in source.iterdir():
         if f.name not in (store.RUN_META, store.COMPOSE):
             shutil.copy(f, run.path / f.name)
-    text = store.read_text(source, store.COMPOSE).replace("    command:\n", f"    command:\n      - --api-key\n      - {key}\n", 1)
+    text = store.read(source, store.COMPOSE).replace("    command:\n", f"    command:\n      - --api-key\n      - {key}\n", 1)
     w = RunWriter(run, find_secrets(["--api-key", key], {}))
     w.save_compose(text, "0" * 64)
     return run.path
@@ -129,11 +129,11 @@ def test_ab_compares_runs_whose_records_held_a_secret(tmp_path):
 
 def test_run_files_and_directories_are_owner_only(tmp_path):
     run = store.create_run(tmp_path / "runs", "p", "h")
-    run.write_json(store.FACTS, {"a": 1})
-    store.write_bench_files(run.path, {"w": 1}, [{"x": 1}], {"s": 1})
+    run.write(store.PROFILE_DIFF, [])
+    store.write_bench_files(run.path, {"prompt_tokens": 64}, [], {"workload": {"prompt_tokens": 64}})
     assert run.path.stat().st_mode & 0o777 == 0o700
     assert {p.name: p.stat().st_mode & 0o777 for p in run.path.iterdir()} == dict.fromkeys(
-        [store.RUN_META, store.FACTS, store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY], 0o600)
+        [store.RUN_META, store.PROFILE_DIFF, store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY], 0o600)
 
 
 def test_secrets_is_empty_when_nothing_is_secret():
