@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from servedeck.deploy.apply import restore_revision
+from servedeck.deploy.switch import SwitchAbandoned
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.kv_power import format_power_status, power_status, restore_power
 from servedeck.deploy.plan import api_base_url, owner
@@ -20,7 +21,7 @@ from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, 
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import container_state
-from servedeck.host.lock import held_error
+from servedeck.host.lock import held_error, unwritable_error
 from servedeck.host.remote import HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
@@ -76,12 +77,14 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     out: dict[str, Any] = {
         "host": host.name, "workdir": host.workdir, "compose_present": state.compose_sha256 is not None,
         "compose_sha256": state.compose_sha256, "service": None, "container": None, "serving": None,
-        "drift": [], "lock": state.holder.model_dump(mode="json") if state.holder else None,
+        "drift": [], "lock": (state.holder.model_dump(mode="json") if state.holder
+                              else {"damaged": state.holder_raw} if state.lock == "held" else None),
         "last_deploy": revs[-1].record if revs else None,
         "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
                         "ended": r.record.get("ended")} for r in state.known_good()],
         "unfinished": [r.number for r in hist.unfinished(state.history)],
-        "lock_stale": state.holder.stale_reason() if state.holder else None,
+        "lock_stale": (state.holder.stale_reason() if state.holder
+                       else "the lock file is damaged: no command holds it" if state.lock == "held" else None),
         "power": power_status(host, entry.sysfs_root), "project": host.project,
         "history_damaged": hist.damaged(state.history)}
     if state.compose_sha256 is None:
@@ -155,7 +158,10 @@ def format_status(st: dict[str, Any]) -> str:
             f"{g['revision']} {g['profile']}" for g in st["known_good"]))
     if format_power_status(st.get("power")):
         lines.append(f"  {format_power_status(st['power'])}")
-    if st.get("lock"):
+    if st.get("lock") and "damaged" in st["lock"]:
+        lines.append(f"  LOCK FILE DAMAGED ({st['lock']['damaged'][:80]}): no command holds it "
+                     "(--force-unlock removes it)")
+    elif st.get("lock"):
         lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}"
                      + (f"; looks stale: {st['lock_stale']} (--force-unlock takes it over)"
                         if st.get("lock_stale") else ""))
@@ -174,8 +180,11 @@ def _lock(host: RemoteHost, what: str, force_unlock: bool, reporter: Reporter) -
         DeployError: held by another command (says whether stale; hint --force-unlock).
     """
     state = host.state(lock_owner=f"{owner()}: {what}", force_unlock=force_unlock)
+    if state.lock == "unwritable":
+        err = unwritable_error(host.name, host.workdir, state.unwritable or "")
+        raise DeployError(f"cannot {what}: {err.message}", hint=err.hint)
     if state.lock == "held":
-        err = held_error(host.name, state.holder)
+        err = held_error(host.name, state.holder, raw=state.holder_raw)
         raise DeployError(f"cannot {what}: {err.message}", hint=err.hint)
     if state.replaced is not None:
         reporter.warn(f"took over the lock of {state.replaced.owner} (pid {state.replaced.pid})")
@@ -214,6 +223,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
     run = RunWriter(None)
     lines: list[dict[str, Any]] = []
     rb: Readiness | None = None
+    leave = False
     revision = hist.next_revision(state.history)
     try:
         if record and project is None:
@@ -234,10 +244,10 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
             reporter.recorded(run.path)
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
         restore_power(host, run.run, reporter)  # the limit the current deployment replaced
-        rb, lines, run.secrets = restore_revision(host, entry, target, revision,
-                                                  timeout_s=timeout_s or entry.ready_timeout_s,
-                                                  reporter=reporter, who=owner(), run_id=run.run_id,
-                                                  reason="invoke rollback")
+        rb, run.secrets = restore_revision(host, entry, target, revision,
+                                           timeout_s=timeout_s or entry.ready_timeout_s,
+                                           reporter=reporter, who=owner(), run_id=run.run_id,
+                                           reason="invoke rollback", lines=lines)
         if run.run is not None:
             restored = host.read_file(host.good_file(target.compose_sha256), missing_ok=True)
             record_restored(run, project.runs_dir, target.record.get("run_id"),
@@ -247,17 +257,23 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                       outcome="ready" if rb.ready else "failed",
                       **({"ready_at": utcnow()} if rb.ready else {"failure": rb.reason, "ended_at": utcnow()}))
     except KeyboardInterrupt:
-        lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
+        if not lines:
+            lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
         run.save_meta(outcome="interrupted", ended_at=utcnow())
         raise DeployError("rollback interrupted", hint=f"invoke status --host {host.name}") from None
+    except SwitchAbandoned:
+        run.save_meta(outcome="interrupted", ended_at=utcnow())
+        leave = True  # the switch runs on: its lock and history stay for the next command to judge
+        raise
     except ServedeckError as exc:
         if run.outcome() == "started":
             run.save_meta(outcome="failed", failure=exc.message, ended_at=utcnow())
         raise
     finally:
-        host.finish(run.secrets.scrub(lines) or [{"revision": revision, "event": "rollback",
-                                                 "outcome": "failed", "ended": utcnow()}],
-                    keep_good=hist.keep_hashes(state.history + lines))
+        if not leave:
+            host.finish(run.secrets.scrub(lines) or [{"revision": revision, "event": "rollback",
+                                                     "outcome": "failed", "ended": utcnow()}],
+                        keep_good=hist.keep_hashes(state.history + lines))
         host.close()
     if not rb.ready:
         raise DeployError(f"rollback on {host.name} did not become ready: {rb.reason}")

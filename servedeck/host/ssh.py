@@ -292,6 +292,20 @@ class SshTransport:
         elif self._session is not None:
             self._session.stale = True  # the thread using it drops it when its command ends
 
+    def abort_session(self) -> None:
+        """Kill the remote session's local ``ssh`` (from any thread): a command blocked on it
+        (a frozen session or connection) returns at once with :class:`HostUnreachable`, and the
+        next command opens a fresh session. What the command started on the host runs on."""
+        session = self._session
+        proc = session.proc if session is not None else None
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        if session is not None:
+            session.stale = True
+
     def open_session(self, timeout: float | None = 30.0) -> None:
         """Start the remote session now (e.g. in a thread while the caller imports and
         renders), so that the first command does not wait for the login shell.

