@@ -191,7 +191,7 @@ def render(c, profile, out=None, flags=False):
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
-                                  expect=CheckExpectations(rendered=True))
+                                  expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
         print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
@@ -226,13 +226,16 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         text, findings = check_compose_file(path, file=compose, catalog=_catalog())
         if in_image:
             from servedeck.compose.check import check_in_image
-            findings += check_in_image(text, file=compose)
+            from servedeck.host.inimage import judge
+            findings += check_in_image(text, file=compose, judge=judge(), catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
         texts, findings = _check_profiles(names)
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)])
+            from servedeck.host.inimage import judge
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
+                                            judge=judge(), catalog=_catalog())
     if json_:
         print(findings_to_json(findings))
     else:
@@ -245,10 +248,10 @@ def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    text = _render(name).compose_text
-    return text, check_compose_text(text, file=f"profile:{name}", catalog=_catalog(),
-                                    expect=CheckExpectations(rendered=True,
-                                                             startup_seconds=_measured_startup(name)))
+    rendered = _render(name)
+    return rendered.compose_text, check_compose_text(
+        rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -377,38 +380,10 @@ def validate(c, files=None):
 
 
 def _host(name: str, inventory: str | None, *, session_soon: bool = False):
-    """The inventory host ``name`` as (RemoteHost, HostEntry). ``session_soon``: start its SSH
-    session first, from the inventory's plain data, while pydantic and the rest import (the
-    host's login shell takes 0.1-0.3 s); the validated entry then decides: the session is kept
-    when its target is the one validated, and dropped otherwise."""
-    path = Path(inventory) if inventory else _project().inventory_path
-    raw, early = _early_session(name, path) if session_soon else (None, None)
-    from servedeck.model.inventory import get_host, load_inventory
-    from servedeck.host.remote import RemoteHost
-    entry = get_host(load_inventory(path, raw), name, path)
-    if early is not None and early.target != entry.ssh:
-        early.close()
-        early = None
-    remote = RemoteHost(name, entry.ssh, entry.workdir, transport=early)
-    if session_soon and early is None:
-        remote.transport.open_session_soon()
-    return remote, entry
-
-
-def _early_session(name: str, path: Path):
-    """(the inventory's YAML data, an SshTransport opening its session) for host ``name``, or
-    (None, None) when the file cannot be read as data or the entry is not plainly an SSH target:
-    the validated load that follows says what is wrong."""
-    from servedeck.host.ssh import SshTarget, SshTransport
-    from servedeck.yamlio import read_yaml_file
-    try:
-        raw = read_yaml_file(path) or {}
-        target = SshTarget(**raw["hosts"][name]["ssh"])
-    except Exception:  # noqa: BLE001 - best effort: any fault is reported by the validated load
-        return None, None
-    transport = SshTransport(name, target)
-    transport.open_session_soon()
-    return raw, transport
+    """The inventory host ``name`` as (RemoteHost, HostEntry) (:func:`servedeck.host.connect.open_host`;
+    ``session_soon``: its SSH session opens while the rest imports)."""
+    from servedeck.host.connect import open_host
+    return open_host(name, Path(inventory) if inventory else _project().inventory_path, session_soon=session_soon)
 
 
 _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
@@ -900,10 +875,9 @@ def plan(c, profile, against, kv_threshold=10.0):
     """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against
     from servedeck.runs.history import resolve_run
-    from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
-             "effective": effective_settings(rendered.profile, rendered.facts),
+             "effective": rendered.service.settings(),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
     against_dir = resolve_run(_project().runs_dir, against)
     diff = guard(plan_against(views, against_dir))
@@ -915,7 +889,7 @@ def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
     """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
     from servedeck.findings import has_errors
     from servedeck.runs.kv_history import plan_kv
-    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+    _, findings = plan_kv(rendered.profile, rendered.service, _project().runs_dir, against_dir,
                           change_threshold_pct=threshold)
     for f in findings:
         print(f.render())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,199}$")
 """A profile name (its file stem): lower-case letters, digits, ``.``, ``_``, ``-``."""
@@ -60,3 +61,10 @@ def check(pattern: re.Pattern[str], value: object, what: str, rule: str) -> str:
     if not isinstance(value, str) or not pattern.match(value):
         raise ValueError(f"{what} {str(value)[:120]!r} is not valid: {rule}")
     return value
+
+
+def check_all(pattern: re.Pattern[str], values: Any, what: str, rule: str) -> Any:
+    """``values`` (a mapping's keys, or a list) when every one passes :func:`check`."""
+    for value in values:
+        check(pattern, value, what, rule)
+    return values

@@ -214,15 +214,7 @@ def load_data(text: str, *, limits: Limits = LIMITS, version: tuple[int, int] | 
         LimitError: the text exceeds ``limits`` (a ``YAMLError`` naming the line).
         ruamel.yaml.error.YAMLError: the text is not valid YAML (from the pure parser).
     """
-    _check_size(text, limits)
-    if _CPARSER is not None:
-        try:
-            return _FastLoader(text, limits, version).load()
-        except LimitError:
-            raise
-        except YAMLError:
-            pass
-    return _pure("safe", limits, version).load(text)
+    return _parse(text, limits, version, "load")
 
 
 def load_roundtrip(text: str, *, limits: Limits = LIMITS) -> Any:
@@ -246,15 +238,21 @@ def compose_nodes(text: str, *, limits: Limits = LIMITS) -> Any:
     Raises:
         LimitError, ruamel.yaml.error.YAMLError: as :func:`load_data`.
     """
+    return _parse(text, limits, None, "compose")
+
+
+def _parse(text: str, limits: Limits, version: tuple[int, int] | None, step: str) -> Any:
+    """``step`` (``load`` or ``compose``) of ``text``: libyaml's events through the bounded
+    composer, else (libyaml refused the text, or is not installed) ruamel's pure parser."""
     _check_size(text, limits)
     if _CPARSER is not None:
         try:
-            return _FastLoader(text, limits, None).compose()
+            return getattr(_FastLoader(text, limits, version), step)()
         except LimitError:
             raise
         except YAMLError:
             pass
-    return _pure("safe", limits).compose(text)
+    return getattr(_pure("safe", limits, version), step)(text)
 
 
 def rewrite_scalars(text: str, fn: Any, *, limits: Limits = LIMITS) -> str:
@@ -381,13 +379,12 @@ def is_styled(value: Any) -> bool:
     return isinstance(value, ScalarString)
 
 
-_LAUNCHER_LIMITS = Limits(max_bytes=64 * 1024, max_nodes=2_000, max_aliases=50)
-"""One ``--set`` value: a scalar or a small mapping on a command line."""
 
 
 def launcher_value(text: str) -> Any:
     """Parse ``text`` as the exl3xpu launcher parses a ``--set`` value (YAML 1.1 safe load);
-    the raw string when it is not valid YAML (or exceeds the bounds of a command-line value).
+    the raw string when it is not valid YAML (or exceeds :data:`LIMITS`): a ``--set`` value, or
+    an exl3xpu ``model.yaml``.
     Containers come back as plain dict/list (a new copy on every call; the parse itself is
     cached, values repeat across profiles)."""
     value = _launcher_value(text)
@@ -397,7 +394,7 @@ def launcher_value(text: str) -> Any:
 @functools.lru_cache(maxsize=4096)
 def _launcher_value(text: str) -> Any:
     try:
-        return to_plain(_pure("safe", _LAUNCHER_LIMITS, (1, 1)).load(text))
+        return to_plain(_pure("safe", LIMITS, (1, 1)).load(text))
     except YAMLError:
         return text
 

@@ -2,7 +2,9 @@
 
 Works on any compose text (hand-written or rendered by servedeck). The text is read with
 ruamel.yaml (YAML 1.2, round-trip composer) so every finding carries a 1-based line and a
-document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/name``:
+document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/name``; each family
+lives in ``servedeck/compose/rules/<family>.py`` (``yaml/*`` in the document reader ``_doc.py``,
+``json/*`` beside ``flags/*``):
 
 =================  ===============================================================
 ``yaml/*``         syntax errors, duplicate keys, empty file
@@ -12,7 +14,9 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON;
                    the model as the image's vLLM reads it (twice, refused --model, not first,
                    a second positional, none: ``servedeck.vllm.argv.model_argument``)
-``launcher/*``     exl3xpu ``scripts/serve.py`` contract (``--set``, passthrough, env merge)
+``launcher/*``     a command repeating the image's start; the contract of a launcher with a
+                   config of its own (exl3xpu ``scripts/serve.py``: ``--set``, passthrough,
+                   env merge), as the service's launcher reads the command
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
 ``ports/*``        published port vs the server's ``--port``
@@ -31,10 +35,12 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
 =================  ===============================================================
 
-The service rules judge each service as Compose reads it: its ``extends`` merged in, and its
-values interpolated with the file's own defaults and, when the caller read them, its ``.env`` and
-``env_file`` files (``CheckExpectations``); what only the shell of whoever runs Compose can give
-is judged as written.
+The service rules judge each service as it will run (:class:`servedeck.compose.service.Service`:
+its launcher, the command as that launcher reads it, the effective settings with their
+provenance), read as Compose reads it: its ``extends`` merged in, and its values interpolated with
+the file's own defaults and, when the caller read them, its ``.env`` and ``env_file`` files
+(``CheckExpectations``); what only the shell of whoever runs Compose can give is judged as
+written. A service the renderer hands over (``known``) is taken as it is.
 
 Severity: ``error`` for what will break or silently change meaning, ``warning`` for likely
 mistakes, ``info`` for facts worth knowing.
@@ -43,30 +49,33 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (container, document, environment, features, flags, local_image,
-                                       resources, runtime, server)
+from servedeck.compose.rules import (argv, devices, entrypoint, env, features, flags, gpu, image, interpolation, keys,
+                                     launcher, paths, ports, restart, schema, server, vllm, yaml11)
 from servedeck.compose.rules._doc import DocError, parse
-from servedeck.compose.rules._service import CheckExpectations, Ctx, services
+from servedeck.compose.rules._context import CheckExpectations, Ctx, services
+from servedeck.compose.service import Service
 
 __all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
-_SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, server.check_argv, server.check_launcher, server.check_vllm,
-                  container.check_ports, container.check_gpu, container.check_restart,
-                  container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
-                  environment.check_environment, flags.check_flags, features.check_features,
-                  features.check_entrypoint, features.check_context_fits,
-                  features.check_reasoning_family)
+_SERVICE_RULES = (image.check_image, image.check_placeholder_digest, argv.check_argv, launcher.check_launcher,
+                  vllm.check_vllm, ports.check_ports, gpu.check_gpu, restart.check_restart, paths.check_paths,
+                  devices.check_devices, gpu.check_gpu_requests, server.check_server_container, env.check_environment,
+                  flags.check_flags, features.check_features, entrypoint.check_entrypoint,
+                  features.check_context_fits, features.check_reasoning_family)
+"""The per-service rules, one module per rule family (``compose/rules/<family>.py``)."""
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
-                       expect: CheckExpectations | None = None) -> list[Finding]:
+                       expect: CheckExpectations | None = None, known: Iterable[Service] = ()) -> list[Finding]:
     """Check one compose document and return its findings, sorted by line.
 
     Args:
@@ -77,6 +86,9 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
             (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
             info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
+        known: services the caller read already: the renderer hands over the service of the
+            file it wrote (``Rendered.service``), so its command is not read a second time
+            (:func:`servedeck.compose.service.read_services`).
 
     Returns:
         Findings (possibly empty). A YAML syntax error is a single ``yaml/syntax`` error finding,
@@ -86,7 +98,7 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
         Nothing for bad input; exceptions are bugs.
     """
     ctx = _document_context(text, file, catalog, expect)
-    return ctx if isinstance(ctx, list) else _check(ctx)
+    return ctx if isinstance(ctx, list) else _check(ctx, known)
 
 
 def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
@@ -117,17 +129,17 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     return text, _check(ctx)
 
 
-def _check(ctx: Ctx) -> list[Finding]:
+def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
-    document.check_schema(ctx)
-    document.check_keys(ctx)
-    document.check_yaml11(ctx)
-    document.check_interpolation(ctx)
-    svcs = services(ctx)
+    schema.check_schema(ctx)
+    keys.check_keys(ctx)
+    yaml11.check_yaml11(ctx)
+    interpolation.check_interpolation(ctx)
+    svcs = services(ctx, known)
     for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
-    resources.check_shared_gpus(ctx, svcs)
+    gpu.check_shared_gpus(ctx, svcs)
     return _tidy(ctx.findings)
 
 
@@ -137,7 +149,7 @@ def schema_findings(text: str, *, file: str | None = None) -> list[Finding]:
     ctx = _document_context(text, file, None, None)
     if isinstance(ctx, list):
         return ctx
-    document.check_schema(ctx)
+    schema.check_schema(ctx)
     return _tidy(ctx.findings)
 
 
@@ -185,7 +197,14 @@ def findings_to_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
 
 
-def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
+Judge = Callable[[str, list[list[str]], "list[str] | None", "str | None"], list[Any]]
+"""The in-image dry run a check asks: ``judge(image, commands, entrypoint, mode)`` gives one
+verdict per command (``ok``, ``stage``, ``message``, ``cached``, ``seconds``); the host layer
+makes one for an engine (:func:`servedeck.host.inimage.judge`), so the check runs nothing itself."""
+
+
+def check_in_image(text: str, *, judge: Judge, file: str | None = None,
+                   catalog: Catalog | None = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
     inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run_each`, cached per
@@ -194,27 +213,31 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None)
     Args:
         text: the compose file's text.
         file: the file name to put in each finding.
-        client: docker SDK client or RemoteHost; None = the local engine.
+        judge: the dry run (:data:`Judge`; :func:`servedeck.host.inimage.judge` on an engine).
+        catalog: the image catalog (the services' launchers: :class:`servedeck.compose.service.Service`).
 
     Returns:
         ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
         service with an image and a list-form command; ``inimage/skipped`` (info) for a service
-        whose ``entrypoint:`` replaces the image's.
+        whose ``entrypoint:`` does not start vLLM directly or whose launcher is not judged in the
+        image.
 
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    return check_in_image_each([(text, file)], client=client)
+    return check_in_image_each([(text, file)], judge=judge, catalog=catalog)
 
 
-def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None) -> list[Finding]:
+def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge,
+                        catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
-    from servedeck.host.inimage import dry_run_each
-    from servedeck.vllm.argv import server_prefix, wrapper_length
-    jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None]] = []
-    # (document, path, image, command, the vLLM start an entrypoint: gives, None: the image's own)
+    from servedeck.compose.service import read_services
+    from servedeck.launchers import registry
+    from servedeck.vllm.argv import wrapper_length
+    jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
+    # (document, path, image, command, the start an entrypoint: gives (None: the image's own), how it is judged)
     per_document: list[list[Finding]] = []
     for text, file in documents:
         try:
@@ -222,33 +245,36 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
         except DocError as exc:
             per_document.append([exc.finding])
             continue
-        ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
+        ctx = Ctx(doc=doc, file=file, catalog=catalog, expect=CheckExpectations())
         per_document.append(ctx.findings)  # filled below, as the verdicts come
-        data = doc.data if isinstance(doc.data, dict) else {}
-        for name, svc in (data.get("services") or {}).items():
-            if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+        for svc in read_services(doc.data, catalog=catalog):
+            data = svc.data
+            if not isinstance(data.get("image"), str) or not isinstance(data.get("command") or [], list):
                 continue
-            command = svc.get("command") or []
-            if not isinstance(command, list):
-                continue
-            command = [str(c) for c in command]
-            start = None
-            if "entrypoint" in svc:
-                entry = svc["entrypoint"]
+            command = [str(c) for c in data.get("command") or []]
+            # without an entrypoint: the image's own ENTRYPOINT runs the command, so the launcher it
+            # starts decides how the command is judged (dry_run_each reads it from the image)
+            start, mode = None, None
+            if "entrypoint" in data:
+                entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
-                n, kind = server_prefix(whole)
-                if kind != "vllm" or wrapper_length(whole):
-                    ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                launcher, n = registry.start_of(whole)
+                if launcher is None or launcher.in_image not in ("serve", "api_server") or wrapper_length(whole):
+                    ctx.info("inimage/skipped", svc.path + ("entrypoint",),
                              "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
                              "launcher replaced by another program); the in-image dry run judges vLLM "
                              "started by the image's own entrypoint or by `vllm serve` / the api_server module")
                     continue
-                start, command = tuple(whole[:n]), whole[n:]
-            jobs.append((ctx, ("services", name, "command"), svc["image"], command, start))
-    for image, start in dict.fromkeys((job[2], job[4]) for job in jobs):
-        mine = [job for job in jobs if (job[2], job[4]) == (image, start)]
-        verdicts = dry_run_each(client, image, [job[3] for job in mine],
-                                entrypoint=list(start) if start is not None else None)
+                start, command, mode = tuple(whole[:n]), whole[n:], launcher.in_image
+            elif svc.launcher is not None and svc.launcher.in_image is None:
+                ctx.info("inimage/skipped", svc.path + ("command",),
+                         f"the {svc.launcher.name} launcher's commands are not judged in the image: the dry "
+                         "run judges vLLM's own starts and launchers that print their final command")
+                continue
+            jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
+    for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
+        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

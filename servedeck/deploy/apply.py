@@ -31,7 +31,7 @@ from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
-                                   judge_in_image, published_port, render_and_check, resolve_image, with_image)
+                                   judge_in_image, published_port, render, render_and_check, resolve_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.secrets import Secrets, deployed_secrets
 from servedeck.deploy.switch import SWITCH_DEADLINE_S, SwitchAbandoned, run_switch
@@ -160,20 +160,20 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     reporter = reporter or Reporter()
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
-    profile = entry.place(with_image(loaded.profile, options.image))  # the host's container_name / host_port
+    profile = entry.place(loaded.profile, options.image)  # the --image, the host's container_name / host_port
     interrupt = _Interrupt().__enter__()  # SIGTERM is an interrupt from here on, preflight included
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
         reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
         catalog = Catalog(project.catalog_path, local=project.local_images)
+        reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
+        rendered = render(profile, catalog, project, entry.workdir)
         if catalog.lookup(profile.image_ref.digest) is not None:
-            reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
-            checked = render_and_check(profile, catalog, project, entry, reporter)
+            checked = render_and_check(profile, catalog, project, entry, reporter, rendered=rendered)
         facts, state = pre.result()
         # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
-        kvp = preflight_kv_power(project, host, entry, profile, catalog.lookup(profile.image_ref.digest),
-                                 reporter=reporter)
+        kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt) and not pre.ended.is_set():
             reporter.warn("interrupted: waiting for the preflight round trip to come back (it takes the "
@@ -224,10 +224,10 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                                   inspected=facts.get("image"))
             d.timings["pull_s"] = image.pull_s
             d.phase = "check"
-            recheck_kv(kvp, profile, image.facts, reporter)  # the image may have been unknown at preflight
-            if checked is None:
+            if checked is None:  # the image was unknown at preflight: render with its facts now
                 reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
                 checked = render_and_check(profile, catalog, project, entry, reporter)
+            recheck_kv(kvp, profile, checked[0].service, reporter)
             d.plan = build_plan(loaded=loaded, profile=profile, rendered=checked[0],
                                 findings=checked[1], image=image, host=host, entry=entry,
                                 host_facts=facts, state=state, options=options)

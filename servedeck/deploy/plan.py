@@ -27,7 +27,6 @@ from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.model.project import Project
-from servedeck.vllm.launcher import build_command, effective_settings, launcher_env
 
 if TYPE_CHECKING:  # the renderer (jinja2) is imported by render_and_check, after the preflight started
     from servedeck.compose.render import Rendered
@@ -76,7 +75,8 @@ class ImageInfo:
 @dataclass(frozen=True)
 class DeployPlan:
     """A deploy, fully computed (see the module docstring). ``argv`` is the server command,
-    ``effective`` the settings vLLM will run with (:func:`effective_settings`), ``secrets``
+    ``effective`` the settings vLLM will run with and ``environment`` the server's environment
+    (both as the rendered service's launcher reads them: ``rendered.service``), ``secrets``
     where the secrets are (their values only in memory), ``rollback_target`` the newest
     known-good revision (None on a host where nothing ever served)."""
 
@@ -125,23 +125,33 @@ class DeployPlan:
         profile's (``profile.diff.json`` shows the parent's value of each changed field)."""
         if self.loaded.parent is None:
             return self.secrets
+        from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
-        theirs = find_secrets(build_command(parent, self.image.facts), launcher_env(parent, self.image.facts))
-        return self.secrets.including(theirs, f"parent {parent.name}")
+        launcher = parent.launcher.runs
+        argv = launcher.build_argv(parent.launch_settings(),
+                                   launcher.defaults(self.image.facts.launcher_defaults, parent.launcher.config))
+        svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
+                                                      "environment": dict(parent.container.environment)},
+                           facts=self.image.facts)
+        return self.secrets.including(find_secrets(argv, svc.server_env()), f"parent {parent.name}")
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:
     """vLLM's own parser as the last judge: the pinned image's launcher gives its final command
     and vLLM's argument parser and serve-argument validation judge it inside the image, on the
     host's engine, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per image and
-    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in) is
-    reported and skipped.
+    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in), and
+    a launcher whose commands the dry run cannot judge, are reported and skipped.
 
     Raises:
         DeployError: vLLM rejects the command (its own message; nothing on the host changed).
     """
     from servedeck.host.inimage import dry_run
-    try:
+    launcher = plan.rendered.service.launcher or plan.profile.launcher.runs
+    if launcher.in_image is None:
+        reporter.info(f"in-image check skipped: the {launcher.name} launcher's commands are not judged in the image")
+        return
+    try:  # the image's own ENTRYPOINT runs the command: the launcher it starts is asked
         res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
@@ -169,37 +179,29 @@ def owner() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def with_image(profile: Profile, image: str | None) -> Profile:
-    """``profile`` with its image replaced by ``image`` (None: unchanged).
-
-    Raises:
-        ServedeckError: ``image`` is not a digest-pinned reference (``repo[:tag]@sha256:<64 hex>``).
-    """
-    if not image:
-        return profile
-    from pydantic import ValidationError
-    try:
-        return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
-    except ValidationError as exc:
-        raise ServedeckError(f"--image {image[:200]!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}",
-                             field="image", hint="give a digest-pinned reference: REPOSITORY[:TAG]@sha256:<64 hex>") from None
+def render(profile: Profile, catalog: Catalog, project: Project, workdir: str | None = None) -> Rendered:
+    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`),
+    named as the Compose project of host working directory ``workdir`` when given
+    (:func:`servedeck.grammar.compose_project_name`)."""
+    from servedeck.compose.render import render_profile
+    from servedeck.grammar import compose_project_name
+    return render_profile(profile, catalog, project.templates_dirs,
+                          compose_name=compose_project_name(workdir) if workdir else None)
 
 
 def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
-                     reporter: Reporter) -> tuple[Rendered, list[Any]]:
-    """Render ``profile`` and run the compose check on the text; warnings are reported.
+                     reporter: Reporter, rendered: Rendered | None = None) -> tuple[Rendered, list[Any]]:
+    """Render ``profile`` (unless ``rendered`` is given) and run the compose check on the text;
+    warnings are reported.
 
     Raises:
         DeployError: the check finds errors (listed), or the published port is not the
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
-    from servedeck.compose.render import render_profile
-    from servedeck.grammar import compose_project_name
-    rendered = render_profile(profile, catalog, project.templates_dirs,
-                              compose_name=compose_project_name(entry.workdir))
+    rendered = rendered if rendered is not None else render(profile, catalog, project, entry.workdir)
     findings = check_compose_text(
-        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
+        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:
@@ -228,31 +230,28 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
 
     Raises:
         DeployError: the pull failed (unknown digest, registry down), the image's repo digest
-            is not the profile's, or the catalog is wrong about the digest; nothing that
-            serves was touched.
+            is not the profile's, or the catalog is wrong about the digest (its entrypoint, vLLM
+            version or model.yaml defaults: :meth:`ImageFacts.differences`); nothing that serves
+            was touched.
     """
     import time
 
+    from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
     repo_digest = profile.image_ref.repo_digest
     known = catalog.lookup(profile.image_ref.digest)
     pulled = False
-    client = None
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
-        import docker
-        client = host.engine.client
-        try:
-            attrs = client.images.get(repo_digest).attrs
-        except docker.errors.ImageNotFound:
+        attrs = host.engine.image(repo_digest)
+        if attrs is None:
             pulled = True
             try:
-                attrs = client.images.pull(repo_digest).attrs
-            except docker.errors.APIError as exc:
+                attrs = host.engine.pull(repo_digest)
+            except PullFailed as exc:
                 raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
-                                  f"{exc.explanation or exc}; the running deployment was not touched"
-                                  ) from None
+                                  f"{exc.message}; the running deployment was not touched") from None
     if not pulled:
         reporter.info("image present on the host")
     pull_s = round(time.time() - t, 3)
@@ -261,15 +260,17 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
         raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
                           "the running deployment was not touched")
     deep = known is None or pulled
-    if deep and client is None:
-        client = host.engine.client
-    facts, raw = read_image_facts(client, repo_digest, profile, deep=deep, attrs=attrs)
+    facts, raw = read_image_facts(host.engine if deep else None, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
-        catalog.add(profile.image_ref.digest, facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
                       f"(launcher {facts.launcher}, vLLM {facts.vllm_version})")
+        catalog.add(profile.image_ref.digest, facts)
         return ImageInfo(facts, raw, pulled, True, pull_s)
-    compare_catalog(known, facts, profile, catalog_path)
+    problems = known.differences(facts, profile.launcher.config)
+    if problems:  # the catalog must tell the truth about a digest
+        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+                          + "; ".join(problems) + "; the running deployment was not touched",
+                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
     return ImageInfo(known, raw, pulled, False, pull_s)
 
 
@@ -277,13 +278,13 @@ def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, f
                image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
                state: HostState, options: DeployOptions) -> DeployPlan:
     """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
-    environment = launcher_env(profile, image.facts)
+    environment = rendered.service.server_env()
     argv = list(rendered.command)
     good = state.known_good()
     port = published_port(profile)
     return DeployPlan(
         profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
-        effective=effective_settings(profile, image.facts), argv=argv, environment=environment,
+        effective=rendered.service.settings(), argv=argv, environment=environment,
         host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
         base_url=api_base_url(host, entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],
@@ -379,25 +380,3 @@ def host_facts_summary(facts: dict[str, Any]) -> dict[str, Any]:
             "gpu_devices": [{"path": d["path"], "gid": d["gid"]} for d in facts.get("dri_devices") or []],
             "gpu_power_cap_w": caps[0] if caps else None,
             "disk_free_gib": (facts.get("workdir") or {}).get("free_gib")}
-
-
-def compare_catalog(known: ImageFacts, seen: ImageFacts, profile: Profile, catalog_path: Path) -> None:
-    """The catalog must tell the truth about a digest: compare it with the pulled image.
-
-    Raises:
-        DeployError: entrypoint, vLLM version or the launcher's model.yaml ``vllm:`` defaults
-            differ (nothing running was touched).
-    """
-    problems = []
-    if known.entrypoint and seen.entrypoint and known.entrypoint != seen.entrypoint:
-        problems.append(f"entrypoint: catalog {known.entrypoint}, image {seen.entrypoint}")
-    if seen.vllm_version != "unknown" and known.vllm_version != seen.vllm_version:
-        problems.append(f"vLLM version: catalog {known.vllm_version}, image {seen.vllm_version}")
-    mine, theirs = known.defaults_for(profile.launcher.config), seen.defaults_for(profile.launcher.config)
-    if mine and theirs and mine.vllm != theirs.vllm:
-        keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
-        problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
-    if problems:
-        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
-                          + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")

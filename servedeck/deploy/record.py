@@ -112,7 +112,7 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
     write startup.log / startup.json / args_verification.json. Returns (parsed, checks)."""
     from servedeck.vllm.verify import verify_args
     parsed = startup_facts(readiness)
-    checks = verify_args(plan.profile, plan.image.facts, parsed.get("non_default_args"))
+    checks = verify_args(plan.rendered.service.effective, parsed.get("non_default_args"))
     if readiness.ready:
         differs = [c for c in checks if c.status == "differs"]
         for c in checks:

@@ -149,9 +149,11 @@ def _token_lists(argv: list[str]) -> list[list[str]]:
 
 
 def _argv_secrets(tokens: list[str], found: dict[str, str]) -> None:
-    from servedeck.vllm.argv import parse_launcher, parse_vllm
-    # vLLM's flags read as vLLM reads them, wherever they stand (a `vllm serve` argv, or the
-    # exl3xpu launcher's passthrough after its `--`, which the vLLM reading skips)
+    from servedeck.launchers import registry
+    from servedeck.launchers.base import ArgvError, Token
+    from servedeck.vllm.argv import parse_vllm
+    # vLLM's flags read as vLLM reads them, wherever they stand (a `vllm serve` argv, or a
+    # launcher's passthrough after its `--`, which the vLLM reading skips)
     occurrences = [a for a in parse_vllm(tokens) if a.is_flag and a.dest in SECRET_DESTS and a.values]
     count: dict[str, int] = {}
     for arg in reversed(occurrences):  # the last occurrence is the one argparse keeps
@@ -160,14 +162,23 @@ def _argv_secrets(tokens: list[str], found: dict[str, str]) -> None:
         label = where if n == 1 else f"{where} (earlier{'' if n == 2 else f' {n - 1}'})"
         for i, value in enumerate(arg.values):
             found.setdefault(label if i == 0 else f"{label} #{i + 1}", value)
-    for item in parse_launcher(tokens).sets:
-        if item.raw is None:
+    # a launcher's edits of its own config (exl3xpu: --set vllm.api_key=K, --set env.NAME=K)
+    for launcher in registry.launchers():
+        if not launcher.edit_option:
             continue
-        section, _, rest = item.key.partition(".")
-        if section == "vllm" and rest.replace("-", "_") in SECRET_DESTS:
-            found[f"--set vllm.{rest}"] = item.raw
-        elif section == "env" and SECRET_ENV_RE.search(rest):
-            found[f"environment.{rest}"] = item.raw
+        try:
+            launch = launcher.read([Token(t, ()) for t in tokens])
+        except ArgvError:
+            continue
+        for edit in launch.edits:
+            target = launcher.edit_target(edit)
+            if edit.raw is None or target is None or not target[1]:
+                continue
+            kind, path = target
+            if kind == "engine" and path[0].replace("-", "_") in SECRET_DESTS:
+                found[f"{launcher.edit_option} {edit.key}"] = edit.raw
+            elif kind == "env" and SECRET_ENV_RE.search(path[0]):
+                found[f"environment.{path[0]}"] = edit.raw
 
 
 def deployed_secrets(host: "RemoteHost") -> Secrets:

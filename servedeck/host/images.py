@@ -2,8 +2,9 @@
 
 Facts: entrypoint, labels, working directory, the vLLM version (label
 ``io.servedeck.vllm-version`` or a one-line ``importlib.metadata`` probe run with the image's
-Python), and for the exl3xpu launcher the positional config's ``model.yaml`` read out of a
-created, never started container.
+Python), the launcher its entrypoint starts and, for a launcher with a config of its own (the
+exl3xpu launcher's ``model.yaml``), the profile's config read out of a created, never started
+container.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import json
 import tarfile
 from typing import Any
 
-
-from servedeck.model.catalog import ImageFacts, LauncherDefaults
+from servedeck.host.docker import Engine
+from servedeck.launchers import registry
+from servedeck.launchers.base import LauncherDefaults
+from servedeck.model.catalog import ImageFacts, image_device
 from servedeck.model.profile import Profile
 from servedeck.runs.store import utcnow
-from servedeck.errors import ServedeckError
-from servedeck.yamlio import YAMLError, load_data
 
 _PROBE = r"""
 import json, sys
@@ -33,10 +34,10 @@ print(json.dumps(out))
 """
 
 
-def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
+def _read_from_image(engine: Engine, image_ref: str, path: str) -> bytes | None:
     """Read one file out of an image by creating (not starting) a container."""
     import docker
-    container = client.containers.create(image_ref, command=["true"], entrypoint=["true"])
+    container = engine.client.containers.create(image_ref, command=["true"], entrypoint=["true"])
     try:
         stream, _ = container.get_archive(path)
         data = b"".join(stream)
@@ -52,7 +53,7 @@ def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
         container.remove(force=True)
 
 
-def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = True,
+def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *, deep: bool = True,
                      attrs: dict[str, Any] | None = None) -> tuple[ImageFacts, dict[str, Any]]:
     """Facts of a pulled image, read without running the server.
 
@@ -61,18 +62,23 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
 
     Labels ``io.servedeck.vllm-version`` / ``io.servedeck.standin`` are used when present;
     otherwise the vLLM version comes from a one-line Python probe (``importlib.metadata``) run
-    with the image's Python. For the exl3xpu launcher the positional config's ``model.yaml``
-    is read out of the image (a created, never started container).
+    with the image's Python. The launcher is the one the ENTRYPOINT starts
+    (:func:`servedeck.launchers.registry.of_image`), else the profile's; for a launcher with a
+    config of its own, the profile's config is read out of the image (a created, never started
+    container) as the launcher reads it. The device is the one the image says it is built for
+    (:func:`servedeck.model.catalog.image_device`), else the profile's devices decide.
 
     ``attrs``: the image's inspect document when the caller already has it (the deploy's
-    preflight round trip reads it); with ``deep=False`` nothing else is asked of the Engine
-    and ``client`` may be None.
+    preflight round trip reads it); with ``deep=False`` nothing else is asked of ``engine``
+    (the host's :class:`~servedeck.host.docker.Engine`), which may then be None.
 
     Returns:
         ``(ImageFacts, raw)`` where raw holds entrypoint, workdir, labels, created, digest.
     """
+    if engine is None and (deep or attrs is None):
+        raise ValueError("read_image_facts reads the image through the engine: give it (or deep=False and attrs)")
     if attrs is None:
-        attrs = client.images.get(image_ref).attrs
+        attrs = engine.client.images.get(image_ref).attrs
     cfg = attrs.get("Config") or {}
     labels = cfg.get("Labels") or {}
     entrypoint = cfg.get("Entrypoint") or []
@@ -81,38 +87,25 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
     if not version and deep:
         py = entrypoint[0] if entrypoint and "python" in entrypoint[0] else "python3"
         try:
-            out = client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
+            out = engine.client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
             version = json.loads(out.decode().strip().splitlines()[-1]).get("vllm_version")
         except Exception:
             version = None
-    launcher = ("exl3xpu" if any("serve.py" in part for part in entrypoint)
-                else "vllm" if any("vllm" in part for part in entrypoint) else profile.launcher.kind)
+    launcher = registry.of_image(entrypoint) or profile.launcher.runs
     defaults: list[LauncherDefaults] = []
-    if launcher == "exl3xpu" and profile.launcher.config and deep:
-        config = profile.launcher.config
-        yaml_path = config if config.endswith((".yaml", ".yml")) else f"{config}/model.yaml"
-        if not yaml_path.startswith("/"):
-            yaml_path = f"{workdir.rstrip('/')}/{yaml_path}"
-        data = _read_from_image(client, image_ref, yaml_path)
-        if data:
-            try:  # the launcher reads it with PyYAML: YAML 1.1
-                doc = load_data(data.decode("utf-8"), version=(1, 1)) or {}
-            except (UnicodeDecodeError, YAMLError) as exc:
-                raise ServedeckError(f"image {image_ref}: {yaml_path} cannot be read as YAML: "
-                                     f"{getattr(exc, 'problem', None) or exc}") from None
-            if not isinstance(doc, dict):
-                raise ServedeckError(f"image {image_ref}: {yaml_path} is not a YAML mapping")
-            defaults.append(LauncherDefaults(
-                config=config, served_model_name=doc.get("served_model_name"),
-                vllm=dict(doc.get("vllm") or {}),
-                env={k: None if v is None else str(v) for k, v in (doc.get("env") or {}).items()}))
-    default_port = 8100 if launcher == "exl3xpu" else 8000
-    device = ("xpu" if any(d.startswith("/dev/dri") for d in profile.container.devices)
-              else "cpu")
+    config = profile.launcher.config
+    path = launcher.config_path(config, workdir) if config and deep else None
+    if path is not None:
+        data = _read_from_image(engine, image_ref, path)
+        found = launcher.read_config(config, data.decode("utf-8", "replace")) if data else None
+        if found is not None:
+            defaults.append(found)
+    env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    device = image_device(profile.image, labels=labels, env=env, vllm_version=version) or profile.container.device
     facts = ImageFacts(
-        repository=profile.image_ref.repository, launcher=launcher,
+        repository=profile.image_ref.repository, launcher=launcher.name,
         vllm_version=version or "unknown", device=device, entrypoint=list(entrypoint),
-        default_port=default_port, launcher_defaults=defaults,
+        default_port=launcher.default_port, launcher_defaults=defaults,
         note=f"read from the pulled image by servedeck deploy on {utcnow()}",
         stand_in=labels.get("io.servedeck.standin") == "true")
     raw = {"reference": profile.image, "digest": profile.image_ref.digest,
@@ -120,3 +113,4 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
            "workdir": workdir, "labels": labels, "vllm_version": version,
            "repo_digests": attrs.get("RepoDigests") or []}
     return facts, raw
+

@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servedeck.errors import ServedeckError
-from servedeck.grammar import HOST_NAME_RE, check
-from servedeck.host.remote import SshTarget
-from servedeck.yamlio import LIMITS, YAMLError, file_error, load_data
+from servedeck.grammar import HOST_NAME_RE, check_all
+from servedeck.model.ssh_target import SshTarget, read_inventory_data
 
 if TYPE_CHECKING:
     from servedeck.model.profile import Profile
@@ -46,7 +45,7 @@ class HostEntry(BaseModel):
     """One card host.
 
     Attributes:
-        ssh: how to reach it (see :class:`servedeck.host.remote.SshTarget`).
+        ssh: how to reach it (see :class:`servedeck.model.ssh_target.SshTarget`).
         workdir: absolute working directory on the host (compose file, models/, cache/).
         render_gid: expected group id of the GPU render node, as a string (``"992"``);
             None when the host has no GPU (CPU serving).
@@ -83,9 +82,21 @@ class HostEntry(BaseModel):
                                  "is served on the published port (drop port or make them equal)")
         return self
 
-    def place(self, profile: "Profile") -> "Profile":
-        """``profile`` with this host's ``container_name`` / ``host_port`` overrides applied
-        (the same object when the entry overrides nothing)."""
+    def place(self, profile: "Profile", image: str | None = None) -> "Profile":
+        """``profile`` as this host runs it: with ``image`` (a deploy's ``--image``, a
+        digest-pinned reference) in place of its own, and this host's ``container_name`` /
+        ``host_port`` overrides applied (the same object when nothing is replaced).
+
+        Raises:
+            ServedeckError: ``image`` is not a digest-pinned reference.
+        """
+        if image:
+            try:
+                profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+            except ValidationError as exc:
+                raise ServedeckError(f"--image {image[:200]!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}",
+                                     field="image", hint="give a digest-pinned reference: "
+                                                         "REPOSITORY[:TAG]@sha256:<64 hex>") from None
         container: dict = {}
         if self.container_name is not None:
             container["container_name"] = self.container_name
@@ -114,10 +125,8 @@ class Inventory(BaseModel):
     @field_validator("hosts")
     @classmethod
     def _host_names(cls, v: dict[str, HostEntry]) -> dict[str, HostEntry]:
-        for name in v:
-            check(HOST_NAME_RE, name, "host name", "letters, digits, '.', '_', '-', starting with a "
-                  "letter or digit (it names run records and files)")
-        return v
+        return check_all(HOST_NAME_RE, v, "host name", "letters, digits, '.', '_', '-', starting with a "
+                         "letter or digit (it names run records and files)")
 
     @model_validator(mode="after")
     def _group_members_exist(self) -> "Inventory":
@@ -158,7 +167,7 @@ def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
     """
     path = Path(path)
     if raw is None:
-        raw = _read_data(path)
+        raw = read_inventory_data(path)
     try:
         return Inventory.model_validate(raw)
     except ValidationError as exc:
@@ -166,24 +175,6 @@ def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
         loc = ".".join(str(p) for p in err["loc"])
         raise ServedeckError(err["msg"].removeprefix("Value error, "), file=str(path),
                              field=loc, hint="see servedeck/inventory.py for the format") from None
-
-
-def _read_data(path: str | Path) -> Any:
-    """An inventory file's YAML data, not validated (``{}`` for an empty file).
-
-    Raises:
-        ServedeckError: missing file or YAML error (naming the file).
-    """
-    from servedeck.fsutil import read_bounded
-    path = Path(path)
-    try:
-        return load_data(read_bounded(path, LIMITS.max_bytes, what="inventory")) or {}
-    except FileNotFoundError:
-        raise ServedeckError("inventory file not found", file=str(path),
-                             hint="create deploy/hosts.yaml or pass --inventory FILE "
-                                  "(or set SERVEDECK_INVENTORY)") from None
-    except YAMLError as exc:
-        raise file_error(exc, path) from None
 
 
 def get_host(inventory: Inventory, name: str, path: str | Path) -> HostEntry:

@@ -24,7 +24,10 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSch
                       model_validator)
 from servedeck.errors import ServedeckError
 from servedeck.grammar import (CONTAINER_NAME_RE, ENV_NAME_RE, PROFILE_NAME_RE, SERVICE_NAME_RE,
-                               VOLUME_NAME_RE, check)
+                               VOLUME_NAME_RE, check, check_all)
+from servedeck.launchers import registry
+from servedeck.launchers.base import Launcher, LaunchSettings
+from servedeck.model.catalog import ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -33,6 +36,11 @@ IMAGE_RE = re.compile(
     r"^(?P<repository>[a-z0-9][a-z0-9._\-/:]*?[a-z0-9])(?::(?P<tag>[\w][\w.\-]{0,127}))?"
     r"@(?P<digest>sha256:[0-9a-f]{64})$")
 NAME_RE = PROFILE_NAME_RE
+ENV_NAME_RULE = "letters, digits, '_', '.', '-', not starting with a digit"
+
+ENGINE_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+                "kv_cache_dtype", "enable_prefix_caching")
+"""Engine fields that are plain vLLM flags of the same dest name (printed in this order)."""
 
 #: Engine keys whose ``null`` is a value ("off"), not a deletion, during ``extends:`` merges.
 NULL_IS_VALUE = {("engine", "speculative")}
@@ -40,37 +48,6 @@ NULL_IS_VALUE = {("engine", "speculative")}
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class ImageRef(_Strict):
-    """An image reference pinned by digest: ``repo[:tag]@sha256:<64 hex>``.
-
-    Attributes:
-        reference: the full reference as written.
-    """
-
-    reference: str
-
-    @property
-    def repository(self) -> str:
-        """``ghcr.io/0xsero/exl3xpu``."""
-        return _image_match(self.reference)["repository"]
-
-    @property
-    def tag(self) -> str | None:
-        """The optional tag (informational only: the digest decides)."""
-        return _image_match(self.reference)["tag"]
-
-    @property
-    def digest(self) -> str:
-        """``sha256:<64 hex>``."""
-        return _image_match(self.reference)["digest"]
-
-    @property
-    def repo_digest(self) -> str:
-        """``repository@sha256:<64 hex>``: the reference without its tag, as the Engine lists
-        it in an image's ``RepoDigests`` and pulls it."""
-        return f"{self.repository}@{self.digest}"
 
 
 def _image_match(ref: str) -> dict[str, str | None]:
@@ -83,29 +60,49 @@ def _image_match(ref: str) -> dict[str, str | None]:
     return m.groupdict()
 
 
-class Launcher(_Strict):
+class LauncherSpec(_Strict):
     """How the image turns settings into the server's argv.
 
     Attributes:
-        kind: ``exl3xpu`` (scripts/serve.py: positional model config, ``--gpu``,
-            ``--model-path``, repeated ``--set KEY.PATH=VALUE``, passthrough vLLM flags) or
-            ``vllm`` (the image's entrypoint is ``vllm serve``; plain flags).
-        config: exl3xpu only: the positional model config (dir with model.yaml, relative to
-            the image WORKDIR, or a .yaml path).
-        gpu: exl3xpu only: ``--gpu`` index (sets ZE_AFFINITY_MASK in the image).
+        kind: the launcher's name (:mod:`servedeck.launchers.registry`; the JSON Schema lists
+            the known ones): ``exl3xpu`` (scripts/serve.py: positional model config, ``--gpu``,
+            ``--model-path``, repeated ``--set KEY.PATH=VALUE``, passthrough vLLM flags),
+            ``vllm`` (the image's entrypoint is ``vllm serve``; plain flags) or
+            ``vllm-api-server`` (``python -m vllm.entrypoints.openai.api_server``; ``--model``).
+        config: the launcher's model config, for a launcher that takes one (exl3xpu: the
+            positional, a dir with model.yaml relative to the image WORKDIR, or a .yaml path).
+        gpu: the launcher's GPU index option, for a launcher that has one (exl3xpu ``--gpu``,
+            which sets ZE_AFFINITY_MASK in the image).
     """
 
-    kind: Literal["exl3xpu", "vllm"]
+    kind: Annotated[str, WithJsonSchema({"enum": registry.names(), "type": "string"})]
     config: str | None = None
     gpu: int | None = Field(default=None, ge=0)
 
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if registry.find(v) is None:
+            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
+        return v
+
+    @property
+    def runs(self) -> Launcher:
+        """The launcher itself (:func:`servedeck.launchers.registry.get`)."""
+        return registry.get(self.kind)
+
     @model_validator(mode="after")
-    def _config_needed(self) -> "Launcher":
-        if self.kind == "exl3xpu" and not self.config:
-            raise ValueError("launcher.config is required for the exl3xpu launcher "
-                             "(e.g. models/qwen3.8-27b-exl3-4.00bpw)")
-        if self.kind == "vllm" and (self.config or self.gpu is not None):
-            raise ValueError("launcher.config and launcher.gpu only apply to the exl3xpu launcher")
+    def _options_it_takes(self) -> "LauncherSpec":
+        launcher = registry.find(self.kind)
+        if launcher is None:
+            return self
+        if launcher.config_option and not self.config:
+            raise ValueError(f"launcher.config is required for the {self.kind} launcher: "
+                             f"{launcher.config_option}")
+        if self.config and not launcher.config_option or self.gpu is not None and not launcher.gpu_option:
+            takes = [n for n, ok in (("launcher.config", launcher.config_option),
+                                     ("launcher.gpu", launcher.gpu_option)) if not ok]
+            raise ValueError(f"the {self.kind} launcher takes no {' and no '.join(takes)}")
         return self
 
 
@@ -116,7 +113,8 @@ class ModelSpec(_Strict):
 
     * local weights: ``weights_dir`` (host path) bind-mounted at ``mount``; the model argument
       is ``mount`` (``--model-path`` for exl3xpu);
-    * a Hugging Face repo id (``repo_id``, vllm launcher only): vLLM resolves it through the
+    * a Hugging Face repo id (``repo_id``, not with a launcher that reads the weights from its own
+      option, such as exl3xpu's ``--model-path``): vLLM resolves it through the
       Hugging Face cache, which ``hf_cache`` mounts into the container (usually at
       ``/root/.cache/huggingface``); the model argument is the repo id.
 
@@ -202,7 +200,7 @@ class Speculative(_Strict):
         return out
 
 
-class Engine(_Strict):
+class EngineSettings(_Strict):
     """vLLM engine settings, named as vLLM's argparse dests. Unset = image default.
 
     Attributes:
@@ -239,7 +237,7 @@ class Engine(_Strict):
         return "off" if self.speculative is None else "set"
 
     @model_validator(mode="after")
-    def _tool_choice_needs_parser(self) -> "Engine":
+    def _tool_choice_needs_parser(self) -> "EngineSettings":
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser "
                              "(vLLM: --enable-auto-tool-choice requires --tool-call-parser)")
@@ -312,6 +310,25 @@ class Container(_Strict):
     ipc: str | None = None
     compose_extra: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def device(self) -> str:
+        """The device these settings give the server: ``xpu`` with ``/dev/dri``, ``cuda`` with an
+        NVIDIA request (a CDI ``nvidia.com/...`` device; in ``compose_extra``: ``gpus``,
+        ``runtime: nvidia``, or a ``deploy.resources.reservations.devices`` entry with the
+        ``nvidia`` driver or the ``gpu`` capability, as Compose reads them), else ``cpu``."""
+        if any(d.startswith("/dev/dri") for d in self.devices):
+            return "xpu"
+        x = self.compose_extra
+        node: Any = x
+        for key in ("deploy", "resources", "reservations", "devices"):
+            node = node.get(key) if isinstance(node, dict) else None
+        nvidia = isinstance(node, list) and any(
+            isinstance(r, dict) and (r.get("driver") == "nvidia" or "gpu" in (r.get("capabilities") or []))
+            for r in node)
+        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" or any(d.startswith("nvidia.com/") for d in self.devices):
+            return "cuda"
+        return "cpu"
+
     @field_validator("compose_extra")
     @classmethod
     def _not_modelled(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -337,10 +354,7 @@ class Container(_Strict):
     @field_validator("environment")
     @classmethod
     def _environment_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
-            check(ENV_NAME_RE, name, "environment variable name", "letters, digits, '_', '.', '-', "
-                  "not starting with a digit")
-        return v
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @field_validator("restart")
     @classmethod
@@ -378,17 +392,18 @@ class Profile(_Strict):
         extends: the parent profile's name, if any.
         image: ``repo[:tag]@sha256:<64 hex>``.
         launcher, model, engine, container, host: see their classes.
-        launcher_env: exl3xpu only: env overrides applied through ``--set env.NAME=VALUE``
-            (model.yaml env overrides the container environment); ``null`` unsets.
+        launcher_env: environment overrides applied by a launcher that edits its config (exl3xpu:
+            ``--set env.NAME=VALUE``, since model.yaml env overrides the container environment);
+            ``null`` unsets.
     """
 
     name: str
     description: str | None = None
     extends: str | None = None
     image: str = Field(json_schema_extra={"pattern": re.sub(r"\?P<\w+>", "", IMAGE_RE.pattern)})
-    launcher: Launcher
+    launcher: LauncherSpec
     model: ModelSpec
-    engine: Engine = Field(default_factory=Engine)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     launcher_env: dict[str, str | None] = Field(default_factory=dict)
     container: Container = Field(default_factory=Container)
     host: HostSettings = Field(default_factory=HostSettings)
@@ -414,29 +429,46 @@ class Profile(_Strict):
     @field_validator("launcher_env")
     @classmethod
     def _launcher_env_names(cls, v: dict[str, str | None]) -> dict[str, str | None]:
-        for name in v:
-            check(ENV_NAME_RE, name, "environment variable name", "letters, digits, '_', '.', '-', "
-                  "not starting with a digit")
-        return v
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @model_validator(mode="after")
-    def _repo_id_only_vllm(self) -> "Profile":
-        if self.model.repo_id is not None and self.launcher.kind != "vllm":
-            raise ValueError("model.repo_id needs the vllm launcher (exl3xpu reads weights from "
-                             "--model-path); use weights_dir + mount")
+    def _what_the_launcher_reads(self) -> "Profile":
+        launcher = registry.find(self.launcher.kind)
+        if launcher is None:
+            return self
+        if self.model.repo_id is not None and not launcher.serves_repo_id:
+            raise ValueError(f"model.repo_id: the {launcher.name} launcher reads the weights from "
+                             f"{launcher.model_option}, not a Hugging Face repo id; use weights_dir + mount")
+        if self.launcher_env and not launcher.edit_option:
+            raise ValueError(f"launcher_env only applies to a launcher that edits its config "
+                             f"(the {launcher.name} launcher does not); use container.environment")
         return self
 
-    @model_validator(mode="after")
-    def _launcher_env_only_exl3xpu(self) -> "Profile":
-        if self.launcher_env and self.launcher.kind != "exl3xpu":
-            raise ValueError("launcher_env only applies to the exl3xpu launcher; "
-                             "use container.environment")
-        return self
+    def launch_settings(self) -> LaunchSettings:
+        """What the launcher turns into the server's argv: the model argument, served names,
+        port, the engine settings the profile sets (:data:`ENGINE_FLAGS`, then speculative
+        decoding: None = off, a dict of the keys to set; then the front-end settings), the
+        extra arguments, and the launcher's config, GPU and environment overrides."""
+        e = self.engine
+        engine: dict[str, Any] = {n: getattr(e, n) for n in ENGINE_FLAGS if getattr(e, n) is not None}
+        if e.speculative_state == "off":
+            engine["speculative_config"] = None
+        elif e.speculative_state == "set":
+            assert e.speculative is not None
+            engine["speculative_config"] = e.speculative.as_config()
+        if e.enable_auto_tool_choice:
+            engine["enable_auto_tool_choice"] = True
+        for name in ("tool_call_parser", "reasoning_parser"):
+            if getattr(e, name):
+                engine[name] = getattr(e, name)
+        return LaunchSettings(model=self.model.argument, served_model_name=tuple(self.model.served_model_name),
+                              port=self.container.port, engine=engine, extra_args=tuple(e.extra_args),
+                              config=self.launcher.config, gpu=self.launcher.gpu, env=dict(self.launcher_env))
 
     @property
     def image_ref(self) -> ImageRef:
-        """The image reference parsed."""
-        return ImageRef(reference=self.image)
+        """The image reference parsed (pinned: its ``digest`` is set)."""
+        return ImageRef.parse(self.image)
 
 
 # --------------------------------------------------------------------------- loading

@@ -108,17 +108,22 @@ def format_kv(doc: KvRecord | None) -> str | None:
     return text
 
 
-def plan_kv(profile, facts, runs_dir: Path, against: Path, *, shape=None,
+def plan_kv(profile, service, runs_dir: Path, against: Path, *, shape=None,
             change_threshold_pct: float = 10.0):
-    """The KV part of ``invoke plan``: predict ``profile`` (on an image with ``facts``,
-    :class:`servedeck.model.catalog.ImageFacts` or None) from the recorded runs on the host of
-    run ``against`` with the profile's image, up to and including ``against``.
+    """The KV part of ``invoke plan``: predict ``profile``'s rendered ``service``
+    (:class:`servedeck.compose.service.Service`: its effective settings, environment and image
+    facts) from the recorded runs on the host of run ``against`` with the profile's image, up to
+    and including ``against``.
 
     Returns:
         ``(KvPrediction or None, findings)`` (see :func:`servedeck.vllm.kv.judge_kv`).
     """
-    from servedeck.vllm.kv import judge_kv, settings_for_profile
+    from servedeck.findings import Finding, Severity
+    from servedeck.vllm.kv import judge_kv
     host, _ = run_identity(against)
     history = kv_history(runs_dir, host=host, image_digest=profile.image_ref.digest, up_to=against)
-    return judge_kv(settings_for_profile(profile, facts), shape, history,
-                    change_threshold_pct=change_threshold_pct)
+    try:
+        settings = service.kv_settings(profile.container.device)
+    except ValueError as exc:
+        return None, [Finding(severity=Severity.error, rule="kv/bad-setting", path="launcher_env", message=str(exc))]
+    return judge_kv(settings, shape, history, change_threshold_pct=change_threshold_pct)

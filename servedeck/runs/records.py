@@ -162,7 +162,8 @@ class ProfileSnapshot(RootModel[dict[str, Any]]):
 class EffectiveSettings(RootModel[dict[str, Any]]):
     """``effective.json``: the settings vLLM runs with, image defaults plus the profile's
     overrides, keyed by vLLM dest names (``max_num_batched_tokens``, ``speculative_config``,
-    ...; ``servedeck.vllm.launcher.effective_settings``)."""
+    ...; the rendered service's effective settings as its launcher reads the command,
+    ``servedeck.compose.service.Service.settings``)."""
 
     model_config = ConfigDict(defer_build=True)
 

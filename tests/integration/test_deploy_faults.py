@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_deploy import SSH_CONFIG, _sshd_pids, card, project, standin  # noqa: F401
+from test_deploy import SSH_CONFIG, _resume, _sshd_pids, card, project, standin  # noqa: F401
 
 from servedeck.deploy import switch
 from servedeck.deploy.apply import deploy
@@ -208,8 +208,7 @@ def test_a_frozen_session_master_or_link_during_the_switch_is_resolved_by_asking
             os.kill(pid, signal.SIGSTOP)
         if fault == "link":
             time.sleep(8)
-            for pid in frozen:
-                os.kill(pid, signal.SIGCONT)
+            _resume(frozen)
 
     host.run(["true"])
     master = host.transport.master_pid()
@@ -222,11 +221,7 @@ def test_a_frozen_session_master_or_link_during_the_switch_is_resolved_by_asking
         result = _deploy(project, card, new, standin, reporter)
     finally:
         t.join(30)
-        for pid in frozen:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _resume(frozen)
     assert frozen
     assert result.outcome == "ready", reporter.lines
     assert any("lost the connection" in line for line in reporter.lines), reporter.lines
@@ -343,21 +338,13 @@ def test_an_interrupt_during_preflight_on_a_slow_link_leaves_no_lock(project, ca
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
 
-    def thaw():
-        time.sleep(3)
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-    threading.Thread(target=thaw, daemon=True).start()
+    threading.Timer(3.0, _resume, [pids]).start()
     _sigterm_when(lambda: True, delay_s=1.0)
     try:
         with pytest.raises(DeployError) as exc:
             _deploy(project, card, good, standin)
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _resume(pids)
     assert "interrupted before it changed anything" in exc.value.message
     assert "the deploy lock its preflight took was given back" in exc.value.message
     assert not _lock_file(host.workdir).exists()

@@ -113,11 +113,16 @@ def test_passthrough_flag_and_set_map_to_the_same_vllm_name():
     via_flag = flatten_argv(["models/x", "--", "--max-num-batched-tokens", "8192"])
     assert via_set["max_num_batched_tokens"] == via_flag["max_num_batched_tokens"] == 8192
     assert via_set["launcher.gpu"] == 0
-    spec = flatten_argv(["--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
-                         "--no-enable-prefix-caching", "--set", "env.EXL3_INT8_PREFILL=0"])
+    spec = flatten_argv(["models/x", "--set", "env.EXL3_INT8_PREFILL=0", "--", "--speculative-config",
+                         '{"method":"mtp","num_speculative_tokens":3}', "--no-enable-prefix-caching"])
     assert spec["speculative_config.num_speculative_tokens"] == 3
     assert spec["enable_prefix_caching"] is False
     assert spec["env.EXL3_INT8_PREFILL"] == 0
+    # the same flags of a `vllm serve` command: vLLM's reading, no launcher of its own
+    plain = flatten_argv(["org/m", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
+                          "--no-enable-prefix-caching"])
+    assert plain["speculative_config.num_speculative_tokens"] == 3 and plain["enable_prefix_caching"] is False
+    assert plain["command.positional[0]"] == "org/m" and "launcher.gpu" not in plain
 
 
 def test_compose_view_reads_yaml_12():

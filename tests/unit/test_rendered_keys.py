@@ -57,7 +57,7 @@ def test_a_key_is_one_scalar_in_the_rendered_file_whatever_it_holds(tmp_path):
     for key in ("pid", "privileged", "cap_add"):
         assert key not in svc.dump()
     rules = {f.rule for f in check_compose_text(text)}
-    assert "yaml/deceptive-key" in rules and rules & {"env/name", "env/quoted-name"}
+    assert "keys/deceptive" in rules and rules & {"env/name", "env/quoted-name"}
 
 
 def test_the_check_flags_a_key_that_reads_as_more_yaml():
@@ -65,13 +65,13 @@ def test_the_check_flags_a_key_that_reads_as_more_yaml():
             '    environment:\n      "X: 1\\n      pid: host": "1"\n      GOOD: "1"\n'
             '    labels:\n      "a #b": x\n')
     found = {(f.rule, f.path, f.line) for f in check_compose_text(text)}
-    assert ("yaml/deceptive-key", "services.vllm.environment.X: 1\n      pid: host", 5) in found
+    assert ("keys/deceptive", "services.vllm.environment.X: 1\n      pid: host", 5) in found
     assert ("env/name", "services.vllm.environment.X: 1\n      pid: host", 5) in found
-    assert ("yaml/deceptive-key", "services.vllm.labels.a #b", 8) in found
+    assert ("keys/deceptive", "services.vllm.labels.a #b", 8) in found
     assert not any(p.endswith("GOOD") for _, p, _ in found)
 
 
 def test_ordinary_names_render_as_before():
     for name in ProfileStore(ROOT / "profiles").names():
         text = render_profile(ProfileStore(ROOT / "profiles").load(name), CATALOG, ROOT / "templates").compose_text
-        assert not {f.rule for f in check_compose_text(text)} & {"yaml/deceptive-key", "env/name"}
+        assert not {f.rule for f in check_compose_text(text)} & {"keys/deceptive", "env/name"}

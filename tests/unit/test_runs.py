@@ -92,15 +92,18 @@ def test_import_external_vllm_bench_result(tmp_path):
         hashlib.sha256(src.read_bytes()).hexdigest()
 
 
-def _cpu(name: str):
-    p = ProfileStore(ROOT / "profiles").load(name).profile
-    return p
+def _effective(name: str, catalog: Catalog | None = None):
+    """The effective settings of profile ``name``'s rendered service (no catalog: the image's
+    facts are the ones its repository suggests, without a launcher config)."""
+    from servedeck.compose.render import render_profile
+    catalog = catalog or Catalog(ROOT / "tests" / "fixtures" / "no-catalog.yaml")
+    return render_profile(ProfileStore(ROOT / "profiles").load(name), catalog, ROOT / "templates").service.effective
 
 
 def test_args_verification_confirms_the_batch_budget_on_the_real_logs():
     for name, log in (("cpu-4096", "serve-4096.log"), ("cpu-8192", "serve-8192.log")):
         facts = parse_startup_log((LOGS / log).read_text()).to_dict()
-        checks = {c.setting: c for c in verify_args(_cpu(name), None, facts["non_default_args"])}
+        checks = {c.setting: c for c in verify_args(_effective(name), facts["non_default_args"])}
         mnbt = checks["max_num_batched_tokens"]
         assert mnbt.status == "confirmed" and mnbt.source == "profile"
         assert checks["speculative_config"].status == "confirmed"
@@ -109,16 +112,14 @@ def test_args_verification_confirms_the_batch_budget_on_the_real_logs():
 
 def test_args_verification_reports_a_difference():
     facts = parse_startup_log((LOGS / "serve-4096.log").read_text()).to_dict()
-    checks = {c.setting: c for c in verify_args(_cpu("cpu-8192"), None, facts["non_default_args"])}
+    checks = {c.setting: c for c in verify_args(_effective("cpu-8192"), facts["non_default_args"])}
     bad = checks["max_num_batched_tokens"]
     assert bad.status == "differs" and (bad.expected, bad.reported) == (8192, 4096)
     assert bad.render() == "max_num_batched_tokens: differs (expected 8192, got 4096)"
 
 
 def test_args_verification_without_a_log_line_reports_nothing_confirmed():
-    catalog = Catalog(ROOT / "deploy" / "images.yaml")
-    p = ProfileStore(ROOT / "profiles").load("speed").profile
-    checks = {c.setting: c for c in verify_args(p, catalog.lookup(p.image_ref.digest), None)}
+    checks = {c.setting: c for c in verify_args(_effective("speed", Catalog(ROOT / "deploy" / "images.yaml")), None)}
     assert checks["max_num_batched_tokens"].status == "not reported"
     assert checks["kv_cache_dtype"].source == "image"  # model.yaml default, not the profile
     assert checks["gpu_memory_utilization"].source == "profile"

@@ -40,10 +40,12 @@ def test_reporters_print_no_control_character_and_no_markup_from_the_text(capsys
 
 
 def test_an_invalid_image_is_an_error_naming_the_option():
-    from servedeck.deploy.plan import with_image
+    from servedeck.model.inventory import HostEntry
     from servedeck.model.profile import ProfileStore
+    from servedeck.model.ssh_target import SshTarget
     root = Path(__file__).resolve().parents[2]
     profile = ProfileStore(root / "profiles").load("speed").profile
+    entry = HostEntry(ssh=SshTarget(hostname="card"), workdir="/srv/b70")
     with pytest.raises(ServedeckError) as exc:
-        with_image(profile, "not an image\x1b[2J")
+        entry.place(profile, "not an image\x1b[2J")
     assert exc.value.field == "image" and "digest-pinned" in exc.value.hint

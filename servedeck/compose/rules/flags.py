@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from servedeck.compose.rules._facts import judge, vllm_flags
-from servedeck.compose.rules._service import Ctx, Flag, Service
+from servedeck.compose.rules._context import Ctx, Flag, Service
 from servedeck.vllm.argv import convert_kind, kind_of_type, negative_option
 
 #: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)

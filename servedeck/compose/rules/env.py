@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 
 from servedeck.compose.rules._facts import env_items, judge, version_tuple
-from servedeck.compose.rules._service import Ctx, Service
+from servedeck.compose.rules._context import Ctx, Service
 from servedeck.grammar import ENV_NAME_RE
 
 _QUOTES = ("'", '"')
@@ -95,7 +95,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
                       f"'-', not starting with a digit): the container gets a variable nothing reads by "
                       f"that name", "check where the name ends: a line break or ': ' inside it means "
                                    "text meant as more YAML became part of the name", key=not e.list_form)
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     j = judge(ctx, svc, "env_vars")
     if j is None:

@@ -1,24 +1,99 @@
-"""``gpu/*`` requests for NVIDIA and Intel GPUs, and the shared-memory settings multi-GPU
-workers need.
+"""``gpu/*``: a service's access to its accelerator and the GPUs it asks for.
 
-How Compose requests GPUs (Compose Specification ``deploy.resources.reservations.devices``,
-``gpus``, ``devices`` with CDI names ``vendor.com/class=name``; compose-go rejects a device
-request with both ``count`` and ``device_ids``: "count and device_ids are exclusive"; Docker
-Engine refuses it at create with "cannot set both Count and DeviceIDs on device request").
-vLLM needs ``tensor_parallel_size x pipeline_parallel_size`` GPUs per data-parallel rank and
-its multi-GPU workers exchange tensors through ``/dev/shm`` (vLLM docs "Using Docker":
-``--ipc=host`` or ``--shm-size``).
+* Intel XPU: ``/dev/dri`` and the render group (vLLM's Intel XPU installation docs: ``--device
+  /dev/dri`` and the render group; the exl3xpu image's compose example); CPU: ``/dev/shm`` of at
+  least 1 GiB (vLLM CPU installation docs; Docker size units for ``shm_size``: b, k, m, g,
+  binary multiples).
+* GPU requests, NVIDIA and Intel (Compose Specification ``deploy.resources.reservations.devices``,
+  ``gpus``, ``devices`` with CDI names ``vendor.com/class=name``; compose-go rejects a device
+  request with both ``count`` and ``device_ids``: "count and device_ids are exclusive"; Docker
+  Engine refuses it at create with "cannot set both Count and DeviceIDs on device request").
+* vLLM needs ``tensor_parallel_size x pipeline_parallel_size`` GPUs per data-parallel rank, and
+  its multi-GPU workers exchange tensors through ``/dev/shm`` (vLLM docs "Using Docker":
+  ``--ipc=host`` or ``--shm-size``); services pinned to one GPU share its memory.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from servedeck.compose.document import Device, device_requests
+from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import int_setting, judge
-from servedeck.compose.rules._service import Ctx, Service
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*$", re.I)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+GIB = 1024**3
+
+
+def parse_size(value: Any) -> int | None:
+    """Docker byte size: an int (bytes) or ``"8g"``, ``"512m"``, ``"1gb"`` (binary units)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m:
+            return int(float(m[1]) * _UNITS[m[2].lower()])
+    return None
+
+
+def _device_hosts(svc: Service) -> list[str]:
+    return [Device.parse(d).source for d in svc.data.get("devices") or []
+            if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
+
+
+def check_gpu(ctx: Ctx, svc: Service) -> None:
+    """``gpu/*``: device access for xpu (/dev/dri, render group) and cpu (/dev/shm)."""
+    device = svc.device
+    data = svc.data
+    privileged = data.get("privileged") is True
+    if device == "xpu":
+        hosts = _device_hosts(svc)
+        if not privileged and not any(h == "/dev/dri" or h.startswith("/dev/dri/") for h in hosts):
+            ctx.error("gpu/no-device", svc.path + ("devices",) if "devices" in data else svc.path,
+                      "the image needs an Intel GPU (xpu) but /dev/dri is not passed into the container",
+                      "add devices: [/dev/dri] (or the card's /dev/dri/renderD* node)", key=True)
+        groups = [str(g) for g in data.get("group_add") or [] if g is not None]
+        gpath = svc.path + ("group_add",) if "group_add" in data else svc.path
+        names = [g for g in groups if not g.isdigit()]
+        for i, g in enumerate(data.get("group_add") or []):
+            if str(g) in names:
+                ctx.warning("gpu/group-name", svc.path + ("group_add", i),
+                            f"group_add {g!r} is a name: it is resolved in the container's /etc/group, "
+                            f"whose {g!r} gid may differ from the host's render group",
+                            "use the host's numeric gid (`stat -c %g /dev/dri/renderD*`)")
+        rgid = ctx.expect.render_gid
+        if rgid is not None:
+            if str(rgid) not in groups and not names:
+                have = ", ".join(groups) if groups else "no group_add"
+                ctx.error("gpu/render-gid-mismatch", gpath,
+                          f"the host's render group id is {rgid} but the service has {have}; the server "
+                          f"cannot open /dev/dri/renderD*", f"group_add: [\"{rgid}\"]", key=True)
+        elif not groups and not privileged:
+            ctx.warning("gpu/no-group-add", svc.path,
+                        "no group_add: a non-root process in the container cannot open /dev/dri/renderD*",
+                        "group_add: [\"<render gid>\"] (`stat -c %g /dev/dri/renderD*` on the host)",
+                        key=True)
+    elif device == "cpu":
+        if data.get("ipc") == "host":
+            return
+        size = parse_size(data.get("shm_size")) if "shm_size" in data else None
+        if size is None or size < GIB:
+            shown = repr(data.get("shm_size")) if "shm_size" in data else "unset (Docker's 64 MiB default)"
+            ctx.error("gpu/shm-too-small", svc.path + ("shm_size",) if "shm_size" in data else svc.path,
+                      f"shm_size {shown}: vLLM CPU needs >= 1 GiB of /dev/shm", "shm_size: \"4g\"",
+                      key=True)
+
 
 Vendor = Literal["nvidia", "intel", "any"]
 
@@ -65,12 +140,7 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
         d = Device.parse(item)
         path = svc.path + ("devices", i)
         if d.long and not d.target:
-            # compose-go loader (v2.40): the long syntax needs a target, CDI names included
-            sink.error("devices/missing-target", path,
-                       f"device {d.source!r} in the long syntax has no target: Compose refuses the file "
-                       f"(\"service device services.{svc.name}.devices.[{i}] is missing a mount target\")",
-                       f"write it in the short syntax (devices: [\"{d.source}\"]) or add target:")
-            continue
+            continue  # Compose refuses it: devices/missing-target
         if d.is_cdi:
             kind, _, name = d.source.partition("=")
             vendor: Vendor = "nvidia" if kind.startswith("nvidia.com/") else (
@@ -109,7 +179,7 @@ def check_gpu_requests(ctx: Ctx, svc: Service) -> None:
                   "the image needs an NVIDIA GPU but the service requests none",
                   "add deploy.resources.reservations.devices: [{driver: nvidia, capabilities: [gpu]}], "
                   "gpus: all, or a CDI device (devices: [nvidia.com/gpu=all])", key=True)
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     tp = int_setting(svc, "tensor_parallel_size")
     pp = int_setting(svc, "pipeline_parallel_size")
@@ -152,7 +222,7 @@ def check_shared_gpus(ctx: Ctx, svcs: list[Service]) -> None:
     whole card's memory, so the second one cannot allocate its KV cache)."""
     users: dict[str, list[Service]] = {}
     for svc in svcs:
-        if svc.launch.kind is None:
+        if svc.launcher is None:
             continue
         for r in gpu_requests(ctx, svc, report=False):
             for gid in r.ids:
