@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
+from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter, Scrubbed
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
@@ -157,7 +157,9 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             states). ServedeckError for SSH/host-key problems.
     """
     options = options or DeployOptions()
-    reporter = reporter or Reporter()
+    holder: list[Any] = []  # the deploy, once it exists: its secrets scrub every text shown
+    reporter = Scrubbed(reporter or Reporter(), lambda text: holder[0].run.secrets.scrub_text(text)
+                        if holder else text)
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
     profile = entry.place(loaded.profile, options.image)  # the --image, the host's container_name / host_port
@@ -202,6 +204,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         raise
     d = _Deploy(project, host, entry, options, reporter, t0)
     d.kvp = kvp
+    holder.append(d)
     try:
         try:
             d.run = (start_run(project.runs_dir, profile=profile.name, host=host.name,
@@ -531,7 +534,9 @@ class _Deploy:
                 self.host.reconnect()
         self.host.close()
         if self.error is not None:
-            raise self.error
+            scrub = self.run.secrets.scrub_text
+            raise type(self.error)(scrub(self.error.message), file=self.error.file, field=self.error.field,
+                                   hint=scrub(self.error.hint) if self.error.hint else None)
 
     def recover_abandoned(self, state: HostState) -> None:
         """Revisions that never finished belong to clients that died (we hold the lock now):

@@ -118,3 +118,31 @@ class QuietReporter(Reporter):
 
     def warn(self, text: str) -> None:
         self.lines.append(f"warning: {text}")
+
+
+class Scrubbed(Reporter):
+    """A reporter passing every text through ``scrub`` (a deployment's
+    :meth:`~servedeck.deploy.secrets.Secrets.scrub_text`, looked up at each call: the secrets
+    grow as the deploy reads them) before ``inner`` shows it: a server log line or an error that
+    quotes a key never reaches the terminal with it."""
+
+    def __init__(self, inner: Reporter, scrub) -> None:
+        self.inner, self.scrub = inner, scrub
+
+    def phase(self, name: str, text: str) -> None:
+        self.inner.phase(name, self.scrub(text))
+
+    def info(self, text: str) -> None:
+        self.inner.info(self.scrub(text))
+
+    def warn(self, text: str) -> None:
+        self.inner.warn(self.scrub(text))
+
+    def recorded(self, run_dir) -> None:
+        self.inner.recorded(run_dir)
+
+    def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
+        self.inner.waiting(phase, elapsed_s, self.scrub(last_line))
+
+    def done_waiting(self) -> None:
+        self.inner.done_waiting()
