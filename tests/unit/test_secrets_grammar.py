@@ -138,3 +138,14 @@ def test_run_files_and_directories_are_owner_only(tmp_path):
 
 def test_secrets_is_empty_when_nothing_is_secret():
     assert Secrets().scrub_yaml(COMPOSE) == COMPOSE
+
+
+def test_what_a_deploy_shows_is_scrubbed_of_its_secrets():
+    from servedeck.deploy.console import QuietReporter, Scrubbed
+    s = find_secrets(["--api_key", KEY], {})
+    inner = QuietReporter()
+    shown = Scrubbed(inner, s.scrub_text)
+    shown.phase("failed", f"(APIServer) non-default args: {{'api_key': ['{KEY}']}}")
+    shown.info(f"| --api_key {KEY}")
+    shown.warn(KEY)
+    assert KEY not in "\n".join(inner.lines) and inner.lines[0].endswith("['***']}")
