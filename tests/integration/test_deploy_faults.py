@@ -183,11 +183,12 @@ def test_an_interrupt_during_a_slow_switch_waits_for_it_then_rolls_back_to_one_c
 def test_a_frozen_session_master_or_link_during_the_switch_is_resolved_by_asking_the_host(
         project, card, standin, fast_probes, fault):  # noqa: F811
     """The switch runs 3 s (the old server stops slowly); its connection freezes as it starts:
-    the session's own ssh stopped (SIGSTOP), the connection's master stopped, or the whole link
-    (the host's sshd and the master) for 8 s. The deploy asks the host over a command of its own,
-    reads how Compose ended from what the host recorded, verifies the new deployment and records
-    it ready (the bug: recorded failed, unreachable, while the new deployment served unverified;
-    a stopped master: nothing printed for 900 s)."""
+    the session's own ssh stopped (SIGSTOP: harmless, the master carries the data), the
+    connection's master stopped, or the whole link (the host's sshd and the master) for 8 s.
+    The deploy asks the host over a command of its own, reads how Compose ended from what the
+    host recorded, verifies the new deployment and records it ready (the bug: recorded failed,
+    unreachable, while the new deployment served unverified; a stopped master: nothing printed
+    for 900 s)."""
     host, entry = card
     good = _profile(project, "good", stop_s=3)
     assert _deploy(project, card, good, standin).outcome == "ready"
@@ -224,7 +225,10 @@ def test_a_frozen_session_master_or_link_during_the_switch_is_resolved_by_asking
         _resume(frozen)
     assert frozen
     assert result.outcome == "ready", reporter.lines
-    assert any("lost the connection" in line for line in reporter.lines), reporter.lines
+    # the session's own ssh only handed its pipes to the connection's master (OpenSSH connection
+    # sharing passes the descriptors): stopping it stops nothing, the switch's answer arrives
+    if fault != "session":
+        assert any("lost the connection" in line for line in reporter.lines), reporter.lines
     assert time.time() - t0 < 60
     assert _revisions(host.workdir)[-1] == (2, "deploy", "new", "ready")
     _assert_host_is_clean(host, host.workdir, "new")
