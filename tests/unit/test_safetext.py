@@ -29,14 +29,26 @@ def test_reporters_print_no_control_character_and_no_markup_from_the_text(capsys
     Reporter().info(HOSTILE)
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\u202e" not in out
-    rep = ConsoleReporter()
+    rep = ConsoleReporter()  # on a terminal: rich
     from rich.console import Console
+    rep._terminal = True
     rep._console = Console(file=io.StringIO(), force_terminal=False, highlight=False, soft_wrap=True)
     rep.phase("wait", HOSTILE)  # "[/]" in the text must not reach rich's markup parser
     rep.warn(HOSTILE)
     rep.info(HOSTILE)
+    rep.waiting("wait", 1.0, HOSTILE)
+    rep.done_waiting()
     text = rep._console.file.getvalue()
     assert "\x1b" not in text and "[/]" in text and "[bold]x" in text
+    plain = ConsoleReporter()  # into a pipe: plain lines
+    plain._terminal = False
+    plain.phase("wait", HOSTILE)
+    plain.warn(HOSTILE)
+    plain.info(HOSTILE)
+    plain.waiting("wait", 11.0, HOSTILE)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x9b" not in out
+    assert out.count("\\x1b]0;owned\\x07") == 4, out
 
 
 def test_an_invalid_image_is_an_error_naming_the_option():
