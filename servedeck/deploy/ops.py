@@ -65,7 +65,9 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     Returns:
         ``{"host", "workdir", "compose_present", "compose_sha256", "service", "container":
         {name, state, running, restarting, exit_code, started_at, uptime_s, restart_count,
-        image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
+        image, image_digests} | None, "serving": bool|None, "drift": [str] (the container
+        against the compose file, and where the records contradict the host:
+        :func:`contradictions`), "lock": {...}|None,
         "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
         "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
         "lock_stale": why the lock looks stale | None, "project": the Compose project servedeck
@@ -95,9 +97,11 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     service, svc = norm
     out["service"] = service
     try:
+        found = [(c.name, c.state(reload=False)["status"]) for c in host.engine.containers(host.workdir)]
         container = host.engine.container(host.workdir, service)
         if container is None:
             out["drift"].append("no container: the deployment is down")
+            out["drift"] += contradictions(state.history, state.compose_sha256, serving=None, containers=found)
             return out
         attrs = container.attrs
         st = container.state(reload=False)
@@ -121,8 +125,46 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
             out["serving"] = host.server_api(api_base_url(host, entry, port)).get("/health").status == 200
         else:
             out["serving"] = False
+        out["drift"] += contradictions(state.history, state.compose_sha256, serving=out["serving"],
+                                       containers=found)
     finally:
         host.close()
+    return out
+
+
+def contradictions(history: list[dict[str, Any]], compose_sha256: str | None, *, serving: bool | None,
+                   containers: list[tuple[str, str]]) -> list[str]:
+    """Where servedeck's records and what the host runs disagree (each a line for ``status``).
+
+    Args:
+        history: the host's history records, oldest first.
+        compose_sha256: sha256 of the installed ``docker-compose.yml`` (None: none).
+        serving: whether the server answers ``/health`` (None: not asked: no running container).
+        containers: (name, state) of every container of the working directory.
+
+    Returns:
+        human-readable lines, empty when the records agree with the host: more than one
+        container (a switch raced another: Compose leaves a ``<id>_<name>`` container), the
+        newest deploy or rollback recorded ``ready`` while another file is installed, or
+        recorded failed/interrupted/abandoned while its own file is installed and serves.
+    """
+    out: list[str] = []
+    if len(containers) > 1:
+        out.append(f"{len(containers)} containers of this working directory ("
+                   + ", ".join(f"{name} {state}" for name, state in sorted(containers))
+                   + "): one is expected; remove the extra ones (docker rm NAME) or deploy again")
+    revs = [r for r in hist.revisions(history) if r.event in ("deploy", "rollback") and r.compose_sha256]
+    if not revs or compose_sha256 is None:
+        return out
+    last = revs[-1]
+    theirs = last.compose_sha256 or ""
+    what = f"revision {last.number} ({last.event} of {last.profile})"
+    if last.outcome == "ready" and theirs != compose_sha256:
+        out.append(f"the history says {what} serves, but another compose file is installed "
+                   f"(sha256 {compose_sha256[:12]}, not {theirs[:12]}): changed by hand?")
+    elif last.outcome in ("failed", "interrupted", "abandoned") and theirs == compose_sha256 and serving:
+        out.append(f"the history says {what} ended {last.outcome}, but its compose file is installed and "
+                   "serves, never verified: deploy it again or roll back")
     return out
 
 
