@@ -92,3 +92,18 @@ def test_two_inventory_hosts_that_are_one_deployment_are_named() -> None:
              "b71": HostEntry(ssh=SshTarget(hostname="card2"), workdir="/srv/b70")}
     (finding,) = shared_deployments(hosts)
     assert "hosts b70 and b70-again are one deployment" in finding
+
+
+def test_hostile_history_lines_are_damage_and_never_set_the_next_revision() -> None:
+    """Bytes that are not UTF-8, a line past MAX_LINE_BYTES, JSON that is not an object and a
+    revision of 5,000 digits are damaged lines; a revision of 1e400 (an object, no integer
+    revision) is skipped; the revisions servedeck wrote read on, and the next number is one past
+    the highest that could be a real one."""
+    from servedeck.host import history as hist
+    data = (b'{"revision":1,"event":"deploy","outcome":"started"}\n\xff\xfe not text\n'
+            + b'{"revision":2,"x":"' + b"a" * (hist.MAX_LINE_BYTES + 10) + b'"}\n[1, 2]\n'
+            + b'{"revision":1,"outcome":"ready"}\n{"revision":' + b"9" * 5000 + b'}\n{"revision":1e400}\n')
+    records = hist.history_records(data)
+    assert hist.damaged(records) == 4
+    assert [(r.number, r.outcome) for r in hist.revisions(records)] == [(1, "ready")]
+    assert hist.next_revision(records) == 3  # 2 shows in a damaged line: never given again
