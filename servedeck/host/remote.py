@@ -143,9 +143,16 @@ err=$(mv -f "$tmp" "$wd/docker-compose.yml" 2>&1) || { rm -f "$tmp"; nothing "ca
 rm -f "$sd/switch.done"
 echo "$SWITCH_MARK"
 (
+  # another project's container here (an older naming, or by hand) goes; so does one of ours that
+  # does not run (created, exited, dead): what an interrupted Compose leaves between stopping the
+  # old container and removing it (the old one renamed <id>_<name>, the new one created), whose
+  # name the next `up` would find taken ("Conflict. The container name ... is already in use")
   for c in $(docker ps -aq --filter "label=com.docker.compose.project.working_dir=$wd" 2>/dev/null); do
-    p=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}' "$c" 2>/dev/null) || continue
-    [ "$p" = "$proj" ] || { docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1; }
+    info=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}|{{.State.Status}}' "$c" 2>/dev/null) || continue
+    p=${info%|*}; st=${info##*|}
+    if [ "$p" != "$proj" ]; then docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1
+    elif [ "$st" != running ] && [ "$st" != restarting ]; then docker rm -f "$c" >/dev/null 2>&1
+    fi
   done
   sd_compose -p "$proj" -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
 ) &
@@ -459,9 +466,11 @@ class RemoteHost:
 
         The file is ``data`` (uploaded) or the stored known-good file ``good_sha``; it is
         written 0600, checked by sha256, the ``history_line`` (with its ``revision``) is
-        appended, then it is renamed over ``docker-compose.yml`` and ``docker compose
-        <compose_args>`` runs; the host records the step while it runs and how it ended
-        (:meth:`switch_status`), whatever happens to this connection.
+        appended, then it is renamed over ``docker-compose.yml``, the working directory's
+        containers of another Compose project and its own that do not run (what a stopped
+        Compose leaves) are removed, and ``docker compose <compose_args>`` runs; the host records
+        the step while it runs and how it ended (:meth:`switch_status`), whatever happens to
+        this connection.
 
         Returns:
             the :class:`Result`: an exit status in :data:`SWITCH_NOT_STARTED` (the message on

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from test_deploy import SSH_CONFIG, _resume, _sshd_pids, card, project, standin  # noqa: F401
 
-from servedeck.deploy import switch
+from servedeck.deploy import ops, switch
 from servedeck.deploy.apply import deploy
 from servedeck.deploy.console import QuietReporter, Reporter
 from servedeck.deploy.ops import status
@@ -179,6 +179,63 @@ def test_an_interrupt_during_a_slow_switch_waits_for_it_then_rolls_back_to_one_c
     assert run["outcome"] == "interrupted" and run["rollback"]["ready"] is True
 
 
+def test_a_second_interrupt_stops_the_slow_switch_on_the_host_and_still_leaves_one_container(
+        project, card, standin):  # noqa: F811
+    """Ctrl-C twice while Compose stops a slow old server: the second stops Compose on the host
+    (SIGTERM) in the middle of replacing the container and waits for it to end; the rollback then
+    leaves exactly one container, the old profile serving (an interrupted replacement is where
+    Compose leaves a ``<id>_<name>`` container behind)."""
+    host, entry = card
+    good = _profile(project, "good", stop_s=4)
+    assert _deploy(project, card, good, standin).outcome == "ready"
+    new = _profile(project, "new", stop_s=4, startup_s=30)
+    _sigterm_when(lambda: _started(host.workdir, "new"), delay_s=0.5)
+    _sigterm_when(lambda: _started(host.workdir, "new"), delay_s=1.5)
+    reporter = QuietReporter()
+    with pytest.raises(DeployError) as exc:
+        _deploy(project, card, new, standin, reporter)
+    assert "deploy interrupted" in exc.value.message, exc.value.message
+    assert "rolled back: revision 1 (good) serves again" in exc.value.message, exc.value.message
+    assert any("stopping docker compose up on the host" in line for line in reporter.lines), reporter.lines
+    assert _revisions(host.workdir)[-2:] == [(2, "deploy", "new", "interrupted"), (3, "rollback", "good", "ready")]
+    _assert_host_is_clean(host, host.workdir, "good")
+    assert status(host, entry)["drift"] == []
+
+
+def test_a_master_frozen_during_the_readiness_wait_is_waited_out_not_recorded_failed(
+        project, card, standin):  # noqa: F811
+    """The connection's master stops answering for 8 s as the wait for the new server begins (its
+    Docker Engine socket is forwarded over it): the wait goes on within its deadline and the
+    healthy new deployment is recorded ready, not failed and rolled back."""
+    host, entry = card
+    assert _deploy(project, card, _profile(project, "good", startup_s=0.3), standin).outcome == "ready"
+    new = _profile(project, "new", startup_s=3)
+    host.run(["true"])
+    master = host.transport.master_pid()
+    assert master
+    frozen: list[int] = []
+
+    class _FreezeAtWait(QuietReporter):
+        def phase(self, name: str, text: str) -> None:
+            super().phase(name, text)
+            if name == "wait" and not frozen:
+                frozen.append(master)
+                os.kill(master, signal.SIGSTOP)
+                threading.Timer(8.0, _resume, [frozen]).start()
+
+    reporter = _FreezeAtWait()
+    t0 = time.time()
+    try:
+        result = _deploy(project, card, new, standin, reporter)
+    finally:
+        _resume(frozen)
+    assert frozen
+    assert result.outcome == "ready", reporter.lines
+    assert time.time() - t0 < 60
+    assert _revisions(host.workdir)[-1] == (2, "deploy", "new", "ready")
+    _assert_host_is_clean(host, host.workdir, "new")
+
+
 @pytest.mark.parametrize("fault", ["session", "master", "link"])
 def test_a_frozen_session_master_or_link_during_the_switch_is_resolved_by_asking_the_host(
         project, card, standin, fast_probes, fault):  # noqa: F811
@@ -315,6 +372,13 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
     run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
     assert run["outcome"] == "failed" and "No space left on device" in run["failure"]
     assert "rollback" not in run
+    # rollback and down on the full disk: the cause named, nothing changed, no lock left
+    for command in (lambda: ops.rollback(host, entry, project=project, reporter=QuietReporter()),
+                    lambda: ops.down(host, reporter=QuietReporter())):
+        with pytest.raises(DeployError) as exc:
+            command()
+        assert "No space left on device" in exc.value.message and "nothing was changed" in exc.value.message
+        assert not _lock_file(wd).exists() and _served() == ["good"]
     os.unlink(f"{wd}/fill")
 
     _lock_file(wd).write_bytes(b"")  # an older version's lock write on a full disk
@@ -399,6 +463,31 @@ def test_a_damaged_history_and_hostile_history_values_are_survived(project, card
     first = sorted(project.runs_dir.iterdir())[0]
     log = (first / "startup.log").read_text()
     assert "\x1b" not in log and "\\x1b]0;owned\\x07" in log and "\u202e" not in log
+
+
+def test_status_names_a_leftover_container_and_a_record_that_contradicts_the_host(project, card, standin):  # noqa: F811
+    """What a raced switch left (issue 28: a ``<id>_<name>`` container in Created state beside the
+    serving one, and ``status`` said "no drift"), and a newest revision recorded failed while its
+    own file is installed and serves: ``status`` names both."""
+    host, entry = card
+    assert _deploy(project, card, _profile(project, "good", startup_s=0.3), standin).outcome == "ready"
+    st = status(host, entry)
+    assert st["serving"] and st["drift"] == [], st["drift"]
+    (name, _, proj), = _containers(host.workdir)
+    leftover = f"{uuid.uuid4().hex[:12]}_{name}"
+    subprocess.run(["docker", "create", "--name", leftover, "--label", f"com.docker.compose.project={proj}",
+                    "--label", f"com.docker.compose.project.working_dir={host.workdir}",
+                    "--label", "com.docker.compose.service=vllm", standin, "true"],
+                   check=True, capture_output=True)
+    try:
+        history = Path(host.workdir) / ".servedeck" / "history.jsonl"
+        with open(history, "ab") as fh:  # as a client that lost its link wrote it before this round
+            fh.write(json.dumps({"revision": 1, "outcome": "failed", "reason": "unreachable"}).encode() + b"\n")
+        drift = status(host, entry)["drift"]
+        assert any("2 containers" in d and f"{leftover} created" in d for d in drift), drift
+        assert any("revision 1 (deploy of good) ended failed" in d and "serves" in d for d in drift), drift
+    finally:
+        subprocess.run(["docker", "rm", "-f", leftover], capture_output=True)
 
 
 def test_two_working_directories_with_one_name_are_two_projects(project, standin, test_services):  # noqa: F811
