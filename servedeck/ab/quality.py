@@ -64,7 +64,6 @@ from servedeck.ab.stats import (
     holm,
 )
 from servedeck.bench.quality import GenerationItem, Likelihood, QualityResult
-from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
 DEFAULT_PPL_MARGIN = 0.01

@@ -167,7 +167,7 @@ def agreement_sentence(agr, reference: str, candidate: str) -> str:
 def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
     """The Quality table: ``(check, A, B, B against the reference)`` per row."""
     q = comparison.quality
-    ref, cand = q.settings.reference, q.gate.arm
+    ref = q.settings.reference
     rows = []
     m = q.likelihood
     if m is not None:
