@@ -34,7 +34,7 @@ def image_build(c, standin=False):
 
 @task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-4096 (after cpu-8192)",
             "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
-            "repetitions": "requests per phase",
+            "repetitions": "requests per phase of the variant's first look (the baseline takes at least 8)",
             "quality": "also the quality variant: cpu-fp32 (float32 instead of bfloat16) against cpu-4096"})
 @cli_errors
 def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3, quality=False):
@@ -48,9 +48,13 @@ def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitio
     print(format_timings(result))
     for path in result.runs:
         print(f"run: {path}")
+    if result.sampling:
+        print(result.sampling)
     print(f"A/B report: {result.report}")
     if result.quality_report:
         print(f"quality variant: {result.quality_run}\nquality A/B report: {result.quality_report}")
+    if result.verdict:
+        print(f"verdict (drafted): {result.verdict}")
     print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
 
 

@@ -16,12 +16,13 @@ import jinja2
 
 from servedeck.ab.chart import render_chart
 from servedeck.ab.compare import ArmDiff, Variable, fmt_value
+from servedeck.ab.load import bracket_text
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
-from servedeck.numfmt import fmt_num, fmt_pct, fmt_ratio, fmt_signed
+from servedeck.numfmt import fmt_load, fmt_num, fmt_pct, fmt_ratio, fmt_signed
 
 from servedeck.runs import store
 from servedeck.runs.records import ArgCheck, RunMeta
@@ -58,6 +59,8 @@ def bench_sentence(m: MetricComparison) -> str:
                 f"not judged ({m.reason})")
     ci = f", 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}" if m.ci_low is not None else ""
     test = f"{m.method}, p={m.p:.2g}, Holm p={m.p_adjusted:.2g}"
+    if m.looks:
+        test += f", look {m.look} of {m.looks} (n={len(m.samples_b)} vs {len(m.samples_a)})"
     text = f"{base} (ratio {fmt_ratio(m.ratio)}{ci}; {test}): {m.verdict}: {m.reason}"
     if m.verdict == "no verdict" and m.samples_needed:
         n = (f"more than {m.samples_needed - 1}" if m.samples_needed >= 10000
@@ -194,6 +197,11 @@ def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[st
     quality findings (when probed), the A/A noise floor of this host and image (when measured),
     the KV cost, warnings that appeared or disappeared, then other changed startup facts."""
     out = [bench_sentence(m) for m in comparison.bench]
+    if comparison.load is not None:
+        from servedeck.ab.load import capacity_sentence
+        cap = capacity_sentence(comparison.load)
+        if cap:
+            out.append(cap)
     out += quality_findings(comparison)
     if noise is not None:
         out.append(noise_sentence(noise, comparison))
@@ -247,6 +255,44 @@ def _verification(run_dir: Path, names: set[str]) -> list[ArgCheck]:
     return [r for r in rows.root if r.setting in names] if rows is not None else []
 
 
+def _limits(run_a: Path, run_b: Path) -> dict | None:
+    """Both arms' physical limits for the report's own section (None when neither arm has a
+    roofline or telemetry): ``{"a": view, "b": view, "rows": [(label, a text, b text)]}``,
+    the views of :func:`servedeck.bench.limits.limits_view`."""
+    from servedeck.bench.limits import limits_view
+    try:
+        a, b = limits_view(run_a), limits_view(run_b)
+    except ServedeckError:
+        return None
+    if a["card"] is None and a["energy_source"] is None and b["card"] is None and b["energy_source"] is None \
+            and not a["decode_share"] and not b["decode_share"]:
+        return None
+
+    def pct(x):
+        return "–" if x is None else f"{x * 100:.0f} %"
+    rows = [("card", a["card"] or "–", b["card"] or "–"),
+            ("power limit (W)", fmt_num(a["power_cap_w"]), fmt_num(b["power_cap_w"])),
+            ("memory bandwidth (GB/s)", fmt_num(a["bandwidth_gb_s"]), fmt_num(b["bandwidth_gb_s"])),
+            ("its source", a["bandwidth_source"] or "–", b["bandwidth_source"] or "–"),
+            ("matrix rate", a["matrix"] or "–", b["matrix"] or "–"),
+            ("bytes per decode step (GB, median)", fmt_num(a["bytes_per_step_gb"]), fmt_num(b["bytes_per_step_gb"]))]
+    for phase in ("cold", "warm"):
+        rows.append((f"{phase} decode, share of the bandwidth ceiling", pct(a["decode_share"].get(phase)),
+                     pct(b["decode_share"].get(phase))))
+    rows.append(("cold prefill, share of the matrix ceiling", pct(a["prefill_share"].get("cold")),
+                 pct(b["prefill_share"].get("cold"))))
+    rows.append(("energy source", a["energy_source"] or "not measured", b["energy_source"] or "not measured"))
+    for phase in ("cold", "warm"):
+        rows.append((f"{phase} energy per output token (J)", fmt_num(a["j_per_token"].get(phase)),
+                     fmt_num(b["j_per_token"].get(phase))))
+        rows.append((f"{phase} mean power (W)", fmt_num(a["mean_power_w"].get(phase)),
+                     fmt_num(b["mean_power_w"].get(phase))))
+        rows.append((f"{phase} time throttled", pct(a["throttled"].get(phase)), pct(b["throttled"].get(phase))))
+        rows.append((f"{phase} GPU clock (MHz, mean)", fmt_num(a["freq_mhz"].get(phase)),
+                     fmt_num(b["freq_mhz"].get(phase))))
+    return {"a": a, "b": b, "rows": rows}
+
+
 def title_change(diff: ArmDiff) -> str:
     """``max_num_batched_tokens 4096 → 8192``, ``MULTI-VARIABLE (2: a, b)`` or ``no change``."""
     v = diff.single_variable
@@ -259,10 +305,32 @@ def title_change(diff: ArmDiff) -> str:
     return f"MULTI-VARIABLE ({len(diff.differences)}: {', '.join(v.name for v in diff.differences)})"
 
 
+def _mean(values) -> float | None:
+    """The mean of a list (None when empty): one figure from an arm's runs."""
+    return sum(values) / len(values) if values else None
+
+
+def _share_cell(arm) -> str:
+    """``38/40 95% [83–99%] met`` for an arm's SLO share at a level (``–`` without an SLO)."""
+    a = arm.attainment
+    if a is None or not a.n:
+        return "\u2013"
+    return f"{a.k}/{a.n} {a.value:.0%} [{a.low:.0%}\u2013{a.high:.0%}] {arm.state}"
+
+
+def _percentile_cell(p) -> str:
+    """``0.123 [0.110–0.141]`` (a percentile with its interval), or ``n<36`` below the samples it needs."""
+    if p is None or not p.n:
+        return "\u2013"
+    if p.value is None:
+        return f"n<{p.needed} (n={p.n})"
+    return f"{fmt_num(p.value)} [{fmt_num(p.low)}\u2013{fmt_num(p.high)}]"
+
+
 def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                   hypothesis: str | None, verdict: str | None, chart_path: Path | None,
                   *, templates_dir: Path | None = None, noise: NoiseFloor | None = None,
-                  interleaving=None) -> str:
+                  interleaving=None, draft=None, load_chart_path: Path | None = None) -> str:
     """Render the A/B report as markdown.
 
     Args:
@@ -276,6 +344,10 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         noise: the A/A noise floor of the runs' host and image, cited when given.
         interleaving: a :class:`servedeck.ab.interleave.Interleaving` (order and trends of an
             interleaved experiment), shown when given; ``run_a``/``run_b`` are then each arm's first run.
+        draft: the drafted hypothesis, findings, verdict and recommendations
+            (:class:`servedeck.ab.draft.Draft`); the user's ``hypothesis``/``verdict`` replace
+            the drafted ones. None: placeholders, and the generated findings only.
+        load_chart_path: the curves of both arms under load (``comparison.load``), linked by file name.
 
     Raises:
         ServedeckError: a compose file is missing or the template is not found.
@@ -284,7 +356,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir or TEMPLATES_DIR)),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value, pct=fmt_pct)
+    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value, pct=fmt_pct,
+                       mean=_mean, share=_share_cell, pctl=_percentile_cell, bracket=bracket_text,
+                       load_value=fmt_load)
     try:
         template = env.get_template(REPORT_TEMPLATE)
     except jinja2.TemplateNotFound as exc:
@@ -308,18 +382,33 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         hypothesis=hypothesis, verdict=verdict,
         findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
         quality=comparison.quality, quality_rows=quality_rows(comparison) if comparison.quality else [],
+        findings=findings(comparison, noise), noise=noise, interleaving=interleaving, draft=draft,
+        sequential=comparison.sequential,
+        stop=_describe_stop(comparison.sequential),
         pct=fmt_pct(comparison.margin), alpha=comparison.alpha,
         chart=Path(chart_path).name if chart_path else None,
+        load=comparison.load, load_chart=Path(load_chart_path).name if load_chart_path else None,
+        load_q=(f"p{comparison.load.slo.percentile:g}" if comparison.load is not None and comparison.load.slo
+                else "p90"),
+        limits=_limits(run_a, run_b),
         compose_a=compose_a.rstrip("\n"), compose_b=compose_b.rstrip("\n"),
         fence_a=_fence(compose_a), fence_b=_fence(compose_b),
     )
     return text
 
 
+def _describe_stop(record) -> str | None:
+    if record is None:
+        return None
+    from servedeck.ab.sequential import describe_stop
+    return describe_stop(record)
+
+
 def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                  hypothesis: str | None = None, verdict: str | None = None, *,
-                 noise: NoiseFloor | None = None, interleaving=None) -> tuple[Path, Path | None]:
-    """Write the report to ``out_path`` and its chart beside it (``<stem>.png``), both atomically.
+                 noise: NoiseFloor | None = None, interleaving=None, draft=None) -> tuple[Path, Path | None]:
+    """Write the report to ``out_path`` and its chart beside it (``<stem>.png``; under load also
+    ``<stem>-load.png``), all atomically.
 
     The chart is written first so the report never links a missing image; when there is
     nothing to plot the report is written without a chart.
@@ -333,7 +422,15 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
         render_chart(comparison, chart_path)
     except ServedeckError:
         chart_path = None
+    load_chart: Path | None = None
+    if comparison.load is not None:
+        from servedeck.ab.chart import render_load_chart
+        load_chart = out_path.with_name(out_path.stem + "-load.png")
+        try:
+            render_load_chart(comparison.load, load_chart)
+        except ServedeckError:
+            load_chart = None
     text = render_report(diff, comparison, run_a, run_b, hypothesis, verdict, chart_path,
-                         noise=noise, interleaving=interleaving)
+                         noise=noise, interleaving=interleaving, draft=draft, load_chart_path=load_chart)
     atomic_write(out_path, text)
     return out_path, chart_path

@@ -33,6 +33,8 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -184,6 +186,7 @@ class SweepResult:
     summary: Path
     chart: Path | None
     interrupted: bool = False
+    power_restored: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -507,6 +510,7 @@ def run_sweep(project: Project, plan: SweepPlan, *, progress: ProgressFn | None 
     t0 = time.monotonic()
     todo = {h: ids for h, ids in plan.assignments.items() if ids}
     interrupted = False
+    restored: list[str] = []
     if todo:
         for exp_ids in todo.values():
             for exp_id in exp_ids:
@@ -521,30 +525,57 @@ def run_sweep(project: Project, plan: SweepPlan, *, progress: ProgressFn | None 
                      "servedeck_hosts": ",".join(todo), "servedeck_assignments": assignments,
                      "servedeck_bench": plan.bench, "servedeck_bench_args": plan.bench_args}
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        played = run_playbook("sweep", inventory=ansible_inv, extravars=extravars,
-                              private_dir=plan.directory / "ansible" / stamp, forks=len(todo),
-                              progress=progress)
+        with _power_series(project, plan, list(todo), restored):
+            played = run_playbook("sweep", inventory=ansible_inv, extravars=extravars,
+                                  private_dir=plan.directory / "ansible" / stamp, forks=len(todo),
+                                  progress=progress)
         interrupted = played.interrupted
     duration = round(time.monotonic() - t0, 3)
     rows = summary_rows(project, plan)
     pending = [r["id"] for r in rows if r["status"] != "done"]
     summary, chart = write_summary(plan, rows)
     return SweepResult(plan=plan, rows=rows, pending=pending, duration_s=duration,
-                       summary=summary, chart=chart, interrupted=interrupted)
+                       summary=summary, chart=chart, interrupted=interrupted, power_restored=restored)
+
+
+@contextmanager
+def _power_series(project: Project, plan: SweepPlan, hosts: list[str], restored: list[str]) -> Iterator[None]:
+    """The card's original power cap kept around a sweep whose arms set one
+    (:func:`servedeck.deploy.power_series.power_series`): read on each host before the
+    experiments, written back after them, after a failure and after an interrupt."""
+    from servedeck.deploy.power_series import power_series, varies_power_cap
+    from servedeck.host.remote import RemoteHost
+    from servedeck.model.profile import ProfileStore
+    store_ = ProfileStore(project.profiles_dir)
+    names = {n for e in plan.experiments for n in (e.profile_a, e.profile_b)}
+    profiles = [store_.load(n).profile for n in sorted(names)]
+    capped = varies_power_cap(profiles)
+    pairs = [(RemoteHost(h, plan.fleet.hosts[h].ssh, plan.fleet.hosts[h].workdir), plan.fleet.hosts[h])
+             for h in hosts] if capped else []
+    gpu = next((p.launcher.gpu for p in profiles if p.launcher.gpu is not None), 0)
+    try:
+        with power_series(pairs, series=f"sweep {plan.name}", enabled=capped, gpu=gpu or 0, report=restored.append):
+            yield
+    finally:
+        for host, _ in pairs:
+            host.close()
 
 
 def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     """One row per experiment: id, variable, value_a, value_b, host, status (``done``,
     ``failed``, ``pending``), run_a, run_b, report, seconds, and the headline metrics (B vs A):
-    ``kv_cache_tokens`` a/b and the warm ``decode_tok_s`` median ratio when benchmarked, and the
-    quality gate on arm B (``gate``: ``pass``, ``gated: RULES``, ``not checked``; None without probes)."""
+    ``kv_cache_tokens`` a/b, the warm ``decode_tok_s`` median ratio when benchmarked, under
+    load (``--workload``/``--load``/``--slo``) each arm's capacity under the SLO and the
+    capacity verdict (:mod:`servedeck.ab.load`), and the quality gate on arm B (``gate``:
+    ``pass``, ``gated: RULES``, ``not checked``; None without probes)."""
     from servedeck.ab.stats import compare_metrics
     rows = []
     for exp in plan.experiments:
         row: dict[str, Any] = {"id": exp.id, "variable": exp.variable, "value_a": exp.value_a,
                                "value_b": exp.value_b, "status": "pending", "host": None,
                                "run_a": None, "run_b": None, "report": None, "seconds": None,
-                               "kv_a": None, "kv_b": None, "decode_ratio": None, "gate": None, "note": ""}
+                               "kv_a": None, "kv_b": None, "decode_ratio": None, "gate": None, "note": "",
+                               "capacity_a": None, "capacity_b": None, "capacity_verdict": None}
         result_file = plan.result_path(exp.id)
         failed_file = result_file.with_suffix(".json.failed")
         if result_file.exists():
@@ -560,6 +591,10 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
             if dec and dec.ratio is not None:
                 row["decode_ratio"] = round(dec.ratio, 3)
                 row["note"] = dec.verdict
+            cap = cmp.load.capacity if cmp.load is not None else None
+            if cap is not None:
+                row.update(capacity_a=cap.capacity_a, capacity_b=cap.capacity_b, capacity_verdict=cap.verdict)
+                row["note"] = f"{row['note']}; capacity {cap.verdict}".lstrip("; ")
             if cmp.quality is not None:
                 gate = cmp.quality.gate
                 row["gate"] = (f"gated: {', '.join(dict.fromkeys(r.rule for r in gate.reasons))}"
@@ -577,6 +612,27 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     return rows
 
 
+POWER_CAP = "host.power_cap_w"
+
+
+def _power_caps(plan: SweepPlan, rows: list[dict[str, Any]]) -> list[str]:
+    """The summary's power-cap section (:mod:`servedeck.ab.power_caps`) when the sweep varies
+    ``host.power_cap_w``: tokens/s and J/token per cap, and the knee."""
+    if POWER_CAP not in plan.variables:
+        return []
+    from servedeck.ab.power_caps import cap_rows, caps_markdown
+    by_cap: dict[float, list[str]] = {}
+    for r in rows:
+        if r["status"] != "done" or r["variable"] != POWER_CAP:
+            continue
+        by_cap.setdefault(float(r["value_a"]), []).append(r["run_a"])
+        by_cap.setdefault(float(r["value_b"]), []).append(r["run_b"])
+    if not by_cap:
+        return []
+    runs_dir = plan.directory.parent.parent
+    return ["## Power caps", "", *caps_markdown(cap_rows(runs_dir, by_cap)), ""]
+
+
 def write_summary(plan: SweepPlan, rows: list[dict[str, Any]]) -> tuple[Path, Path | None]:
     """``summary.md`` (the table) and ``summary.png`` (the chart, when any experiment is done)."""
     from servedeck.fleet.summary import render_table, sweep_chart_png, sweep_table_from_rows
@@ -590,6 +646,7 @@ def write_summary(plan: SweepPlan, rows: list[dict[str, Any]]) -> tuple[Path, Pa
              + "; ".join(f"`{k}` = {', '.join(json.dumps(v) for v in vals)}" for k, vals in plan.variables.items())
              + f"; hosts {', '.join(plan.hosts)}; reps {plan.reps}.", "", "```",
              render_table(sweep_table_from_rows(plan, rows)).rstrip(), "```", ""]
+    lines += _power_caps(plan, rows)
     for r in rows:
         if r["report"]:
             lines.append(f"- {r['id']}: [{Path(r['report']).name}](reports/{Path(r['report']).name})")

@@ -11,6 +11,8 @@ File format (YAML 1.2; JSON Schema ``schema/hosts.schema.json``)::
         ready_timeout_s: 1800             # optional, default 30 min
         container_name: b70               # optional: overrides the profile's container_name
         host_port: 9932                   # optional: overrides the profile's published port
+        card: arc-pro-b70                 # optional: the card (servedeck/model/cards.py table)
+        memory_bandwidth_gb_s: 560        # optional: overrides the card's (or a measured) figure
     groups:                               # optional: named sets of hosts (fleet commands)
       lab: [b70]
         sysfs_root: /sys                  # optional; where the card's hwmon power limit is
@@ -57,6 +59,12 @@ class HostEntry(BaseModel):
         sysfs_root: where sysfs is mounted on the host (``/sys``); the card's power limit is
             read and set under it (:mod:`servedeck.host.power`). Tests point it at a stand-in
             tree, since the test machine has no GPU.
+        card: the host's card, an id of the shipped table (:mod:`servedeck.model.cards`,
+            ``arc-pro-b70``, ``rtx-4090``, ``cpu``): the roofline's ceilings. None: recognised
+            from ``nvidia-smi``, else matched by the device kind and the memory the startup log
+            states.
+        memory_bandwidth_gb_s / matrix_fp16_tflops / matrix_int8_tops: this host's own
+            figures (GB/s, dense TFLOPS / TOPS), overriding the card table's and a measured one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -70,6 +78,21 @@ class HostEntry(BaseModel):
     container_name: str | None = None
     host_port: int | None = Field(default=None, ge=1, le=65535)
     sysfs_root: str = "/sys"
+    card: str | None = None
+    memory_bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    matrix_fp16_tflops: float | None = Field(default=None, gt=0)
+    matrix_int8_tops: float | None = Field(default=None, gt=0)
+
+    @field_validator("card")
+    @classmethod
+    def _known_card(cls, v: str | None) -> str | None:
+        if v is not None:
+            from servedeck.model.cards import card
+            try:
+                card(v)
+            except KeyError as exc:
+                raise ValueError(exc.args[0]) from None
+        return v
 
     @model_validator(mode="after")
     def _port_follows_host_port(self) -> "HostEntry":

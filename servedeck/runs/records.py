@@ -22,9 +22,9 @@ imports its models from here, never the other way round. ``startup.json`` and
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from servedeck import __version__
 from servedeck.vllm.startup_facts import StartupFacts
@@ -35,9 +35,14 @@ __all__ = ["Record", "RunMeta", "RecordedImage", "RollbackResult", "ArgsVerifica
            "FactsRecord", "HostFactsRecord", "GpuDevice", "ImageFactsRecord", "StartupFacts", "ArgCheck",
            "ArgsVerification", "KvRecord", "KvMeasured", "KvError", "Workload", "ServerDelta", "Sample",
            "MetricStats", "PhaseServer", "BenchSummary", "RequestCounts", "ExternalBench", "ExternalSummary",
-           "compared", "compared_paths", "CHAT_ENDPOINT", "COMPLETIONS_ENDPOINT", "QualitySettings", "LikelihoodItem",
+           "compared", "compared_paths", "CHAT_ENDPOINT", "COMPLETIONS_ENDPOINT", "SequentialDesign", "Look",
+           "SequentialRecord", "TagPrefix",
+           "Percentile", "Proportion", "SLO_METRICS", "SloState", "Slo", "LevelSlo", "LoadKind", "LoadLevel",
+           "RequestRecord", "ServerSample", "LevelServer", "LevelResult", "LoadSummary", "SearchStep", "KvCheck",
+           "CapacityResult", "ExternalLevel", "ExternalCurve", "CurveSummary", "QualitySettings", "LikelihoodItem",
            "Likelihood", "GenerationItem", "FeatureCheck", "NeedleItem", "QualityResult", "LmEvalSettings",
-           "TaskMetric", "LmEvalResult"]
+           "TaskMetric", "LmEvalResult", "WindowFigures", "PhaseFigures", "TelemetryRecord", "Ceilings", "ModelCost",
+           "RequestRoofline", "PhaseRoofline", "Roofline", "MeasuredCeilings"]
 
 
 class Record(BaseModel):
@@ -141,6 +146,8 @@ class RunMeta(Record):
                     "`deploy_total_s`, `overhead_s`")
     args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
     benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
+    load_benched_at: str | None = Field(None, description="when `invoke bench --load/--capacity` finished "
+                                                          "(the run holds load.json)")
     experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
 
     @property
@@ -305,6 +312,17 @@ CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
 
 
+def _tag_prefix(v: str) -> str:
+    if any(c in v for c in "[] \n"):
+        raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
+    return v
+
+
+#: The word every prompt's tag starts with (``[<tag_prefix> …]``): no brackets, spaces or newlines
+#: (the single-stream and the load workloads).
+TagPrefix = Annotated[str, Field(min_length=1), AfterValidator(_tag_prefix)]
+
+
 class Workload(Record):
     """``workload.json``: the benchmark workload definition, saved with every benchmarked run.
 
@@ -325,18 +343,11 @@ class Workload(Record):
     ignore_eos: bool = Field(True, description="generate exactly max_tokens")
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                                  description="passed with chat requests (and their /tokenize)")
-    tag_prefix: str = Field("req", min_length=1, description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
+    tag_prefix: TagPrefix = Field("req", description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
     warm_order: Literal["paired", "after_cold"] = Field(
         "paired", description="`paired`: warm i right after cold i; `after_cold`: all cold requests first")
     request_timeout_s: float = Field(1800.0, gt=0, description="timeout of one request")
     metrics_settle_timeout_s: float = Field(5.0, gt=0, description="wait for /metrics to count a finished request")
-
-    @field_validator("tag_prefix")
-    @classmethod
-    def _no_brackets(cls, v: str) -> str:
-        if any(c in v for c in "[] \n"):
-            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
-        return v
 
 
 class ServerDelta(Record):
@@ -484,6 +495,390 @@ class ExternalSummary(ExternalBench):
     sha256: str = Field(description="sha256 of the raw file stored as `external/NAME`")
 
 
+
+# --------------------------------------------------------------------------------------------
+# sequential.json (servedeck.ab.sequential)
+# --------------------------------------------------------------------------------------------
+
+class SequentialDesign(Record):
+    """How a sequentially sampled experiment samples and when it stops (the decision rules:
+    ``servedeck.ab.sequential``)."""
+
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise error rate of difference claims over all "
+                                                       "looks (and, separately, of equivalence claims)")
+    margin: float = Field(0.03, ge=0, lt=1, description="practical-equivalence margin, relative")
+    spending: Literal["pocock", "obrien-fleming"] = Field(
+        "pocock", description="the Lan-DeMets alpha-spending function over the information fraction")
+    max_requests_a: int = Field(ge=1, description="arm A's sample budget, requests per phase (a recorded "
+                                                  "baseline: the requests it has)")
+    max_requests_b: int = Field(ge=1, description="arm B's sample budget, requests per phase")
+    max_seconds: float | None = Field(None, gt=0, description="the time budget, or null")
+
+    def fraction(self, n_a: int, n_b: int) -> float:
+        """The information fraction of a look with ``n_a``/``n_b`` requests per phase:
+        ``I(n_a, n_b) / I(max_a, max_b)`` with ``I = n_a·n_b/(n_a+n_b)``, at most 1."""
+        def info(x: int, y: int) -> float:
+            return x * y / (x + y) if x > 0 and y > 0 else 0.0
+        full = info(self.max_requests_a, self.max_requests_b)
+        return min(1.0, info(n_a, n_b) / full) if full else 1.0
+
+
+class Look(Record):
+    """One look of a sequential experiment: how many requests per phase each arm had, the levels
+    it was held to, and what it decided."""
+
+    requests_a: int = Field(description="arm A's requests per phase at this look (the first ones, in run "
+                                        "and file order)")
+    requests_b: int = Field(description="arm B's requests per phase at this look")
+    final: bool = Field(False, description="the last look the budget allowed (it takes the alpha left)")
+    fraction: float | None = Field(None, description="information fraction")
+    level_difference: float | None = Field(None, description="family-wise level of difference claims at this look")
+    level_equivalence: float | None = Field(None, description="family-wise level of equivalence claims")
+    spent_difference: float | None = Field(None, description="what this look counted against the difference "
+                                                             "budget (0 when its sample sizes could reject nothing)")
+    spent_equivalence: float | None = Field(None, description="the same for equivalence claims")
+    decided: dict[str, str] = Field(default_factory=dict, description="`phase metric` -> the verdict this look "
+                                                                      "reached")
+
+
+class SequentialRecord(Record):
+    """``sequential.json``: the design of a sequentially sampled experiment, the runs of each arm,
+    the looks taken and why sampling stopped; written into every run of the experiment."""
+
+    design: SequentialDesign = Field(description="alpha, margin, spending, budgets")
+    runs_a: list[str] = Field(description="run ids of arm A, in order")
+    runs_b: list[str] = Field(description="run ids of arm B, in order")
+    looks: list[Look] = Field(default_factory=list, description="the looks taken, in order")
+    stopped: Literal["decided", "sample budget", "time budget", "interrupted"] | None = Field(
+        None, description="why sampling stopped (null: still sampling)")
+    started_at: str | None = Field(None, description="UTC, ISO 8601")
+    updated_at: str | None = Field(None, description="UTC, ISO 8601, the last look")
+    experiment: str | None = Field(None, description="an interleaved experiment's id (run.json `experiment`)")
+
+    def matches(self, runs_a: list[str], runs_b: list[str]) -> bool:
+        """True when this record's arms are exactly ``runs_a`` and ``runs_b`` (run ids)."""
+        return list(runs_a) == self.runs_a and list(runs_b) == self.runs_b
+
+
+# --------------------------------------------------------------------------------------------
+# The load benchmark (servedeck.bench.loadclient writes these; servedeck.bench.quantiles,
+# slo, load, loadresult, capacity and interop compute them)
+# --------------------------------------------------------------------------------------------
+
+class Percentile(Record):
+    """A percentile of per-request samples with its distribution-free interval
+    (:func:`servedeck.bench.quantiles.percentile`); value and interval are None below the
+    samples the interval needs."""
+
+    q: float = Field(description="the quantile as a fraction (0.9 for p90)")
+    value: float | None = Field(description="the point estimate (linear interpolation of order statistics)")
+    low: float | None = Field(description="the interval's low end: an order statistic")
+    high: float | None = Field(description="the interval's high end: an order statistic")
+    n: int = Field(description="samples it was computed from")
+    needed: int = Field(description="samples an interval at `confidence` needs")
+    confidence: float = Field(0.95, description="the interval's confidence level")
+
+    @property
+    def reported(self) -> bool:
+        """True when there were enough samples for the interval (the value is given)."""
+        return self.value is not None
+
+
+class Proportion(Record):
+    """A share of requests (``k`` of ``n``) with its exact Clopper–Pearson interval."""
+
+    k: int = Field(description="requests counted")
+    n: int = Field(description="requests in all")
+    value: float | None = Field(description="k / n (None when n is 0)")
+    low: float | None = Field(description="the interval's low end")
+    high: float | None = Field(description="the interval's high end")
+    confidence: float = Field(0.95, description="the interval's confidence level")
+
+
+#: Per-request metrics an SLO can limit (seconds).
+SLO_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+SloState = Literal["met", "violated", "undecided", "no requests"]
+
+
+class Slo(Record):
+    """Per-request limits (seconds; None = not limited) and the share of requests, as a
+    percentile, that must meet all of them (:mod:`servedeck.bench.slo`)."""
+
+    ttft_s: float | None = Field(None, gt=0, description="time to first token, s")
+    tpot_s: float | None = Field(None, gt=0, description="time per output token after the first, s")
+    e2e_s: float | None = Field(None, gt=0, description="end-to-end request latency, s")
+    percentile: float = Field(90.0, gt=0, lt=100, description="share of requests (%) that must meet every limit")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> "Slo":
+        if all(getattr(self, m) is None for m in SLO_METRICS):
+            raise ValueError(f"an SLO needs at least one limit ({', '.join(SLO_METRICS)})")
+        return self
+
+    @property
+    def q(self) -> float:
+        """The percentile as a fraction (0.9)."""
+        return self.percentile / 100.0
+
+    def limits(self) -> dict[str, float]:
+        """``{metric: limit}`` of the limited metrics."""
+        return {m: getattr(self, m) for m in SLO_METRICS if getattr(self, m) is not None}
+
+    def describe(self) -> str:
+        """``p90: ttft_s ≤ 2, tpot_s ≤ 0.05``."""
+        return f"p{self.percentile:g}: " + ", ".join(f"{m} \u2264 {v:g}" for m, v in self.limits().items())
+
+
+class LevelSlo(Record):
+    """The SLO judged over one load level's requests (:func:`servedeck.bench.slo.judge`)."""
+
+    slo: Slo = Field(description="the objective")
+    good: int = Field(description="requests that succeeded and met every limit")
+    total: int = Field(description="requests sent")
+    attainment: Proportion = Field(description="good / total with its Clopper–Pearson interval")
+    state: SloState = Field(description="`met` (interval at or above the share), `violated` (below), `undecided`")
+    goodput_rps: float | None = Field(description="good requests per second of the level's duration")
+    percentiles: dict[str, Percentile] = Field(
+        description="per limited metric, its percentile at the SLO's share over the successful requests")
+
+
+LoadKind = Literal["concurrency", "constant", "poisson", "ramp"]
+
+
+class LoadLevel(Record):
+    """One load level: a concurrency (requests in flight) or a rate (requests/s); a ramp's
+    ``value`` is its end rate (:mod:`servedeck.bench.load`)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True, frozen=True)
+    kind: LoadKind = Field(description="`concurrency` (closed loop), `constant`, `poisson` or `ramp` (open loop)")
+    value: float = Field(gt=0, description="requests in flight, or requests/s")
+    start_rps: float | None = Field(None, gt=0, description="a ramp's start rate, requests/s")
+    max_concurrency: int | None = Field(None, ge=1, description="cap on requests in flight of an open-loop level")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "LoadLevel":
+        if self.kind == "concurrency" and self.value != int(self.value):
+            raise ValueError(f"a concurrency level is a whole number of requests, got {self.value:g}")
+        if (self.kind == "ramp") != (self.start_rps is not None):
+            raise ValueError("a ramp (and only a ramp) has start_rps")
+        if self.kind == "concurrency" and self.max_concurrency is not None:
+            raise ValueError("max_concurrency caps rate profiles; a concurrency level is its own cap")
+        return self
+
+    @property
+    def unit(self) -> str:
+        """``requests in flight`` or ``requests/s``."""
+        return "requests in flight" if self.kind == "concurrency" else "requests/s"
+
+    @property
+    def label(self) -> str:
+        """``c=4``, ``4 req/s``, ``poisson 4 req/s``, ``ramp 1→20 req/s`` (+ `` ≤16`` for a cap)."""
+        cap = f" \u2264{self.max_concurrency}" if self.max_concurrency else ""
+        if self.kind == "concurrency":
+            return f"c={int(self.value)}"
+        if self.kind == "constant":
+            return f"{self.value:g} req/s{cap}"
+        if self.kind == "poisson":
+            return f"poisson {self.value:g} req/s{cap}"
+        return f"ramp {self.start_rps:g}\u2192{self.value:g} req/s{cap}"
+
+    def with_value(self, value: float) -> "LoadLevel":
+        """The same kind at another value (a capacity search's next level)."""
+        if self.kind == "concurrency":
+            value = float(int(round(value)))
+        return self.model_copy(update={"value": value})
+
+
+class RequestRecord(Record):
+    """``load.jsonl``: one request of a load level (vLLM's ``RequestFuncOutput`` pattern: a
+    failure is recorded, not raised); times in seconds on the client's clock, taken when the
+    bytes arrived."""
+
+    level: int = Field(description="the level's index in `load.json` (-1: warm-up)")
+    index: int = Field(description="the request's index within its level")
+    tag: str = Field(description="the tag its prompt starts with")
+    prefix_group: int | None = Field(None, description="shared-prefix workloads: the prefix it shares")
+    prompt_tokens_requested: int = Field(description="the prompt length it was sized to (server count)")
+    max_tokens: int = Field(description="output tokens asked for")
+    scheduled_s: float | None = Field(None, description="open loop: when the profile wanted it sent, "
+                                                        "from the level's start")
+    sent_s: float = Field(description="when it was sent, from the level's start")
+    queued_s: float = Field(0.0, description="wait in the client for a slot under `max_concurrency`")
+    sent_unix_s: float = Field(description="wall-clock send time")
+    success: bool = Field(description="a complete stream with output")
+    error: str | None = Field(None, description="why not")
+    http_status: int | None = Field(None, description="the answer's status")
+    ttft_s: float | None = Field(None, description="send to the first chunk that carried output")
+    tpot_s: float | None = Field(None, description="(last - first output chunk) / (output tokens - first "
+                                                   "chunk's tokens); None with one output chunk")
+    e2e_s: float | None = Field(None, description="send to the end of the stream")
+    last_token_s: float | None = Field(None, description="send to the last output chunk (vLLM's `latency`)")
+    itl_s: list[float] = Field(default_factory=list, description="gaps between consecutive output chunks")
+    prompt_tokens: int | None = Field(None, description="`usage.prompt_tokens`")
+    output_tokens: int = Field(0, description="`usage.completion_tokens`")
+    first_chunk_tokens: int = Field(0, description="tokens of the first output chunk")
+    chunks: int = Field(0, description="chunks that carried output")
+    finish_reason: str | None = Field(None, description="the stream's finish reason")
+
+
+class ServerSample(Record):
+    """One sample of the server's gauges while a level ran (``t_s`` from its start)."""
+
+    t_s: float = Field(description="seconds from the level's start")
+    running: float | None = Field(None, description="`vllm:num_requests_running`")
+    waiting: float | None = Field(None, description="`vllm:num_requests_waiting`")
+    kv_cache_usage: float | None = Field(None, description="`vllm:kv_cache_usage_perc` (a fraction)")
+    preemptions_total: float | None = Field(None, description="`vllm:num_preemptions_total`")
+
+
+class LevelServer(Record):
+    """What the server's ``/metrics`` said over one level."""
+
+    delta: ServerDelta | None = Field(None, description="counters over the level (scraped before the first "
+                                                        "request and after the last one was counted)")
+    preemptions: int | None = Field(None, description="Δ`vllm:num_preemptions_total`")
+    interval_s: float = Field(description="gauge sampling period")
+    samples: list[ServerSample] = Field(default_factory=list, description="the gauges while the level ran")
+    running_max: float | None = Field(None, description="most requests running")
+    running_mean: float | None = Field(None, description="time-weighted mean of requests running")
+    waiting_max: float | None = Field(None, description="most requests waiting")
+    waiting_mean: float | None = Field(None, description="time-weighted mean of requests waiting")
+    kv_cache_usage_max: float | None = Field(None, description="highest KV-cache usage (fraction)")
+
+
+class LevelResult(Record):
+    """One load level's summary (:func:`servedeck.bench.loadresult.summarise_level`)."""
+
+    index: int = Field(description="the level's index (its records' `level`)")
+    level: LoadLevel = Field(description="the load")
+    started_at: str = Field(description="UTC, ISO 8601")
+    duration_s: float = Field(description="first send to last end")
+    requests: int = Field(description="requests sent")
+    completed: int = Field(description="requests that succeeded")
+    failed: int = Field(description="requests that did not")
+    errors: list[dict[str, Any]] = Field(default_factory=list, description="`[{\"text\", \"count\"}]` of failures")
+    request_rps: float = Field(description="successful requests per second")
+    output_tok_s: float = Field(description="output tokens of successful requests per second")
+    total_tok_s: float = Field(description="prompt + output tokens of successful requests per second")
+    prompt_tokens: int = Field(description="prompt tokens of successful requests")
+    output_tokens: int = Field(description="output tokens of successful requests")
+    concurrency_mean: float | None = Field(None, description="mean requests in flight on the client side")
+    percentiles: dict[str, dict[str, Percentile]] = Field(
+        description="`[metric][pNN]` over the successful requests (`itl_s`: every gap), with intervals")
+    medians: dict[str, float | None] = Field(description="plain medians per metric")
+    means: dict[str, float | None] = Field(description="plain means per metric")
+    server: LevelServer | None = Field(None, description="what the server's /metrics said")
+    slo: LevelSlo | None = Field(None, description="the SLO judged, when one was given")
+    saturation: list[str] = Field(default_factory=list, description="`queue`, `preemption`, `throughput flat`, "
+                                                                    "`behind`")
+
+    @property
+    def x(self) -> float:
+        """The level's load value (concurrency or requests/s) for curves."""
+        return self.level.value
+
+
+class LoadSummary(Record):
+    """``load.json``: a load benchmark's workload, load profile, SLO and every level's summary."""
+
+    workload: dict[str, Any] = Field(description="the workload (`servedeck.bench.workload`), as run")
+    load: str = Field(description="the load profile's text form (`concurrency:1,2,4,8`)")
+    slo: Slo | None = Field(None, description="the SLO judged per level")
+    served_model: str = Field(description="the model name requests carried")
+    base_url: str = Field(description="the server")
+    nonce: str = Field(description="part of every prompt's tag: no prompt of this run is in another run's cache")
+    started_at: str = Field(description="UTC, ISO 8601")
+    finished_at: str = Field(description="UTC, ISO 8601")
+    max_model_len: int | None = Field(None, description="the server's, from /v1/models")
+    confidence: float = Field(0.95, description="of every interval")
+    levels: list[LevelResult] = Field(description="in the order run")
+
+
+class SearchStep(Record):
+    """One level a capacity search ran."""
+
+    value: float = Field(description="the load")
+    passed: bool = Field(description="its share of good requests reached the SLO's (point estimate)")
+    state: str = Field(description="the SLO state its samples carry")
+    attainment: float | None = Field(description="share of good requests")
+    attainment_low: float | None = Field(description="its interval's low end")
+    attainment_high: float | None = Field(description="its interval's high end")
+    phase: Literal["start", "grow", "shrink", "bisect"] = Field(description="why it ran")
+
+
+class KvCheck(Record):
+    """The run's KV prediction against the concurrency at which the server queued or preempted."""
+
+    request_tokens: int = Field(description="prompt + output tokens of one request")
+    block_size: int = Field(description="tokens per KV block")
+    pool_tokens: int = Field(description="the predicted pool")
+    predicted_concurrency: int = Field(description="requests the predicted pool holds at once")
+    predicted_concurrency_low: int | None = Field(None, description="at the prediction's low end")
+    predicted_concurrency_high: int | None = Field(None, description="at its high end")
+    observed_onset: float | None = Field(None, description="lowest concurrency level that queued or preempted")
+    highest_clean: float | None = Field(None, description="highest concurrency level without queue or preemption")
+    agrees: bool | None = Field(None, description="None when no level ran near the prediction")
+    reading: str = Field(description="one sentence")
+
+
+class CapacityResult(Record):
+    """``capacity.json``: a capacity search's answer and what it measured
+    (:mod:`servedeck.bench.capacity`)."""
+
+    kind: str = Field(description="the load varied")
+    unit: str = Field(description="`requests in flight` or `requests/s`")
+    slo: Slo = Field(description="the objective")
+    capacity: float | None = Field(description="the geometric midpoint of the final bracket")
+    lo: float | None = Field(description="the highest level that met the SLO")
+    hi: float | None = Field(description="the lowest level that did not")
+    lo_state: str | None = Field(None, description="the SLO state of `lo` its samples carry")
+    hi_state: str | None = Field(None, description="the SLO state of `hi`")
+    precise: bool = Field(description="the bracket reached ±precision")
+    precision: float = Field(description="as asked (relative)")
+    levels_run: int = Field(description="levels run")
+    max_levels: int = Field(description="the budget")
+    steps: list[SearchStep] = Field(description="every level in the order run")
+    saturation: float | None = Field(None, description="the lowest level flagged saturated")
+    saturation_flags: list[str] = Field(default_factory=list, description="its flags")
+    knee: float | None = Field(None, description="the Kneedle knee of output throughput against load")
+    kv: KvCheck | None = Field(None, description="the KV check (fixed-size workloads with a prediction)")
+    reading: str = Field("", description="one sentence")
+
+
+class ExternalLevel(Record):
+    """One benchmark of an external load curve on servedeck's names (seconds, requests/s)."""
+
+    label: str = Field(description="`c=4`, `4 req/s`, ...")
+    kind: str = Field(description="`concurrency`, `constant`, `poisson`, `throughput`, ...")
+    value: float | None = Field(description="the concurrency or rate, when the tool says")
+    requests: int | None = Field(None, description="requests sent")
+    completed: int | None = Field(None, description="requests that succeeded")
+    failed: int | None = Field(None, description="requests that failed")
+    request_rps: float | None = Field(None, description="successful requests per second")
+    output_tok_s: float | None = Field(None, description="output tokens per second")
+    goodput_rps: float | None = Field(None, description="the tool's goodput, when it measured one")
+    ttft_s: dict[str, float | None] = Field(default_factory=dict, description="`median`, `p99`")
+    tpot_s: dict[str, float | None] = Field(default_factory=dict, description="`median`, `p99`")
+    e2e_s: dict[str, float | None] = Field(default_factory=dict, description="`median`, `p99`")
+    parameters: dict[str, Any] = Field(default_factory=dict, description="the tool's own settings of this benchmark")
+
+
+class ExternalCurve(Record):
+    """An external load curve: the levels another tool measured against one server
+    (:func:`servedeck.bench.interop.import_curve`)."""
+
+    source: Literal["vllm-bench-sweep", "vllm-bench-serve", "guidellm"] = Field(description="the tool")
+    path: str = Field(description="the file or directory as given")
+    server: dict[str, Any] = Field(default_factory=dict, description="a sweep's server settings of this curve")
+    levels: list[ExternalLevel] = Field(description="by kind and load")
+    notes: list[str] = Field(default_factory=list, description="sentences for the user")
+
+
+class CurveSummary(ExternalCurve):
+    """``curve-STEM.json``: an imported external load curve (:class:`ExternalCurve`) with the
+    sha256 of every file read (stored under ``external/``)."""
+
+    sha256: dict[str, str] = Field(description="`{path under external/: sha256}`")
 # --------------------------------------------------------------------------------------------
 # quality.json: the quality probes (servedeck.bench.probes runs them, servedeck.bench.quality
 # judges outputs, servedeck.ab.quality compares two arms)
@@ -682,3 +1077,185 @@ class LmEvalResult(Record):
     def metrics(self) -> dict[str, TaskMetric]:
         """The metrics by :attr:`TaskMetric.key`."""
         return {m.key: m for m in self.task_metrics}
+# --------------------------------------------------------------------------------------------
+# The physical limits (servedeck.bench.energy and servedeck.bench.roofline write these)
+# --------------------------------------------------------------------------------------------
+
+class WindowFigures(Record):
+    """What the host's telemetry says about one bench window (one request, or the whole
+    bench): None where not measured, ``problems`` says why."""
+
+    label: str = Field(description="`cold 2`, `warm 1`, `span`")
+    phase: str = Field(description="`warmup`, `cold`, `warm` (`span`: the whole bench)")
+    index: int | None = Field(None, description="the request's line in bench.jsonl, from 0")
+    duration_s: float = Field(description="from sending the request to the end of its stream")
+    output_tokens: int = Field(description="the request's output tokens")
+    energy_j: float | None = Field(None, description="the card's energy over the window, J")
+    energy_error_j: float | None = Field(
+        None, description="bound of the sampling error (readings inside vs outside the window) plus the "
+                          "clock uncertainty at both edges times the mean power, J")
+    mean_power_w: float | None = Field(None, description="energy / duration, W")
+    j_per_token: float | None = Field(None, description="energy / output tokens, J")
+    throttled_s: float | None = Field(None, description="time the throttle status read 1")
+    throttle_reasons_s: dict[str, float] = Field(default_factory=dict,
+                                                 description="seconds per throttle reason that read 1 (`pl1`, ...)")
+    freq_mhz_mean: float | None = Field(None, description="time-weighted mean GPU frequency, MHz")
+    freq_mhz_min: float | None = Field(None, description="lowest GPU frequency read, MHz")
+    freq_mhz_max: float | None = Field(None, description="highest GPU frequency read, MHz")
+    problems: list[str] = Field(default_factory=list, description="why a figure is missing")
+
+
+class PhaseFigures(Record):
+    """The windows of one phase together: energy and tokens summed, means weighted by time."""
+
+    windows: int = Field(description="requests in the phase")
+    duration_s: float = Field(description="their summed durations")
+    output_tokens: int = Field(description="their summed output tokens")
+    energy_j: float | None = Field(None, description="summed energy (only when every window has it), J")
+    energy_error_j: float | None = Field(None, description="summed error bounds, J")
+    mean_power_w: float | None = Field(None, description="energy / duration, W")
+    j_per_token: float | None = Field(None, description="energy / output tokens, J")
+    throttled_s: float | None = Field(None, description="summed time throttled")
+    throttled_fraction: float | None = Field(None, description="time throttled / duration")
+    throttle_reasons_s: dict[str, float] = Field(default_factory=dict, description="seconds per reason")
+    freq_mhz_mean: float | None = Field(None, description="time-weighted mean GPU frequency, MHz")
+
+
+class TelemetryRecord(Record):
+    """``telemetry.json``: energy, power, clocks and throttling of each bench window, computed
+    from the host's counters sampled during the bench (``servedeck.host.telemetry``,
+    ``servedeck.bench.energy``), with the raw samples."""
+
+    energy_source: str | None = Field(None, description="`xe card`, `nvidia power.draw`, `rapl`; null: no "
+                                                        "energy counter was readable")
+    energy_columns: list[str] = Field(default_factory=list, description="the counters summed into it")
+    problems: list[str] = Field(default_factory=list, description="what could not be read or computed, in words")
+    wraps: int = Field(0, description="energy-counter wrap-arounds added back")
+    resets: int = Field(0, description="energy-counter resets (their sample intervals' energy is lost)")
+    gaps: int = Field(0, description="unreadable energy readings bridged by their neighbours")
+    windows: list[WindowFigures] = Field(default_factory=list, description="one per request, in bench.jsonl order")
+    phases: dict[str, PhaseFigures] = Field(default_factory=dict, description="the windows of each phase together")
+    span: WindowFigures | None = Field(None, description="first window's start to last window's end, idle gaps "
+                                                         "included")
+    raw: dict[str, Any] = Field(default_factory=dict,
+                                description="the samples: `columns` (kind, source, path, range_uj), `t0` (epoch "
+                                            "s, host clock), `t` (s after t0), `values` (one list per column), "
+                                            "`nvidia`, `period_s`, `sampler`, `clock_offset_s`, "
+                                            "`clock_uncertainty_s`, `gpu_name`")
+
+    def per_request(self, name: str) -> dict[int, float]:
+        """``{bench.jsonl index: value}`` of a window figure (``j_per_token``, ``mean_power_w``)."""
+        return {w.index: getattr(w, name) for w in self.windows
+                if w.index is not None and getattr(w, name) is not None}
+
+
+class Ceilings(Record):
+    """The limits a run is measured against, each with its source (``servedeck.model.cards``,
+    the inventory, a measurement on the host)."""
+
+    card: str | None = Field(None, description="the card table's id (`arc-pro-b70`); null: none applies")
+    card_name: str | None = Field(None, description="the card's product name")
+    card_source: str | None = Field(None, description="how the card was found (inventory, nvidia-smi, memory)")
+    memory_bandwidth_gb_s: float | None = Field(None, description="the decode ceiling's bandwidth, GB/s")
+    bandwidth_source: str | None = Field(None, description="inventory, measured on the host, or the card table")
+    matrix_tflops: float | None = Field(None, description="the prefill ceiling: dense TFLOPS (TOPS for int8)")
+    matrix_precision: Literal["fp16", "int8"] = Field("fp16", description="`int8` when the prefill runs W8A8")
+    matrix_source: str | None = Field(None, description="where the matrix rate comes from")
+    spec_memory_bandwidth_gb_s: float | None = Field(None, description="the card table's figure when another "
+                                                                       "one is used")
+    board_power_w: float | None = Field(None, description="the card's board power, W")
+    notes: list[str] = Field(default_factory=list, description="why a figure is missing, ambiguities")
+
+
+class ModelCost(Record):
+    """What one engine step reads and one prompt token costs, each with its source."""
+
+    weights_bytes: float | None = Field(None, description="the weights streamed per decode step, bytes")
+    weights_source: str | None = Field(None, description="the startup log's figure or the weight files")
+    kv_bytes_per_token: float | None = Field(None, description="KV cache bytes per token of context")
+    kv_source: str | None = Field(None, description="layers × KV heads × (K + V head size) × element size")
+    state_bytes_per_step: float = Field(0.0, description="recurrent state read and written per step, bytes")
+    state_source: str | None = Field(None, description="how the state was counted")
+    linear_params: float | None = Field(None, description="active parameters of the non-embedding layers "
+                                                          "(prefill FLOPs per token = 2 × this)")
+    params_source: str | None = Field(None, description="how they were counted from config.json")
+    attention_layers: int | None = Field(None, description="layers with a KV cache")
+    attention_heads: int | None = Field(None, description="query heads per attention layer")
+    head_size: int | None = Field(None, description="K head size")
+    head_size_v: int | None = Field(None, description="V head size")
+    notes: list[str] = Field(default_factory=list, description="what is not counted")
+
+
+class RequestRoofline(Record):
+    """One request against the ceilings (shares are fractions: 0.68 = 68 %)."""
+
+    index: int = Field(description="the request's line in bench.jsonl, from 0")
+    phase: str = Field(description="`warmup`, `cold`, `warm`")
+    rep: int = Field(description="repetition within the phase")
+    context_tokens: float = Field(description="prompt + half the output: the mean context over the decode")
+    accept_len: float = Field(description="tokens per engine step (the server's accepted length; 1 without "
+                                          "speculative decoding)")
+    bytes_per_step: float | None = Field(None, description="weights + KV × context + state, bytes")
+    decode_tok_s: float | None = Field(None, description="the sample's decode rate")
+    decode_ceiling_tok_s: float | None = Field(None, description="bandwidth × accepted length / bytes per step")
+    decode_share: float | None = Field(None, description="decode_tok_s / decode_ceiling_tok_s")
+    decode_gb_s: float | None = Field(None, description="bytes the decode read per second, GB/s")
+    prefill_tokens: int | None = Field(None, description="prompt tokens not served from the prefix cache")
+    prefill_s: float | None = Field(None, description="the prefill's time")
+    prefill_time_source: str | None = Field(None, description="`server prefill time` or `client TTFT`")
+    prefill_tflops: float | None = Field(None, description="the prefill's FLOPs / its time, TFLOPS")
+    prefill_share: float | None = Field(None, description="prefill_tflops / the matrix ceiling")
+    flags: list[str] = Field(default_factory=list, description="measurement problems and notes of this request")
+
+
+class PhaseRoofline(Record):
+    """Medians of one phase's requests."""
+
+    requests: int = Field(description="requests in the phase")
+    decode_share: float | None = Field(None, description="median share of the decode ceiling")
+    decode_tok_s: float | None = Field(None, description="median decode rate")
+    decode_ceiling_tok_s: float | None = Field(None, description="median decode ceiling")
+    decode_gb_s: float | None = Field(None, description="median bytes read per second, GB/s")
+    accept_len: float | None = Field(None, description="median accepted length")
+    context_tokens: float | None = Field(None, description="median mean context")
+    prefill_share: float | None = Field(None, description="median share of the matrix ceiling")
+    prefill_tflops: float | None = Field(None, description="median prefill rate, TFLOPS")
+
+
+class Roofline(Record):
+    """``roofline.json``: each request against the card's ceilings (decode against memory
+    bandwidth, prefill against the matrix rate) with the model's costs and every figure's
+    source (``servedeck.bench.roofline``)."""
+
+    ceilings: Ceilings = Field(description="the limits used")
+    model: ModelCost = Field(description="the model's bytes per step and FLOPs per token")
+    requests: list[RequestRoofline] = Field(default_factory=list, description="one per line of bench.jsonl")
+    phases: dict[str, PhaseRoofline] = Field(default_factory=dict, description="each phase's medians")
+    problems: list[str] = Field(default_factory=list, description="shares flagged as measurement problems "
+                                                                  "(above 100 %, implausibly low)")
+    notes: list[str] = Field(default_factory=list, description="what the figures do not cover")
+
+    def per_request(self, name: str) -> dict[int, float]:
+        """``{bench.jsonl index: value}`` of a request figure (``decode_share``, ``prefill_share``)."""
+        return {r.index: getattr(r, name) for r in self.requests if getattr(r, name) is not None}
+
+
+class MeasuredCeilings(Record):
+    """``runs/ceilings/<host>.json``: a host's read bandwidth and matrix rate measured in its
+    server container (``servedeck.host.ceilings``; not a run file, kept beside the runs)."""
+
+    host: str = Field(description="inventory host name")
+    measured_at: str = Field(description="UTC, ISO 8601")
+    container: str | None = Field(None, description="the server container measured in")
+    device: str | None = Field(None, description="`xpu`, `cuda`, `cpu`: the device torch drove")
+    memory_bandwidth_gb_s: float | None = Field(None, description="best read bandwidth, GB/s")
+    matrix_tflops: float | None = Field(None, description="best square matmul rate, TFLOPS")
+    matrix_dtype: str | None = Field(None, description="the matmul's dtype (`float16`, `bfloat16`)")
+    method: str | None = Field(None, description="how it was measured")
+    buffer_mib: int | None = Field(None, description="the bandwidth buffer, MiB")
+    repeats: int | None = Field(None, description="timed passes of each kind (the best counts)")
+    matmul_n: int | None = Field(None, description="the matmul's size")
+    torch: str | None = Field(None, description="torch version in the container")
+    python: str | None = Field(None, description="python version in the container")
+    threads: int | None = Field(None, description="CPU threads torch used")
+    error: str | None = Field(None, description="what part of the measurement failed")

@@ -49,10 +49,11 @@ from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
 if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
-    from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, EffectiveSettings,
-                                        ExternalSummary, FactsRecord, FailurePhase, KvRecord, Outcome,
-                                        LmEvalResult, ProfileDiff, ProfileSnapshot, QualityResult, RunMeta, Sample,
-                                        StartupFacts, Workload)
+    from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, CapacityResult, CurveSummary,
+                                        EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
+                                        LmEvalResult, LoadSummary, MeasuredCeilings, Outcome, ProfileDiff,
+                                        ProfileSnapshot, QualityResult, RequestRecord, Roofline, RunMeta, Sample,
+                                        SequentialRecord, StartupFacts, TelemetryRecord, Workload)
 
 M = TypeVar("M")
 
@@ -124,23 +125,47 @@ WORKLOAD: RunFile[Workload] = RunFile("workload.json", "Workload", "the benchmar
 BENCH_SAMPLES: RunFile[Sample] = RunFile("bench.jsonl", "Sample", "one line per request sample", form="jsonl",
                                          shown=False)
 BENCH_SUMMARY: RunFile[BenchSummary] = RunFile("bench.json", "BenchSummary", "summary per phase and metric")
+SEQUENTIAL: RunFile[SequentialRecord] = RunFile(
+    "sequential.json", "SequentialRecord", "sequential sampling (`bench --against`, `ab --interleave`): the design, "
+    "the runs of each arm, each look's requests, levels and decisions, why sampling stopped; in every run of the "
+    "experiment")
+LOAD_SAMPLES: RunFile[RequestRecord] = RunFile(
+    "load.jsonl", "RequestRecord", "a load benchmark: one line per request of every level (warm-up: level -1)",
+    form="jsonl", shown=False)
+LOAD_SUMMARY: RunFile[LoadSummary] = RunFile(
+    "load.json", "LoadSummary", "a load benchmark: workload, load profile, SLO and per level the throughput, "
+    "goodput, percentiles with intervals and what the server's /metrics said")
+CAPACITY: RunFile[CapacityResult] = RunFile(
+    "capacity.json", "CapacityResult", "a capacity search: the highest load meeting the SLO, its bracket, "
+    "saturation, knee and KV check")
 QUALITY: RunFile[QualityResult] = RunFile(
     "quality.json", "QualityResult", "the quality probes run after the benchmark: the likelihood of the shipped "
     "texts, greedy generations, the checks of what the profile enables, the needle")
 LM_EVAL: RunFile[LmEvalResult] = RunFile(
     "lm_eval.json", "LmEvalResult", "lm-evaluation-harness scores on the user's tasks, each document's score kept")
+TELEMETRY: RunFile[TelemetryRecord] = RunFile(
+    "telemetry.json", "TelemetryRecord", "energy, power, GPU clocks and throttling of each bench window, from the "
+    "host's counters sampled during the bench, with the raw samples")
+ROOFLINE: RunFile[Roofline] = RunFile(
+    "roofline.json", "Roofline", "each request against the card's ceilings: decode against memory bandwidth, "
+    "prefill against the matrix rate, with every figure's source")
 EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
 EXTERNAL_SUMMARY: RunFile[ExternalSummary] = RunFile(
     "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256",
     pattern=True)
+EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
+    "curve-STEM.json", "CurveSummary", "an imported external load curve (a `vllm bench sweep serve` directory, a "
+    "GuideLLM report's benchmarks, appended `vllm bench serve` results), its files kept under `external/` with "
+    "their sha256", pattern=True)
 
 #: Every file of a run directory, in the order a deploy writes them (``docs/run-record.md``,
 #: ``invoke show``).
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
-    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, QUALITY, LM_EVAL, EXTERNAL_RAW, EXTERNAL_SUMMARY)
+    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, SEQUENTIAL, LOAD_SAMPLES, LOAD_SUMMARY,
+    CAPACITY, QUALITY, LM_EVAL, TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
@@ -149,6 +174,8 @@ REPORTS_DIR = "reports"
 """A/B reports live under ``runs/reports/<A>_vs_<B>/``."""
 NOISE_DIR = "noise"
 """A/A noise floors live under ``runs/noise/<host>-<image digest>.json``."""
+CEILINGS_DIR = "ceilings"
+"""Ceilings measured on a host live under ``runs/ceilings/<host>.json`` (:mod:`servedeck.host.ceilings`)."""
 
 
 def external_raw(name: str) -> RunFile[bytes]:
@@ -159,6 +186,11 @@ def external_raw(name: str) -> RunFile[bytes]:
 def external_summary(name: str) -> RunFile[ExternalSummary]:
     """The mapped metrics of an imported external result ``name`` (``external-STEM.json``)."""
     return EXTERNAL_SUMMARY.named(f"external-{Path(name).stem}.json")
+
+
+def external_curve(name: str) -> RunFile[CurveSummary]:
+    """The imported external load curve ``name`` (a sweep directory or a result file): ``curve-STEM.json``."""
+    return EXTERNAL_CURVE.named(f"curve-{Path(name).stem}.json")
 
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
@@ -369,10 +401,92 @@ def write_bench_files(run_dir: str | Path, workload: Workload | dict[str, Any], 
         ServedeckError: a value does not validate (nothing is written).
         OSError: the directory is not writable.
     """
+    return _write_validated(run_dir, ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary)))
+
+
+def _write_validated(run_dir: str | Path, values: Any) -> dict[str, Path]:
+    """Validate every ``(file, value)`` against its file's model first, then write them all
+    atomically (nothing is written when one does not validate)."""
     run_dir = Path(run_dir)
-    texts = {file: _json_text(file, encode(file, value, path=run_dir / file))
-             for file, value in ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary))}
+    texts = {file: _json_text(file, encode(file, value, path=run_dir / file)) for file, value in values}
     return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
+
+
+def write_load_files(run_dir: str | Path, summary: LoadSummary | dict[str, Any], records: list[Any],
+                     capacity: CapacityResult | dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write a load benchmark's ``load.jsonl`` (one record per line), ``load.json`` and, for a
+    capacity search, ``capacity.json`` atomically into ``run_dir``, each validated against its
+    model; the caller then sets ``load_benched_at`` in run.json.
+
+    Returns:
+        ``{file name: path}``.
+
+    Raises:
+        ServedeckError: a value does not validate (nothing is written).
+        OSError: the directory is not writable.
+    """
+    values: list[tuple[RunFile[Any], Any]] = [(LOAD_SAMPLES, records), (LOAD_SUMMARY, summary)]
+    if capacity is not None:
+        values.append((CAPACITY, capacity))
+    return _write_validated(run_dir, values)
+
+
+def read_load(run_dir: Path) -> tuple[LoadSummary | None, list[RequestRecord]]:
+    """``(load.json, load.jsonl records)`` of a run; ``(None, [])`` when it has no load benchmark.
+
+    Raises:
+        ServedeckError: a file is not valid JSON or does not match its model.
+    """
+    summary = read(run_dir, LOAD_SUMMARY)
+    if summary is None:
+        return None, []
+    return summary, read(run_dir, LOAD_SAMPLES)
+
+
+def is_load_benchmarked(run_dir: Path) -> bool:
+    """True when the run holds a load benchmark (``load.json``)."""
+    return (Path(run_dir) / LOAD_SUMMARY).is_file()
+def host_ceilings_path(runs_dir: Path, host: str) -> Path:
+    """``runs/ceilings/<host>.json``: the ceilings last measured on ``host``."""
+    return Path(runs_dir) / CEILINGS_DIR / f"{host}.json"
+
+
+def write_host_ceilings(runs_dir: Path, measured: MeasuredCeilings | dict[str, Any]) -> Path:
+    """Keep a host's measured ceilings (:class:`~servedeck.runs.records.MeasuredCeilings`,
+    validated) atomically; returns the file.
+
+    Raises:
+        ServedeckError: the measurement does not validate (nothing is written).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.runs.records import MeasuredCeilings
+    try:
+        doc = MeasuredCeilings.model_validate(measured)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServedeckError(f"invalid measurement: {err['msg']}", field=".".join(str(x) for x in err["loc"])) from None
+    return atomic_write(host_ceilings_path(runs_dir, doc.host), doc.model_dump_json(indent=2) + "\n")
+
+
+def read_host_ceilings(runs_dir: Path, host: str) -> MeasuredCeilings | None:
+    """The ceilings last measured on ``host``, or None.
+
+    Raises:
+        ServedeckError: the file is not valid JSON or not a measurement (file and field).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.runs.records import MeasuredCeilings
+    path = host_ceilings_path(runs_dir, host)
+    try:
+        return MeasuredCeilings.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServedeckError(f"invalid: {err['msg']}", file=str(path),
+                             field=".".join(str(x) for x in err["loc"]) or None) from None
 
 
 def sequence_of(run_dir: Path) -> int | None:
@@ -520,6 +634,8 @@ def present_files(run_dir: Path) -> list[RunFile[Any]]:
             out += [external_raw(p.name) for p in sorted((run_dir / EXTERNAL_DIR).glob("*")) if p.is_file()]
         elif file == EXTERNAL_SUMMARY:
             out += [EXTERNAL_SUMMARY.named(p.name) for p in sorted(run_dir.glob("external-*.json"))]
+        elif file == EXTERNAL_CURVE:
+            out += [EXTERNAL_CURVE.named(p.name) for p in sorted(run_dir.glob("curve-*.json"))]
         elif (run_dir / file).is_file():
             out.append(file)
     return out

@@ -19,6 +19,7 @@ Every test collected under ``tests/integration/`` gets the ``integration`` marke
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 import uuid
@@ -156,7 +157,7 @@ def standin_lab(test_services, tmp_path_factory):
             f"hosts:\n  {host}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
             f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {port}\n"
             f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
-        lines = "\n".join(f"    {k}: \"{v}\"" for k, v in {**STANDIN_ENV, **(env or {})}.items())
+        lines = "\n".join(f"    {k}: {json.dumps(str(v))}" for k, v in {**STANDIN_ENV, **(env or {})}.items())
         (root / "profiles" / f"{profile}.yaml").write_text(
             f"extends: {extends}\nimage: {standin}\ncontainer:\n  environment:\n{lines}\n")
         return Project(root), remote

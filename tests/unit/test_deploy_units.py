@@ -301,3 +301,27 @@ def test_an_image_the_preflight_found_needs_no_engine_and_a_missing_one_asks_the
         with pytest.raises(AssertionError, match="the Engine was reached"):
             resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
                           inspected=inspected)
+
+
+# ------------------------------------------------------------------ console
+
+
+def test_console_lines_into_a_pipe_are_plain_and_keep_brackets_and_rich_is_not_imported(tmp_path) -> None:
+    """Into a pipe (a deploy's output read by a script, a CI log) the phase lines come plain, as
+    written (brackets are text, not markup), the status every 10 s, and rich is never imported."""
+    import subprocess
+    import sys
+    script = (
+        "import sys\n"
+        "from servedeck.deploy.console import ConsoleReporter\n"
+        "r = ConsoleReporter()\n"
+        "r.phase('preflight', 'host b70 (/srv/x) [lock]')\n"
+        "r.info('image present on the host')\n"
+        "r.warn('kv/[x]: tight')\n"
+        "r.waiting('wait', 0.5, 'INFO loading')\n"
+        "r.waiting('wait', 11.0, 'INFO loaded')\n"
+        "r.done_waiting()\n"
+        "print('rich imported' if 'rich' in sys.modules else 'no rich')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["preflight host b70 (/srv/x) [lock]", "          image present on the host",
+                                "  warning kv/[x]: tight", "          wait   11.0 s | INFO loaded", "no rich"]

@@ -36,3 +36,86 @@ def test_compose_is_docker_compose_without_the_plugin_in_a_known_place_or_with_e
     assert _compose_fn(tmp_path / "none", []) == "docker compose up -d a b\n"
     extra = '{"cliPluginsExtraDirs": ["/opt/plugins"]}'
     assert _compose_fn(tmp_path / "extra", [".docker/cli-plugins"], extra) == "docker compose up -d a b\n"
+
+
+# ------------------------------------------------------------------------------ telemetry
+
+
+def _xe_tree(root) -> dict[str, str]:
+    """A stand-in xe card tree (no Intel GPU here): hwmon with an energy counter, the GT's
+    frequency and throttle files."""
+    hw = root / "class/drm/card1/device/hwmon/hwmon4"
+    fr = root / "class/drm/card1/device/tile0/gt0/freq0"
+    (fr / "throttle").mkdir(parents=True)
+    hw.mkdir(parents=True)
+    for path, value in ((hw / "name", "xe"), (hw / "energy1_input", "5000000"), (fr / "act_freq", "2400"),
+                        (fr / "throttle/status", "1"), (fr / "throttle/reason_pl1", "1")):
+        path.write_text(value + "\n")
+    return {"energy": str(hw / "energy1_input"), "freq": str(fr / "act_freq")}
+
+
+def test_the_sampler_runs_under_plain_posix_sh_with_date_and_sleep(tmp_path) -> None:
+    """dash has no $EPOCHREALTIME: the sampler falls back to `date` and `sleep` and still
+    writes one timestamped line per period; a missing file reads as an empty value."""
+    import time
+
+    from servedeck.host.telemetry import SAMPLER_SH, Column, parse_samples
+    files = _xe_tree(tmp_path)
+    out = tmp_path / "s.tsv"
+    proc = subprocess.Popen(["dash", "-c", SAMPLER_SH, "sd-telemetry-t0k", str(out), "0.05",
+                             str(int(time.time()) + 60), "t0k", files["energy"], files["freq"],
+                             str(tmp_path / "missing")])
+    try:
+        time.sleep(0.6)
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    cols = [Column("energy_uj", "xe card1 card", files["energy"]), Column("freq_mhz", "f", files["freq"]),
+            Column("energy_uj", "gone", "missing")]
+    t, values, dropped = parse_samples(out.read_text(), cols)
+    assert len(t) >= 4 and t == sorted(t) and dropped == 0
+    assert set(values[0]) == {5000000} and set(values[1]) == {2400} and set(values[2]) == {None}
+    assert (tmp_path / "s.tsv.pid").read_text().strip() == str(proc.pid)
+
+
+def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_own(tmp_path) -> None:
+    """The start script (bash here) finds the xe files and a stand-in `nvidia-smi` on PATH; the
+    stop script reads everything back, stops both processes and removes the files."""
+    import time
+
+    from servedeck.host.telemetry import (SAMPLER_SH, START_SCRIPT, STOP_SCRIPT, parse_nvidia, parse_samples,
+                                          parse_start)
+    _xe_tree(tmp_path / "sys")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"  # a stand-in: prints what the query asks, every -lms milliseconds
+    fake.write_text('#!/bin/sh\ncase "$*" in *"--query-gpu=name"*) echo "NVIDIA L4"; exit 0;; esac\n'
+                    'while :; do printf "%s, 70.50, 2040, 0x0000000000000004\\n" "$(date -u "+%Y/%m/%d %H:%M:%S.%3N")";'
+                    ' sleep 0.05; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    tel = tmp_path / "tel"
+    start = subprocess.run(["sh", "-c", START_SCRIPT, "sh", str(tmp_path / "sys"), "0", "0.05",
+                            str(int(time.time()) + 60), str(tel), "abc123", SAMPLER_SH, "50"],
+                           env=env, capture_output=True, text=True, check=True, timeout=30)
+    clock, cols, problems, other = parse_start(start.stdout)
+    assert abs(clock - time.time()) < 5 and not problems
+    assert [c.kind for c in cols] == ["energy_uj", "freq_mhz", "throttle", "reason"]
+    assert other["sampler"] == "bash" and other["gpu_name"] == "NVIDIA L4" and other["file"] == str(tel / "abc123.tsv")
+    time.sleep(0.6)
+    stop = subprocess.run(["sh", "-c", STOP_SCRIPT, "sh", other["file"], "abc123"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    head, _, rest = stop.stdout.partition("==samples\n")
+    samples, _, nv = rest.partition("==nvidia\n")
+    t, values, _ = parse_samples(samples, cols)
+    assert len(t) >= 4 and set(values[2]) == {1}
+    nvidia, errors = parse_nvidia(nv)
+    assert len(nvidia) >= 4 and not errors and nvidia[0][1:] == (70.5, 2040.0, 4)
+    assert list(tel.iterdir()) == []
+    for _ in range(50):  # a stopped process's last child (the stand-in's `date`) may take a moment
+        running = subprocess.run(["sh", "-c", f"ps -eo args | grep -c '[s]d-telemetry-abc123\\|{bin_dir}/[n]vidia-smi'"],
+                                 capture_output=True, text=True).stdout.strip()
+        if running == "0":
+            break
+        time.sleep(0.1)
+    assert running == "0"

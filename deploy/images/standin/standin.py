@@ -34,6 +34,11 @@ port and the served model name. Once ready it serves:
 
 Environment:
 
+With ``--print`` it prints the command a launcher would run (``ZE_AFFINITY_MASK=N python3 -m
+vllm.entrypoints.openai.api_server --model ...``, the launcher contract of
+``deploy/images/cpu-vllm/serve.py``) and exits, serving nothing: the deploy's in-image dry run
+then finds no vLLM to judge it with and skips, instead of waiting on a server.
+
 * ``STANDIN_MODE``: ``ok`` (default); ``exit`` (logs part of the startup, then a vLLM-style
   KV-cache startup error, exit 1); ``never`` (logs, never listens); ``crashloop`` (a few log
   lines, exit 1 after 1 s).
@@ -41,6 +46,39 @@ Environment:
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_SURFACE``: a known response surface for tuning tests (unset: none). JSON
+  ``{"SETTING": {"VALUE": FACTOR, ...}, ...}``: decode speed is multiplied by the FACTOR of each
+  SETTING's value in this server's command (``--set vllm.SETTING=VALUE``, a JSON ``--set`` value
+  flattened to dotted names such as ``speculative_config.num_speculative_tokens``, or a
+  passthrough ``--setting-name VALUE``; values compared as text, ``"*"`` the factor of any other
+  value, 1 when absent). The decode pace becomes ``STANDIN_DECODE_S_PER_TOKEN / Π FACTOR``.
+* ``--print`` (the exl3xpu launcher's own option): print the final command as that launcher
+  does (``ZE_AFFINITY_MASK=<gpu> vllm serve <model> <flags>``, the ``--set vllm.*`` settings as
+  flags, then the passthrough) and exit 0, so that servedeck's in-image check can ask it (and
+  then finds no vLLM to judge the command with).
+* ``STANDIN_NOISE``: per-request noise of the pace (default 0: none): each request's prefill and
+  decode pace is multiplied by ``exp(N(0, STANDIN_NOISE))`` (a log-normal spread, 0.02 = 2 %).
+* The load model (off unless one of these is set; then ``/metrics`` reports live
+  ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` and
+  ``vllm:num_preemptions_total``, as vLLM's scheduler does, ``vllm/v1/core/sched/scheduler.py``):
+
+  - ``STANDIN_MAX_NUM_SEQS``: at most this many requests run at once (vLLM's ``max_num_seqs``);
+    later ones wait in arrival order, the head of the queue first (FCFS).
+  - ``STANDIN_KV_TOKENS`` (with ``STANDIN_BLOCK_SIZE``, default 16): a KV pool of that many
+    tokens in blocks. A request is admitted when blocks for its prompt and first token are
+    free; each output token that starts a block takes one more, and when none is free the
+    newest running request is preempted (its blocks freed, counted in
+    ``vllm:num_preemptions_total``, put back at the head of the queue, its prompt and output so
+    far prefilled again when it is readmitted). The replayed startup log then states this
+    pool ("KV cache size: N tokens, Maximum concurrency for 2,048 tokens per request: X").
+  - ``STANDIN_SLOWDOWN_PER_RUNNING`` (default 0): every prefill and decode step takes
+    ``1 + k × (running − 1)`` times its base time while ``running`` requests run: a batch
+    that grows slows each of its requests.
+* ``STANDIN_SEND_TIMES=1``: every streamed chunk carries ``standin_sent_unix_s``, the wall-clock
+  time the stand-in wrote it (for measuring a client's timing error); off by default.
+* ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
+  encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
+  request).
 * ``STANDIN_OUTPUT``: what a non-streamed answer looks like (servedeck's quality probes send
   those; the benchmark's streamed requests always get the ``word`` stream above). Unset: the
   ``word`` answer, no prompt log-probabilities. ``sane``: a short answer that ends with ``stop``,
@@ -69,6 +107,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import zlib
@@ -133,10 +172,76 @@ def parse_argv(argv: list[str]) -> dict:
     reasoning = _flag_values(passthrough, "--reasoning-parser")
     tools = _flag_values(passthrough, "--tool-call-parser")
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key,
+            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough),
+            "print_only": args.print_only, "sets": sets, "passthrough": passthrough,
             "reasoning_parser": reasoning[-1] if reasoning else None,
             "tool_call_parser": tools[-1] if tools else None,
             "auto_tool_choice": "--enable-auto-tool-choice" in passthrough}
+
+
+def printed_command(cfg: dict) -> str:
+    """The launcher's ``--print`` line: ``ZE_AFFINITY_MASK=<gpu> vllm serve <model> ...``."""
+    import shlex
+    words = ["vllm", "serve", cfg["model"], "--served-model-name", *cfg["served_names"], "--host", "0.0.0.0",
+             "--port", str(cfg["port"])]
+    for key, value in cfg["sets"].items():
+        if key.startswith("vllm."):
+            words += ["--" + key[len("vllm."):].replace("_", "-"), value]
+    words += cfg["passthrough"]
+    return f"ZE_AFFINITY_MASK={cfg['gpu']} " + " ".join(shlex.quote(w) for w in words)
+
+
+def _flatten(value, key: str, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{key}.{k}", out)
+    else:
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+
+def settings(sets: dict, passthrough: list[str]) -> dict:
+    """Every vLLM setting of the command as ``{dotted name: value text}``: ``--set vllm.X=V``
+    (JSON values flattened), then passthrough ``--x-y V`` flags (``x_y``), the later winning."""
+    out: dict = {}
+    for key, raw in sets.items():
+        if not key.startswith("vllm."):
+            continue
+        raw = raw.strip()
+        try:
+            value = json.loads(raw) if raw[:1] in "{[" else raw
+        except ValueError:
+            value = raw
+        _flatten(value, key[len("vllm."):], out)
+    i = 0
+    while i < len(passthrough):
+        tok = passthrough[i]
+        if tok.startswith("--") and i + 1 < len(passthrough) and not passthrough[i + 1].startswith("--"):
+            name, raw = tok[2:].replace("-", "_"), passthrough[i + 1]
+            try:
+                value = json.loads(raw) if raw[:1] in "{[" else raw
+            except ValueError:
+                value = raw
+            _flatten(value, name, out)
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def surface_factor(surface: dict, values: dict) -> float:
+    """The product of each surface setting's factor for its value in ``values`` (``STANDIN_SURFACE``)."""
+    factor = 1.0
+    for name, table in surface.items():
+        if name not in values:
+            continue
+        value = str(values[name])
+        if value not in table:
+            try:  # 8192 and 8192.0, 0.9 and 0.90 are one value
+                value = next(k for k in table if k != "*" and float(k) == float(value))
+            except (StopIteration, ValueError):
+                value = "*"
+        factor *= float(table.get(value, 1.0))
+    return factor
 
 
 def _model_yaml(config: str) -> str:
@@ -172,7 +277,27 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+KV_SIZE_RE = re.compile(r"KV cache size: [\d,]+ tokens, Maximum concurrency for ([\d,]+) tokens per request: "
+                        r"[\d.]+x")
+
+
+def _kv_line(line: str, load: "LoadModel | None") -> str:
+    """The KV-size line of the replayed log stating the load model's pool (vLLM's
+    ``num_blocks / ceil(max_model_len / block)`` concurrency)."""
+    if load is None or not load.kv_tokens:
+        return line
+
+    def sub(m: re.Match) -> str:
+        per = int(m.group(1).replace(",", ""))
+        blocks_per_request = -(-per // load.block)
+        conc = (load.kv_tokens // load.block) / blocks_per_request
+        return (f"KV cache size: {load.kv_tokens:,} tokens, Maximum concurrency for {m.group(1)} tokens per "
+                f"request: {conc:.2f}x")
+    return KV_SIZE_RE.sub(sub, line)
+
+
 def _restamp(line: str, cfg: dict) -> str:
+    line = _kv_line(line, cfg.get("load"))
     now = time.strftime("%m-%d %H:%M:%S")
     line = TS_RE.sub(lambda m: f"{m.group(1)} {now} ", line, count=1)
     line = line.replace(f"'port': {FIXTURE_PORT}", f"'port': {cfg['port']}")
@@ -243,6 +368,113 @@ def fail_lines(cfg: dict) -> list[str]:
     ]
 
 
+class LoadModel:
+    """The stand-in's scheduler under load (module docstring): admission by ``max_num_seqs``
+    and KV blocks, preemption of the newest running request when the pool runs out, and a step
+    time that grows with the running batch. One condition variable guards it all."""
+
+    class Ticket:
+        """One request in the scheduler: its tokens and blocks, and whether it was preempted."""
+
+        def __init__(self, prompt: int) -> None:
+            self.prompt, self.generated, self.blocks, self.preempted = prompt, 0, 0, False
+
+    def __init__(self, max_num_seqs: int, kv_tokens: int, block: int, slowdown: float) -> None:
+        from collections import deque
+        self.max_num_seqs, self.kv_tokens, self.block, self.slowdown = max_num_seqs, kv_tokens, block, slowdown
+        self.cv = threading.Condition()
+        self.waiting: "deque[LoadModel.Ticket]" = deque()
+        self.running: list[LoadModel.Ticket] = []
+        self.free = kv_tokens // block if kv_tokens else None
+        self.total_blocks = self.free
+        self.preemptions = 0
+
+    @classmethod
+    def from_env(cls) -> "LoadModel | None":
+        """The load model the environment asks for, or None (off)."""
+        seqs = int(_env_float("STANDIN_MAX_NUM_SEQS") or 0)
+        kv = int(_env_float("STANDIN_KV_TOKENS") or 0)
+        slow = _env_float("STANDIN_SLOWDOWN_PER_RUNNING") or 0.0
+        if not (seqs or kv or slow):
+            return None
+        return cls(seqs, kv, int(_env_float("STANDIN_BLOCK_SIZE") or 16), slow)
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _fits(self, t: "LoadModel.Ticket") -> bool:
+        if self.max_num_seqs and len(self.running) >= self.max_num_seqs:
+            return False
+        return self.free is None or self._blocks(t.prompt + t.generated + 1) <= self.free
+
+    def admit(self, t: "LoadModel.Ticket", front: bool = False) -> None:
+        """Queue ``t`` (at the head when it was preempted) and return once it runs."""
+        with self.cv:
+            t.preempted = False
+            if front:
+                self.waiting.appendleft(t)
+            else:
+                self.waiting.append(t)
+            while not (self.waiting[0] is t and self._fits(t)):
+                self.cv.wait()
+            self.waiting.popleft()
+            self.running.append(t)
+            if self.free is not None:
+                t.blocks = self._blocks(t.prompt + t.generated + 1)
+                self.free -= t.blocks
+            self.cv.notify_all()
+
+    def step(self, t: "LoadModel.Ticket") -> bool:
+        """Account one more output token of ``t``; False when ``t`` was (or is now) preempted."""
+        with self.cv:
+            if t.preempted:
+                return False
+            while self.free is not None and self._blocks(t.prompt + t.generated + 2) > t.blocks:
+                if self.free > 0:
+                    self.free -= 1
+                    t.blocks += 1
+                    continue
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is t:
+                    return False
+            t.generated += 1
+            return True
+
+    def _preempt(self, t: "LoadModel.Ticket") -> None:
+        self.running.remove(t)
+        if self.free is not None:
+            self.free += t.blocks
+        t.blocks, t.preempted = 0, True
+        self.preemptions += 1
+        self.cv.notify_all()
+
+    def release(self, t: "LoadModel.Ticket") -> None:
+        """``t`` finished: free its slot and blocks."""
+        with self.cv:
+            if t in self.running:
+                self.running.remove(t)
+                if self.free is not None:
+                    self.free += t.blocks
+                t.blocks = 0
+            self.cv.notify_all()
+
+    def factor(self) -> float:
+        """How much slower a step runs with the current batch (1 with one request)."""
+        with self.cv:
+            n = len(self.running)
+        return 1.0 + self.slowdown * max(0, n - 1)
+
+    def gauges(self) -> dict[str, float]:
+        """Live values of vLLM's scheduler gauges and the preemption counter."""
+        with self.cv:
+            used = (1.0 - self.free / self.total_blocks) if self.total_blocks else 0.0
+            return {"vllm:num_requests_running": float(len(self.running)),
+                    "vllm:num_requests_waiting": float(len(self.waiting)),
+                    "vllm:kv_cache_usage_perc": used,
+                    "vllm:num_preemptions_total": float(self.preemptions)}
+
+
 class Engine:
     """The stand-in inference (no model; see the module docstring) and its /metrics counters."""
 
@@ -259,6 +491,17 @@ class Engine:
         self.seen: set[int] = set()
         self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
         self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+        surface = os.environ.get("STANDIN_SURFACE", "").strip()
+        if surface:
+            self.decode_s /= surface_factor(json.loads(surface), cfg.get("settings") or {})
+        self.noise = _env_float("STANDIN_NOISE") or 0.0
+        self.load: LoadModel | None = cfg.get("load")
+        self.send_times = os.environ.get("STANDIN_SEND_TIMES", "").strip() == "1"
+
+    def jitter(self) -> float:
+        """One request's pace factor: ``exp(N(0, STANDIN_NOISE))`` (1 without noise)."""
+        import random
+        return math.exp(random.gauss(0.0, self.noise)) if self.noise > 0 else 1.0
 
     @staticmethod
     def count(body: dict) -> int:
@@ -269,14 +512,14 @@ class Engine:
         prompt = body.get("prompt") or ""
         return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
 
-    def prefill(self, body: dict) -> tuple[int, float]:
-        """Sleep the prefill of ``body``; return (prompt tokens, seconds)."""
+    def prefill(self, body: dict, pace: float = 1.0) -> tuple[int, float]:
+        """Sleep the prefill of ``body`` (``pace``: this request's factor); return (prompt tokens, seconds)."""
         n = self.count(body)
         key = hash(json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True))
         with self.lock:
             cached = key in self.seen
             self.seen.add(key)
-        seconds = n * self.prefill_s * (0.1 if cached else 1.0)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * pace * (self.load.factor() if self.load else 1.0)
         time.sleep(seconds)
         with self.lock:
             self.totals["vllm:prefix_cache_queries_total"] += n
@@ -300,11 +543,14 @@ class Engine:
         name = self.cfg["served_names"][0]
         with self.lock:
             totals = dict(self.totals)
+        gauges = self.load.gauges() if self.load else {}
         out = []
         for line in self.fixture.splitlines():
             line = line.replace(f'model_name="{FIXTURE_NAME}"', f'model_name="{name}"')
             match = METRIC_LINE_RE.match(line)
-            if match and match.group(1) in totals and (
+            if match and match.group(1) in gauges:
+                line = f"{match.group(1)}{{{match.group(2)}}} {gauges[match.group(1)]}"
+            elif match and match.group(1) in totals and (
                     match.group(1) != "vllm:request_success_total" or 'finished_reason="length"' in match.group(2)):
                 line = f"{match.group(1)}{{{match.group(2)}}} {float(match.group(3)) + totals[match.group(1)]}"
             out.append(line)
@@ -454,8 +700,18 @@ def make_handler(cfg: dict, metrics: str):
                 "choices": [choice], "usage": {"prompt_tokens": n, "completion_tokens": usage_out,
                                                "total_tokens": n + usage_out}}
 
+    keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
+        # STANDIN_KEEPALIVE=1: HTTP/1.1 keep-alive, streams chunked, and TCP_NODELAY, as uvicorn
+        # serves vLLM (on a reused connection Nagle's algorithm would hold each small chunk until
+        # the client's delayed ACK, ~40 ms)
+        protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+        disable_nagle_algorithm = keepalive
+
+        def _stream_write(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keepalive else data)
         sys_version = ""
 
         def log_message(self, fmt: str, *args) -> None:  # uvicorn access-log shape
@@ -545,29 +801,45 @@ def make_handler(cfg: dict, metrics: str):
             if stream:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("connection", "close")
+                self.send_header(*(("transfer-encoding", "chunked") if keepalive else ("connection", "close")))
                 self.end_headers()
-            n, prefill_s = engine.prefill(body)
-            ttft = time.perf_counter() - start
+            load = engine.load
+            ticket = LoadModel.Ticket(engine.count(body)) if load else None
+            if load:
+                load.admit(ticket)
+            try:
+                pace = engine.jitter()
+                n, prefill_s = engine.prefill(body, pace)
+                ttft = time.perf_counter() - start
 
-            def chunk(k: int, finish: str | None) -> bytes:
-                choice = ({"index": 0, "delta": {"content": "word "}, "finish_reason": finish} if chat
-                          else {"index": 0, "text": "word ", "finish_reason": finish})
-                obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                       "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
-                       "usage": {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k}}
-                return f"data: {json.dumps(obj)}\n\n".encode()
-            t_first = time.perf_counter()
-            for k in range(1, max_tokens + 1):
-                if k > 1:
-                    time.sleep(engine.decode_s)
-                if stream:
-                    self.wfile.write(chunk(k, "length" if k == max_tokens else None))
-                    self.wfile.flush()
-            decode_s = time.perf_counter() - t_first
+                def chunk(k: int, finish: str | None) -> bytes:
+                    choice = ({"index": 0, "delta": {"content": "word "}, "finish_reason": finish} if chat
+                              else {"index": 0, "text": "word ", "finish_reason": finish})
+                    obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                           "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
+                           "usage": {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k}}
+                    if engine.send_times:
+                        obj["standin_sent_unix_s"] = time.time()
+                    return f"data: {json.dumps(obj)}\n\n".encode()
+                t_first = time.perf_counter()
+                for k in range(1, max_tokens + 1):
+                    if k > 1:
+                        time.sleep(engine.decode_s * pace * (load.factor() if load else 1.0))
+                        while load and not load.step(ticket):
+                            load.admit(ticket, front=True)  # preempted: wait, then recompute
+                            time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
+                    if stream:
+                        self._stream_write(chunk(k, "length" if k == max_tokens else None))
+                        self.wfile.flush()
+                decode_s = time.perf_counter() - t_first
+            finally:
+                if load:
+                    load.release(ticket)
             engine.finished(n, max_tokens, ttft, prefill_s, decode_s)
             if stream:
-                self.wfile.write(b"data: [DONE]\n\n")
+                self._stream_write(b"data: [DONE]\n\n")
+                if keepalive:
+                    self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                     f'"POST {self.path} HTTP/1.1" 200 OK')
@@ -597,6 +869,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
+    cfg["load"] = LoadModel.from_env()
+    if cfg["print_only"]:
+        say(printed_command(cfg))
+        return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
