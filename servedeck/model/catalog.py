@@ -129,9 +129,7 @@ class ImageFacts(BaseModel):
     @field_validator("launcher")
     @classmethod
     def _known_launcher(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def port(self) -> int:

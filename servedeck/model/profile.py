@@ -79,9 +79,7 @@ class LauncherSpec(_Strict):
     @field_validator("kind")
     @classmethod
     def _known(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def runs(self) -> Launcher:
