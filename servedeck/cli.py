@@ -702,7 +702,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After either kind of
     benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
     standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
     during the benchmark (telemetry.json) and each request is set against the card's ceilings
@@ -761,7 +761,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load)
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
@@ -847,17 +847,22 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
+                tasks=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``): print the level table."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table and the probes."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    if probes:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
