@@ -27,6 +27,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
+
+Justify = Literal["default", "left", "center", "right", "full"]
+"""How a table column is aligned (rich's ``JustifyMethod``)."""
 
 
 def _import_invoke_without_mock():
@@ -103,6 +107,12 @@ def as_typed(text: str) -> str:
     return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
 
 
+def _print_err(line: str) -> None:
+    """One progress line to stderr, its control characters written as escapes."""
+    from servedeck.safetext import printable
+    print(printable(line), file=sys.stderr)
+
+
 def cli_errors(fn):
     """Decorator for a task: turn ServedeckError into a clean message (its suggested commands
     spelled as the user runs servedeck, :func:`as_typed`) and its exit code, Ctrl-C into
@@ -114,7 +124,8 @@ def cli_errors(fn):
         except ServedeckError as exc:
             if kwargs.get("json_") and not getattr(exc, "json_printed", False):
                 print(json.dumps(error_document(exc)))  # --json: JSON on stdout on every path
-            print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+            from servedeck.safetext import printable
+            print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -171,7 +182,7 @@ def _write_out(path: str, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: list[list[str]]) -> None:
     """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
     texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
     from rich.console import Console
@@ -542,7 +553,8 @@ def status(c, host, inventory=None, json_=False):
     from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
-    print(json.dumps(st, indent=2) if json_ else format_status(st))
+    from servedeck.safetext import printable
+    print(json.dumps(st, indent=2) if json_ else printable(format_status(st)))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
@@ -598,7 +610,7 @@ def _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image
         raise ServedeckError("give --profile NAME")
     result = rollout(_project(), _fleet(inventory), hosts, profile, serial=serial, max_fail=max_fail,
                      policy=on_failure, image=image, timeout_s=float(timeout) if timeout else None,
-                     progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                     progress=console_progress(_print_err))
     print(render_table(rollout_table(result)), end="")
     print(f"state: {result.state_dir} ({result.duration_s:.1f} s)")
     if not result.ok:
@@ -622,6 +634,9 @@ def hosts(c, inventory=None, json_=False):
     print(render_table(hosts_table(fleet)), end="")
     for group, members in fleet.groups.items():
         print(f"{group}: {', '.join(members) or '-'}")
+    from servedeck.model.inventory import shared_deployments
+    for finding in shared_deployments(fleet.hosts):
+        print(f"warning: {finding}", file=sys.stderr)
 
 
 @task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "
@@ -658,7 +673,7 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     if plan:
         return
     result = run_sweep(_project(), sweep_plan,
-                       progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                       progress=console_progress(_print_err))
     print(render_table(sweep_table(result)), end="")
     for line in result.power_restored:
         print(line, file=sys.stderr)
@@ -769,7 +784,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After either kind of
     benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
     standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
     during the benchmark (telemetry.json) and each request is set against the card's ceilings
@@ -828,7 +843,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load)
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
@@ -914,17 +929,22 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
+                tasks=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``): print the level table."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table and the probes."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    if probes:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
@@ -997,7 +1017,8 @@ def runs(c, profile=None, limit=50):
     if limit < 0:
         raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
     if limit and len(rows) > limit:
-        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)",
+              file=sys.stderr)
         rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
@@ -1006,7 +1027,8 @@ def runs(c, profile=None, limit=50):
                        ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s),
+                  cell(r.cold_ttft_s)]
                  for r in rows])
 
 
@@ -1334,7 +1356,8 @@ def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_mar
         err = exc.errors()[0]
         name = str(err["loc"][0])
         raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
-                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+                             hint="margins and agreements are fractions (0.01 = 1 %); "
+                                  "--quality-reference is A or B") from None
 
 
 def _project_profiles() -> list[dict]:
@@ -1477,7 +1500,8 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
                    only=list(only) if only else None,
-                   alternatives=profile_alternatives(_project_profiles(), like=rendered.profile.model_dump(mode="json")))
+                   alternatives=profile_alternatives(_project_profiles(),
+                                                     like=rendered.profile.model_dump(mode="json")))
 
 
 @task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
@@ -1494,7 +1518,7 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
 @_cli
 def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
          keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
-    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
     from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
     from servedeck.fleet.sweep import parse_vary
     variables = parse_vary(vary or [])
