@@ -174,7 +174,7 @@ class PlainProgress:
     @contextlib.contextmanager
     def running(self, label: str, log: Path) -> Iterator[None]:
         import threading
-        from servedeck.textfmt import clip
+        from servedeck.safetext import clip
         t0 = time.monotonic()
         stop = threading.Event()
         self.write(f"{label}: running")

@@ -136,13 +136,22 @@ def cli_errors(fn):
 _cli = cli_errors
 
 
+def error_findings(exc: ServedeckError, rule: str = "error") -> list:
+    """``exc`` as :class:`servedeck.findings.Finding` data (severity error), one per problem
+    (:attr:`ServedeckError.problems`); ``rule`` names those without a rule of their own."""
+    from servedeck.findings import Finding, Severity
+    return [Finding(severity=Severity.error, rule=p.rule or rule, path=p.field or "", message=p.message,
+                    hint=p.hint, line=p.line, file=p.file)
+            for p in (exc.problems or [exc])]
+
+
 def error_document(exc: ServedeckError) -> dict:
     """A ``--json`` command's output when it fails: ``{"error": {"rule", "file", "line",
     "field", "message", "hint"}, "errors": [one such object per problem]}`` (suggested
     commands spelled as the user runs servedeck)."""
     errors = [{"rule": f.rule, "file": f.file, "line": f.line, "field": f.path or None,
                "message": as_typed(f.message), "hint": as_typed(f.hint) if f.hint else None}
-              for f in exc.findings()]
+              for f in error_findings(exc)]
     return {"error": errors[0], "errors": errors}
 
 
@@ -334,7 +343,7 @@ PARALLEL_MIN_PROFILES = 48
 def _load_findings(exc: ServedeckError) -> list:
     """A profile's load error as findings; a YAML syntax error keeps its line but gets a rule of
     the profile (not the compose check's ``yaml/syntax``)."""
-    findings = exc.findings("profile/not-loaded")
+    findings = error_findings(exc, "profile/not-loaded")
     for f in findings:
         if f.rule == "yaml/syntax":
             f.rule = "yaml/syntax-profile"

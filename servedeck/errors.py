@@ -6,6 +6,8 @@ traceback and exits non-zero; any other exception is a bug and keeps its traceba
 
 from __future__ import annotations
 
+import re
+
 
 class ServedeckError(Exception):
     """A problem the user can fix: bad input, an unreachable host, a failed deploy.
@@ -31,6 +33,8 @@ class ServedeckError(Exception):
         self.file = file
         self.field = field
         self.hint = hint
+        if line is None and field and re.fullmatch(r"line \d+", field):
+            line = int(field.split()[1])
         self.line = line
         self.rule = rule
         self.problems = problems or []
@@ -39,7 +43,7 @@ class ServedeckError(Exception):
     @classmethod
     def several(cls, problems: list[ServedeckError]) -> ServedeckError:
         """One error standing for ``problems`` (one or more): the first one's fields, all of
-        them in :meth:`render` and :meth:`findings`."""
+        them in :meth:`render` (as findings: :func:`servedeck.cli.error_findings`)."""
         if len(problems) == 1:
             return problems[0]
         first = problems[0]
@@ -51,21 +55,13 @@ class ServedeckError(Exception):
         several problems: one paragraph each."""
         if self.problems:
             return "\n".join(p.render() for p in self.problems)
-        file = f"{self.file}:{self.line}" if self.file and self.line else self.file
-        field = None if self.line and self.field == f"line {self.line}" else self.field
-        where = ": ".join(str(p) for p in (file, field) if p)
+        said = self.field == f"line {self.line}"  # a YAML error's field already names the line
+        file = f"{self.file}:{self.line}" if self.file and self.line and not said else self.file
+        where = ": ".join(str(p) for p in (file, self.field) if p)
         text = f"{where}: {self.message}" if where else self.message
         if self.hint:
             text = f"{text}\n  hint: {self.hint}"
         return text
-
-    def findings(self, rule: str = "error") -> list:
-        """The error as :class:`servedeck.findings.Finding` data (severity error), one per
-        problem; ``rule`` names those without a rule of their own."""
-        from servedeck.findings import Finding, Severity
-        return [Finding(severity=Severity.error, rule=p.rule or rule, path=p.field or "", message=p.message,
-                        hint=p.hint, line=p.line, file=p.file)
-                for p in (self.problems or [self])]
 
 
 class DeployError(ServedeckError):

@@ -4,6 +4,15 @@ and relative spreads (the A/B report, the sweep summary)."""
 from __future__ import annotations
 
 
+def metric_unit(name: str) -> str:
+    """The unit of a metric from its name (units in names): `` tok/s``, `` s``, `` GiB``,
+    `` tokens``, or nothing (with a leading space, to follow a number)."""
+    for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
+        if name.endswith(suffix):
+            return u
+    return ""
+
+
 def fmt_num(x: float | int | None) -> str:
     """Format a measured value: integers with thousands separators (``264,846``), other values
     with up to 3 decimals below 10, 2 below 1000 and 1 above, trailing zeros dropped

@@ -5,7 +5,8 @@ A terminal acts on control characters (ESC starts a sequence that can move the c
 the window, rewrite what is on screen or, on some terminals, answer back as if typed; CR
 returns to the start of the line and so hides what came before; BiDi overrides reorder what is
 shown). :func:`printable` writes each such character as a visible escape (``\\x1b``,
-``\\u202e``), so a log line is shown and recorded as the text it is.
+``\\u202e``), so a log line is shown and recorded as the text it is. :func:`clip` cuts a text to a width
+between words, keeping its start (where a line says what it is about).
 """
 
 from __future__ import annotations
@@ -34,3 +35,22 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """:func:`printable` with line breaks and tabs escaped too: a value shown inside a line."""
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters: whitespace runs folded to one
+    space; when longer, cut at the last word boundary that fits and ended with ``…``.
+
+    Example: ``clip("s can cause fd limit errors like", 20)`` → ``"s can cause fd…"``.
+
+    Raises:
+        ValueError: ``width`` < 2.
+    """
+    if width < 2:
+        raise ValueError("clip needs a width of at least 2")
+    one = " ".join(text.split())
+    if len(one) <= width:
+        return one
+    room = one[: width - 1]
+    cut = room.rsplit(" ", 1)[0] if " " in room else room
+    return cut.rstrip(" ,;:") + "…"

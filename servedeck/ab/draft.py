@@ -43,7 +43,7 @@ from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.signals import Signal
 from servedeck.ab.stats import Comparison, MetricComparison, short_warning
-from servedeck.numfmt import fmt_num, fmt_signed
+from servedeck.numfmt import fmt_num, fmt_signed, metric_unit
 from servedeck.runs import store
 
 SPEED_METRICS = ("decode_tok_s", "ttft_s", "prefill_tok_s")
@@ -92,11 +92,9 @@ class Draft(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 def unit(name: str) -> str:
-    """The unit of a metric from its name: ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing."""
-    for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
-        if name.endswith(suffix):
-            return u
-    return ""
+    """The unit of a metric from its name: ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing
+    (:func:`servedeck.numfmt.metric_unit`)."""
+    return metric_unit(name)
 
 
 def cite(m: MetricComparison) -> str:

@@ -116,7 +116,7 @@ class ConsoleReporter(Reporter):
             self._plain(f"  warning {printable(text)}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        from servedeck.textfmt import clip
+        from servedeck.safetext import clip
         line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
             from rich.markup import escape

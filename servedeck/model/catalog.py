@@ -199,13 +199,17 @@ class Catalog:
             from and written to ``.servedeck/images.yaml`` (untracked) instead of ``path``.
         shipped: the catalog shipped with servedeck (:meth:`servedeck.model.project.Project.catalog`),
             read under the others and never written; None: no shipped layer.
+        label: what ``path`` is, as :meth:`describe_source` names it (``your per-user catalog``
+            for the one in the per-user state directory).
 
     Raises:
         ServedeckError: when a file is not valid YAML or does not match :class:`CatalogFile`.
     """
 
-    def __init__(self, path: str | Path, local=None, shipped: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, local=None, shipped: str | Path | None = None,
+                 label: str = "the project's catalog") -> None:
         self.path = Path(path)
+        self.label = label
         self.local = local
         self.data = _load_catalog(self.path)
         self.local_data = _load_catalog(local.catalog_path) if local is not None else CatalogFile()
@@ -241,15 +245,12 @@ class Catalog:
         if found is None:
             return None
         path = found[0]
-        from servedeck.model.project import state_dir
         if path == self.shipped_path:
             kind = "the shipped catalog"
         elif self.local is not None and path == self.local.catalog_path:
             kind = "the catalog of local builds"
-        elif path.parent == state_dir():
-            kind = "your per-user catalog"
         else:
-            kind = "the project's catalog"
+            kind = self.label
         return f"{kind} ({path})"
 
     def vllm_facts_path(self, digest: str | None) -> Path | None:

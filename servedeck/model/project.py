@@ -137,7 +137,9 @@ class Project:
             ServedeckError: a catalog file is not valid YAML or does not match the model.
         """
         from servedeck.model.catalog import Catalog
-        return Catalog(self.catalog_path, local=self.local_images, shipped=self.shipped_catalog_path)
+        return Catalog(self.catalog_path, local=self.local_images, shipped=self.shipped_catalog_path,
+                       label="the project's catalog" if self.catalog_path == self.root / "deploy" / "images.yaml"
+                       else "your per-user catalog")
 
     @property
     def own_profiles_dir(self) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from servedeck.textfmt import clip
+from servedeck.safetext import clip
 
 __all__ = ["DOCUMENTED_KEYS", "StartupFacts", "compile_range_signature", "start_history", "summarize",
            "format_summary"]

@@ -130,7 +130,7 @@ def test_profiles_lists_every_profile_and_reports_every_bad_one(tmp_path):
     names = [line.split()[0] for line in res.stdout.splitlines()[1:]]
     assert {"speed", "quality", "two-bad", "open-quote", "child-of-bad"} <= set(names)
     assert "gpu_memory_utilisation" in res.stderr and "max_num_seqs" in res.stderr
-    assert "open-quote.yaml:2: not valid YAML" in res.stderr
+    assert "open-quote.yaml: line 2: not valid YAML" in res.stderr
 
 
 def test_check_all_goes_on_and_reports_each_problem_once(tmp_path):
@@ -210,7 +210,7 @@ def test_an_unterminated_quote_is_reported_where_it_opened(tmp_path):
         read_yaml_file(f)
     except ServedeckError as exc:
         assert exc.line == 2 and "opened on line 2 is never closed" in exc.message
-        assert exc.render().startswith(f"{f}:2: not valid YAML")
+        assert exc.render().startswith(f"{f}: line 2: not valid YAML")
     else:
         raise AssertionError("parsed")
     [finding] = check_compose_text("services:\n  a:\n    image: 'x\n    command: [1]\n", file="c.yml")
@@ -245,7 +245,7 @@ def test_placeholder_hint_names_no_development_task_in_an_installed_servedeck(mo
 def test_clip_keeps_the_start_and_cuts_between_words():
     import pytest
 
-    from servedeck.textfmt import clip
+    from servedeck.safetext import clip
     line = "WARNING 12-03 10:00:01 Using a large max_num_seqs can cause fd limit errors like too many open files"
     out = clip(line, 60)
     assert out.startswith("WARNING 12-03 10:00:01 Using") and out.endswith("…") and len(out) <= 60
@@ -322,8 +322,9 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     from servedeck.deploy.ops import _rollback_target, _same_compose, format_status
     from servedeck.host import history as hist
     from servedeck.host.remote import HostState
-    records = _revision(1, "a", "speed") + _revision(2, "b", "base") + _revision(3, "a", "speed")
-    state = HostState("acquired", compose_sha256="a", good={"a", "b"}, history=records)
+    a, b = "a" * 64, "b" * 64
+    records = _revision(1, a, "speed") + _revision(2, b, "base") + _revision(3, a, "speed")
+    state = HostState("acquired", compose_sha256=a, good={a, b}, history=records)
     revs = hist.revisions(records)
     good = [{"revision": r.number, "profile": r.profile, "same_as": _same_compose(revs, r)} for r in state.known_good()]
     assert good == [{"revision": 3, "profile": "speed", "same_as": [1]},
@@ -345,7 +346,7 @@ def test_chart_axes_start_at_zero_carry_units_and_no_offset_label(monkeypatch):
     import matplotlib.pyplot as plt
 
     from servedeck.ab.chart import chart_png
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     runs = ROOT / "tests" / "fixtures" / "runs-cpu"
     c = compare_metrics(runs / "0001-cpu-4096-local", runs / "0002-cpu-8192-local")
     figures = []
