@@ -714,8 +714,16 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
                                   "vLLM facts beside your project's catalog, and check reads them there")
     print(f"reading {image} (pulled when missing; its vLLM asked in one container)…", file=sys.stderr)
     digest, facts, vf = extract_facts(None, image)
+    if not vf.serve_args:  # no vLLM imports in the image (a stand-in)
+        print(f"warning: no vLLM imports in {image}: its config, launcher configs and helper binaries "
+              "are recorded, no vLLM argument surface (checks use servedeck's shipped tables)", file=sys.stderr)
+        if table:
+            raise ServedeckError(f"{image} has no vLLM to read a table from", hint="drop --table")
     if not no_record:
-        _catalog().add_with_vllm_facts(digest, facts, vf)
+        if vf.serve_args:
+            _catalog().add_with_vllm_facts(digest, facts, vf)
+        else:
+            _catalog().add(digest, facts)
         print(f"recorded {digest} in {_catalog()._target(digest)}", file=sys.stderr)
     if table:
         from servedeck.vllm.facts import write_table

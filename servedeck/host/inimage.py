@@ -148,7 +148,9 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
         else the image id), the catalog entry (the launcher its ENTRYPOINT starts, else the
         default one; the device the image says it is built for
         (:func:`servedeck.model.catalog.image_device`), else ``cpu``; entrypoint, cmd, workdir,
-        env, labels, binaries, the launcher's model configs as it reads them) and vLLM's own facts.
+        env, labels, binaries, the launcher's model configs as it reads them) and vLLM's own facts
+        (for an image in which no vLLM imports, a stand-in: ``vllm_version`` ``unknown`` and no
+        argument surface).
 
     Raises:
         ServedeckError: no engine, image missing, or the image cannot run the introspection.

@@ -154,7 +154,12 @@ def _fields(cls):
 def facts():
     import os
     import shutil
-    import vllm
+    try:
+        import vllm
+    except ImportError:  # no vLLM in this image (a stand-in): what the image itself can tell
+        return {"vllm_version": "unknown", "vllm_missing": True, "python": sys.executable,
+                "binaries": {b: shutil.which(b) is not None for b in ("curl", "wget", "python3", "bash")},
+                "cwd": os.getcwd(), "launcher_configs": _launcher_configs()}
     parser = _parser()[0]
     deprecated = getattr(parser, "_deprecated", set())
     args = []

@@ -134,7 +134,8 @@ def test_image_facts_record_beside_the_users_project_or_in_the_state_dir(install
     catalog = home / "mine" / "deploy" / "images.yaml"
     assert f"recorded {digest} in {catalog}" in res.stderr
     assert digest in catalog.read_text()
-    assert (home / "mine" / "deploy" / "image-facts" / f"{digest.replace(':', '-')}.json").is_file()
+    # the stand-in has no vLLM: its own facts are recorded, and it says why there is no vLLM surface
+    assert "warning: no vLLM imports in" in res.stderr and "launcher=exl3xpu" in res.stdout
     # the project's catalog adds to the shipped one: the shipped profiles still render the same
     again = run_as_user(installed, home, "mine", "render", "--profile", "speed")
     packaged = run_as_user(installed, home, "empty", "render", "--profile", "speed")
@@ -148,6 +149,12 @@ def test_image_facts_record_beside_the_users_project_or_in_the_state_dir(install
     assert f"recorded {digest} in {state / 'images.yaml'}" in res.stderr
     assert digest in (state / "images.yaml").read_text()
     assert list((home / "empty").iterdir()) == []
+    # the recorded facts are read back: check names the catalog they came from
+    (home / "mine" / "profiles" / "on-standin.yaml").write_text(
+        f"extends: cpu-4096\nimage: {standin_ref}\n")
+    os.chown(home / "mine" / "profiles" / "on-standin.yaml", USER_UID, USER_GID)
+    res = run_as_user(installed, home, "mine", "check", "--profile", "on-standin")
+    assert f"the project's catalog ({catalog})" in res.stderr, res.stdout + res.stderr
     # --table writes servedeck's own tables: refused by an installed servedeck, nothing written
     res = run_as_user(installed, home, "mine", "image-facts", standin_ref, "--table")
     assert res.returncode == 2 and "never writes inside its package" in res.stderr

@@ -419,3 +419,22 @@ def test_every_json_option_prints_json_on_an_error(tmp_path):
     assert "error: nowhere.log: file not found" in res.stderr  # the text stays on stderr
     res = _servedeck("startup-facts", "--log", "nowhere.log", cwd=tmp_path, state=tmp_path / "state")
     assert res.stdout == ""  # without --json: text only
+
+
+def test_the_introspection_of_an_image_without_vllm_tells_what_the_image_can(tmp_path):
+    """image-facts on a stand-in (no vLLM inside): the introspection script answers with the
+    image's own facts and ``vllm_missing`` instead of failing on ``import vllm``."""
+    from servedeck.vllm.facts import VllmFacts
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "model.yaml").write_text("vllm: {max_model_len: 1024}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, env=env, check=False)
+    if probe.returncode == 0:
+        import pytest
+        pytest.skip("vLLM imports here")
+    res = subprocess.run([sys.executable, str(ROOT / "servedeck" / "vllm" / "introspect.py"), "facts"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    raw = json.loads(res.stdout.split("@@SERVEDECK@@", 1)[1])
+    assert raw["vllm_missing"] and raw["vllm_version"] == "unknown"
+    assert raw["launcher_configs"] == {"models/tiny": "vllm: {max_model_len: 1024}\n"}
+    assert VllmFacts.model_validate(raw).serve_args == []
