@@ -107,6 +107,12 @@ def as_typed(text: str) -> str:
     return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
 
 
+def _print_err(line: str) -> None:
+    """One progress line to stderr, its control characters written as escapes."""
+    from servedeck.safetext import printable
+    print(printable(line), file=sys.stderr)
+
+
 def cli_errors(fn):
     """Decorator for a task: turn ServedeckError into a clean message (its suggested commands
     spelled as the user runs servedeck, :func:`as_typed`) and its exit code, Ctrl-C into
@@ -116,7 +122,8 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
-            print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+            from servedeck.safetext import printable
+            print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -472,7 +479,8 @@ def status(c, host, inventory=None, json_=False):
     from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
-    print(json.dumps(st, indent=2) if json_ else format_status(st))
+    from servedeck.safetext import printable
+    print(json.dumps(st, indent=2) if json_ else printable(format_status(st)))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
@@ -528,7 +536,7 @@ def _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image
         raise ServedeckError("give --profile NAME")
     result = rollout(_project(), _fleet(inventory), hosts, profile, serial=serial, max_fail=max_fail,
                      policy=on_failure, image=image, timeout_s=float(timeout) if timeout else None,
-                     progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                     progress=console_progress(_print_err))
     print(render_table(rollout_table(result)), end="")
     print(f"state: {result.state_dir} ({result.duration_s:.1f} s)")
     if not result.ok:
@@ -552,6 +560,9 @@ def hosts(c, inventory=None, json_=False):
     print(render_table(hosts_table(fleet)), end="")
     for group, members in fleet.groups.items():
         print(f"{group}: {', '.join(members) or '-'}")
+    from servedeck.model.inventory import shared_deployments
+    for finding in shared_deployments(fleet.hosts):
+        print(f"warning: {finding}", file=sys.stderr)
 
 
 @task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "
@@ -588,7 +599,7 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     if plan:
         return
     result = run_sweep(_project(), sweep_plan,
-                       progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                       progress=console_progress(_print_err))
     print(render_table(sweep_table(result)), end="")
     for line in result.power_restored:
         print(line, file=sys.stderr)
@@ -691,7 +702,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After either kind of
     benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
     standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
     during the benchmark (telemetry.json) and each request is set against the card's ceilings
@@ -750,7 +761,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load)
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
@@ -836,17 +847,22 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
+                tasks=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``): print the level table."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table and the probes."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    if probes:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 

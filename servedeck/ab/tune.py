@@ -49,6 +49,7 @@ from servedeck.ab.next import dotted_get
 from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import read_json_file
 from servedeck.runs import store
 
 TUNE_DIR = "tune"
@@ -160,7 +161,7 @@ def load_state(runs_dir: Path, name: str) -> TuneState | None:
     if not path.exists():
         return None
     try:
-        return TuneState.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return TuneState.model_validate(read_json_file(path))
     except (ValueError, ValidationError) as exc:
         loc = ".".join(str(p) for p in exc.errors()[0]["loc"]) if isinstance(exc, ValidationError) else None
         raise ServedeckError(f"invalid tune state: {exc}", file=str(path), field=loc,
@@ -171,7 +172,7 @@ def save_state(runs_dir: Path, state: TuneState) -> Path:
     """Write the state atomically."""
     state.updated_at = store.utcnow()
     return atomic_write(tune_dir(runs_dir, state.spec.name) / STATE_FILE,
-                        state.model_dump_json(indent=2, by_alias=True) + "\n")
+                        state.model_dump_json(indent=2, by_alias=True) + "\n", mode=store.RUN_FILE_MODE)
 
 
 # --------------------------------------------------------------------------------------------

@@ -304,7 +304,9 @@ def _refuse_invalid(path: Path, file: str) -> None:
         ServedeckError: the first violation, naming its field.
     """
     from servedeck.compose.check import schema_findings
-    bad = [f for f in schema_findings(path.read_text(encoding="utf-8"), file=file)
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS
+    bad = [f for f in schema_findings(read_bounded(path, LIMITS.max_bytes, what="compose"), file=file)
            if f.rule.startswith("schema/") and f.severity.value == "error"]
     if bad:
         raise ServedeckError(f"Compose refuses this file: {bad[0].message}", file=file, field=bad[0].path,

@@ -179,10 +179,14 @@ def owner() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def render(profile: Profile, catalog: Catalog, project: Project) -> Rendered:
-    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`)."""
+def render(profile: Profile, catalog: Catalog, project: Project, workdir: str | None = None) -> Rendered:
+    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`),
+    named as the Compose project of host working directory ``workdir`` when given
+    (:func:`servedeck.grammar.compose_project_name`)."""
     from servedeck.compose.render import render_profile
-    return render_profile(profile, catalog, project.templates_dirs)
+    from servedeck.grammar import compose_project_name
+    return render_profile(profile, catalog, project.templates_dirs,
+                          compose_name=compose_project_name(workdir) if workdir else None)
 
 
 def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
@@ -195,7 +199,7 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
-    rendered = rendered if rendered is not None else render(profile, catalog, project)
+    rendered = rendered if rendered is not None else render(profile, catalog, project, entry.workdir)
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))

@@ -98,7 +98,7 @@ def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *,
     path = launcher.config_path(config, workdir) if config and deep and engine is not None else None
     if path is not None and config and engine is not None:
         data = _read_from_image(engine, image_ref, path)
-        found = launcher.read_config(config, data.decode()) if data else None
+        found = launcher.read_config(config, data.decode("utf-8", "replace")) if data else None
         if found is not None:
             defaults.append(found)
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)

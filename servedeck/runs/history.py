@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import parse
 from servedeck.runs import store
 
 if TYPE_CHECKING:
@@ -140,8 +141,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
 
 def _load_index(runs_dir: Path) -> dict:
     try:
-        doc = json.loads((runs_dir / store.INDEX).read_bytes())
-    except (OSError, ValueError):
+        doc = parse((runs_dir / store.INDEX).read_bytes())
+    except (OSError, ValueError):  # missing, unreadable or refused: the cache is rebuilt
         return {}
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or not isinstance(doc.get("runs"), dict):
         return {}

@@ -33,6 +33,8 @@ from servedeck.host.history import history_records
 from servedeck.host.remote import RemoteHost
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO_WORKLOAD = Workload(prompt_tokens=512, max_tokens=64, repetitions=3)
+"""The demo's benchmark here; a later arm benchmarks the same (the workload is a variable of an A/B)."""
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
 
@@ -56,7 +58,7 @@ def demo(tmp_path_factory, shared_compile_cache):
     reporter = QuietReporter()
     try:
         result = run_demo(project, reporter=reporter, build_progress=False,
-                          workload=Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
+                          workload=DEMO_WORKLOAD)
         entry = get_host(load_inventory(project.inventory_path), "local", project.inventory_path)
         host = RemoteHost("local", entry.ssh, entry.workdir)
         yield result, project, host, entry, reporter
@@ -392,8 +394,7 @@ def test_quality_variant_float32_against_bfloat16(demo):
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.quality import compare_quality
     result, project, host, entry, reporter = demo
-    run, report = run_quality_variant(project, host, entry, result.runs[0],
-                                      Workload(prompt_tokens=256, max_tokens=16, repetitions=2), reporter)
+    run, report = run_quality_variant(project, host, entry, result.runs[0], DEMO_WORKLOAD, reporter)
     diff = compare_arms(result.runs[0], run)
     assert diff.single_variable is not None and diff.single_variable.name == "dtype"
     assert (diff.single_variable.a, diff.single_variable.b) == ("bfloat16", "float32")
