@@ -338,8 +338,12 @@ class LoadRunner:
 
     async def run_level(self, index: int, level: LoadLevel, slo: Slo | None = None,
                         requests: int | None = None) -> tuple[LevelResult, list[RequestRecord]]:
-        """Prepare, send and summarise one level (module docstring)."""
+        """Prepare, send and summarise one level (module docstring). A concurrency level sends
+        at least one request per slot (``max(requests, c)``): fewer would never put ``c`` in
+        flight, and a capacity search would read a level it did not run as met."""
         n = requests or getattr(self.w, "per_level", None) or self.w.requests
+        if level.kind == "concurrency":
+            n = max(n, int(level.value))
         reqs = self.prepare(index, n)
         started = _utcnow()
         before = _scrape(self._http, self.base_url, self.model)  # type: ignore[arg-type]
