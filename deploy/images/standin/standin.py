@@ -597,6 +597,14 @@ def make_handler(cfg: dict, metrics: str):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """The HTTP server: a thread per connection, and uvicorn's listen backlog of 2048 (the
+    socketserver default of 5 drops the SYNs of a burst of connections, and a client's
+    requests then wait a second or more for the kernel to retry before the stand-in sees them)."""
+
+    request_queue_size = 2048
+
+
 def _env_float(name: str) -> float | None:
     raw = os.environ.get(name, "").strip()
     return float(raw) if raw else None
@@ -636,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"standin.py: unknown STANDIN_MODE {mode!r} (ok|exit|never|crashloop)")
         return 2
     replay(lines[:-1], cfg, total, pace)
-    server = ThreadingHTTPServer(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
+    server = Server(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
     ready_file = os.environ.get("STANDIN_READY_FILE")
     if ready_file:
