@@ -138,7 +138,8 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     model = run.meta.served_model_name
     if capacity is not None:
         from servedeck.runs.kv_history import read_kv
-        kv = (read_kv(run.path) or {}).get("prediction")
+        kv_record = read_kv(run.path)
+        kv = kv_record.prediction if kv_record is not None else None
         result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
                               precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
                               kv_prediction=kv, headers=headers, progress=progress)
