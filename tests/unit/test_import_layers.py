@@ -16,8 +16,9 @@ PACKAGE = ROOT / "servedeck"
 #: The package's layers, bottom first: a module imports only from layers below its own (or
 #: from its own subpackage). ``servedeck`` is the package's ``__init__`` (its version).
 LAYERS: list[set[str]] = [
-    {"servedeck", "errors", "findings", "fsutil", "numfmt", "yaml11"},
-    {"yamlio", "vllm"},
+    {"servedeck", "errors", "findings", "numfmt", "yaml11", "grammar", "safetext"},
+    {"fsutil"},
+    {"yamlio", "jsonio", "vllm"},
     {"runs", "launchers"},
     {"model"},
     {"compose"},
