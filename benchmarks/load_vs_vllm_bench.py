@@ -17,12 +17,11 @@ drift on the shared machine falls on both. vLLM bench 0.32 sends its first promp
 test and warm-up request, so its first measured request is a prefix-cache hit: it is left out
 of its TTFT median (its ``--save-detailed`` arrays, ordered by start time).
 
-servedeck's ``/metrics`` gauge sampler is off by default (``--metrics-interval 0``): ``vllm bench
-serve`` does not scrape while it runs, and on this 2-core CPU server each scrape holds the API
-server's event loop long enough to bunch up the streamed chunks of every request in flight (a
-run with ``invoke bench``'s 0.5 s sampling measured TTFT medians 0.7-14x and throughput 0.6-0.8x
-of vllm bench's, and so did the server's own counters in that window); ``--metrics-interval 0.5``
-measures that observer effect. The idle server's ``GET /metrics`` time is printed first.
+servedeck's ``/metrics`` gauge sampler is off by default (``--metrics-interval 0``), so that
+both tools put the same load on the server: ``vllm bench serve`` does not scrape while it runs,
+and each scrape costs the API server's event loop its answer time (printed first: ~26 ms on the
+idle CPU server here), which the streams in flight wait for. ``--metrics-interval 0.5`` runs
+servedeck as ``invoke bench`` does.
 
 Printed per level: median TTFT of both and their ratio (servedeck / vllm bench), output
 throughput (output tokens of successful requests per second of the level: servedeck's

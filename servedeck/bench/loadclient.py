@@ -23,8 +23,8 @@ runs its gauges are sampled every ``metrics_interval_s`` (``vllm:num_requests_ru
 names from ``vllm/v1/metrics/loggers.py``, 0.10.2-0.33).
 
 The event loop is uvloop's (libuv, the loop vLLM's own server runs on) when it is installed,
-else asyncio's own (:func:`run_loop`): the same client code, about a fifth less CPU per
-request on uvloop (``benchmarks/load_client_cost.py``).
+else asyncio's own (:func:`run_loop`): the same client code, 2-24 % less CPU per request on
+uvloop in ``benchmarks/load_client_cost.py``'s runs (benchmarks/README.md).
 
 Entry points: :func:`run_load` (a load profile's levels in order) and :func:`run_capacity`
 (a capacity search, :mod:`servedeck.bench.capacity`); both return a :class:`LoadRun` whose
