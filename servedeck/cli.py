@@ -27,6 +27,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
+
+Justify = Literal["default", "left", "center", "right", "full"]
+"""How a table column is aligned (rich's ``JustifyMethod``)."""
 
 
 def _import_invoke_without_mock():
@@ -103,6 +107,12 @@ def as_typed(text: str) -> str:
     return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
 
 
+def _print_err(line: str) -> None:
+    """One progress line to stderr, its control characters written as escapes."""
+    from servedeck.safetext import printable
+    print(printable(line), file=sys.stderr)
+
+
 def cli_errors(fn):
     """Decorator for a task: turn ServedeckError into a clean message (its suggested commands
     spelled as the user runs servedeck, :func:`as_typed`) and its exit code, Ctrl-C into
@@ -112,7 +122,8 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
-            print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+            from servedeck.safetext import printable
+            print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -160,7 +171,7 @@ def _write_out(path: str, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: list[list[str]]) -> None:
     """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
     texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
     from rich.console import Console
@@ -468,7 +479,8 @@ def status(c, host, inventory=None, json_=False):
     from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
-    print(json.dumps(st, indent=2) if json_ else format_status(st))
+    from servedeck.safetext import printable
+    print(json.dumps(st, indent=2) if json_ else printable(format_status(st)))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
@@ -524,7 +536,7 @@ def _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image
         raise ServedeckError("give --profile NAME")
     result = rollout(_project(), _fleet(inventory), hosts, profile, serial=serial, max_fail=max_fail,
                      policy=on_failure, image=image, timeout_s=float(timeout) if timeout else None,
-                     progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                     progress=console_progress(_print_err))
     print(render_table(rollout_table(result)), end="")
     print(f"state: {result.state_dir} ({result.duration_s:.1f} s)")
     if not result.ok:
@@ -548,6 +560,9 @@ def hosts(c, inventory=None, json_=False):
     print(render_table(hosts_table(fleet)), end="")
     for group, members in fleet.groups.items():
         print(f"{group}: {', '.join(members) or '-'}")
+    from servedeck.model.inventory import shared_deployments
+    for finding in shared_deployments(fleet.hosts):
+        print(f"warning: {finding}", file=sys.stderr)
 
 
 @task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "
@@ -584,7 +599,7 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     if plan:
         return
     result = run_sweep(_project(), sweep_plan,
-                       progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                       progress=console_progress(_print_err))
     print(render_table(sweep_table(result)), end="")
     for line in result.power_restored:
         print(line, file=sys.stderr)
@@ -920,7 +935,8 @@ def runs(c, profile=None, limit=50):
     if limit < 0:
         raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
     if limit and len(rows) > limit:
-        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)",
+              file=sys.stderr)
         rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
@@ -929,7 +945,8 @@ def runs(c, profile=None, limit=50):
                        ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s),
+                  cell(r.cold_ttft_s)]
                  for r in rows])
 
 
@@ -1257,7 +1274,8 @@ def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_mar
         err = exc.errors()[0]
         name = str(err["loc"][0])
         raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
-                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+                             hint="margins and agreements are fractions (0.01 = 1 %); "
+                                  "--quality-reference is A or B") from None
 
 
 def _project_profiles() -> list[dict]:
@@ -1400,7 +1418,8 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
                    only=list(only) if only else None,
-                   alternatives=profile_alternatives(_project_profiles(), like=rendered.profile.model_dump(mode="json")))
+                   alternatives=profile_alternatives(_project_profiles(),
+                                                     like=rendered.profile.model_dump(mode="json")))
 
 
 @task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
@@ -1417,7 +1436,7 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
 @_cli
 def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
          keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
-    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
     from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
     from servedeck.fleet.sweep import parse_vary
     variables = parse_vary(vary or [])

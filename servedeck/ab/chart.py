@@ -40,7 +40,7 @@ def chart_png(comparison: Comparison) -> bytes:
         if isinstance(m, str):
             _limit_panel(ax, comparison, m, colors)
             continue
-        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
+        for i, (_arm, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
                                                       (comparison.arm_b, m.samples_b, m.b))):
             if median is not None:
                 ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)

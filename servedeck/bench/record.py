@@ -73,6 +73,21 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
+def _served_model(run: RunRecord) -> str:
+    """The served model name the requests of a benchmark of ``run`` carry (``run.json``).
+
+    Raises:
+        ServedeckError: the record names none (a rollback to a revision whose history line
+            predates it): the server cannot be asked for a model nobody named.
+    """
+    name = run.meta.served_model_name
+    if not name:
+        raise ServedeckError(f"run {run.run_id} names no served model, so its server cannot be benchmarked",
+                             file=str(run.path / store.RUN_META),
+                             hint="redeploy the profile (a new run records the name it serves under)")
+    return name
+
+
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
                    probes: bool = True, quality_settings=None, lm_eval=None, telemetry: bool = True,
                    telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None,
@@ -127,14 +142,14 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
     tel.start()
     try:
-        result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+        result = run_bench(base_url, workload, served_model=_served_model(run),
                            progress=progress, client=client)
         result.write(run.path)
         while more is not None:
             batch = more(result)
             if batch is None:
                 break
-            result = append_result(result, run_bench(base_url, batch, served_model=run.meta.served_model_name,
+            result = append_result(result, run_bench(base_url, batch, served_model=_served_model(run),
                                                      progress=progress, client=client))
             result.write(run.path)
     finally:
@@ -163,7 +178,7 @@ def judge_output(run: RunRecord, base_url: str, api_key: str | None, *, probes: 
         probe_run(run, base_url, quality_settings, api_key=api_key, progress=progress)
     if lm_eval is not None:
         from servedeck.bench.lmeval import run_lm_eval
-        run.write(store.LM_EVAL, run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=api_key))
+        run.write(store.LM_EVAL, run_lm_eval(base_url, _served_model(run), lm_eval, api_key=api_key))
 
 
 def append_result(first, extra):
@@ -216,10 +231,11 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    model = run.meta.served_model_name
+    model = _served_model(run)
     if capacity is not None:
         from servedeck.runs.kv_history import read_kv
-        kv = (read_kv(run.path) or {}).get("prediction")
+        kv_doc = read_kv(run.path)
+        kv = kv_doc.prediction if kv_doc is not None else None
         result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
                               precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
                               kv_prediction=kv, headers=headers, progress=progress)
@@ -231,6 +247,8 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
                  quality_settings=quality_settings, lm_eval=lm_eval, progress=progress)
     run.save_meta(load_benched_at=result.summary.finished_at)
     return result
+
+
 def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | None = None, progress=None):
     """Run the quality probes against the server of ``run`` and write ``quality.json``.
 
@@ -252,7 +270,7 @@ def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | No
                                              max_model_len_of(run.path))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
-        quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
+        quality = run_probes(base_url, _served_model(run), settings=settings, features=features,
                              client=client, progress=progress)
     run.write(store.QUALITY, quality)
     return quality

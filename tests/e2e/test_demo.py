@@ -142,7 +142,8 @@ def test_bench_results_are_in_the_runs_with_acceptance_in_range(demo):
         summary = _json(run, "bench.json")
         n = summary["phases"]["cold"]["ttft_s"]["n"]
         # A: the fixed baseline; B: sampled against A, from 3 requests up to the budget, 2 per look
-        assert n == BASELINE_REQUESTS if run == result.runs[0] else (3 <= n <= MAX_REQUESTS and ((n - 3) % 2 == 0 or n == MAX_REQUESTS))
+        assert n == BASELINE_REQUESTS if run == result.runs[0] else (
+            3 <= n <= MAX_REQUESTS and ((n - 3) % 2 == 0 or n == MAX_REQUESTS))
         samples = [json.loads(line) for line in (run / "bench.jsonl").read_text().splitlines()]
         assert [s["rep"] for s in samples if s["phase"] == "cold"] == list(range(n))
         for phase in ("cold", "warm"):
@@ -246,7 +247,8 @@ def test_ab_latest_compares_the_two_benchmarked_runs(demo):
     text = result.report.read_text()
     assert "Sampled sequentially" in text and "## Recommendations" in text and "_Drafted by servedeck" in text
     # B started after A of the same image on this host: its engine start is not compared with A's
-    if out.comparison.startup_a.get("compile_cache_hit") is None and out.comparison.startup_b.get("compile_cache_hit") is None:
+    startup_a, startup_b = out.comparison.startup_a, out.comparison.startup_b
+    if startup_a.get("compile_cache_hit") is None and startup_b.get("compile_cache_hit") is None:
         init = out.comparison.metric("init_engine_s")
         assert init.verdict == "not comparable" and a.name in init.reason
 
@@ -276,7 +278,8 @@ def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_ci
     a, a_again = result.runs[0], result.runs[2]
     from devtools.demo import BASELINE_REQUESTS
     bench_deployed(a_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=BASELINE_REQUESTS))
-    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name, "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
+    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name,
+                      "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "A/A: same configuration (noise floor)" in proc.stdout
     assert f"A = {a.name}" in proc.stdout and f"B = {a_again.name}" in proc.stdout

@@ -46,6 +46,12 @@ then finds no vLLM to judge it with and skips, instead of waiting on a server.
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_STOP_S``: seconds the server takes to stop after SIGTERM or SIGINT, as a GPU server
+  releasing its memory does (default 0: at once). Docker's stop waits that long (within the
+  service's ``stop_grace_period``) before the container is gone.
+* ``STANDIN_LOG_ESCAPES``: ``1`` adds terminal control sequences to one startup log line (a
+  window-title and a screen-clearing sequence, a carriage return, a BiDi override), as a
+  hostile or careless server log may hold.
 * ``STANDIN_SURFACE``: a known response surface for tuning tests (unset: none). JSON
   ``{"SETTING": {"VALUE": FACTOR, ...}, ...}``: decode speed is multiplied by the FACTOR of each
   SETTING's value in this server's command (``--set vllm.SETTING=VALUE``, a JSON ``--set`` value
@@ -864,10 +870,19 @@ def _env_float(name: str) -> float | None:
     return float(raw) if raw else None
 
 
+def _stop(*_) -> None:
+    """SIGTERM/SIGINT: exit, after ``STANDIN_STOP_S`` seconds when set."""
+    stop_s = _env_float("STANDIN_STOP_S") or 0.0
+    if stop_s > 0:
+        say(f"INFO {time.strftime('%m-%d %H:%M:%S')} [standin.py] shutting down (takes {stop_s:g} s)")
+        time.sleep(stop_s)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the stand-in; returns the exit code (1 for the failing modes)."""
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
     cfg["load"] = LoadModel.from_env()
     if cfg["print_only"]:
@@ -900,6 +915,8 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "ok":
         say(f"standin.py: unknown STANDIN_MODE {mode!r} (ok|exit|never|crashloop)")
         return 2
+    if os.environ.get("STANDIN_LOG_ESCAPES") == "1":
+        say("INFO \x1b]0;owned\x07\x1b[2J\x1b[1;1Hstand-in log line with escapes\rhidden\u202eevil")
     replay(lines[:-1], cfg, total, pace)
     server = ThreadingHTTPServer(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
