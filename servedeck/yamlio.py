@@ -47,8 +47,8 @@ from ruamel.yaml.resolver import VersionedResolver
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import read_bounded
 
-__all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file", "load_roundtrip",
-           "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
+__all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file",
+           "load_roundtrip", "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
            "to_plain", "flatten", "yaml_error_line", "syntax_error_at", "file_error", "styled", "is_styled",
            "rewrite_scalars"]
 
