@@ -43,7 +43,7 @@ from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.signals import Signal
 from servedeck.ab.stats import Comparison, MetricComparison, short_warning
-from servedeck.numfmt import fmt_num, fmt_signed
+from servedeck.numfmt import fmt_num, fmt_signed, unit_of
 from servedeck.runs import store
 
 SPEED_METRICS = ("decode_tok_s", "ttft_s", "prefill_tok_s")
@@ -91,18 +91,10 @@ class Draft(BaseModel):
 # Sentence parts
 # --------------------------------------------------------------------------------------------
 
-def unit(name: str) -> str:
-    """The unit of a metric from its name: ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing."""
-    for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
-        if name.endswith(suffix):
-            return u
-    return ""
-
-
 def cite(m: MetricComparison) -> str:
     """``warm decode_tok_s 56.6 vs 57.0 tok/s (equivalent within ±3 %)``: B then A, and what its
     verdict carries."""
-    head = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}{unit(m.name)}"
+    head = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}{unit_of(m.name)}"
     pct = f"±{m.margin * 100:g} %" if m.margin is not None else "the margin"
     if m.verdict in ("faster", "slower", "higher", "lower"):
         change = (m.ratio - 1) * 100 if m.ratio else 0.0
@@ -272,7 +264,7 @@ def findings(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeB
     for s in signals or []:
         out.append(Claim(kind=s.kind, text=f"{s.kind.capitalize()}: {s.text}.", cites=[s.name]))
     if noise is not None:
-        from servedeck.ab.report import noise_sentence
+        from servedeck.ab.noise import noise_sentence
         out.append(Claim(kind="noise", text=noise_sentence(noise, c)[0].upper() + noise_sentence(noise, c)[1:] + ".",
                          cites=list(noise.metrics)))
     if c.sequential is not None:

@@ -241,7 +241,7 @@ class Catalog:
         if found is None:
             return None
         path = found[0]
-        from servedeck.model.project import state_dir
+        from servedeck.model.state import state_dir
         if path == self.shipped_path:
             kind = "the shipped catalog"
         elif self.local is not None and path == self.local.catalog_path:
