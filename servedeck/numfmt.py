@@ -50,9 +50,8 @@ def fmt_load(x: float | None) -> str:
     return "\u2013" if x is None else f"{x:g}"
 
 
-def unit_of(name: str) -> str:
-    """The unit of a metric from its name (`` tok/s``, `` s``, `` GiB``, `` tokens``, with its
-    leading space), or nothing."""
+def unit(name: str) -> str:
+    """The unit of a metric from its name (its suffix): ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing."""
     for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
         if name.endswith(suffix):
             return u

@@ -43,7 +43,7 @@ from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.signals import Signal
 from servedeck.ab.stats import Comparison, MetricComparison, short_warning
-from servedeck.numfmt import fmt_num, fmt_signed, unit_of
+from servedeck.numfmt import fmt_num, fmt_signed, unit
 from servedeck.runs import store
 
 SPEED_METRICS = ("decode_tok_s", "ttft_s", "prefill_tok_s")
@@ -94,7 +94,7 @@ class Draft(BaseModel):
 def cite(m: MetricComparison) -> str:
     """``warm decode_tok_s 56.6 vs 57.0 tok/s (equivalent within ±3 %)``: B then A, and what its
     verdict carries."""
-    head = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}{unit_of(m.name)}"
+    head = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}{unit(m.name)}"
     pct = f"±{m.margin * 100:g} %" if m.margin is not None else "the margin"
     if m.verdict in ("faster", "slower", "higher", "lower"):
         change = (m.ratio - 1) * 100 if m.ratio else 0.0

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from servedeck.model.state import state_dir
+from servedeck.fsutil import state_dir
 
 PROJECT_ENV = "SERVEDECK_PROJECT"
 

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "servedeck"
 #: from its own subpackage). ``servedeck`` is the package's ``__init__`` (its version).
 LAYERS: list[set[str]] = [
     {"servedeck", "findings", "numfmt", "yaml11", "grammar", "safetext", "textfmt"},
-    {"errors"},  # an error renders itself as findings
+    {"errors"},
     {"fsutil"},
     {"yamlio", "jsonio", "vllm"},
     {"runs", "launchers"},
