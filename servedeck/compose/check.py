@@ -22,8 +22,10 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
 ``env/*``          quotes that reach the container, VLLM_* variables the release does not read,
                    a missing env_file
-``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
-``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
+``flags/*``        flags judged by the release's own parser facts (unknown, abbreviated, hidden,
+                   deprecated, values)
+``json/*``         values of JSON config flags against the release's config model (its schema
+                   and the verdicts of vLLM's own validators), with the field path
 ``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
 ``entrypoint/*``   entrypoint replacing an image wrapper; a positional model the api_server
                    module parses and never uses
@@ -48,8 +50,8 @@ from pathlib import Path
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (container, document, environment, features, flags, local_image,
-                                       resources, runtime, server)
+from servedeck.compose.rules import (config_json, container, document, environment, features, flags,
+                                       local_image, resources, runtime, server)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 
@@ -60,7 +62,8 @@ _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 _SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, server.check_argv, server.check_launcher, server.check_vllm,
                   container.check_ports, container.check_gpu, container.check_restart,
                   container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
-                  environment.check_environment, flags.check_flags, features.check_features,
+                  environment.check_environment, flags.check_flags, config_json.check_json_values,
+                  features.check_features,
                   features.check_entrypoint, features.check_context_fits,
                   features.check_reasoning_family)
 

@@ -247,9 +247,14 @@ def test_json_key_of_another_flag(catalog):
 
 
 def test_json_wrong_type(catalog):
-    found = check(svc(["--speculative-config", '{"method":"ngram","num_speculative_tokens":"3"}']), catalog)
-    assert "json/wrong-type" in rules(found, "error")
-    assert check(svc(["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']), catalog) == []
+    """Judged by the config model as vLLM validates it (pydantic, lax): ``"3"`` is an integer to
+    vLLM 0.32 (seen with its own SpeculativeConfig in the CPU image), ``3.5`` and ``"three"``
+    are not."""
+    found = check(svc(["--compilation-config", '{"max_cudagraph_capture_size":"many"}']), catalog)
+    f = next(f for f in found if f.rule == "json/bad-value")
+    assert f.severity.value == "error" and "max_cudagraph_capture_size" in f.message
+    for spelling in ('{"method":"ngram","num_speculative_tokens":3}', '{"method":"ngram","num_speculative_tokens":"3"}'):
+        assert check(svc(["--speculative-config", spelling]), catalog) == []
 
 
 # ----------------------------------------------------------------------------- features, entrypoint

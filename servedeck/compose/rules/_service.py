@@ -142,11 +142,14 @@ JSON_FLAGS = {name for name, spec in FLAGS.items() if spec.kind == "json"}
 
 
 def flag_dest(name: str) -> tuple[str, bool]:
-    """``no-enable-chunked-prefill`` → (``enable_chunked_prefill``, negated=True)."""
+    """``no-enable-chunked-prefill`` → (``enable_chunked_prefill``, negated=True); vLLM 0.33's
+    ``disable-prefix-caching`` → (``enable_prefix_caching``, True)
+    (:func:`servedeck.vllm.argv.bool_meaning`)."""
     name = ALIASES.get(name, name)
-    if name.startswith("no-"):
-        return name[3:].replace("-", "_"), True
-    return name.replace("-", "_"), False
+    if argv.is_bool_flag(name):
+        dest, stored = argv.bool_meaning(name)
+        return dest, stored is False
+    return argv.spec_for(name).dest, False
 
 
 @dataclass

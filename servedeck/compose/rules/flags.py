@@ -1,7 +1,8 @@
 """``flags/*``: ``vllm serve`` flags judged by the release's own argument surface
 (:class:`servedeck.vllm.facts.VllmFacts`, read from vLLM's parser): flags the release does not
-know (removed or renamed), deprecated flags, values its type functions or choices reject,
-a flag given twice, and keys of JSON-valued flags checked against the config's fields.
+know (removed or renamed), abbreviations argparse expands (or finds ambiguous), option strings
+it accepts without documenting them, deprecated flags, values its type functions or choices
+reject, and a flag given twice.
 
 vLLM value syntax (``vllm/utils/argparse_utils.py``): ``human_readable_int`` takes ``16k``
 (16000) and ``16K`` (16384), ``1m``/``1M``, decimals with a suffix (``25.6k``);
@@ -13,8 +14,6 @@ keeps the last occurrence of a flag.
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from typing import Any
 
 from servedeck.compose.rules._facts import judge, vllm_flags
@@ -73,8 +72,9 @@ def _spelling(type_name: str | None) -> str:
 
 
 def check_flags(ctx: Ctx, svc: Service) -> None:
-    """``flags/unknown``, ``flags/deprecated``, ``flags/bool-with-value``, ``flags/bad-value``, ``flags/bad-choice``,
-    ``flags/repeated`` and the ``json/*`` key checks."""
+    """``flags/unknown``, ``flags/abbreviation``, ``flags/ambiguous-abbreviation``,
+    ``flags/hidden``, ``flags/deprecated``, ``flags/bool-with-value``, ``flags/bad-value``,
+    ``flags/bad-choice`` and ``flags/repeated`` (the ``json/*`` values: :mod:`.config_json`)."""
     flags = vllm_flags(svc)
     if not flags:
         return
@@ -96,13 +96,35 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
         action = facts.option(flag.name)
         if action is None and j.maybe_added(lambda f: f.option(flag.name)):
             continue  # known to the next newer release: may have been added in between
+        if action is None and flag.token.s.startswith("--") and "." not in flag.name:
+            full = facts.abbreviated(flag.name)
+            if len(full) == 1:
+                ctx.warning("flags/abbreviation", flag.token.path,
+                            f"--{flag.name} is not a `vllm serve` option; argparse takes it as the "
+                            f"abbreviation of {full[0]} in {j.basis} (allow_abbrev)",
+                            f"write {full[0]} in full: an option added later that starts the same "
+                            f"way makes the abbreviation ambiguous, and vLLM then exits")
+                continue
+            if len(full) > 1:
+                report("flags/ambiguous-abbreviation", flag.token.path,
+                       f"--{flag.name} abbreviates several `vllm serve` options in {j.basis} "
+                       f"({', '.join(full[:6])}{' ...' if len(full) > 6 else ''}); vLLM exits with "
+                       f"'ambiguous option: --{flag.name}'", "write the option in full")
+                continue
         if action is None:
             options = sorted(o[2:] for o in facts.by_option if o.startswith("--"))
-            hint = _rename_hint(flag.name, options)
+            hint = _rename_hint(flag.name, options, facts)
             report("flags/unknown", flag.token.path,
                    f"--{flag.name} is not a `vllm serve` flag in {j.basis}: vLLM exits with "
                    f"'unrecognized arguments: --{flag.name}' (removed or renamed)", hint)
             continue
+        if f"--{flag.name}" in action.hidden and flag.token.s.startswith("--"):
+            shown = negative_option(facts, action.dest) if action.stored(f"--{flag.name}") is False \
+                else next((o for o in action.options if action.stored(o) is True), None)
+            ctx.info("flags/hidden", flag.token.path,
+                     f"--{flag.name} is accepted by {j.basis} but not shown in its help (kept for "
+                     f"backwards compatibility)" + (f"; the release documents {shown}" if shown else ""),
+                     f"write {shown}" if shown else None)
         if action.deprecated:
             ctx.warning("flags/deprecated", flag.token.path,
                         f"--{flag.name} is deprecated in {j.basis} and will be removed",
@@ -133,7 +155,6 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
                    f"did you mean {', '.join(close)}?" if close else
                    f"choose from {', '.join(map(str, action.choices))}")
-    _json_keys(ctx, svc, j, flags)
 
 
 def _is_choice(facts: Any, name: str, text: str) -> bool:
@@ -142,70 +163,19 @@ def _is_choice(facts: Any, name: str, text: str) -> bool:
     return action is not None and bool(action.choices) and _in_choices(action, text)
 
 
-def _rename_hint(name: str, options: list[str]) -> str:
-    if name.startswith("disable-") and f"enable-{name[8:]}" in options:
-        return f"use --no-enable-{name[8:]}"
+def _rename_hint(name: str, options: list[str], facts: Any) -> str:
+    if name.startswith(("disable-", "no-disable-")) and f"enable-{name.split('disable-', 1)[1]}" in options:
+        positive = f"enable-{name.split('disable-', 1)[1]}"
+        if name.startswith("no-"):
+            return f"use --{positive}"
+        return f"use {negative_option(facts, positive) or '--no-' + positive}"
+    key = name.replace("-", "_")
+    owners = [dest for dest, cfg in (facts.json_configs or {}).items() if key in cfg.fields]
+    if owners:
+        flag = "--" + owners[0].replace("_", "-")
+        return (f"{key} is a key of {flag}: write {flag} '{{\"{key}\": VALUE}}' "
+                f"(or {flag}.{key} VALUE)")
     if name.startswith("enable-") and f"no-{name}" not in options and name == "enable-reasoning":
         return "drop it: --reasoning-parser NAME alone turns reasoning output on"
     close = difflib.get_close_matches(name, options, n=3, cutoff=0.7)
     return f"did you mean {', '.join('--' + c for c in close)}?" if close else "drop it"
-
-
-_BASIC = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,),
-          "list": (list,), "None": (type(None),)}
-
-
-def _type_ok(annotation: str, value: Any) -> bool:
-    """Loose check of a JSON value against a field annotation text (unknown parts accept all)."""
-    names = re.findall(r"[A-Za-z_][A-Za-z_0-9.]*", annotation)
-    if any(n.split(".")[-1] not in _BASIC and n not in ("Optional", "Union") for n in names):
-        return True  # Literal[...], Any, enums, nested configs: no loose judgement
-    kinds = [_BASIC[n] for n in names if n in _BASIC]
-    if not kinds:
-        return True
-    if isinstance(value, bool) and not any(bool in k for k in kinds):
-        return False
-    return any(isinstance(value, k) for k in kinds)
-
-
-def _json_keys(ctx: Ctx, svc: Service, j: Any, flags: list[Flag]) -> None:
-    configs = j.facts.json_configs
-    if not configs:
-        return
-    owner: dict[str, list[str]] = {}
-    for dest, cfg in configs.items():
-        for f in cfg.fields:
-            owner.setdefault(f, []).append(dest)
-    report = ctx.error if j.exact else ctx.warning
-    for flag in flags:
-        action = j.facts.option(flag.name)
-        if action is None or action.dest not in configs or flag.value is None:
-            continue
-        try:
-            value = json.loads(flag.value)
-        except ValueError:
-            continue  # argv/invalid-json
-        if not isinstance(value, dict):
-            continue
-        cfg = configs[action.dest]
-        cls = cfg.class_.rsplit(".", 1)[-1]
-        path = flag.value_path if flag.inline is None else flag.token.path
-        for key, v in value.items():
-            if key not in cfg.fields and j.maybe_added(
-                    lambda f: key in getattr((f.json_configs or {}).get(action.dest), "fields", {})):
-                continue  # a field of the next newer release's config
-            if key not in cfg.fields:
-                elsewhere = [d for d in owner.get(key, []) if d != action.dest]
-                if elsewhere:
-                    hint = f"{key!r} belongs to --{elsewhere[0].replace('_', '-')}; move it there"
-                else:
-                    close = difflib.get_close_matches(key, sorted(cfg.fields), n=3)
-                    hint = f"did you mean {', '.join(close)}?" if close else \
-                        f"known keys: {', '.join(sorted(cfg.fields))}"
-                report("json/unknown-key", path,
-                       f"--{flag.name} key {key!r} is not a field of {cls} in {j.basis}; vLLM rejects "
-                       f"the config", hint)
-            elif not _type_ok(cfg.fields[key], v):
-                report("json/wrong-type", path,
-                       f"--{flag.name} key {key!r} is {json.dumps(v)} but {cls}.{key} is "
-                       f"{cfg.fields[key]}", f"give {key} a value of type {cfg.fields[key]}")

@@ -17,6 +17,7 @@ from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge, version_tuple
 from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
                                       yaml_value)
+from servedeck.vllm import argv
 from servedeck.vllm.argv import spec_for
 from servedeck.vllm.names import check_name, parse_version
 
@@ -95,8 +96,10 @@ def _json_checks(ctx: Ctx, svc: Service) -> None:
         if action is not None and (action.type == "union_dict_and_str"  # a non-JSON text is a string
                                    or action.type == "_optional_type" and value in ("", "None")):
             continue
+        human = j is not None and j.facts.json_human_numbers and action is not None \
+            and action.type == "parse_dataclass"
         try:
-            json.loads(value)
+            argv.config_json(value, human_numbers=human)
         except ValueError as exc:
             ctx.error("argv/invalid-json", flag.value_path if flag.inline is None else flag.token.path,
                       f"--{flag.name} value {value!r} is not valid JSON ({exc}); vLLM refuses to start",
