@@ -602,16 +602,34 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
           f"launcher configs {[d.config for d in facts.launcher_defaults]}")
 
 
-@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON"})
+@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON",
+                                  "context_tokens": "the context the server is for (tokens, e.g. the profile's "
+                                                    "max_model_len): warn when the KV block size defeats prefix "
+                                                    "caching for it"})
 @_cli
-def startup_facts(c, log, json_=False):
-    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors."""
+def startup_facts(c, log, json_=False, context_tokens=None):
+    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors
+    (the cause over all starts, the phase it happened in, the fix)."""
+    from servedeck.vllm.startup_facts import prefix_caching_reach
     from servedeck.vllm.startup_log import format_summary, parse_startup_log
     path = Path(log)
     if not path.exists():
         raise ServedeckError("file not found", file=log)
     facts = parse_startup_log(path.read_text(encoding="utf-8", errors="replace"))
-    print(json.dumps(facts.to_dict(), indent=2, default=str) if json_ else format_summary(facts))
+    context = None
+    if context_tokens is not None:
+        try:
+            context = int(context_tokens)
+        except ValueError:
+            raise ServedeckError(f"--context-tokens {context_tokens!r} is not a number of tokens",
+                                 hint="e.g. --context-tokens 4096") from None
+    reach = prefix_caching_reach(facts, context or facts.max_model_len)
+    if json_:
+        out = facts.to_dict()
+        out["prefix_caching_warning"] = reach
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(format_summary(facts) + (f"\n\u2022 warning: {reach}" if reach else ""))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV,
