@@ -638,10 +638,12 @@ def startup_facts(c, log, json_=False, context_tokens=None):
                              "default: 32768, or what fits the deployed max_model_len)",
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
             "repetitions": "requests per phase (cold, warm)",
-            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run"})
+            "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
+            "benchmark": "with --import-file: the benchmark of a file holding several (a guidellm sweep, an "
+                         "--append-result file): its label as listed (constant@1.55), its position, or its strategy"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
-          import_file=None):
+          import_file=None, benchmark=None):
     """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
     from servedeck.runs.history import resolve_run
     from servedeck.bench.client import RichProgress, Workload
@@ -651,11 +653,13 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     if import_file:
         if not run:
             raise ServedeckError("--import-file needs --run RUN")
-        mapped = import_external(resolve_run(runs_dir, run), Path(import_file))
+        mapped = import_external(resolve_run(runs_dir, run), Path(import_file), benchmark)
         print(json.dumps(mapped, indent=2))
         for note in mapped.get("notes") or []:
             print(f"warning: {note}", file=sys.stderr)
         return
+    if benchmark:
+        raise ServedeckError("--benchmark chooses a benchmark of an imported file", hint="give --import-file FILE")
     if not host:
         raise ServedeckError("give --host NAME")
     remote, entry = _host(host, inventory)
