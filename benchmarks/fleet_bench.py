@@ -114,7 +114,7 @@ def _epoch(text: str) -> float:
 
 
 def run_timings(project: Path, run_id: str) -> dict[str, float]:
-    t = store.read_json(project / "runs" / run_id, store.RUN_META)["timings_s"]
+    t = store.read_meta(project / "runs" / run_id).timings_s
     return {"deploy": t["deploy_total_s"], "before switch": t["deploy_total_s"] - t["up_to_ready_s"],
             "switch": t["up_to_ready_s"] - t["container_start_to_ready_s"],
             "server start": t["container_start_to_ready_s"]}

@@ -184,7 +184,7 @@ def render(c, profile, out=None, flags=False):
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
-                                  expect=CheckExpectations(rendered=True))
+                                  expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
         print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
@@ -219,13 +219,14 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         text, findings = check_compose_file(path, file=compose, catalog=_catalog())
         if in_image:
             from servedeck.compose.check import check_in_image
-            findings += check_in_image(text, file=compose)
+            findings += check_in_image(text, file=compose, catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
         texts, findings = _check_profiles(names)
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)])
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
+                                            catalog=_catalog())
     if json_:
         print(findings_to_json(findings))
     else:
@@ -238,10 +239,10 @@ def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    text = _render(name).compose_text
-    return text, check_compose_text(text, file=f"profile:{name}", catalog=_catalog(),
-                                    expect=CheckExpectations(rendered=True,
-                                                             startup_seconds=_measured_startup(name)))
+    rendered = _render(name)
+    return rendered.compose_text, check_compose_text(
+        rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -416,10 +417,12 @@ _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"
             "max_fail": "--hosts: percent of a batch that may fail before the rollout stops (default 0)",
             "on_failure": "--hosts: keep (default) or rollback the hosts already deployed when one fails",
             "in_image": "let vLLM in the pinned image judge the command before the switch "
-                        "(default on; --no-in-image skips it)"})
+                        "(default on; --no-in-image skips it)",
+            "json": "print one JSON document on stdout (outcome, run_id, run_dir, timings_s, error; "
+                    "also when the deploy fails) and the progress on stderr"})
 @_cli
 def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_unlock=False, timeout=None,
-           image=None, hosts=None, serial=None, max_fail=None, on_failure="keep", in_image=True):
+           image=None, hosts=None, serial=None, max_fail=None, on_failure="keep", in_image=True, json_=False):
     """Render, check, preflight, pull, upload, restart and wait until the server serves; record the run."""
     if hosts:  # fleet: see the "fleet" block below
         return _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image, timeout)
@@ -429,18 +432,50 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
     from servedeck.deploy.apply import deploy as run_deploy
     from servedeck.deploy.console import ConsoleReporter
     from servedeck.deploy.plan import DeployOptions
-    result = run_deploy(_project(), remote, entry, _load(profile),
-                        DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
-                                      timeout_s=float(timeout) if timeout else None, image=image,
-                                      in_image=in_image),
-                        ConsoleReporter())
-    t = result.timings_s
-    print(f"deployed {profile} to {host}: ready; pull {t.get('pull_s')} s, server start to ready "
-          f"{t.get('container_start_to_ready_s')} s, servedeck overhead {t.get('overhead_s')} s")
-    if result.run:
-        print(f"run record: {result.run.path}")
-    if any(ch.status == "differs" for ch in result.arg_checks):
+    reporter = ConsoleReporter(stderr=json_)
+    try:
+        result = run_deploy(_project(), remote, entry, _load(profile),
+                            DeployOptions(no_rollback=no_rollback, force_unlock=force_unlock,
+                                          timeout_s=float(timeout) if timeout else None, image=image,
+                                          in_image=in_image),
+                            reporter)
+    except ServedeckError as exc:
+        if json_:
+            print(json.dumps(deploy_document(host, profile, reporter.run_dir, error=exc)))
+        raise
+    differs = [ch.render() for ch in result.arg_checks if ch.status == "differs"]
+    if json_:
+        print(json.dumps(deploy_document(host, profile, result.run.path if result.run else None,
+                                         outcome=result.outcome, timings_s=result.timings_s,
+                                         revision=result.revision, differs=differs)))
+    else:
+        t = result.timings_s
+        print(f"deployed {profile} to {host}: ready; pull {t.get('pull_s')} s, server start to ready "
+              f"{t.get('container_start_to_ready_s')} s, servedeck overhead {t.get('overhead_s')} s")
+        if result.run:
+            print(f"run record: {result.run.path}")
+    if differs:
         raise Exit("error: the server reports settings that differ from the profile (see above)", code=4)
+
+
+def deploy_document(host: str, profile: str, run_dir: Path | None, *, outcome: str | None = None,
+                    timings_s: dict | None = None, revision: int | None = None, differs: list | None = None,
+                    error: ServedeckError | None = None) -> dict:
+    """``deploy --json``'s document: ``{"host", "profile", "outcome", "run_id", "run_dir",
+    "revision", "timings_s", "differs", "error"}``. ``outcome``: ``ready``, or for a failed
+    deploy the run record's final state (``failed``, ``rolled-back``, ``interrupted``; None when
+    it failed before a run was recorded); ``differs``: settings the server reports otherwise than
+    the profile; ``error``: ``{"message", "hint"}`` of a failed deploy, else None."""
+    if error is not None and run_dir is not None:
+        from servedeck.runs.store import read_meta
+        try:
+            outcome = read_meta(run_dir).outcome
+        except ServedeckError:
+            outcome = None
+    return {"host": host, "profile": profile, "outcome": outcome,
+            "run_id": Path(run_dir).name if run_dir else None, "run_dir": str(run_dir) if run_dir else None,
+            "revision": revision, "timings_s": timings_s or {}, "differs": differs or [],
+            "error": {"message": error.message, "hint": error.hint} if error is not None else None}
 
 
 @task(help={"host": "inventory host name", "inventory": _INV, "json": "print JSON"})
@@ -708,33 +743,81 @@ def runs(c, profile=None, limit=50):
             "json": "print JSON"})
 @_cli
 def show(c, run, json_=False):
-    """Show one run: metadata, startup facts, args verification, benchmark summary."""
+    """Show one run: its run.json, changes, facts, startup, args verification, KV, benchmark and every other record."""
     from servedeck.runs.history import resolve_run, run_document
     path = resolve_run(_project().runs_dir, run)
-    doc = run_document(path)
     if json_:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(run_document(path), indent=2))
         return
-    from servedeck.bench.table import format_table
-    from servedeck.vllm.startup_facts import format_summary
-    meta = doc["run"] or {}
-    print(f"{path.name}: {meta.get('profile')} on {meta.get('host')}, {meta.get('outcome')} "
-          f"(started {meta.get('started_at')}, ready {meta.get('ready_at')})")
-    if meta.get("failure"):
-        print(f"  failure ({meta.get('failure_phase') or 'unknown phase'}): {meta['failure']}")
-    print(f"  image {(meta.get('image') or {}).get('reference')}")
-    print(f"  compose sha256 {meta.get('compose_sha256')}")
-    for ch in doc["diff"] or []:
-        print(f"  changed vs parent: {ch['path']}: {ch['parent']} -> {ch['value']}")
-    if doc["startup"]:
-        print("startup:")
-        print("\n".join("  " + line for line in format_summary(doc["startup"]).splitlines()))
-    for chk in doc["args_verification"] or []:
-        if chk["source"] == "profile" or chk["status"] == "differs":
-            print(f"  arg {chk['setting']}: {chk['status']} (expected {chk['expected']!r}, reported {chk['reported']!r})")
-    if doc["bench"]:
-        print("bench:")
-        print(format_table(doc["bench"]))
+    for line in show_lines(path):
+        print(line)
+
+
+#: run.json fields the first lines of ``show`` give; the others follow them as ``field: value``.
+_SHOW_HEADLINE = ("run_id", "profile", "host", "outcome", "started_at", "ready_at", "failure", "failure_phase",
+                  "image.reference", "compose_sha256", "args_verification.confirmed", "args_verification.differs")
+
+
+def show_lines(path: Path) -> list[str]:
+    """What ``show`` prints for the run directory ``path``: the headline of its run.json and
+    every other field it holds (null and empty ones left out), then each run file the store marks as shown
+    (:attr:`servedeck.runs.store.RunFile.shown`), in record order: in the words of its own
+    formatter where it has one (startup facts, args verification, KV, bench table), else as
+    ``field: value`` lines of its model. A field or file added to the record shows here with no
+    further code.
+
+    Raises:
+        ServedeckError: a file is not valid JSON or does not match its model.
+    """
+    from servedeck.runs import store
+    from servedeck.yamlio import flatten
+    meta = store.read_meta(path)
+    lines = [f"{path.name}: {meta.profile} on {meta.host}, {meta.outcome} "
+             f"(started {meta.started_at}, ready {meta.ready_at})"]
+    if meta.failure:
+        lines.append(f"  failure ({meta.failure_phase or 'unknown phase'}): {meta.failure}")
+    lines.append(f"  image {meta.image.reference if meta.image else None}")
+    lines.append(f"  compose sha256 {meta.compose_sha256}")
+    lines += [f"  {key}: {_shown(value)}" for key, value in flatten(store.encode(store.RUN_META, meta)).items()
+              if key not in _SHOW_HEADLINE and value not in (None, [], {})]
+    for file in store.present_files(path):
+        if file == store.RUN_META or not file.shown:
+            continue
+        value = store.read(path, file)
+        own = _show_formatters().get(str(file))
+        lines += own(value) if own else [f"{file}:", *(f"  {key}: {_shown(leaf)}" for key, leaf in
+                                                       flatten(store.encode(file, value)).items()
+                                                       if leaf not in (None, [], {}))]
+    return lines
+
+
+def _shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _show_formatters() -> dict:
+    """``show``'s own words for some run files (by file name): each takes the file's model and
+    returns lines (each imports its formatter when a run holds its file)."""
+    from servedeck.runs import store
+
+    def startup(facts) -> list[str]:
+        from servedeck.vllm.startup_facts import format_summary
+        return ["startup:", *("  " + line for line in format_summary(facts).splitlines())]
+
+    def args(rows) -> list[str]:
+        return [f"  arg {chk.setting}: {chk.status} (expected {chk.expected!r}, reported {chk.reported!r})"
+                for chk in rows.root if chk.source == "profile" or chk.status == "differs"]
+
+    def kv(doc) -> list[str]:
+        from servedeck.runs.kv_history import format_kv
+        return [f"  KV: {line}" for line in [format_kv(doc)] if line]
+
+    def bench(summary) -> list[str]:
+        from servedeck.bench.table import format_table
+        return ["bench:", format_table(store.encode(store.BENCH_SUMMARY, summary))]
+    return {store.PROFILE_DIFF: lambda diff: [f"  changed vs parent: {ch.path}: {ch.parent} -> {ch.value}"
+                                              for ch in diff.root],
+            store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench}
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
@@ -829,10 +912,9 @@ def plan(c, profile, against, kv_threshold=10.0):
     """Before deploying: would PROFILE against RUN be a single-variable experiment? And its KV pool."""
     from servedeck.ab.compare import guard, plan_against
     from servedeck.runs.history import resolve_run
-    from servedeck.vllm.launcher import effective_settings
     rendered = _render(profile)
     views = {"profile": rendered.profile.model_dump(mode="json"),
-             "effective": effective_settings(rendered.profile, rendered.facts),
+             "effective": rendered.service.settings(),
              "compose_text": rendered.compose_text, "workload": None, "facts": None}
     against_dir = resolve_run(_project().runs_dir, against)
     diff = guard(plan_against(views, against_dir))
@@ -844,7 +926,7 @@ def _plan_kv(rendered, against_dir: Path, threshold: float) -> None:
     """KV prediction lines of `invoke plan` (servedeck.runs.kv_history.plan_kv); an error exits 2."""
     from servedeck.findings import has_errors
     from servedeck.runs.kv_history import plan_kv
-    _, findings = plan_kv(rendered.profile, rendered.facts, _project().runs_dir, against_dir,
+    _, findings = plan_kv(rendered.profile, rendered.service, _project().runs_dir, against_dir,
                           change_threshold_pct=threshold)
     for f in findings:
         print(f.render())

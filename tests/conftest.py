@@ -46,3 +46,20 @@ def project_copy(tmp_path: Path) -> Path:
     for name in ("profiles", "deploy", "templates", "schema"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("images"))
     return tmp_path
+
+
+def make_sample(phase: str, rep: int, **fields):
+    """One ``bench.jsonl`` sample (:class:`servedeck.runs.records.Sample`): ``fields`` over
+    plausible values of every other field (a 64-token prompt, 16 output tokens)."""
+    from servedeck.runs.records import Sample, ServerDelta
+    base = {"phase": phase, "rep": rep, "tag": f"[req {phase}{rep:030d}]", "prompt_tokens": 64,
+            "prompt_tokens_requested": 64, "output_tokens": 16, "first_chunk_tokens": 1, "ttft_s": 0.5,
+            "prefill_tok_s": 128.0, "decode_tok_s": 50.0, "decode_s": 0.3, "e2e_s": 0.8,
+            "finish_reason": "length", "chunks": 16, "server": ServerDelta()}
+    return Sample(**{**base, **fields})
+
+
+@pytest.fixture
+def bench_sample():
+    """:func:`make_sample`, for tests that write benchmark files."""
+    return make_sample

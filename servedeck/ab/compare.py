@@ -9,13 +9,16 @@ Two *arms* are compared view by view; every view is flattened to ``{dotted path:
 * ``compose``   - the rendered ``docker-compose.yml`` parsed with ruamel.yaml (YAML 1.2):
   image reference, environment (``env.NAME``), volumes keyed by container path, devices, ports,
   group_add, shm_size, ipc, ... and the service ``command``, which is split into
-* ``argv``      - launcher argv tokens: exl3xpu ``--set vllm.KEY=VALUE`` and vLLM passthrough
-  flags (``--max-num-batched-tokens 8192``) both become the vLLM dest name ``max_num_batched_tokens``;
-  ``--set env.NAME=V`` becomes ``env.NAME``; exl3xpu's own options become ``launcher.gpu``,
-  ``launcher.model_path``, ...; positional tokens ``command.positional[i]``.
-  (Launcher contract: ``0xSero/exl3xpu`` ``scripts/serve.py`` v2/v3.)
-* ``facts``     - ``facts.json`` host facts (name, kernel, docker/compose version, GPU power cap)
-  and image facts (digest -> ``image``, ``vllm_version``),
+* ``argv``      - the command as the service's launcher reads it
+  (:meth:`servedeck.launchers.base.Launcher.argv_view`; the service as it will run,
+  :class:`servedeck.compose.service.Service`): vLLM flags by dest name
+  (``--max-num-batched-tokens 8192`` → ``max_num_batched_tokens``), a launcher's config edits
+  under the setting they edit (exl3xpu ``--set vllm.max_num_batched_tokens=8192`` → the same
+  ``max_num_batched_tokens``, ``--set env.NAME=V`` → ``env.NAME``), its own options as
+  ``launcher.<option>``, positional tokens ``command.positional[i]``.
+* ``facts``     - ``facts.json`` (:class:`~servedeck.runs.records.FactsRecord`): the fields its
+  model marks as compared (host name, kernel, docker/compose version, GPU power cap; image
+  digest -> ``image``, ``vllm_version``),
 * ``workload``  - ``workload.json`` (``workload.<path>``).
 
 One logical change shows up in several views (profile field, effective setting, argv token).
@@ -37,10 +40,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from servedeck.compose.document import Mount, parse_document
+from servedeck.compose.service import read_services
 from servedeck.errors import ServedeckError
+from servedeck.launchers import registry
+from servedeck.launchers.base import Launcher, Token, scalar
 from servedeck.runs import store
-from servedeck.vllm import argv as argv_grammar
-from servedeck.yamlio import flatten, launcher_value
+from servedeck.runs.records import FactsRecord, compared_paths
+from servedeck.yamlio import flatten
 
 # --------------------------------------------------------------------------------------------
 # Views
@@ -60,20 +66,6 @@ PROFILE_NAMING_PATHS = frozenset({"container.container_name"})
 #: Compose service keys that only name things; they cannot change a result.
 COMPOSE_NAMING_KEYS = frozenset({"container_name", "labels", "hostname"})
 
-#: exl3xpu ``scripts/serve.py`` own options (not passed to vLLM), mapped to variable names.
-LAUNCHER_OPTIONS = {"gpu": "launcher.gpu", "model_path": "launcher.model_path", "dp": "launcher.dp",
-                    "print": "launcher.print", "log_dir": "launcher.log_dir"}
-
-#: facts.json paths compared, mapped to variable names.
-FACT_PATHS = {
-    ("host", "name"): "host.name",
-    ("host", "kernel"): "host.kernel",
-    ("host", "docker_version"): "host.docker_version",
-    ("host", "compose_version"): "host.compose_version",
-    ("host", "gpu_power_cap_w"): "host.gpu_power_cap_w",
-    ("image", "digest"): "image",
-    ("image", "vllm_version"): "vllm_version",
-}
 
 
 
@@ -87,7 +79,7 @@ class ArmViews:
         effective: effective engine settings keyed by vLLM dest names, or None.
         compose_text: the compose file text (required).
         workload: benchmark workload dict, or None (not benchmarked / not planned yet).
-        facts: ``{"host": {...}, "image": {...}}``, or None (not gathered yet).
+        facts: the host and image facts (``facts.json``), or None (not gathered yet).
         source: the run directory, when the arm is a recorded run.
     """
 
@@ -96,7 +88,7 @@ class ArmViews:
     profile: dict | None = None
     effective: dict | None = None
     workload: dict | None = None
-    facts: dict | None = None
+    facts: FactsRecord | None = None
     source: Path | None = None
 
 
@@ -184,13 +176,16 @@ def load_arm(run_dir: Path) -> ArmViews:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ServedeckError("run directory does not exist", file=str(run_dir))
+    profile = store.read(run_dir, store.PROFILE_RESOLVED)
+    effective = store.read(run_dir, store.EFFECTIVE)
+    workload = store.read(run_dir, store.WORKLOAD)
     return ArmViews(
         label=run_dir.name,
-        compose_text=store.read_text(run_dir, store.COMPOSE),
-        profile=store.read_json(run_dir, store.PROFILE_RESOLVED),
-        effective=store.read_json(run_dir, store.EFFECTIVE),
-        workload=store.read_json(run_dir, store.WORKLOAD),
-        facts=store.read_json(run_dir, store.FACTS),
+        compose_text=store.read(run_dir, store.COMPOSE, required=True),
+        profile=profile.root if profile is not None else None,
+        effective=effective.root if effective is not None else None,
+        workload=workload.model_dump(mode="json") if workload is not None else None,
+        facts=store.read(run_dir, store.FACTS),
         source=run_dir,
     )
 
@@ -215,26 +210,16 @@ def views_from_profile(profile_views: dict, label: str | None = None) -> ArmView
         raise ServedeckError("the rendered profile has no compose text to compare")
     profile = profile_views.get("profile")
     name = (profile or {}).get("name") if isinstance(profile, dict) else None
+    facts = profile_views.get("facts")
     return ArmViews(label=label or f"profile {name or '(unnamed)'}",
                     compose_text=profile_views["compose_text"], profile=profile,
                     effective=profile_views.get("effective"), workload=profile_views.get("workload"),
-                    facts=profile_views.get("facts"))
+                    facts=FactsRecord.model_validate(facts) if facts is not None else None)
 
 
 # --------------------------------------------------------------------------------------------
 # Flattening
 # --------------------------------------------------------------------------------------------
-
-def parse_scalar(text: str) -> Any:
-    """A command-line value as the exl3xpu launcher reads it (YAML 1.1 scalar or flow
-    collection; the stripped text when it does not parse).
-
-    ``"8192"`` -> 8192, ``"0.94"`` -> 0.94, ``"true"`` -> True, ``"null"`` -> None,
-    ``'{"method":"mtp"}'`` -> dict.
-    """
-    value = launcher_value(text.strip())
-    return text.strip() if isinstance(value, str) else value
-
 
 def flatten_profile(profile: dict) -> dict[str, Any]:
     """Flatten a resolved profile, dropping the top-level naming fields.
@@ -253,53 +238,24 @@ def flatten_effective(effective: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in effective.items():
         if isinstance(value, str) and value.strip()[:1] == "{":
-            value = parse_scalar(value)
+            value = scalar(value)
         out.update(flatten(value, key))
     return out
 
 
-def flatten_argv(command: list[str]) -> dict[str, Any]:
-    """Map container command tokens to ``{variable: value}``.
-
-    Tokens are read by the argv grammar (:func:`servedeck.vllm.argv.parse_vllm`: ``--flag value``
-    and ``--flag=value`` alike, bare ``--flag`` = True, ``--no-flag`` = False, a repeated flag
-    keeps the last value as vLLM does, ``--`` dropped). exl3xpu ``--set KEY.PATH=VALUE`` maps to
-    KEY (``vllm.`` prefix stripped so the key is vLLM's dest name; value as the launcher's YAML
-    1.1 reads it); ``--gpu``/``--model-path``/``--dp``/``--print``/``--log-dir`` are launcher
-    options; vLLM values are converted as vLLM does (``16K`` = 16384). JSON values are flattened
-    to dotted paths. Positional tokens are ``command.positional[i]``.
-    """
-    tokens = [str(t) for t in command]
-    out: dict[str, Any] = {}
-    positional = 0
-    for arg in argv_grammar.parse_vllm(tokens):
-        if arg.name is None:
-            out[f"command.positional[{positional}]"] = parse_scalar(arg.values[0])
-            positional += 1
-            continue
-        name = (arg.name + (f".{arg.subkey}" if arg.subkey else "")).replace("-", "_")
-        if name == "set" and arg.value is not None and "=" in arg.value:
-            key, val = arg.value.split("=", 1)
-            key = key.strip()
-            key = key[len("vllm."):] if key.startswith("vllm.") else key
-            out.update(flatten(parse_scalar(val), key))
-            continue
-        if name in LAUNCHER_OPTIONS:
-            out[LAUNCHER_OPTIONS[name]] = parse_scalar(arg.value) if arg.values else True
-            continue
-        if not arg.values:
-            out[arg.dest or name] = not arg.negated
-            continue
-        if len(arg.values) > 1:
-            out[name] = [parse_scalar(v) for v in arg.values]
-            continue
-        value = argv_grammar.convert_lenient(arg.name, arg.value)
-        out.update(flatten(parse_scalar(value) if isinstance(value, str) else value, name))
-    return out
+def flatten_argv(command: list[str], launcher: Launcher | None = None) -> dict[str, Any]:
+    """Map container command tokens to ``{variable: value}`` as ``launcher`` reads them
+    (:meth:`servedeck.launchers.base.Launcher.argv_view`; None: the launcher whose argument
+    shape the command has, else the default one). Values are converted as the receiving parser
+    does (vLLM: ``16K`` = 16384; a launcher's ``--set`` value as its YAML 1.1 reads it)."""
+    launcher = launcher or registry.of_arguments([str(t) for t in command]) or registry.default()
+    return launcher.argv_view(launcher.read([Token(str(t), ("command", i)) for i, t in enumerate(command)]))
 
 
 def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> tuple[dict, dict]:
-    """Parse a compose file into ``(compose view, argv view)``, both flattened.
+    """Parse a compose file into ``(compose view, argv view)``, both flattened; the command is
+    read by each service's launcher (the service as it will run: :func:`servedeck.compose.
+    service.read_services`).
 
     Single-service files use plain paths (``image``, ``env.HF_HOME``, ``compose.devices``);
     with several services each path is prefixed with ``services.<name>.``. Volumes are keyed by
@@ -312,6 +268,7 @@ def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> t
         ServedeckError: the text is not YAML or has no ``services`` mapping.
     """
     doc = parse_document(compose_text, file=source)
+    running = {s.name: s for s in read_services(doc.dump())}
     compose: dict[str, Any] = {}
     argv: dict[str, Any] = {}
     multi = len(doc.services) > 1
@@ -323,7 +280,10 @@ def parse_compose(compose_text: str, *, source: str = "docker-compose.yml") -> t
             if key == "image":
                 compose[f"{prefix}image"] = svc.image
             elif key == "command":
-                argv.update({f"{prefix}{k}": v for k, v in flatten_argv(svc.command or []).items()})
+                launch = running[svc_name].launch if svc_name in running else None
+                view = (launch.launcher.argv_view(launch) if launch is not None and launch.launcher is not None
+                        else flatten_argv(svc.command or []))
+                argv.update({f"{prefix}{k}": v for k, v in view.items()})
             elif key == "entrypoint":
                 compose[f"{prefix}compose.entrypoint"] = svc.entrypoint or []
             elif key == "environment":
@@ -359,13 +319,16 @@ def _volume_rest(vol: Mount) -> str:
     return ":".join([vol.source, *([vol.mode] if vol.mode else [])])
 
 
-def flatten_facts(facts: dict) -> dict[str, Any]:
-    """Pick the comparable host and image facts (see :data:`FACT_PATHS`)."""
+def flatten_facts(facts: FactsRecord) -> dict[str, Any]:
+    """The comparable host and image facts: ``{comparison name: value}`` of the fields
+    :class:`~servedeck.runs.records.FactsRecord` marks as compared
+    (:func:`~servedeck.runs.records.compared_paths`)."""
     out: dict[str, Any] = {}
-    for (section, key), name in FACT_PATHS.items():
-        sec = facts.get(section) or {}
-        if key in sec:
-            out[name] = sec[key]
+    for path, name in compared_paths(FactsRecord).items():
+        value: Any = facts
+        for part in path:
+            value = getattr(value, part)
+        out[name] = value
     return out
 
 

@@ -84,7 +84,7 @@ TREND_METRICS = ("cold ttft_s", "cold prefill_tok_s", "warm decode_tok_s")
 
 def _run_medians(run_dir: Path, metrics: Sequence[str]) -> dict[str, float | None]:
     import statistics
-    samples = store.read_samples(run_dir)
+    samples = store.read(run_dir, store.BENCH_SAMPLES)
     out: dict[str, float | None] = {}
     for key in metrics:
         phase, name = key.split(" ", 1)

@@ -23,9 +23,11 @@ from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
 from servedeck.numfmt import fmt_num, fmt_pct, fmt_ratio, fmt_signed
 
+from servedeck.runs import store
+from servedeck.runs.records import ArgCheck, RunMeta
+
 COARSE_BELOW_N = 5
 """Below this many samples per arm a bootstrap interval is noted as coarse in the findings."""
-from servedeck.runs import store
 
 TEMPLATES_DIR = shipped_root() / "templates"
 REPORT_TEMPLATE = "report.md.j2"
@@ -149,20 +151,25 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _json_or_empty(run_dir: Path, name: str):
+def _meta(run_dir: Path) -> RunMeta | None:
+    """The run's ``run.json``, or None when it is missing or cannot be read (the report says
+    less about that run)."""
     try:
-        return store.read_json(run_dir, name) or {}
+        return store.read(run_dir, store.RUN_META)
     except ServedeckError:
-        return {}
+        return None
 
 
 def _evidence(v: Variable) -> str:
     return ", ".join(f"{d.view}:{d.path}" for d in v.evidence)
 
 
-def _verification(run_dir: Path, names: set[str]) -> list[dict]:
-    rows = _json_or_empty(run_dir, store.ARGS_VERIFICATION)
-    return [r for r in rows or [] if isinstance(r, dict) and r.get("setting") in names]
+def _verification(run_dir: Path, names: set[str]) -> list[ArgCheck]:
+    try:
+        rows = store.read(run_dir, store.ARGS_VERIFICATION)
+    except ServedeckError:
+        return []
+    return [r for r in rows.root if r.setting in names] if rows is not None else []
 
 
 def title_change(diff: ArmDiff) -> str:
@@ -208,17 +215,16 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     except jinja2.TemplateNotFound as exc:
         raise ServedeckError("report template not found",
                              file=str((templates_dir or TEMPLATES_DIR) / REPORT_TEMPLATE)) from exc
-    compose_a = store.read_text(run_a, store.COMPOSE)
-    compose_b = store.read_text(run_b, store.COMPOSE)
-    meta_a = _json_or_empty(run_a, store.RUN_META)
-    meta_b = _json_or_empty(run_b, store.RUN_META)
+    compose_a = store.read(run_a, store.COMPOSE, required=True)
+    compose_b = store.read(run_b, store.COMPOSE, required=True)
+    meta_a, meta_b = _meta(run_a), _meta(run_b)
     names = {v.name for v in diff.differences}
     single = diff.single_variable
     text = template.render(
         diff=diff, comparison=comparison, single=single,
         multi=len(diff.differences) > 1, title_change=title_change(diff),
         run_a=run_a.name, run_b=run_b.name, meta_a=meta_a, meta_b=meta_b,
-        model=meta_b.get("served_model_name") or meta_a.get("served_model_name"),
+        model=(meta_b and meta_b.served_model_name) or (meta_a and meta_a.served_model_name),
         variables=[{"name": v.name,
                     "a": fmt_value(v.a) if v.present_a else "(absent)",
                     "b": fmt_value(v.b) if v.present_b else "(absent)",

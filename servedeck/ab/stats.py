@@ -473,9 +473,8 @@ def _startup_facts(run_dir: Path) -> dict:
     """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
     parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
-    log = Path(run_dir) / store.STARTUP_LOG
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else None
-    return record_facts(store.read_json(run_dir, store.STARTUP), text)
+    stored = store.read(run_dir, store.STARTUP)
+    return record_facts(stored.to_dict() if stored is not None else None, store.read(run_dir, store.STARTUP_LOG))
 
 
 def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path], *,
@@ -500,8 +499,8 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     la, lb = _as_list(runs_a), _as_list(runs_b)
     sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
-    samples_a = [s for r in la for s in store.read_samples(r)]
-    samples_b = [s for r in lb for s in store.read_samples(r)]
+    samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
+    samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
     wanted = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:

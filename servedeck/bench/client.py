@@ -58,18 +58,18 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servedeck.bench.sizing import FIT_HINT
 from servedeck.bench.table import SUMMARY_METRICS
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, Sample, ServerDelta, Workload
 
-CHAT_ENDPOINT = "/v1/chat/completions"
-COMPLETIONS_ENDPOINT = "/v1/completions"
+__all__ = ["BenchResult", "CHAT_ENDPOINT", "COMPLETIONS_ENDPOINT", "RichProgress", "Sample", "ServerDelta",
+           "Workload", "run_bench"]
 
 _FILLER_WORDS = (
     "the river runs past an old stone bridge where people stop to watch boats carry grain "
@@ -79,85 +79,8 @@ _FILLER_WORDS = (
 
 
 # --------------------------------------------------------------------------- models
-
-
-class Workload(BaseModel):
-    """The benchmark workload definition, saved as ``workload.json`` with every run.
-
-    Fields carry their units in their names. ``prompt_tokens`` is the exact prompt length as
-    the server counts it for the request that is sent (chat template included for the chat
-    endpoint). Defaults fit the seed's long-context single-stream use on the B70 card; the
-    CPU tests pass small values.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    prompt_tokens: int = Field(32768, ge=16, description="exact prompt length in tokens (server count)")
-    max_tokens: int = Field(256, ge=2, description="output tokens per request (exact with ignore_eos)")
-    repetitions: int = Field(3, ge=1, description="requests per measured phase (cold and warm each)")
-    warmup_requests: int = Field(1, ge=0, description="throwaway requests before the measured phases")
-    temperature: float = Field(0.0, ge=0.0)
-    seed: int = 0
-    endpoint: Literal["/v1/chat/completions", "/v1/completions"] = CHAT_ENDPOINT
-    ignore_eos: bool = True
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    tag_prefix: str = Field("req", min_length=1, description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
-    warm_order: Literal["paired", "after_cold"] = "paired"
-    request_timeout_s: float = Field(1800.0, gt=0)
-    metrics_settle_timeout_s: float = Field(5.0, gt=0, description="wait for /metrics to count a finished request")
-
-    @field_validator("tag_prefix")
-    @classmethod
-    def _no_brackets(cls, v: str) -> str:
-        if any(c in v for c in "[] \n"):
-            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
-        return v
-
-
-class ServerDelta(BaseModel):
-    """Server-side ``/metrics`` deltas around one request (or summed over a phase)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ttft_s: float | None = None
-    ttft_count: int = 0
-    spec_accept_len: float | None = None
-    spec_per_position: list[float] = Field(default_factory=list)
-    spec_drafts: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    prefix_cache_hits: int = 0
-    prefix_cache_queries: int = 0
-    prompt_tokens_cached: int | None = None
-    requests_finished: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    prefill_s: float | None = None
-    decode_s: float | None = None
-    decode_tok_s: float | None = None
-
-
-class Sample(BaseModel):
-    """One request's measurements (a line of ``bench.jsonl``); times in seconds."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    phase: Literal["warmup", "cold", "warm"]
-    rep: int
-    tag: str
-    prompt_tokens: int
-    prompt_tokens_requested: int
-    output_tokens: int
-    first_chunk_tokens: int
-    ttft_s: float
-    prefill_tok_s: float
-    decode_tok_s: float | None
-    decode_s: float
-    e2e_s: float
-    finish_reason: str | None
-    chunks: int
-    server: ServerDelta
-    flags: list[str] = Field(default_factory=list)
+# The workload and the samples are run-file content: their models live with the run store
+# (servedeck.runs.records: Workload, ServerDelta, Sample), imported here under their names.
 
 
 @dataclass
@@ -219,8 +142,7 @@ class BenchResult:
         Returns the paths by file name. Raises OSError when the directory is not writable.
         """
         from servedeck.runs.store import write_bench_files
-        return write_bench_files(run_dir, self.workload.model_dump(mode="json"),
-                                 [s.model_dump(mode="json") for s in self.samples], self.summary())
+        return write_bench_files(run_dir, self.workload, self.samples, self.summary())
 
 
 def _metric(s: Sample, name: str) -> float | None:

@@ -42,96 +42,18 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from servedeck.errors import ServedeckError
+from servedeck.runs.records import BenchEntry, ExternalBench, RequestCounts
 
 __all__ = ["BenchEntry", "ExternalBench", "RequestCounts", "choose", "import_file", "import_guidellm",
            "import_vllm_bench", "list_benchmarks"]
 
 
-class RequestCounts(BaseModel):
-    """How many requests an external benchmark sent and how they ended (``None``: the file
-    does not say). ``total`` = ``completed`` + ``failed`` (+ ``incomplete``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    total: int | None = None
-    completed: int | None = None
-    failed: int | None = None
-    incomplete: int | None = None
-
-
-class BenchEntry(BaseModel):
-    """One benchmark of a result file (a guidellm report's ``benchmarks[i]``, a line of a
-    ``vllm bench serve --append-result`` file).
-
-    Attributes:
-        index: 1-based position in the file.
-        label: what servedeck calls it, guidellm's own spelling for guidellm
-            (``synchronous``, ``concurrent@4``, ``throughput@512``, ``constant@1.55``,
-            ``poisson@2.00``); for vLLM ``concurrency@8`` (``--max-concurrency`` at an unlimited
-            rate), ``rate@2.00`` (``--request-rate``; ``rate@2.00,concurrency@8`` with both),
-            ``rate@inf`` (every request at once).
-        strategy: the load's kind: guidellm's strategy type, or ``concurrency`` / ``rate`` /
-            ``burst`` for vLLM.
-        rate_rps: requests per second asked for (None: unlimited or not rate-driven).
-        concurrency: concurrent requests asked for (streams, max_concurrency), or None.
-        name: the tool's own label for the run (``vllm bench serve --label``), or None.
-        requests: requests the benchmark sent (None: the file does not say).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    index: int
-    label: str
-    strategy: str
-    rate_rps: float | None = None
-    concurrency: int | None = None
-    name: str | None = None
-    requests: int | None = None
-
-    def describe(self) -> str:
-        """``#3 constant@1.55 (1.55 req/s, 186 requests)``."""
-        parts = []
-        if self.rate_rps is not None:
-            parts.append(f"{self.rate_rps:g} req/s")
-        if self.concurrency is not None:
-            parts.append(f"{self.concurrency} concurrent")
-        if self.requests is not None:
-            parts.append(f"{self.requests} requests")
-        return f"#{self.index} {self.label}" + (f" ({', '.join(parts)})" if parts else "")
-
-
-class ExternalBench(BaseModel):
-    """An external benchmark result mapped onto servedeck's metric names.
-
-    ``metrics[name]`` = ``{"median", "mean", "min", "max", "n"}`` (missing statistics None;
-    ``n`` = successful requests) for ``ttft_s``, ``decode_tok_s``, ``e2e_s``,
-    ``prefill_tok_s``, ``output_tokens``, ``prompt_tokens`` where the source has them;
-    ``server`` holds ``spec_accept_len``, ``spec_per_position``, ``spec_drafts`` when reported.
-    ``requests``: :class:`RequestCounts`; ``partial``: some request did not succeed;
-    ``failure_reasons``: ``[{"text", "count"}]``, the distinct error messages of failed requests
-    (most frequent first) where the file keeps them; ``notes``: sentences for the user;
-    ``benchmark``: which benchmark of the file this is (:class:`BenchEntry`: its strategy, rate,
-    concurrency); ``benchmarks_in_file``: how many the file holds.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: Literal["vllm-bench-serve", "guidellm"]
-    path: str
-    metrics: dict[str, dict[str, float | int | None]]
-    server: dict[str, Any] = Field(default_factory=dict)
-    raw_keys: list[str] = Field(default_factory=list)
-    requests: RequestCounts = Field(default_factory=RequestCounts)
-    partial: bool = False
-    failure_reasons: list[dict[str, Any]] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    benchmark: BenchEntry | None = None
-    benchmarks_in_file: int = 1
+# The mapped result is run-file content (``external-STEM.json``): its models live with the run
+# store (servedeck.runs.records: ExternalBench, RequestCounts, BenchEntry), imported here under
+# their names.
 
 
 def _load_documents(path: str | Path, what: str) -> list[Any]:

@@ -116,24 +116,24 @@ def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> 
     requests only.
 
     Returns:
-        the mapped metrics document (:class:`servedeck.bench.external.ExternalBench` fields
-        plus ``sha256`` of the file).
+        the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
+        :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
         ServedeckError: unreadable or unknown file, several benchmarks and none (or no single
             one) named, or no request in the chosen one succeeded (nothing is written then).
     """
     from servedeck.bench.external import import_file
+    from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
     ext = import_file(path, benchmark=benchmark)
     raw = path.read_bytes()
     name = path.name
-    run.write_bytes(store.external_raw(name), raw)
-    mapped = ext.model_dump(mode="json")
-    mapped["sha256"] = hashlib.sha256(raw).hexdigest()
+    run.write(store.external_raw(name), raw)
+    mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
     summary = name
     if ext.benchmarks_in_file > 1 and ext.benchmark is not None:
         label = re.sub(r"[^\w@,-]", "_", ext.benchmark.label)
         summary = f"{Path(name).stem}@{ext.benchmark.index}-{label}{Path(name).suffix}"
-    run.write_json(store.external_summary(summary), mapped)
-    return mapped
+    run.write(store.external_summary(summary), mapped)
+    return mapped.model_dump(mode="json")

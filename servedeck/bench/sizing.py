@@ -20,15 +20,18 @@ FIT_HINT = ("pass smaller --prompt-tokens/--max-tokens to invoke bench, or raise
 def max_model_len_of(run_dir: Path) -> int | None:
     """The deployed ``max_model_len`` of a run: the server's own log (startup.json) first, else
     the effective settings (effective.json); None when neither says."""
-    for name, keys in ((store.STARTUP, ("max_model_len",)), (store.EFFECTIVE, ("max_model_len",))):
-        try:
-            doc = store.read_json(run_dir, name) or {}
-        except ServedeckError:
-            continue
-        value = doc.get(keys[0]) if isinstance(doc, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    values = []
+    try:
+        startup = store.read(run_dir, store.STARTUP)
+        values.append(startup.max_model_len if startup else None)
+    except ServedeckError:
+        pass
+    try:
+        effective = store.read(run_dir, store.EFFECTIVE)
+        values.append(effective.root.get("max_model_len") if effective else None)
+    except ServedeckError:
+        pass
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
 
 
 def size_workload(max_model_len: int | None, prompt_tokens: int | None = None,

@@ -45,6 +45,7 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from os import PathLike
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from servedeck.compose.rules import (config_json, container, document, environme
                                        local_image, resources, runtime, server)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
+from servedeck.compose.service import Service
 
 __all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
 
@@ -69,7 +71,7 @@ _SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, s
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
-                       expect: CheckExpectations | None = None) -> list[Finding]:
+                       expect: CheckExpectations | None = None, known: Iterable[Service] = ()) -> list[Finding]:
     """Check one compose document and return its findings, sorted by line.
 
     Args:
@@ -80,6 +82,9 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
             (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
             info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
+        known: services the caller read already: the renderer hands over the service of the
+            file it wrote (``Rendered.service``), so its command is not read a second time
+            (:func:`servedeck.compose.service.read_services`).
 
     Returns:
         Findings (possibly empty). A YAML syntax error is a single ``yaml/syntax`` error finding,
@@ -89,7 +94,7 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
         Nothing for bad input; exceptions are bugs.
     """
     ctx = _document_context(text, file, catalog, expect)
-    return ctx if isinstance(ctx, list) else _check(ctx)
+    return ctx if isinstance(ctx, list) else _check(ctx, known)
 
 
 def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
@@ -116,12 +121,12 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     return text, _check(ctx)
 
 
-def _check(ctx: Ctx) -> list[Finding]:
+def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
     document.check_schema(ctx)
     document.check_yaml11(ctx)
     document.check_interpolation(ctx)
-    svcs = services(ctx)
+    svcs = services(ctx, known)
     for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
@@ -183,7 +188,8 @@ def findings_to_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
 
 
-def check_in_image(text: str, *, file: str | None = None, client: object = None) -> list[Finding]:
+def check_in_image(text: str, *, file: str | None = None, client: object = None,
+                   catalog: Catalog | None = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
     inside the image, with no GPU (:func:`servedeck.host.inimage.dry_run_each`, cached per
@@ -193,26 +199,31 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None)
         text: the compose file's text.
         file: the file name to put in each finding.
         client: docker SDK client or RemoteHost; None = the local engine.
+        catalog: the image catalog (the services' launchers: :class:`servedeck.compose.service.Service`).
 
     Returns:
         ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
         service with an image and a list-form command; ``inimage/skipped`` (info) for a service
-        whose ``entrypoint:`` replaces the image's.
+        whose ``entrypoint:`` does not start vLLM directly or whose launcher is not judged in the
+        image.
 
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    return check_in_image_each([(text, file)], client=client)
+    return check_in_image_each([(text, file)], client=client, catalog=catalog)
 
 
-def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None) -> list[Finding]:
+def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None,
+                        catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
+    from servedeck.compose.service import read_services
     from servedeck.host.inimage import dry_run_each
-    from servedeck.vllm.argv import server_prefix, wrapper_length
-    jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None]] = []
-    # (document, path, image, command, the vLLM start an entrypoint: gives, None: the image's own)
+    from servedeck.launchers import registry
+    from servedeck.vllm.argv import wrapper_length
+    jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
+    # (document, path, image, command, the start an entrypoint: gives (None: the image's own), how it is judged)
     per_document: list[list[Finding]] = []
     for text, file in documents:
         try:
@@ -220,33 +231,37 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
         except DocError as exc:
             per_document.append([exc.finding])
             continue
-        ctx = Ctx(doc=doc, file=file, catalog=None, expect=CheckExpectations())
+        ctx = Ctx(doc=doc, file=file, catalog=catalog, expect=CheckExpectations())
         per_document.append(ctx.findings)  # filled below, as the verdicts come
-        data = doc.data if isinstance(doc.data, dict) else {}
-        for name, svc in (data.get("services") or {}).items():
-            if not isinstance(svc, dict) or not isinstance(svc.get("image"), str):
+        for svc in read_services(doc.data, catalog=catalog):
+            data = svc.data
+            if not isinstance(data.get("image"), str) or not isinstance(data.get("command") or [], list):
                 continue
-            command = svc.get("command") or []
-            if not isinstance(command, list):
-                continue
-            command = [str(c) for c in command]
-            start = None
-            if "entrypoint" in svc:
-                entry = svc["entrypoint"]
+            command = [str(c) for c in data.get("command") or []]
+            # a launcher guessed from the image's name or the command's shape: the image's own
+            # ENTRYPOINT decides how it is judged (dry_run_each reads it)
+            start, mode = None, svc.launcher.in_image if svc.launcher is not None and svc.launch.start_known else None
+            if "entrypoint" in data:
+                entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
-                n, kind = server_prefix(whole)
-                if kind != "vllm" or wrapper_length(whole):
-                    ctx.info("inimage/skipped", ("services", name, "entrypoint"),
+                launcher, n = registry.start_of(whole)
+                if launcher is None or launcher.in_image not in ("serve", "api_server") or wrapper_length(whole):
+                    ctx.info("inimage/skipped", svc.path + ("entrypoint",),
                              "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
                              "launcher replaced by another program); the in-image dry run judges vLLM "
                              "started by the image's own entrypoint or by `vllm serve` / the api_server module")
                     continue
-                start, command = tuple(whole[:n]), whole[n:]
-            jobs.append((ctx, ("services", name, "command"), svc["image"], command, start))
-    for image, start in dict.fromkeys((job[2], job[4]) for job in jobs):
-        mine = [job for job in jobs if (job[2], job[4]) == (image, start)]
+                start, command, mode = tuple(whole[:n]), whole[n:], launcher.in_image
+            elif svc.launcher is not None and svc.launcher.in_image is None:
+                ctx.info("inimage/skipped", svc.path + ("command",),
+                         f"the {svc.launcher.name} launcher's commands are not judged in the image: the dry "
+                         "run judges vLLM's own starts and launchers that print their final command")
+                continue
+            jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
+    for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
         verdicts = dry_run_each(client, image, [job[3] for job in mine],
-                                entrypoint=list(start) if start is not None else None)
+                                entrypoint=list(start) if start is not None else None, mode=mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

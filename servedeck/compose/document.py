@@ -739,13 +739,15 @@ def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None, list[str]
 
 # --------------------------------------------------------------------------- service, document
 
-#: Service keys the model types; every other key lands in :attr:`Service.extra`.
+#: Service keys the model types; every other key lands in :attr:`ServiceDefinition.extra`.
 TYPED_KEYS = ("image", "command", "entrypoint", "environment", "ports", "volumes", "devices")
 
 
 @dataclass
-class Service:
-    """One service.
+class ServiceDefinition:
+    """One service definition as written (Compose Specification's term), typed; the service as
+    it will run, with its launcher and effective settings, is
+    :class:`servedeck.compose.service.Service`, read from the plain mapping.
 
     Attributes:
         name: service name.
@@ -784,7 +786,7 @@ class Service:
         return hc if isinstance(hc, dict) else None
 
     @classmethod
-    def parse(cls, name: str, data: Any, where: str = "") -> "Service":
+    def parse(cls, name: str, data: Any, where: str = "") -> "ServiceDefinition":
         """Parse one service mapping.
 
         Raises:
@@ -845,17 +847,17 @@ class Document:
     """A compose document.
 
     Attributes:
-        services: name → :class:`Service`, in order.
+        services: name → :class:`ServiceDefinition`, in order.
         extra: top-level keys other than ``services`` (``volumes``, ``networks``, ``x-*``, ...)
             verbatim.
         file: where it was read from (for messages), if known.
     """
 
-    services: dict[str, Service] = field(default_factory=dict)
+    services: dict[str, ServiceDefinition] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     file: str | None = None
 
-    def service(self, name: str | None = None) -> Service:
+    def service(self, name: str | None = None) -> ServiceDefinition:
         """The service ``name``, or the only one.
 
         Raises:
@@ -904,7 +906,7 @@ def parse_document(source: str | dict[str, Any], file: str | None = None) -> Doc
     doc = Document(file=file)
     for name, svc in data["services"].items():
         try:
-            doc.services[str(name)] = Service.parse(str(name), svc)
+            doc.services[str(name)] = ServiceDefinition.parse(str(name), svc)
         except ServedeckError as exc:
             raise ServedeckError(exc.message, file=file, field=exc.field, hint=exc.hint) from None
     doc.extra = {k: v for k, v in data.items() if k != "services"}
@@ -945,9 +947,9 @@ def dump_yaml(value: Any, indent: int = 0) -> str:
 def scalar_style(text: str, force: bool = False) -> str:
     """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
     YAML 1.1 and 1.2 reader reads it back as the same string
-    (:func:`servedeck.compose.yaml11.plain_is_string`), else ``single`` when it holds ``"``
+    (:func:`servedeck.yaml11.plain_is_string`), else ``single`` when it holds ``"``
     and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
-    from servedeck.compose.yaml11 import plain_is_string
+    from servedeck.yaml11 import plain_is_string
     if not force and plain_is_string(text):
         return "plain"
     if '"' in text and "'" not in text and "\n" not in text:

@@ -1,10 +1,11 @@
 """Import an existing docker-compose file as a profile (the user's way in).
 
 The compose file is read by the compose document model (:mod:`servedeck.compose.document`,
-YAML 1.2) and the service's ``command`` by the argv grammar (:mod:`servedeck.vllm.argv`), the
-way vLLM and the exl3xpu launcher read it: ``--flag=value`` is ``--flag value``, ``16K`` is
-16384, a flag given twice keeps its last value (noted). exl3xpu ``--set vllm.*`` / ``--set
-env.*`` values are YAML 1.1, as the launcher's PyYAML reads them.
+YAML 1.2) and the service's ``command`` by its launcher (:mod:`servedeck.launchers`) through the
+argv grammar (:mod:`servedeck.vllm.argv`), the way vLLM and the launcher read it:
+``--flag=value`` is ``--flag value``, ``16K`` is 16384, a flag given twice keeps its last value
+(noted); a launcher's config edits (exl3xpu ``--set vllm.*`` / ``--set env.*``, values YAML 1.1
+as its PyYAML reads them) become the engine fields and environment overrides they set.
 
 Nothing is dropped silently: a setting with a typed profile field goes there; other vLLM flags
 stay verbatim in ``engine.extra_args``; service keys servedeck does not model (GPU device
@@ -22,16 +23,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servedeck.compose.document import (Mount, Service, dump_yaml, interpolation_refs, literal_values,
-                                        load_document, shell_script)
+from servedeck.compose.document import (Mount, ServiceDefinition, dump_yaml, interpolation_refs, literal_values,
+                                        load_document)
+from servedeck.compose.service import ImageRef, Service
 from servedeck.errors import ServedeckError
+from servedeck.launchers import registry
+from servedeck.launchers.base import ConfigEdit, Launch, Launcher
 from servedeck.model.catalog import Catalog
-from servedeck.model.profile import IMAGE_RE, Profile
-from servedeck.vllm.argv import (Arg, LauncherArgv, ServerStyle, SetItem, dotted_replaces, last_wins,
-                                 model_argument, parse_launcher, parse_vllm, repeated, server_prefix,
-                                 server_style, settings, spec_for)
+from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
+from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
+                                 spec_for)
 from servedeck.vllm.names import release_of
-from servedeck.vllm.launcher import SET_FIELDS
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
 _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")
@@ -57,7 +59,7 @@ def _holds_hf_cache(target: str, hub: str) -> bool:
 
 def _variables(value: Any, where: str):
     """``(field, text, variables, invalid)`` for each string under ``value`` (a service mapping as
-    :meth:`Service.dump` gives it) that holds Compose interpolation."""
+    :meth:`ServiceDefinition.dump` gives it) that holds Compose interpolation."""
     if isinstance(value, dict):
         for k, v in value.items():
             yield from _variables(v, f"{where}.{k}")
@@ -70,7 +72,7 @@ def _variables(value: Any, where: str):
             yield where, value, refs, bad
 
 
-def _refuse_variables(svc: Service, file: str, base: str) -> None:
+def _refuse_variables(svc: ServiceDefinition, file: str, base: str) -> None:
     """A profile's typed fields hold values, not Compose variables: the renderer writes every
     ``$`` of them as ``$$``, so ``${VLLM_API_KEY}`` kept there would reach the server as those
     characters instead of the value Compose substitutes on the host. The keys carried verbatim
@@ -103,10 +105,10 @@ def _is_path(text: str) -> bool:
 class _Reader:
     """State of one import: the profile pieces and the notes."""
 
-    def __init__(self, file: str, base: str, kind: str) -> None:
-        self.file, self.base, self.kind = file, base, kind
+    def __init__(self, file: str, base: str, launcher: Launcher) -> None:
+        self.file, self.base, self.runs = file, base, launcher
         self.engine: dict[str, Any] = {}
-        self.launcher: dict[str, Any] = {"kind": kind}
+        self.launcher: dict[str, Any] = {"kind": launcher.name}
         self.launcher_env: dict[str, Any] = {}
         self.served: list[str] = []
         self.port: int | None = None
@@ -135,7 +137,8 @@ class _Reader:
                 ``load_config_file``), so the rendered command's own ``--served-model-name``,
                 ``--port`` and model would silently override them.
         """
-        config = next((a for a in args if a.dest == "config" and self.kind == "vllm"), None)
+        vllm_model = self.runs.style is not None  # vLLM reads the model from these arguments
+        config = next((a for a in args if a.dest == "config" and vllm_model), None)
         if config is not None:
             raise ServedeckError(f"--config {config.value or ''}: the settings in that file are not read by the "
                                  "import, and the rendered command's own flags (served name, port, model) "
@@ -155,7 +158,7 @@ class _Reader:
         positional: Arg | None = None
         for a in args:
             if a.name is None:
-                if self.kind == "vllm" and positional is None:
+                if vllm_model and positional is None:
                     positional = a  # the model: import_compose reads it with model_argument
                 else:
                     self.extra.append(argv[a.index])
@@ -168,7 +171,7 @@ class _Reader:
     def _modelled(self, a: Arg) -> bool:
         return a.dest in {"served_model_name", "port", "model", "enable_auto_tool_choice",
                           "tool_call_parser", "reasoning_parser"} or (
-            self.kind == "vllm" and (a.dest in SET_FIELDS or a.dest == "speculative_config"))
+            self.runs.types_flag(a) and (a.dest in ENGINE_FLAGS or a.dest == "speculative_config"))
 
     def _take(self, a: Arg, argv: list[str]) -> bool:
         dest = a.dest
@@ -184,15 +187,17 @@ class _Reader:
             self.served = [v for v in a.values]
         elif dest == "port":
             self.port = self.value(a, argv)
-        elif dest == "model" and self.kind == "vllm":
+        elif dest == "model" and self.runs.style is not None:
             pass  # the model: import_compose reads it with model_argument (_served_model)
         elif dest == "enable_auto_tool_choice":
             self.engine["enable_auto_tool_choice"] = not a.negated
         elif dest in ("tool_call_parser", "reasoning_parser"):
             self.engine[dest] = a.value
-        elif dest == "enable_prefix_caching" and (self.kind == "vllm" or a.negated):
+        elif not self.runs.types_flag(a):
+            return False  # the launcher edits it in its config: the flag stays as written
+        elif dest == "enable_prefix_caching":
             self.engine[dest] = not a.negated
-        elif self.kind == "vllm" and dest in SET_FIELDS:
+        elif dest in ENGINE_FLAGS:
             value = self.value(a, argv)
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
                 why = ("auto: vLLM decides" if dest == "max_model_len" and value == -1 else
@@ -202,7 +207,7 @@ class _Reader:
                                   f"({dest} {value}: {why}) kept as a passthrough flag")
                 return False
             self.engine[dest] = value
-        elif self.kind == "vllm" and dest == "speculative_config":
+        elif dest == "speculative_config":
             value = self.value(a, argv)
             if not isinstance(value, dict):
                 raise ServedeckError(f"speculative_config value {a.value!r} is not a mapping",
@@ -212,61 +217,77 @@ class _Reader:
             return False
         return True
 
-    def launcher_argv(self, parsed: LauncherArgv, argv: list[str]) -> None:
-        if parsed.config is None:
-            raise ServedeckError("the exl3xpu launcher needs the model config as first item",
-                                 file=self.file, field=self.where(0))
-        self.launcher["config"] = parsed.config[0]
-        for index, written, resolved in parsed.abbreviations:
-            self.notes.append(f"{self.where(index)}: {written} is an abbreviation of "
-                              f"--{resolved}" if resolved else f"{self.where(index)}: {written} is ambiguous")
-        for opt in parsed.options:
-            if opt.name == "set":
+    def launcher_items(self, launch: Launch, argv: list[str]) -> None:
+        """The launcher's own items: its model config, its options (each with a profile field),
+        its config edits; then the vLLM arguments."""
+        runs = self.runs
+        if runs.config_option:
+            if launch.config is None:
+                raise ServedeckError(f"the {runs.name} launcher needs {runs.config_option} as first item",
+                                     file=self.file, field=self.where(0))
+            self.launcher["config"] = launch.config.s
+        for tok, resolved in launch.abbreviations:
+            index = next(i for i, t in enumerate(launch.tokens) if t is tok)
+            self.notes.append(f"{self.where(index)}: {tok.s} is an abbreviation of --{resolved}" if resolved
+                              else f"{self.where(index)}: {tok.s} is ambiguous")
+        edit = (runs.edit_option or "").lstrip("-")
+        for opt in launch.options:
+            if opt.name == edit:
                 continue
+            index = opt.arg.index if opt.arg is not None else 0
             if opt.missing_value:
-                raise ServedeckError(f"--{opt.name} has no value", file=self.file, field=self.where(opt.index))
-            if opt.name == "gpu":
-                self.launcher["gpu"] = self.value(opt, argv)
-            elif opt.name == "model-path":
+                raise ServedeckError(f"--{opt.name} has no value", file=self.file, field=self.where(index))
+            field = runs.option_fields.get(opt.name)
+            if field in ("gpu", "port"):
+                try:
+                    value = runs.option_value(opt)
+                except ServedeckError as exc:
+                    raise ServedeckError(exc.message, file=self.file, field=self.where(index), hint=exc.hint) from None
+                if field == "gpu":
+                    self.launcher["gpu"] = value
+                else:
+                    self.port = value
+            elif field == "model":
                 self.model_arg = opt.value
-            elif opt.name == "port":
-                self.port = self.value(opt, argv)
             else:
+                supported = [f"--{o}" for o in runs.option_fields] + ([runs.edit_option] if runs.edit_option else [])
                 raise ServedeckError(f"no profile field for the launcher option --{opt.name}",
-                                     file=self.file, field=self.where(opt.index),
-                                     hint="supported launcher options: --gpu, --model-path, --port, --set")
-        for item in parsed.sets:
-            self._set(item)
-        self.vllm_flags(parsed.passthrough, argv)
+                                     file=self.file, field=self.where(index),
+                                     hint=f"supported launcher options: {', '.join(supported)}")
+        for item in launch.edits:
+            self._edit(item)
+        self.vllm_flags(launch.args, argv)
 
-    def _set(self, item: SetItem) -> None:
+    def _edit(self, item: ConfigEdit) -> None:
         key, raw, index = item.key, item.raw, item.index
+        edit = self.runs.edit_option or "the edit"
         if raw is None:
-            raise ServedeckError(f"--set item {item.text!r} has no '='", file=self.file,
+            raise ServedeckError(f"{edit} item {item.text!r} has no '='", file=self.file,
                                  field=self.where(index))
         value = item.value
-        parts = item.parts
-        if parts[0] == "env" and len(parts) == 2:
-            self.launcher_env[parts[1]] = None if value is None else raw
-        elif parts[0] == "vllm" and len(parts) == 2 and parts[1] in SET_FIELDS:
-            if parts[1] == "enable_prefix_caching" and value is None:
+        target = self.runs.edit_target(item)
+        section, keys = target if target is not None else ("", [])
+        if section == "env" and len(keys) == 1:
+            self.launcher_env[keys[0]] = None if value is None else raw
+        elif section == "engine" and len(keys) == 1 and keys[0] in ENGINE_FLAGS:
+            if keys[0] == "enable_prefix_caching" and value is None:
                 self.engine["enable_prefix_caching"] = False
             else:
-                self.engine[parts[1]] = value
-        elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 2:
+                self.engine[keys[0]] = value
+        elif section == "engine" and keys == ["speculative_config"]:
             if not (isinstance(value, dict) or value is None):
                 raise ServedeckError(f"speculative_config value {raw!r} is not a mapping",
                                      file=self.file, field=self.where(index))
             self.speculative = value
-        elif parts[:2] == ["vllm", "speculative_config"] and len(parts) == 3:
+        elif section == "engine" and len(keys) == 2 and keys[0] == "speculative_config":
             if not isinstance(self.speculative, dict):
                 self.speculative = {}
-            self.speculative[parts[2]] = value
+            self.speculative[keys[1]] = value
         else:
-            raise ServedeckError(f"no profile field for --set {key}", file=self.file,
+            raise ServedeckError(f"no profile field for {edit} {key}", file=self.file,
                                  field=self.where(index),
-                                 hint="supported: vllm." + ", vllm.".join(SET_FIELDS)
-                                      + ", vllm.speculative_config[.KEY], env.NAME")
+                                 hint=f"supported: the engine settings {', '.join(ENGINE_FLAGS)}, "
+                                      "speculative_config (whole or by key) and the environment")
 
 
 def _tokens_of(a: Arg, argv: list[str]) -> list[str]:
@@ -291,60 +312,57 @@ def _refuse_invalid(path: Path, file: str) -> None:
                                   "and import again")
 
 
-def _server_argv(svc: Service, argv: list[str], facts, file: str, base: str,
-                 notes: list[str]) -> tuple[str, list[str], ServerStyle | None]:
-    """(launcher kind, the launcher's own arguments, how vLLM is started: ``serve``,
-    ``api_server`` or None when unknown) of the service. Docker runs entrypoint +
-    command as one argv: with an ``entrypoint`` it must start a server servedeck knows
-    (:func:`~servedeck.vllm.argv.server_prefix`), whose arguments are kept and whose start
-    words are left to the image's entrypoint (a note says so); without one, a command that
-    repeats the image's own entrypoint is refused, as vLLM would refuse the extra words.
+def _server_launch(svc: ServiceDefinition, argv: list[str], catalog: Catalog, file: str, base: str,
+                   notes: list[str]) -> Launch:
+    """The service's server command as its launcher reads it (the service as it will run,
+    :class:`servedeck.compose.service.Service`: an ``entrypoint``'s start, else the image's
+    launcher, else the command's shape; else the default launcher). Docker runs entrypoint +
+    command as one argv: with an ``entrypoint`` it must start a server a launcher knows, whose
+    arguments are kept and whose start words are left to the image's entrypoint (a note says
+    so); without one, a command that repeats the image's own entrypoint (in the catalog) is
+    refused, as vLLM would refuse the extra words, and one that starts a server on an image
+    servedeck has no facts for is left to the image's entrypoint (a note says so).
 
     Raises:
         ServedeckError: an entrypoint that is not a known server start (a shell, a script),
             or a command repeating the image's entrypoint.
     """
+    data: dict[str, Any] = {"image": svc.image, "command": argv}
     if svc.entrypoint is not None:
-        whole = [literal_values(t) for t in svc.entrypoint] + argv
-        shell = shell_script(whole)
-        if shell is not None:
-            _, split, words, _ = shell
-            if words is None or split:
-                raise ServedeckError(
-                    "the entrypoint's shell script " + ("uses shell syntax (expansions, operators or "
-                                                        "several commands)" if words is None else
-                                                        "is one word: the items after it become its $0, $1, ...")
-                    + ", so it cannot become profile fields", file=file, field=f"{base}.entrypoint",
-                    hint="write the server's own command as entrypoint + command items (no shell) and "
-                         "import again")
-            notes.append(f"{base}.entrypoint: the shell's -c script is read as the command it runs")
-            whole = words
-        n, kind = server_prefix(whole)
-        if kind is None:
+        data["entrypoint"] = [literal_values(t) for t in svc.entrypoint]
+    launch = Service.read(svc.name, data, catalog=catalog).launch
+    fix = "write the server's own command as entrypoint + command items (no shell) and import again"
+    if svc.entrypoint is not None:
+        if launch.shell_script is not None and (not launch.shell_plain or launch.shell_split):
             raise ServedeckError(
-                f"entrypoint {svc.entrypoint!r} does not start a server servedeck knows (vllm serve, "
-                "python -m vllm.entrypoints.openai.api_server, the exl3xpu serve.py), so its command "
-                "cannot become profile fields", file=file, field=f"{base}.entrypoint",
-                hint="write the server's own command as entrypoint + command items (no shell) and "
-                     "import again")
-        notes.append(f"{base}.entrypoint: {' '.join(whole[:n])!r} is left out: the profile runs the "
-                     "image's own entrypoint with the same arguments")
-        return kind, whole[n:], server_style(whole[:n])
-    entry = list(facts.entrypoint) if facts and facts.entrypoint else []
-    n, again = server_prefix(argv)
-    if entry and (again is not None or argv[:len(entry)] == entry):
-        words = " ".join(argv[:n or len(entry)])
-        raise ServedeckError(
-            f"command starts with {words!r}, which the image's entrypoint ({' '.join(entry)}) "
-            "already runs: the server would get those words as arguments and refuse them",
-            file=file, field=f"{base}.command[0]", hint=f"drop {words!r} from the command and import again")
-    if again is not None:  # an image servedeck has no entrypoint for
-        notes.append(f"{base}.command: {' '.join(argv[:n])!r} is left out: the profile passes the "
-                     "arguments to the image's entrypoint, which must start the server")
-        return again, argv[n:], server_style(argv[:n])
-    if facts and facts.launcher:
-        return facts.launcher, argv, server_style(entry)
-    return ("exl3xpu" if ("--set" in argv or "--model-path" in argv or "--gpu" in argv) else "vllm"), argv, None
+                "the entrypoint's shell script " + ("is one word: the items after it become its $0, $1, ..."
+                                                    if launch.shell_split else "uses shell syntax (expansions, "
+                                                    "operators or several commands)")
+                + ", so it cannot become profile fields", file=file, field=f"{base}.entrypoint", hint=fix)
+        if launch.launcher is None:
+            raise ServedeckError(
+                f"entrypoint {svc.entrypoint!r} does not start a server servedeck knows "
+                f"({registry.known_starts()}), so its command cannot become profile fields",
+                file=file, field=f"{base}.entrypoint", hint=fix)
+        if launch.shell_script is not None:
+            notes.append(f"{base}.entrypoint: the shell's -c script is read as the command it runs")
+        notes.append(f"{base}.entrypoint: {' '.join(t.s for t in launch.start_items)!r} is left out: the "
+                     "profile runs the image's own entrypoint with the same arguments")
+        return launch
+    if launch.repeated_entrypoint:
+        words = " ".join(t.s for t in launch.repeated_entrypoint)
+        facts = catalog.lookup(ImageRef.parse(svc.image or "").digest)
+        if facts is not None and facts.entrypoint:
+            raise ServedeckError(
+                f"command starts with {words!r}, which the image's entrypoint ({' '.join(facts.entrypoint)}) "
+                "already runs: the server would get those words as arguments and refuse them",
+                file=file, field=f"{base}.command[0]", hint=f"drop {words!r} from the command and import again")
+        notes.append(f"{base}.command: {words!r} is left out: the profile passes the arguments to the "
+                     "image's entrypoint, which must start the server")
+    if launch.launcher is None:
+        launcher = registry.of_arguments(argv) or registry.default()
+        return launcher.read(launch.tokens)
+    return launch
 
 
 def import_compose(path: str | Path, name: str, catalog: Catalog,
@@ -389,15 +407,15 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         if tok != tok.strip():
             notes.append(f"{base}.command[{i}]: stripped whitespace from {tok!r}")
         argv.append(literal_values(tok.strip()))
-    kind, argv, style = _server_argv(svc, argv, facts, file, base, notes)
+    launch = _server_launch(svc, argv, catalog, file, base, notes)
+    launcher = launch.launcher
+    assert launcher is not None
+    argv = [t.text for t in launch.tokens]
 
-    r = _Reader(file, base, kind)
-    if kind == "exl3xpu":
-        r.launcher_argv(parse_launcher(argv), argv)
-    else:
-        r.vllm_flags(parse_vllm(argv), argv)
-        # an image without catalog facts: read as `vllm serve`, the start of vLLM's own images
-        r.model_arg = _served_model(argv, style or "serve", facts, r.where, file, base, notes)
+    r = _Reader(file, base, launcher)
+    r.launcher_items(launch, argv)
+    if launcher.style is not None:  # vLLM reads the model from the arguments, as the image's release does
+        r.model_arg = _served_model(argv, launcher.style, facts, r.where, file, base, notes)
     if r.speculative != "unset":
         if r.speculative is None:
             r.engine["speculative"] = None
@@ -412,10 +430,10 @@ def import_compose(path: str | Path, name: str, catalog: Catalog,
         r.engine["extra_args"] = r.extra
     notes += r.notes
 
-    download_dir = r.settings.get("download_dir") if kind == "vllm" else None
+    download_dir = r.settings.get("download_dir") if launcher.style is not None else None
     working_dir = svc.extra.get("working_dir")
     model, other_volumes = _model_and_volumes(
-        svc, r.model_arg, kind, file, base, notes,
+        svc, r.model_arg, launcher, file, base, notes,
         download_dir=download_dir if isinstance(download_dir, str) else None,
         workdir=working_dir if isinstance(working_dir, str) else (facts.workdir if facts else None))
     model["served_model_name"] = r.served or [r.model_arg or "model"]
@@ -530,7 +548,7 @@ def _model_mount(model_arg: str, entries: list[tuple[int, Mount, dict[str, Any]]
     return best
 
 
-def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str, base: str,
+def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: Launcher, file: str, base: str,
                        notes: list[str], *, download_dir: str | None = None, workdir: str | None = None
                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model: dict[str, Any] = {}
@@ -548,7 +566,7 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
             model_arg = inside
         elif model_arg.startswith("."):
             model_arg = inside
-    hub = model_arg is not None and not _is_path(model_arg) and kind == "vllm"
+    hub = model_arg is not None and not _is_path(model_arg) and launcher.serves_repo_id
     holder = None if hub or model_arg is None else _model_mount(model_arg, entries)
     for j, v, entry in entries:
         if holder is not None and j == holder[0]:
@@ -579,9 +597,9 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
         return model, others
     if model_arg is None:
         raise ServedeckError("no model in the command", file=file, field=f"{base}.command",
-                             hint="give the model as the first item (vllm) or --model-path (exl3xpu)")
+                             hint=f"give the model as {launcher.model_option}")
     if "weights_dir" not in model:
-        flag = "--model-path" if kind == "exl3xpu" else "the model argument"
+        flag = launcher.model_option
         raise ServedeckError(f"no volume is mounted at the model path {model_arg!r}", file=file,
                              field=f"{base}.volumes",
                              hint=f"mount the weights at {flag} ({model_arg}), or give the model "
@@ -589,7 +607,7 @@ def _model_and_volumes(svc: Service, model_arg: str | None, kind: str, file: str
     return model, others
 
 
-def _container(svc: Service, port: int | None, volumes: list[dict[str, Any]], base: str,
+def _container(svc: ServiceDefinition, port: int | None, volumes: list[dict[str, Any]], base: str,
                notes: list[str]) -> dict[str, Any]:
     container: dict[str, Any] = {"service": svc.name}
     x = svc.extra

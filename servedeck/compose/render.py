@@ -27,10 +27,10 @@ import jinja2
 
 from servedeck import __version__
 from servedeck.fsutil import cache_dir
+from servedeck.compose.document import Mount, Port, dump_yaml, interpolated, scalar_text
+from servedeck.compose.service import Service
 from servedeck.model.catalog import Catalog, ImageFacts
-from servedeck.vllm.launcher import build_command
 from servedeck.model.profile import LoadedProfile, Profile
-from servedeck.compose.document import Mount, Port, dump_yaml, scalar_text
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:
@@ -62,9 +62,12 @@ class Rendered:
     Attributes:
         profile: the resolved profile.
         facts: catalog facts of its image digest, or None when unknown.
-        command: the container command (argv tokens).
+        command: the container command (argv tokens), built by the profile's launcher.
         compose_text: the docker-compose file text (UTF-8, ends with a newline).
         profile_hash: ``sha256:<hex>`` of the resolved profile.
+        service: the rendered service as it will run (:class:`servedeck.compose.service.
+            Service`, read from the mapping the file holds): its effective settings and
+            environment, with their provenance.
     """
 
     profile: Profile
@@ -72,6 +75,7 @@ class Rendered:
     command: list[str]
     compose_text: str
     profile_hash: str
+    service: Service
 
     @property
     def compose_sha256(self) -> str:
@@ -131,7 +135,9 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
-    command = build_command(profile, facts, _flag_table(catalog, profile, facts))
+    launcher = profile.launcher.runs
+    defaults = launcher.defaults(facts.launcher_defaults, profile.launcher.config) if facts else None
+    command = launcher.build_argv(profile.launch_settings(), defaults, _flag_table(catalog, profile, facts))
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
     mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
@@ -142,12 +148,39 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     # unmodelled service keys (file text already: no $ escaping) through the document dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
+    volumes = [v.short() for v in mounts]
+    ports = Port(str(c.port), str(c.host_port or c.port), c.host_ip).short()
     text = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2").render(
-        profile=profile, c=c, command=command, volumes=[v.short() for v in mounts],
-        named_volumes=named, ports=Port(str(c.port), str(c.host_port or c.port), c.host_ip).short(),
+        profile=profile, c=c, command=command, volumes=volumes,
+        named_volumes=named, ports=ports,
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
         compose_extra=extra)
     if not text.endswith("\n"):
         text += "\n"
+    service = Service.read(c.service, _service_data(profile, command, ports, volumes), catalog=catalog)
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,
-                    profile_hash=phash)
+                    profile_hash=phash, service=service)
+
+
+def _service_data(profile: Profile, command: list[str], ports: str, volumes: list[str]) -> dict[str, Any]:
+    """The service mapping the shipped template writes, as Compose reads it back (values
+    interpolated: the ``compose_extra`` keys are file text)."""
+    c = profile.container
+    data: dict[str, Any] = {"image": profile.image}
+    if c.container_name:
+        data["container_name"] = c.container_name
+    data["restart"] = c.restart
+    data["ports"] = [ports]
+    for key in ("devices", "group_add"):
+        if getattr(c, key):
+            data[key] = list(getattr(c, key))
+    for key in ("shm_size", "ipc"):
+        if getattr(c, key):
+            data[key] = getattr(c, key)
+    if c.environment:
+        data["environment"] = dict(c.environment)
+    if volumes:
+        data["volumes"] = list(volumes)
+    data["command"] = list(command)
+    data.update(interpolated(c.compose_extra, {}))
+    return data

@@ -31,7 +31,8 @@ from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
-                                   judge_in_image, published_port, render_and_check, resolve_image, with_image)
+                                   judge_in_image, published_port, render, render_and_check, resolve_image,
+                                   with_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.secrets import Secrets, deployed_secrets
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
@@ -150,13 +151,13 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
         catalog = Catalog(project.catalog_path, local=project.local_images)
+        reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
+        rendered = render(profile, catalog, project)
         if catalog.lookup(profile.image_ref.digest) is not None:
-            reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
-            checked = render_and_check(profile, catalog, project, entry, reporter)
+            checked = render_and_check(profile, catalog, project, entry, reporter, rendered=rendered)
         facts, state = pre.result()
         # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
-        kvp = preflight_kv_power(project, host, entry, profile, catalog.lookup(profile.image_ref.digest),
-                                 reporter=reporter)
+        kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter)
     except BaseException as exc:
         pre.join()
         if host.holds_lock:
@@ -179,7 +180,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                      if options.record else RunWriter(None))
             d.result.run = d.run.run
             if d.run.path:
-                reporter.info(f"run record {d.run.path}")
+                reporter.recorded(d.run.path)
             d.recover_abandoned(state)
             d.revision = hist.next_revision(state.history)
             reporter.phase("pull", profile.image)
@@ -188,10 +189,10 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
                                   inspected=facts.get("image"))
             d.timings["pull_s"] = image.pull_s
             d.phase = "check"
-            recheck_kv(kvp, profile, image.facts, reporter)  # the image may have been unknown at preflight
-            if checked is None:
+            if checked is None:  # the image was unknown at preflight: render with its facts now
                 reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
                 checked = render_and_check(profile, catalog, project, entry, reporter)
+            recheck_kv(kvp, profile, checked[0].service, reporter)
             d.plan = build_plan(loaded=loaded, profile=profile, rendered=checked[0],
                                 findings=checked[1], image=image, host=host, entry=entry,
                                 host_facts=facts, state=state, options=options)

@@ -26,6 +26,10 @@ class Reporter:
     def warn(self, text: str) -> None:
         print(f"  warning: {text}", flush=True)
 
+    def recorded(self, run_dir) -> None:
+        """The run record of this deploy or rollback was created in ``run_dir``."""
+        self.info(f"run record {run_dir}")
+
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
         pass
 
@@ -35,22 +39,34 @@ class Reporter:
 
 class ConsoleReporter(Reporter):
     """Prints phases with rich; during waits a live status line shows phase, elapsed time and
-    the server's latest log line (plain lines when the output is not a terminal)."""
+    the server's latest log line (plain lines when the output is not a terminal). ``stderr``:
+    print there (stdout then carries a machine-readable result, ``deploy --json``).
 
-    def __init__(self) -> None:
+    Attributes:
+        run_dir: the run record's directory once :meth:`recorded` told it, else None.
+    """
+
+    def __init__(self, *, stderr: bool = False) -> None:
         self._console = None  # made at the first line: importing rich is off a deploy's start
+        self._stderr = stderr
         self._lock = threading.Lock()
         self._status = None
         self._last_plain = 0.0
+        self.run_dir = None
 
     @property
     def console(self):
-        """The rich ``Console`` (stdout), made at first use (by whichever thread prints first)."""
+        """The rich ``Console`` (stdout or stderr), made at first use (by whichever thread prints
+        first)."""
         with self._lock:
             if self._console is None:
                 from rich.console import Console
-                self._console = Console(stderr=False, highlight=False, soft_wrap=True)
+                self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True)
             return self._console
+
+    def recorded(self, run_dir) -> None:
+        self.run_dir = run_dir
+        super().recorded(run_dir)
 
     def phase(self, name: str, text: str) -> None:
         self.done_waiting()
@@ -72,7 +88,7 @@ class ConsoleReporter(Reporter):
                 self._status.update(line)
         elif elapsed_s - self._last_plain >= 10:
             self._last_plain = elapsed_s
-            print(f"          {line}", flush=True)
+            self.console.print(f"          {line}", markup=False, highlight=False)
 
     def done_waiting(self) -> None:
         if self._status is not None:

@@ -26,7 +26,7 @@ from servedeck.host.power import (POWER_STATE, PowerLimit, apply_power_cap, keep
 from servedeck.host.remote import RemoteHost
 from servedeck.runs import kv_history
 from servedeck.runs.store import RunRecord, utcnow
-from servedeck.vllm.kv import ModelShape, judge_kv, model_shape_from_config, settings_for_profile
+from servedeck.vllm.kv import ModelShape, judge_kv, model_shape_from_config
 
 
 @dataclass
@@ -75,7 +75,7 @@ def read_model_shape(host: RemoteHost, weights_dir: str) -> tuple[ModelShape | N
         return None, f"{host.abspath(path)}: {exc}"
 
 
-def preflight_kv_power(project, host: RemoteHost, entry, profile, facts, *,
+def preflight_kv_power(project, host: RemoteHost, entry, profile, service, *,
                        change_threshold_pct: float = 10.0, reporter=None) -> KvPowerPlan:
     """KV prediction and power-limit checks before a deploy (nothing is changed on the host
     except the power-limit write-back probe, which writes the value already in force).
@@ -83,21 +83,23 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, facts, *,
     Args:
         project: :class:`servedeck.model.project.Project` (its runs are the calibration).
         entry: the inventory entry (``sysfs_root``).
-        facts: the image's catalog facts (:class:`servedeck.model.catalog.ImageFacts`) or None.
+        service: the rendered service (:class:`servedeck.compose.service.Service`): its
+            effective settings, environment and image facts (catalog facts, or inferred ones
+            when the catalog does not know the digest yet: :func:`recheck_kv` judges again).
 
     Raises:
         DeployError: vLLM would refuse to start (the message carries the prediction), or the
             power cap cannot be applied (missing interface, permission or tool; out of range).
     """
-    plan = KvPowerPlan(sysfs_root=getattr(entry, "sysfs_root", "/sys"),
-                       change_threshold_pct=change_threshold_pct, facts_known=facts is not None)
+    plan = KvPowerPlan(sysfs_root=getattr(entry, "sysfs_root", "/sys"), change_threshold_pct=change_threshold_pct,
+                       facts_known=service.facts is not None and not service.facts.inferred)
     if profile.model.weights_dir:
         plan.shape, why = read_model_shape(host, profile.model.weights_dir)
     else:  # a Hugging Face repo id: the config is in the cache, not at a known host path
         plan.shape, why = None, "the model is a Hugging Face repo id (no local config.json to read)"
     plan.history = kv_history.kv_history(project.runs_dir, host=host.name,
                                          image_digest=profile.image_ref.digest)
-    problems = _judge(plan, profile, facts, reporter)
+    problems = _judge(plan, profile, service, reporter)
     if plan.shape is None and why:
         plan.findings.append(Finding(severity=Severity.info, rule="kv/no-model-config",
                                      path="model.weights_dir", message=f"no model shape: {why}"))
@@ -112,8 +114,14 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, facts, *,
     return plan
 
 
-def _judge(plan: KvPowerPlan, profile, facts, reporter) -> list[str]:
-    pred, plan.findings = judge_kv(settings_for_profile(profile, facts), plan.shape, plan.history,
+def _judge(plan: KvPowerPlan, profile, service, reporter) -> list[str]:
+    try:
+        settings = service.kv_settings(profile.container.device)
+    except ValueError as exc:
+        plan.findings = [Finding(severity=Severity.error, rule="kv/bad-setting", path="launcher_env",
+                                 message=str(exc))]
+        return [f"kv/bad-setting: {exc}"]
+    pred, plan.findings = judge_kv(settings, plan.shape, plan.history,
                                    change_threshold_pct=plan.change_threshold_pct)
     plan.prediction = pred.to_dict() if pred else None
     if reporter is not None:
@@ -125,18 +133,18 @@ def _judge(plan: KvPowerPlan, profile, facts, reporter) -> list[str]:
     return [f"{f.rule}: {f.message}" for f in plan.findings if f.severity is Severity.error]
 
 
-def recheck_kv(plan: KvPowerPlan | None, profile, facts, reporter=None) -> None:
-    """Judge the KV pool again once the pulled image's facts are known (its model.yaml
-    defaults and environment, e.g. ``VLLM_CPU_KVCACHE_SPACE``), when the preflight ran
-    without them (an image the catalog did not know yet). Call before the upload.
+def recheck_kv(plan: KvPowerPlan | None, profile, service, reporter=None) -> None:
+    """Judge the KV pool again with the service rendered once the pulled image's facts are known
+    (its model.yaml defaults and environment, e.g. ``VLLM_CPU_KVCACHE_SPACE``), when the
+    preflight ran without them (an image the catalog did not know yet). Call before the upload.
 
     Raises:
         DeployError: vLLM would refuse to start; the running deployment was not touched.
     """
-    if plan is None or plan.facts_known or facts is None:
+    if plan is None or plan.facts_known or service.facts is None:
         return
     plan.facts_known = True
-    problems = _judge(plan, profile, facts, reporter)
+    problems = _judge(plan, profile, service, reporter)
     if problems:
         raise DeployError("with the pulled image's facts, the KV check fails; the running "
                           "deployment was not touched:\n  - " + "\n  - ".join(problems))

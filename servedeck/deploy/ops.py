@@ -220,7 +220,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
                             image={"digest": target.record.get("image_digest")},
                             served_model_name=target.record.get("served_model_name"),
                             port=target.record.get("port"))
-            reporter.info(f"run record {run.path}")
+            reporter.recorded(run.path)
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
         restore_power(host, run.run, reporter)  # the limit the current deployment replaced
         rb, lines, run.secrets = restore_revision(host, entry, target, revision,

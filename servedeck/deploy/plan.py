@@ -27,7 +27,6 @@ from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.model.project import Project
-from servedeck.vllm.launcher import build_command, effective_settings, launcher_env
 
 if TYPE_CHECKING:  # the renderer (jinja2) is imported by render_and_check, after the preflight started
     from servedeck.compose.render import Rendered
@@ -76,7 +75,8 @@ class ImageInfo:
 @dataclass(frozen=True)
 class DeployPlan:
     """A deploy, fully computed (see the module docstring). ``argv`` is the server command,
-    ``effective`` the settings vLLM will run with (:func:`effective_settings`), ``secrets``
+    ``effective`` the settings vLLM will run with and ``environment`` the server's environment
+    (both as the rendered service's launcher reads them: ``rendered.service``), ``secrets``
     where the secrets are (their values only in memory), ``rollback_target`` the newest
     known-good revision (None on a host where nothing ever served)."""
 
@@ -125,9 +125,15 @@ class DeployPlan:
         profile's (``profile.diff.json`` shows the parent's value of each changed field)."""
         if self.loaded.parent is None:
             return self.secrets
+        from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
-        theirs = find_secrets(build_command(parent, self.image.facts), launcher_env(parent, self.image.facts))
-        return self.secrets.including(theirs, f"parent {parent.name}")
+        launcher = parent.launcher.runs
+        argv = launcher.build_argv(parent.launch_settings(),
+                                   launcher.defaults(self.image.facts.launcher_defaults, parent.launcher.config))
+        svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
+                                                      "environment": dict(parent.container.environment)},
+                           facts=self.image.facts)
+        return self.secrets.including(find_secrets(argv, svc.server_env()), f"parent {parent.name}")
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:
@@ -141,8 +147,13 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
         DeployError: vLLM rejects the command (its own message; nothing on the host changed).
     """
     from servedeck.host.inimage import dry_run
+    launcher = plan.rendered.service.launcher or plan.profile.launcher.runs
+    if launcher.in_image is None:
+        reporter.info(f"in-image check skipped: the {launcher.name} launcher's commands are not judged in the image")
+        return
     try:
-        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
+        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"),
+                      mode=launcher.in_image)
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
         return
@@ -176,19 +187,25 @@ def with_image(profile: Profile, image: str | None) -> Profile:
     return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
 
 
+def render(profile: Profile, catalog: Catalog, project: Project) -> Rendered:
+    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`)."""
+    from servedeck.compose.render import render_profile
+    return render_profile(profile, catalog, project.templates_dirs)
+
+
 def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
-                     reporter: Reporter) -> tuple[Rendered, list[Any]]:
-    """Render ``profile`` and run the compose check on the text; warnings are reported.
+                     reporter: Reporter, rendered: Rendered | None = None) -> tuple[Rendered, list[Any]]:
+    """Render ``profile`` (unless ``rendered`` is given) and run the compose check on the text;
+    warnings are reported.
 
     Raises:
         DeployError: the check finds errors (listed), or the published port is not the
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
-    from servedeck.compose.render import render_profile
-    rendered = render_profile(profile, catalog, project.templates_dirs)
+    rendered = rendered if rendered is not None else render(profile, catalog, project)
     findings = check_compose_text(
-        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog,
+        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:
@@ -266,13 +283,13 @@ def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, f
                image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
                state: HostState, options: DeployOptions) -> DeployPlan:
     """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
-    environment = launcher_env(profile, image.facts)
+    environment = rendered.service.server_env()
     argv = list(rendered.command)
     good = state.known_good()
     port = published_port(profile)
     return DeployPlan(
         profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
-        effective=effective_settings(profile, image.facts), argv=argv, environment=environment,
+        effective=rendered.service.settings(), argv=argv, environment=environment,
         host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
         base_url=api_base_url(host, entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],

@@ -17,7 +17,7 @@ from servedeck.deploy.console import Reporter
 from servedeck.deploy.secrets import Secrets
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
-from servedeck.runs.store import RunRecord, create_run, git_commit, open_run, utcnow
+from servedeck.runs.store import RunFile, RunRecord, create_run, git_commit, open_run, utcnow
 
 if TYPE_CHECKING:
     from servedeck.deploy.plan import DeployPlan
@@ -47,13 +47,11 @@ class RunWriter:
         if self.run:
             self.run.save_meta(**self.secrets.scrub(updates))
 
-    def write_json(self, name: str, obj: Any) -> None:
+    def write(self, file: RunFile[Any], value: Any) -> None:
+        """Write a run file (:meth:`servedeck.runs.store.RunRecord.write`), this deployment's
+        secret values scrubbed out of its content."""
         if self.run:
-            self.run.write_json(name, self.secrets.scrub(obj))
-
-    def write_text(self, name: str, text: str) -> None:
-        if self.run:
-            self.run.write_text(name, self.secrets.scrub_text(text))
+            self.run.write(file, value, scrub=self.secrets.scrub_text if file.form == "text" else self.secrets.scrub)
 
     def save_compose(self, compose_text: str, deployed_sha256: str) -> None:
         """The deployed compose text with secrets replaced; ``run.json`` gets the deployed
@@ -92,18 +90,19 @@ def record_plan(w: RunWriter, plan: "DeployPlan") -> None:
     profile diff against its parent, host and image facts."""
     from servedeck.deploy.plan import host_facts_summary
     from servedeck.model.profile import diff_profiles
+    from servedeck.runs.records import ArgvRecord, FactsRecord, ProfileChange
     if not w.run:
         return
     raw = plan.image.raw
     w.save_compose(plan.rendered.compose_text, plan.compose_sha256)
-    w.write_json(store.PROFILE_RESOLVED, plan.profile.model_dump(mode="json"))
-    w.write_json(store.EFFECTIVE, plan.effective)
-    w.write_json(store.ARGV, {"command": plan.argv, "entrypoint": raw["entrypoint"]})
+    w.write(store.PROFILE_RESOLVED, plan.profile.model_dump(mode="json"))
+    w.write(store.EFFECTIVE, plan.effective)
+    w.write(store.ARGV, ArgvRecord(command=plan.argv, entrypoint=raw["entrypoint"]))
     parent = plan.entry.place(plan.loaded.parent.profile) if plan.loaded.parent else None
-    w.write_json(store.PROFILE_DIFF, [{"path": c.path, "parent": c.old, "value": c.new}
-                                       for c in (diff_profiles(parent, plan.profile) if parent else [])])
-    w.write_json(store.FACTS, {"host": host_facts_summary(plan.host_facts), "image": {
-        k: raw[k] for k in ("reference", "digest", "created", "entrypoint", "vllm_version", "labels")}})
+    w.write(store.PROFILE_DIFF, [ProfileChange(path=c.path, parent=c.old, value=c.new)
+                                 for c in (diff_profiles(parent, plan.profile) if parent else [])])
+    w.write(store.FACTS, FactsRecord.model_validate({"host": host_facts_summary(plan.host_facts), "image": {
+        k: raw[k] for k in ("reference", "digest", "created", "entrypoint", "vllm_version", "labels")}}))
     w.save_meta(revision=plan.revision)
 
 
@@ -113,7 +112,7 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
     write startup.log / startup.json / args_verification.json. Returns (parsed, checks)."""
     from servedeck.vllm.verify import verify_args
     parsed = startup_facts(readiness)
-    checks = verify_args(plan.profile, plan.image.facts, parsed.get("non_default_args"))
+    checks = verify_args(plan.rendered.service.effective, parsed.get("non_default_args"))
     if readiness.ready:
         differs = [c for c in checks if c.status == "differs"]
         for c in checks:
@@ -130,9 +129,9 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
     w.save_meta(args_verification={
         "confirmed": [c.setting for c in checks if c.status == "confirmed"],
         "differs": [c.render() for c in checks if c.status == "differs"]})
-    w.write_text(store.STARTUP_LOG, readiness.log_text)
-    w.write_json(store.STARTUP, parsed)
-    w.write_json(store.ARGS_VERIFICATION, [c.model_dump(mode="json") for c in checks])
+    w.write(store.STARTUP_LOG, readiness.log_text)
+    w.write(store.STARTUP, parsed)
+    w.write(store.ARGS_VERIFICATION, checks)
     return parsed, checks
 
 
@@ -148,7 +147,8 @@ def startup_facts(readiness: "Readiness") -> dict[str, Any]:
 
 #: What a rollback's run takes over from the run that first deployed the restored file: the
 #: same compose file was rendered from the same resolved profile, settings, argv and image.
-RESTORED_VIEWS = (store.PROFILE_RESOLVED, store.EFFECTIVE, store.ARGV, store.PROFILE_DIFF, store.FACTS)
+RESTORED_VIEWS: tuple[RunFile[Any], ...] = (store.PROFILE_RESOLVED, store.EFFECTIVE, store.ARGV, store.PROFILE_DIFF,
+                                             store.FACTS)
 
 
 def record_restored(w: RunWriter, runs_dir: Path, source_run_id: str | None, compose_text: str | None,
@@ -163,16 +163,16 @@ def record_restored(w: RunWriter, runs_dir: Path, source_run_id: str | None, com
         w.save_compose(compose_text, compose_sha256)
     source = Path(runs_dir) / source_run_id if source_run_id else None
     if source is not None and source != w.path and store.is_run_dir(source):
-        for name in RESTORED_VIEWS:
+        for file in RESTORED_VIEWS:
             try:
-                doc = store.read_json(source, name)
+                view = store.read(source, file)
             except ServedeckError:  # a damaged older record: that view stays absent
                 continue
-            if doc is not None:
-                w.write_json(name, doc)
+            if view is not None:
+                w.write(file, view)
         w.save_meta(restores=source.name)
-    w.write_text(store.STARTUP_LOG, readiness.log_text)
-    w.write_json(store.STARTUP, startup_facts(readiness))
+    w.write(store.STARTUP_LOG, readiness.log_text)
+    w.write(store.STARTUP, startup_facts(readiness))
 
 
 def mark_abandoned(runs_dir: Path, run_id: str | None, reason: str) -> bool:

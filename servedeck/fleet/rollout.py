@@ -124,22 +124,20 @@ def role_vars(project: Project, servedeck_inventory: Path, *, image: str | None 
             "servedeck_environment": env}
 
 
-def _last_sequence(runs_dir: Path) -> int:
-    from servedeck.runs.store import run_dirs
-    return max((n for n, _ in run_dirs(runs_dir)), default=0) if runs_dir.exists() else 0
-
-
-def new_runs(runs_dir: Path, after_sequence: int) -> dict[str, dict[str, Any]]:
-    """Run records created after ``after_sequence``: host -> run.json of its latest one."""
-    from servedeck.runs import store
-    found: dict[str, dict[str, Any]] = {}
-    if not runs_dir.exists():
-        return found
-    for seq, path in store.run_dirs(runs_dir):
-        meta = store.read_json(path, store.RUN_META) if seq > after_sequence else None
-        if meta:
-            found[str(meta.get("host"))] = meta
-    return found
+def deploy_output(res: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON document a host's ``deploy --json`` printed (``servedeck.cli.deploy_document``:
+    ``outcome``, ``run_id``, ..., ``error``), from its task result's ``stdout``; None when the
+    command printed none (it did not start, or died)."""
+    for line in reversed((res.get("stdout") or "").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None
 
 
 def _error_line(res: dict[str, Any]) -> str:
@@ -195,7 +193,6 @@ def rollout(project: Project, fleet: Fleet, pattern: str, profile: str, *,
     state = state_dir_for(project, "rollouts", profile)
     ansible_inv = fleet.write_ansible_inventory(state)
     servedeck_inv = fleet.write_servedeck_inventory(state)
-    before = _last_sequence(project.runs_dir)
     t0 = time.monotonic()
     extravars = {**role_vars(project, servedeck_inv, image=image, timeout_s=timeout_s),
                  "servedeck_hosts": ",".join(hosts), "servedeck_profile": profile,
@@ -204,9 +201,8 @@ def rollout(project: Project, fleet: Fleet, pattern: str, profile: str, *,
                           private_dir=state / "ansible", forks=len(hosts), progress=progress)
     result = RolloutResult(profile=profile, pattern=pattern, serial=serial_s,
                            max_fail_percentage=max_fail_pct, policy=policy, state_dir=state)
-    runs = new_runs(project.runs_dir, before)
     for host in hosts:
-        result.hosts.append(_outcome(host, played, runs.get(host)))
+        result.hosts.append(_outcome(host, played))
     if policy == "rollback" and not result.ok:
         deployed = [h for h in result.hosts if h.outcome == "ready"]
         if deployed:
@@ -225,17 +221,18 @@ def rollout(project: Project, fleet: Fleet, pattern: str, profile: str, *,
     return result
 
 
-def _outcome(host: str, played: PlaybookResult, run: dict[str, Any] | None) -> HostOutcome:
+def _outcome(host: str, played: PlaybookResult) -> HostOutcome:
+    """A host's outcome from its deploy task: its status, and the run id and final state its
+    ``deploy --json`` printed."""
     tasks = played.for_host(host, DEPLOY_TASK)
-    run_id = run.get("run_id") if run else None
     if not tasks:
         return HostOutcome(host, "untouched", None)
     last = tasks[-1]
+    doc = deploy_output(last.res) or {}
+    run_id = doc.get("run_id")
     if last.status == "ok":
         return HostOutcome(host, "ready", run_id, last.duration_s)
-    outcome = "failed"
-    if run and run.get("outcome") == "rolled-back":
-        outcome = "rolled-back"
+    outcome = "rolled-back" if doc.get("outcome") == "rolled-back" else "failed"
     return HostOutcome(host, outcome, run_id, last.duration_s, _error_line(last.res))
 
 

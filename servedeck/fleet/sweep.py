@@ -326,23 +326,25 @@ def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[f
     ready_by_run: dict[str, float] = {}
     for _, path in sorted(store.run_dirs(runs_dir), reverse=True):
         try:
-            meta = store.read_json(path, store.RUN_META) or {}
+            meta = store.read(path, store.RUN_META)
         except ServedeckError:
             continue
-        host = meta.get("host")
-        if host not in out or meta.get("outcome") != "ready":
+        if meta is None or meta.host not in out or not meta.served:
             continue
-        ready = (meta.get("timings_s") or {}).get("deploy_total_s")
+        host = meta.host
+        ready = meta.timings_s.get("deploy_total_s")
         if ready is not None:
             ready_by_run[path.name] = float(ready)
         if ready is not None and len(out[host]["ready_s"]) < HISTORY_RUNS:
             out[host]["ready_s"].append(float(ready))
         if len(out[host]["bench_s"]) < HISTORY_RUNS:
             try:
-                bench = store.read_json(path, store.BENCH_SUMMARY) or {}
+                bench = store.read(path, store.BENCH_SUMMARY)
             except ServedeckError:
                 continue
-            start, end = _iso_s(bench.get("started_at")), _iso_s(bench.get("finished_at"))
+            if bench is None:
+                continue
+            start, end = _iso_s(bench.started_at), _iso_s(bench.finished_at)
             if start is not None and end is not None and end >= start:
                 out[host]["bench_s"].append(end - start)
     # rollouts (servedeck/fleet/rollout.py summary.json): the command's wall time per host

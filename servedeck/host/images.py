@@ -2,8 +2,9 @@
 
 Facts: entrypoint, labels, working directory, the vLLM version (label
 ``io.servedeck.vllm-version`` or a one-line ``importlib.metadata`` probe run with the image's
-Python), and for the exl3xpu launcher the positional config's ``model.yaml`` read out of a
-created, never started container.
+Python), the launcher its entrypoint starts and, for a launcher with a config of its own (the
+exl3xpu launcher's ``model.yaml``), the profile's config read out of a created, never started
+container.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import json
 import tarfile
 from typing import Any
 
-from ruamel.yaml import YAML
-
-from servedeck.model.catalog import ImageFacts, LauncherDefaults
+from servedeck.launchers import registry
+from servedeck.launchers.base import LauncherDefaults
+from servedeck.model.catalog import ImageFacts, image_device
 from servedeck.model.profile import Profile
 from servedeck.runs.store import utcnow
 
@@ -60,8 +61,11 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
 
     Labels ``io.servedeck.vllm-version`` / ``io.servedeck.standin`` are used when present;
     otherwise the vLLM version comes from a one-line Python probe (``importlib.metadata``) run
-    with the image's Python. For the exl3xpu launcher the positional config's ``model.yaml``
-    is read out of the image (a created, never started container).
+    with the image's Python. The launcher is the one the ENTRYPOINT starts
+    (:func:`servedeck.launchers.registry.of_image`), else the profile's; for a launcher with a
+    config of its own, the profile's config is read out of the image (a created, never started
+    container) as the launcher reads it. The device is the one the image says it is built for
+    (:func:`servedeck.model.catalog.image_device`), else the profile's devices decide.
 
     ``attrs``: the image's inspect document when the caller already has it (the deploy's
     preflight round trip reads it); with ``deep=False`` nothing else is asked of the Engine
@@ -84,30 +88,21 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
             version = json.loads(out.decode().strip().splitlines()[-1]).get("vllm_version")
         except Exception:
             version = None
-    launcher = ("exl3xpu" if any("serve.py" in part for part in entrypoint)
-                else "vllm" if any("vllm" in part for part in entrypoint) else profile.launcher.kind)
+    launcher = registry.of_image(entrypoint) or profile.launcher.runs
     defaults: list[LauncherDefaults] = []
-    if launcher == "exl3xpu" and profile.launcher.config and deep:
-        config = profile.launcher.config
-        yaml_path = config if config.endswith((".yaml", ".yml")) else f"{config}/model.yaml"
-        if not yaml_path.startswith("/"):
-            yaml_path = f"{workdir.rstrip('/')}/{yaml_path}"
-        data = _read_from_image(client, image_ref, yaml_path)
-        if data:
-            y = YAML(typ="safe", pure=True)
-            y.version = (1, 1)
-            doc = y.load(data.decode()) or {}
-            defaults.append(LauncherDefaults(
-                config=config, served_model_name=doc.get("served_model_name"),
-                vllm=dict(doc.get("vllm") or {}),
-                env={k: None if v is None else str(v) for k, v in (doc.get("env") or {}).items()}))
-    default_port = 8100 if launcher == "exl3xpu" else 8000
-    device = ("xpu" if any(d.startswith("/dev/dri") for d in profile.container.devices)
-              else "cpu")
+    config = profile.launcher.config
+    path = launcher.config_path(config, workdir) if config and deep else None
+    if path is not None:
+        data = _read_from_image(client, image_ref, path)
+        found = launcher.read_config(config, data.decode()) if data else None
+        if found is not None:
+            defaults.append(found)
+    env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    device = image_device(profile.image, labels=labels, env=env, vllm_version=version) or profile.container.device
     facts = ImageFacts(
-        repository=profile.image_ref.repository, launcher=launcher,
+        repository=profile.image_ref.repository, launcher=launcher.name,
         vllm_version=version or "unknown", device=device, entrypoint=list(entrypoint),
-        default_port=default_port, launcher_defaults=defaults,
+        default_port=launcher.default_port, launcher_defaults=defaults,
         note=f"read from the pulled image by servedeck deploy on {utcnow()}",
         stand_in=labels.get("io.servedeck.standin") == "true")
     raw = {"reference": profile.image, "digest": profile.image_ref.digest,
@@ -115,3 +110,4 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
            "workdir": workdir, "labels": labels, "vllm_version": version,
            "repo_digests": attrs.get("RepoDigests") or []}
     return facts, raw
+

@@ -131,15 +131,17 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
 
     Returns:
         ``(digest, ImageFacts, VllmFacts)``: the digest (repo digest when the image has one,
-        else the image id), the catalog entry (launcher, device, entrypoint, cmd, workdir, env,
-        labels, binaries, launcher model configs) and vLLM's own facts.
+        else the image id), the catalog entry (the launcher its ENTRYPOINT starts, else the
+        default one; the device the image says it is built for
+        (:func:`servedeck.model.catalog.image_device`), else ``cpu``; entrypoint, cmd, workdir,
+        env, labels, binaries, the launcher's model configs as it reads them) and vLLM's own facts.
 
     Raises:
         ServedeckError: no engine, image missing, or the image cannot run the introspection.
     """
-    from servedeck.model.catalog import ImageFacts, LauncherDefaults
+    from servedeck.launchers import registry
+    from servedeck.model.catalog import ImageFacts, image_device
     from servedeck.vllm.facts import VllmFacts
-    from servedeck.yamlio import launcher_value
 
     client = _client(client_or_host)
     image = _image(client, image_ref)
@@ -149,24 +151,15 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
     raw["source"] = f"extracted from image {_repository(image_ref)} ({digest[:19]}) by servedeck.vllm.introspect"
     vf = VllmFacts.model_validate(raw)
     entry = list(cfg.get("Entrypoint") or [])
-    launcher = "exl3xpu" if any(e.endswith("serve.py") for e in entry[:2]) else "vllm"
+    launcher = registry.of_image(entry) or registry.default()
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
     labels = dict(cfg.get("Labels") or {})
-    blob = " ".join([image_ref, *labels.values(), raw.get("vllm_version", "")]).lower()
-    device = "xpu" if "xpu" in blob else ("cpu" if "cpu" in blob else "cuda")
-    defaults = []
-    for path, text in (raw.get("launcher_configs") or {}).items():
-        data = launcher_value(text)  # the launcher reads model.yaml with PyYAML safe_load
-        if not isinstance(data, dict):
-            continue
-        defaults.append(LauncherDefaults(config=path, served_model_name=data.get("served_model_name"),
-                                         vllm=dict(data.get("vllm") or {}),
-                                         env={k: None if v is None else str(v)
-                                              for k, v in (data.get("env") or {}).items()}))
-    port = 8100 if launcher == "exl3xpu" else 8000
-    facts = ImageFacts(repository=_repository(image_ref), launcher=launcher,  # type: ignore[arg-type]
-                       vllm_version=vf.vllm_version, device=device,  # type: ignore[arg-type]
-                       entrypoint=entry, default_port=port, launcher_defaults=defaults,
+    device = image_device(image_ref, labels=labels, env=env, vllm_version=raw.get("vllm_version")) or "cpu"
+    defaults = [d for path, text in (raw.get("launcher_configs") or {}).items()
+                if (d := launcher.read_config(path, text)) is not None]
+    facts = ImageFacts(repository=_repository(image_ref), launcher=launcher.name,
+                       vllm_version=vf.vllm_version, device=device,
+                       entrypoint=entry, default_port=launcher.default_port, launcher_defaults=defaults,
                        cmd=list(cfg.get("Cmd") or []), workdir=cfg.get("WorkingDir") or None,
                        env=env, labels=labels, binaries=raw.get("binaries") or {},
                        note=f"read from the image by servedeck.host.inimage ({image.id[:19]})")
@@ -254,7 +247,7 @@ class DryRunResult:
 
 
 def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
-            use_cache: bool = True, image_id: str | None = None) -> DryRunResult:
+            use_cache: bool = True, image_id: str | None = None, mode: str | None = None) -> DryRunResult:
     """Judge a server command with the image's own launcher and vLLM, without a GPU
     (:func:`dry_run_each` of one command).
 
@@ -265,19 +258,24 @@ def dry_run(client_or_host: Any, image_ref: str, command: list[str], *,
         use_cache: read and write the (image id, argv) cache.
         image_id: the image's id (``sha256:...``) when the caller knows it: a cached verdict
             is then returned without an Engine connection.
+        mode: how the image's launcher is judged (:attr:`servedeck.launchers.base.Launcher.
+            in_image`); None: the launcher the image's ENTRYPOINT starts
+            (:func:`servedeck.launchers.registry.of_image`, else the default one).
 
     Returns:
         A :class:`DryRunResult`; a rejection is ``ok=False`` with vLLM's own message.
 
     Raises:
-        ServedeckError: no engine, the image is missing, or it cannot run the introspection.
+        ServedeckError: no engine, the image is missing, it cannot run the introspection, or its
+            launcher's commands cannot be judged in the image.
     """
-    return dry_run_each(client_or_host, image_ref, [command], use_cache=use_cache, image_id=image_id)[0]
+    return dry_run_each(client_or_host, image_ref, [command], use_cache=use_cache, image_id=image_id,
+                        mode=mode)[0]
 
 
 def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]], *,
                  use_cache: bool = True, image_id: str | None = None,
-                 entrypoint: list[str] | None = None) -> list[DryRunResult]:
+                 entrypoint: list[str] | None = None, mode: str | None = None) -> list[DryRunResult]:
     """Judge several server commands for one image: the cached verdicts are read, and all
     the others come from ONE throw-away container (one vLLM import, ~10 s on the test
     machines, instead of one per command), or one per :data:`ARGUMENT_LIMIT` bytes of commands
@@ -285,7 +283,7 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
 
     Args and Raises: as :func:`dry_run`; ``commands`` is a list of compose ``command`` lists;
     ``entrypoint``: the start the commands are arguments to (a compose ``entrypoint`` such as
-    ``["vllm", "serve"]``), instead of the image's own ENTRYPOINT.
+    ``["vllm", "serve"]``), instead of the image's own ENTRYPOINT; ``mode``: as :func:`dry_run`.
 
     Returns:
         One :class:`DryRunResult` per command, in order (``seconds``: the time of the call that
@@ -297,7 +295,7 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
         client = _client(client_or_host)
         image = _image(client, image_ref)
         image_id = image.id
-    keys = [hashlib.sha256(json.dumps([_script_sha(), image_id, entrypoint, list(c)]).encode()).hexdigest()[:32]
+    keys = [hashlib.sha256(json.dumps([_script_sha(), image_id, entrypoint, mode, list(c)]).encode()).hexdigest()[:32]
             for c in commands]
     results = [_cached(key, t0) if use_cache else None for key in keys]
     # the first of each distinct command without a cached verdict
@@ -313,10 +311,18 @@ def dry_run_each(client_or_host: Any, image_ref: str, commands: list[list[str]],
         image = _image(client, image_ref)
     entry = list(entrypoint) if entrypoint is not None else list(
         (image.attrs.get("Config") or {}).get("Entrypoint") or [])
+    if mode is None:
+        from servedeck.launchers import registry
+        launcher = registry.of_image(entry) or registry.default()
+        if launcher.in_image is None:
+            raise ServedeckError(f"the {launcher.name} launcher of {image_ref} cannot be judged in the image",
+                                 hint="the in-image dry run judges vLLM's own starts and launchers that print "
+                                      "their final command")
+        mode = launcher.in_image
     verdicts: list[dict[str, Any]] = []
     try:
         for batch in argument_batches([list(commands[i]) for i in todo]):
-            out = _introspect(client, image, ["launch-dryrun-each", json.dumps(entry), batch])
+            out = _introspect(client, image, ["launch-dryrun-each", json.dumps(entry), batch, mode])
             verdicts += out.get("verdicts") or []
     except ServedeckError as exc:
         if use_cache:

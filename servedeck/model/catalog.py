@@ -17,30 +17,19 @@ import io
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from ruamel.yaml import YAML
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.launchers import registry
+from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import load_data
 
 
-class LauncherDefaults(BaseModel):
-    """The launcher's model config as shipped in the image (exl3xpu ``model.yaml``).
-
-    Attributes:
-        config: the positional config the defaults belong to (``models/qwen3.8-27b-exl3-4.00bpw``).
-        served_model_name: the model.yaml ``served_model_name``.
-        vllm: the ``vllm:`` mapping, vLLM dest names → values, in file order.
-        env: the ``env:`` mapping the launcher applies over the container environment.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    config: str
-    served_model_name: str | None = None
-    vllm: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str | None] = Field(default_factory=dict)
+Device = Literal["xpu", "cuda", "cpu"]
+"""What an image's server runs on: an Intel GPU (``xpu``, needs /dev/dri), an NVIDIA GPU
+(``cuda``) or the CPU."""
 
 
 class ImageFacts(BaseModel):
@@ -48,11 +37,12 @@ class ImageFacts(BaseModel):
 
     Attributes:
         repository: e.g. ``ghcr.io/0xsero/exl3xpu``.
-        launcher: ``exl3xpu`` (scripts/serve.py contract) or ``vllm`` (``vllm serve`` entrypoint).
+        launcher: the name of the image's launcher (:mod:`servedeck.launchers.registry`).
         vllm_version: the vLLM version inside, e.g. ``0.26.1.dev0+g568afb3a1.d20260907.xpu``.
         device: ``xpu`` (needs /dev/dri), ``cuda``, or ``cpu``.
         entrypoint: the image ENTRYPOINT (exec form).
-        default_port: the port the server listens on when no ``--port`` is given.
+        default_port: the port the server listens on when no ``--port`` is given (None: the
+            launcher's default port, :attr:`port`).
         launcher_defaults: model configs shipped in the image, by config path.
         note: where the facts come from.
         stand_in: True for images that only imitate a server (test stand-ins).
@@ -67,11 +57,11 @@ class ImageFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repository: str
-    launcher: Literal["exl3xpu", "vllm"]
+    launcher: str
     vllm_version: str
-    device: Literal["xpu", "cuda", "cpu"]
+    device: Device
     entrypoint: list[str] = Field(default_factory=list)
-    default_port: int = 8000
+    default_port: int | None = None
     launcher_defaults: list[LauncherDefaults] = Field(default_factory=list)
     note: str | None = None
     stand_in: bool = False
@@ -83,12 +73,28 @@ class ImageFacts(BaseModel):
     vllm_facts: str | None = None
     inferred: bool = False
 
+    @field_validator("launcher")
+    @classmethod
+    def _known_launcher(cls, v: str) -> str:
+        if registry.find(v) is None:
+            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
+        return v
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on without a port option: :attr:`default_port`, else
+        the launcher's."""
+        return self.default_port if self.default_port is not None else self.runs.default_port
+
+    @property
+    def runs(self) -> Launcher:
+        """The image's launcher: the one its ENTRYPOINT starts, else the one recorded by name."""
+        return registry.of_image(self.entrypoint) or registry.get(self.launcher)
+
     def defaults_for(self, config: str | None) -> LauncherDefaults | None:
-        """The model config defaults for ``config`` (exact path match), or None."""
-        for d in self.launcher_defaults:
-            if d.config == config:
-                return d
-        return None
+        """The launcher config shipped in the image that ``config`` names, or None
+        (:meth:`servedeck.launchers.base.Launcher.defaults`)."""
+        return self.runs.defaults(self.launcher_defaults, config)
 
 
 class CatalogFile(BaseModel):
@@ -199,49 +205,50 @@ class Catalog:
 
 # ----------------------------------------------------------------------------- first contact
 
-#: Repository hints for images whose digest is unknown: (what the repository must contain,
-#: launcher, device, entrypoint, default port). First match wins. A hint is either every one of
-#: a tuple of substrings or, spelled ``=owner/name``, that exact repository on any registry.
-#: Official images: ``vllm/vllm-openai`` (CUDA), ``vllm/vllm-openai-cpu`` / ``vllm-cpu*`` (CPU
-#: builds), ``intel/vllm`` and ``*-xpu`` (Intel XPU builds, entrypoint is a wrapper that sources
-#: oneAPI), ``exl3xpu`` (``python3 scripts/serve.py`` on port 8100). Any other repository that
-#: merely mentions vLLM (a local build, a stand-in) is not guessed at: no facts, and the
-#: unknown-digest finding says so.
-_HINTS: tuple[tuple[tuple[str, ...] | str, str, str, tuple[str, ...], int], ...] = (
-    (("exl3xpu",), "exl3xpu", "xpu", ("python3", "scripts/serve.py"), 8100),
-    (("vllm", "xpu"), "vllm", "xpu", ("vllm", "serve"), 8000),
-    ("=intel/vllm", "vllm", "xpu", ("vllm", "serve"), 8000),
-    (("vllm", "cpu"), "vllm", "cpu", ("vllm", "serve"), 8000),
-    ("=vllm/vllm-openai", "vllm", "cuda", ("vllm", "serve"), 8000),
-)
+_CUDA_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "NVIDIA_REQUIRE_CUDA")
+"""Variables the NVIDIA CUDA base images set in their ENV (``nvidia/cuda`` Dockerfiles), which
+every image built on them inherits."""
 
 
-def _hint_matches(hint: tuple[str, ...] | str, repo: str) -> bool:
-    if isinstance(hint, str):
-        exact = hint.removeprefix("=")
-        return repo == exact or repo.endswith("/" + exact)
-    return all(part in repo for part in hint)
+def image_device(reference: str, *, labels: dict[str, str] | None = None, env: dict[str, str] | None = None,
+                 vllm_version: str | None = None) -> Device | None:
+    """The device an image is built for, from what the image says about itself: ``xpu`` or
+    ``cpu`` in its reference, labels or vLLM version (``0.26.1.dev0+...xpu``, ``vllm-cpu``);
+    ``cuda`` when its ENV is the CUDA base images' or its vLLM version names CUDA (``+cu128``);
+    None when nothing says (the caller decides: a profile's devices, or the repository hints).
+    """
+    blob = " ".join([reference, *(labels or {}).values(), vllm_version or ""]).lower()
+    if "xpu" in blob:
+        return "xpu"
+    if "cpu" in blob:
+        return "cpu"
+    if any(k in (env or {}) for k in _CUDA_ENV) or "+cu" in (vllm_version or "") or "cuda" in blob:
+        return "cuda"
+    return None
 
 
 def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     """Facts guessed from an image's repository and tag when its digest is unknown and no Docker
-    engine can be asked (``inferred=True``; the vLLM version is the tag's ``vX.Y.Z`` or
-    ``"unknown"``). Returns None when nothing about the repository says vLLM.
+    engine can be asked (``inferred=True``): the launcher whose repository hints match
+    (:func:`servedeck.launchers.registry.of_repository`), its start as the entrypoint and its
+    default port, the hint's device (``xpu`` when the tag says so), and the vLLM version of the
+    tag's ``vX.Y.Z`` when the launcher's images are tagged by vLLM release, else ``"unknown"``.
+    Returns None when no hint matches: an image whose repository merely mentions vLLM (a local
+    build, a stand-in) is not guessed at, and the unknown-digest finding says so.
 
     Example: ``("vllm/vllm-openai", "v0.11.0")`` → launcher vllm, device cuda, vLLM 0.11.0,
     entrypoint ``vllm serve``.
     """
     import re
-    repo = repository.lower()
-    for hint, launcher, device, entry, port in _HINTS:
-        if _hint_matches(hint, repo):
-            # the tag carries the vLLM version for vLLM's own builds; exl3xpu tags its own releases
-            m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "") if launcher == "vllm" else None
-            version = m[1] if m else "unknown"
-            if "xpu" in (tag or "").lower() and device == "cuda":
-                device = "xpu"
-            return ImageFacts(repository=repository, launcher=launcher,  # type: ignore[arg-type]
-                              vllm_version=version, device=device,  # type: ignore[arg-type]
-                              entrypoint=list(entry), default_port=port, inferred=True,
-                              note=f"inferred from the repository and tag {tag or '(none)'}")
-    return None
+    found = registry.of_repository(repository)
+    if found is None:
+        return None
+    launcher, device = found
+    m = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", tag or "") if launcher.tag_is_vllm_version else None
+    version = m[1] if m else "unknown"
+    if "xpu" in (tag or "").lower() and device == "cuda":
+        device = "xpu"
+    return ImageFacts(repository=repository, launcher=launcher.name, vllm_version=version,
+                      device=device,  # type: ignore[arg-type]
+                      entrypoint=list(launcher.start), default_port=launcher.default_port, inferred=True,
+                      note=f"inferred from the repository and tag {tag or '(none)'}")

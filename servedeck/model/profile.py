@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 from servedeck.errors import ServedeckError
+from servedeck.launchers import registry
+from servedeck.launchers.base import LaunchSettings
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -31,6 +33,10 @@ IMAGE_RE = re.compile(
     r"^(?P<repository>[a-z0-9][a-z0-9._\-/:]*?[a-z0-9])(?::(?P<tag>[\w][\w.\-]{0,127}))?"
     r"@(?P<digest>sha256:[0-9a-f]{64})$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+ENGINE_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+                "kv_cache_dtype", "enable_prefix_caching")
+"""Engine fields that are plain vLLM flags of the same dest name (printed in this order)."""
 
 #: Engine keys whose ``null`` is a value ("off"), not a deletion, during ``extends:`` merges.
 NULL_IS_VALUE = {("engine", "speculative")}
@@ -85,25 +91,45 @@ class Launcher(_Strict):
     """How the image turns settings into the server's argv.
 
     Attributes:
-        kind: ``exl3xpu`` (scripts/serve.py: positional model config, ``--gpu``,
-            ``--model-path``, repeated ``--set KEY.PATH=VALUE``, passthrough vLLM flags) or
-            ``vllm`` (the image's entrypoint is ``vllm serve``; plain flags).
-        config: exl3xpu only: the positional model config (dir with model.yaml, relative to
-            the image WORKDIR, or a .yaml path).
-        gpu: exl3xpu only: ``--gpu`` index (sets ZE_AFFINITY_MASK in the image).
+        kind: the launcher's name (:mod:`servedeck.launchers.registry`; the JSON Schema lists
+            the known ones): ``exl3xpu`` (scripts/serve.py: positional model config, ``--gpu``,
+            ``--model-path``, repeated ``--set KEY.PATH=VALUE``, passthrough vLLM flags),
+            ``vllm`` (the image's entrypoint is ``vllm serve``; plain flags) or
+            ``vllm-api-server`` (``python -m vllm.entrypoints.openai.api_server``; ``--model``).
+        config: the launcher's model config, for a launcher that takes one (exl3xpu: the
+            positional, a dir with model.yaml relative to the image WORKDIR, or a .yaml path).
+        gpu: the launcher's GPU index option, for a launcher that has one (exl3xpu ``--gpu``,
+            which sets ZE_AFFINITY_MASK in the image).
     """
 
-    kind: Literal["exl3xpu", "vllm"]
+    kind: Annotated[str, WithJsonSchema({"enum": registry.names(), "type": "string"})]
     config: str | None = None
     gpu: int | None = Field(default=None, ge=0)
 
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if registry.find(v) is None:
+            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
+        return v
+
+    @property
+    def runs(self):  # -> servedeck.launchers.base.Launcher
+        """The launcher object (:func:`servedeck.launchers.registry.get`)."""
+        return registry.get(self.kind)
+
     @model_validator(mode="after")
-    def _config_needed(self) -> "Launcher":
-        if self.kind == "exl3xpu" and not self.config:
-            raise ValueError("launcher.config is required for the exl3xpu launcher "
-                             "(e.g. models/qwen3.8-27b-exl3-4.00bpw)")
-        if self.kind == "vllm" and (self.config or self.gpu is not None):
-            raise ValueError("launcher.config and launcher.gpu only apply to the exl3xpu launcher")
+    def _options_it_takes(self) -> "Launcher":
+        launcher = registry.find(self.kind)
+        if launcher is None:
+            return self
+        if launcher.config_option and not self.config:
+            raise ValueError(f"launcher.config is required for the {self.kind} launcher: "
+                             f"{launcher.config_option}")
+        if self.config and not launcher.config_option or self.gpu is not None and not launcher.gpu_option:
+            takes = [n for n, ok in (("launcher.config", launcher.config_option),
+                                     ("launcher.gpu", launcher.gpu_option)) if not ok]
+            raise ValueError(f"the {self.kind} launcher takes no {' and no '.join(takes)}")
         return self
 
 
@@ -114,7 +140,8 @@ class ModelSpec(_Strict):
 
     * local weights: ``weights_dir`` (host path) bind-mounted at ``mount``; the model argument
       is ``mount`` (``--model-path`` for exl3xpu);
-    * a Hugging Face repo id (``repo_id``, vllm launcher only): vLLM resolves it through the
+    * a Hugging Face repo id (``repo_id``, not with a launcher that reads the weights from its own
+      option, such as exl3xpu's ``--model-path``): vLLM resolves it through the
       Hugging Face cache, which ``hf_cache`` mounts into the container (usually at
       ``/root/.cache/huggingface``); the model argument is the repo id.
 
@@ -303,6 +330,25 @@ class Container(_Strict):
     ipc: str | None = None
     compose_extra: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def device(self) -> str:
+        """The device these settings give the server: ``xpu`` with ``/dev/dri``, ``cuda`` with an
+        NVIDIA request (a CDI ``nvidia.com/...`` device; in ``compose_extra``: ``gpus``,
+        ``runtime: nvidia``, or a ``deploy.resources.reservations.devices`` entry with the
+        ``nvidia`` driver or the ``gpu`` capability, as Compose reads them), else ``cpu``."""
+        if any(d.startswith("/dev/dri") for d in self.devices):
+            return "xpu"
+        x = self.compose_extra
+        node: Any = x
+        for key in ("deploy", "resources", "reservations", "devices"):
+            node = node.get(key) if isinstance(node, dict) else None
+        nvidia = isinstance(node, list) and any(
+            isinstance(r, dict) and (r.get("driver") == "nvidia" or "gpu" in (r.get("capabilities") or []))
+            for r in node)
+        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" or any(d.startswith("nvidia.com/") for d in self.devices):
+            return "cuda"
+        return "cpu"
+
     @field_validator("compose_extra")
     @classmethod
     def _not_modelled(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -350,8 +396,9 @@ class Profile(_Strict):
         extends: the parent profile's name, if any.
         image: ``repo[:tag]@sha256:<64 hex>``.
         launcher, model, engine, container, host: see their classes.
-        launcher_env: exl3xpu only: env overrides applied through ``--set env.NAME=VALUE``
-            (model.yaml env overrides the container environment); ``null`` unsets.
+        launcher_env: environment overrides applied by a launcher that edits its config (exl3xpu:
+            ``--set env.NAME=VALUE``, since model.yaml env overrides the container environment);
+            ``null`` unsets.
     """
 
     name: str
@@ -379,18 +426,38 @@ class Profile(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _repo_id_only_vllm(self) -> "Profile":
-        if self.model.repo_id is not None and self.launcher.kind != "vllm":
-            raise ValueError("model.repo_id needs the vllm launcher (exl3xpu reads weights from "
-                             "--model-path); use weights_dir + mount")
+    def _what_the_launcher_reads(self) -> "Profile":
+        launcher = registry.find(self.launcher.kind)
+        if launcher is None:
+            return self
+        if self.model.repo_id is not None and not launcher.serves_repo_id:
+            raise ValueError(f"model.repo_id: the {launcher.name} launcher reads the weights from "
+                             f"{launcher.model_option}, not a Hugging Face repo id; use weights_dir + mount")
+        if self.launcher_env and not launcher.edit_option:
+            raise ValueError(f"launcher_env only applies to a launcher that edits its config "
+                             f"(the {launcher.name} launcher does not); use container.environment")
         return self
 
-    @model_validator(mode="after")
-    def _launcher_env_only_exl3xpu(self) -> "Profile":
-        if self.launcher_env and self.launcher.kind != "exl3xpu":
-            raise ValueError("launcher_env only applies to the exl3xpu launcher; "
-                             "use container.environment")
-        return self
+    def launch_settings(self) -> LaunchSettings:
+        """What the launcher turns into the server's argv: the model argument, served names,
+        port, the engine settings the profile sets (:data:`ENGINE_FLAGS`, then speculative
+        decoding: None = off, a dict of the keys to set; then the front-end settings), the
+        extra arguments, and the launcher's config, GPU and environment overrides."""
+        e = self.engine
+        engine: dict[str, Any] = {n: getattr(e, n) for n in ENGINE_FLAGS if getattr(e, n) is not None}
+        if e.speculative_state == "off":
+            engine["speculative_config"] = None
+        elif e.speculative_state == "set":
+            assert e.speculative is not None
+            engine["speculative_config"] = e.speculative.as_config()
+        if e.enable_auto_tool_choice:
+            engine["enable_auto_tool_choice"] = True
+        for name in ("tool_call_parser", "reasoning_parser"):
+            if getattr(e, name):
+                engine[name] = getattr(e, name)
+        return LaunchSettings(model=self.model.argument, served_model_name=tuple(self.model.served_model_name),
+                              port=self.container.port, engine=engine, extra_args=tuple(e.extra_args),
+                              config=self.launcher.config, gpu=self.launcher.gpu, env=dict(self.launcher_env))
 
     @property
     def image_ref(self) -> ImageRef:

@@ -6,8 +6,9 @@ atomic write into a run directory renames a file into it, which moves that time)
 recomputed whenever its directory changed; rows of directories changed in the last
 :data:`HOT_S` seconds are never cached (file-system timestamps are coarser than a burst of
 writes). The index is a cache, not a source of truth: deleting it loses nothing, and a listing
-rewrites it atomically when a row changed. Resolving a reference reads only ``run.json`` files,
-newest first, and stops at the first match.
+rewrites it atomically when a row changed. A listing imports no pydantic: the rows it must
+recompute read the run's files through the store, typed, only then. Resolving a reference reads
+only ``run.json`` files, newest first, and stops at the first match.
 
 Reference forms (:func:`resolve_run`):
 
@@ -27,15 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.runs import store
 
 if TYPE_CHECKING:
-    from servedeck.runs.meta import RunMeta
+    from servedeck.runs.records import RunMeta
 
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 HOT_S = 2.0
 """Rows of run directories modified this recently are recomputed on every listing."""
 
@@ -53,6 +53,7 @@ class RunSummary:
         benchmarked: the run holds bench samples.
         kv_cache_tokens: from startup.json; warm_decode_tok_s: median of warm ``decode_tok_s``
             samples; cold_ttft_s: median of cold ``ttft_s`` samples (None when not benchmarked).
+        start_to_ready_s: run.json ``timings_s.container_start_to_ready_s`` (seconds).
         runs_dir: the runs directory (``path`` is ``runs_dir / run_id``).
     """
 
@@ -68,6 +69,7 @@ class RunSummary:
     kv_cache_tokens: int | None
     warm_decode_tok_s: float | None
     cold_ttft_s: float | None
+    start_to_ready_s: float | None
     runs_dir: Path
 
     @property
@@ -120,14 +122,14 @@ def summarize_run(run_dir: Path) -> RunSummary:
     run_dir = Path(run_dir)
     meta = _meta_or_none(run_dir)
     try:
-        startup = store.read_json(run_dir, store.STARTUP) or {}
+        startup = store.read(run_dir, store.STARTUP)
     except ServedeckError:
-        startup = {}
+        startup = None
     try:
-        samples = store.read_samples(run_dir)
+        samples = store.read(run_dir, store.BENCH_SAMPLES)
     except ServedeckError:
         samples = []
-    kv = startup.get("kv_cache_tokens") if isinstance(startup, dict) else None
+    kv = startup.kv_cache_tokens if startup else None
     return RunSummary(
         run_id=run_dir.name, sequence=meta.sequence if meta else store.sequence_of(run_dir) or 0,
         kind=meta.kind if meta else None,
@@ -139,6 +141,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         kv_cache_tokens=int(kv) if isinstance(kv, (int, float)) and not isinstance(kv, bool) else None,
         warm_decode_tok_s=_median(store.phase_samples(samples, "warm", "decode_tok_s")),
         cold_ttft_s=_median(store.phase_samples(samples, "cold", "ttft_s")),
+        start_to_ready_s=meta.timings_s.get("container_start_to_ready_s") if meta else None,
         runs_dir=run_dir.parent)
 
 
@@ -201,11 +204,11 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     return rows
 
 
-def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, dict[str, Any] | None]]:
-    """Run directories, newest first, with their run.json as plain JSON (``store.peek_meta``:
-    resolving a reference must not pay for the typed model); with ``profile`` only directories
-    whose name can belong to it (``NNNN-PROFILE-HOST``) and whose run.json says so. Only the
-    names are listed up front; run.json is read one directory at a time."""
+def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, RunMeta | None]]:
+    """Run directories, newest first, with their run.json (None when it is missing or invalid);
+    with ``profile`` only directories whose name can belong to it (``NNNN-PROFILE-HOST``) and
+    whose run.json says so. Only the names are listed up front; run.json is read one directory
+    at a time."""
     match = store.RUN_DIR_RE.match
     # newest first without parsing every name: a run name's sequence is its digits before the
     # first "-", zero-padded, so (digit count, name) orders them; the rest (not a run name, not
@@ -216,18 +219,18 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, d
         d = runs_dir / name
         if not d.is_dir():
             continue
-        meta = store.peek_meta(d)
-        if profile is not None and (meta.get("profile") if meta else _profile_from_name(d)) != profile:
+        meta = _meta_or_none(d)
+        if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
             continue
         yield d, meta
 
 
-def _served(meta: dict[str, Any] | None) -> bool:
-    return meta is not None and meta.get("outcome") == store.SERVED
+def _served(meta: RunMeta | None) -> bool:
+    return meta is not None and meta.served
 
 
-def _comparable(d: Path, meta: dict[str, Any] | None) -> bool:
-    return _served(meta) and (meta.get("benched_at") is not None or store.is_benchmarked(d))
+def _comparable(d: Path, meta: RunMeta | None) -> bool:
+    return meta is not None and meta.served and (meta.benched_at is not None or store.is_benchmarked(d))
 
 
 def newest_served(runs_dir: Path, host: str) -> Path:
@@ -238,7 +241,7 @@ def newest_served(runs_dir: Path, host: str) -> Path:
         ServedeckError: when there is none.
     """
     for d, meta in _newest_first(Path(runs_dir), None):
-        if _served(meta) and meta.get("host") == host:
+        if meta is not None and meta.served and meta.host == host:
             return d
     raise ServedeckError(f"no ready run of host {host!r} under {runs_dir}",
                          hint=f"deploy first: invoke deploy --host {host} --profile NAME")
@@ -246,15 +249,13 @@ def newest_served(runs_dir: Path, host: str) -> Path:
 
 def startup_seconds_by_profile(runs_dir: Path) -> dict[str, float]:
     """``{profile: seconds}``: container start to ready of each profile's newest ready run that
-    recorded it (run.json ``timings_s.container_start_to_ready_s``, read as plain JSON), what
-    the check's start-up rules take as that profile's measured start-up."""
+    recorded it (run.json ``timings_s.container_start_to_ready_s``, from the listing), what the
+    check's start-up rules take as that profile's measured start-up."""
     found: dict[str, float] = {}
-    for row in reversed(list_runs(runs_dir)):  # from the index; run.json only of ready runs
-        if row.outcome != store.SERVED or row.profile is None or row.profile in found:
-            continue
-        seconds = ((store.peek_meta(row.path) or {}).get("timings_s") or {}).get("container_start_to_ready_s")
-        if isinstance(seconds, (int, float)):
-            found[row.profile] = float(seconds)
+    for row in reversed(list_runs(runs_dir)):
+        if (row.outcome == store.SERVED and row.profile is not None and row.profile not in found
+                and row.start_to_ready_s is not None):
+            found[row.profile] = float(row.start_to_ready_s)
     return found
 
 
@@ -276,7 +277,7 @@ def resolve_run(runs_dir: Path, ref: str) -> Path:
                 return d
             if len(skipped) < 3:
                 why = ("unreadable run.json" if meta is None else
-                       f"outcome {meta.get('outcome')}" if not _served(meta) else "not benchmarked")
+                       f"outcome {meta.outcome}" if not meta.served else "not benchmarked")
                 skipped.append(f"{d.name} ({why})")
         of = f" of profile {profile!r}" if profile else ""
         if skipped:
@@ -305,16 +306,24 @@ def resolve_run(runs_dir: Path, ref: str) -> Path:
     raise ServedeckError(f"{what}; runs in {runs_dir}{more}: {existing}", hint=f"use {REF_FORMS}")
 
 
-def run_document(run_dir: Path) -> dict:
-    """What ``invoke show`` prints: ``{"run", "startup", "args_verification", "bench", "diff",
-    "path"}`` (None for a missing file).
+def run_document(run_dir: Path) -> dict[str, Any]:
+    """What ``invoke show --json`` prints: ``{"run", "startup", "args_verification", "bench",
+    "diff", "path"}`` (each file's content as JSON, None when missing) and ``"files"``: every other
+    JSON run file the run holds (``facts.json``, ``kv.json``, ``external-*.json``, ...) by name.
 
     Raises:
-        ServedeckError: a file is not valid JSON.
+        ServedeckError: a file is not valid JSON or does not match its model.
     """
     run_dir = Path(run_dir)
-    return {"run": store.read_json(run_dir, store.RUN_META),
-            "startup": store.read_json(run_dir, store.STARTUP),
-            "args_verification": store.read_json(run_dir, store.ARGS_VERIFICATION),
-            "bench": store.read_json(run_dir, store.BENCH_SUMMARY),
-            "diff": store.read_json(run_dir, store.PROFILE_DIFF), "path": str(run_dir)}
+    named = {"run": store.RUN_META, "startup": store.STARTUP, "args_verification": store.ARGS_VERIFICATION,
+             "bench": store.BENCH_SUMMARY, "diff": store.PROFILE_DIFF}
+    doc: dict[str, Any] = {key: _as_json(run_dir, file) for key, file in named.items()}
+    doc["files"] = {str(f): _as_json(run_dir, f) for f in store.present_files(run_dir)
+                    if f.form == "json" and f not in named.values()}
+    doc["path"] = str(run_dir)
+    return doc
+
+
+def _as_json(run_dir: Path, file: store.RunFile[Any]) -> Any:
+    value = store.read(run_dir, file)
+    return None if value is None else store.encode(file, value)

@@ -1,27 +1,31 @@
 """KV calibration history from run records, and the run record's ``kv.json``.
 
 The layout of a run directory belongs to :mod:`servedeck.runs.store`; this module only reads
-``run.json``, ``startup.json`` and ``effective.json`` through it and writes one new file,
-``kv.json`` (prediction beside measurement, :func:`servedeck.vllm.kv.compare_with_measured`).
+``run.json``, ``startup.json`` and ``effective.json`` through it and writes one file,
+``kv.json`` (:class:`~servedeck.runs.records.KvRecord`: prediction beside measurement,
+:func:`servedeck.vllm.kv.compare_with_measured`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
-from servedeck.runs.store import RunRecord, run_dirs
+from servedeck.runs.store import RunFile, RunRecord, run_dirs
 from servedeck.vllm.kv import CalibrationPoint, calibration_from_startup, compare_with_measured
 
-KV_FILE = store.KV
+if TYPE_CHECKING:
+    from servedeck.runs.records import KvRecord
+
+M = TypeVar("M")
 
 
-def _json(run_dir: Path, name: str) -> Any:
-    """A JSON file of a run directory, or None when it is missing or unreadable."""
+def _read(run_dir: Path, file: RunFile[M]) -> M | None:
+    """A run file's content, or None when it is missing or unreadable."""
     try:
-        return store.read_json(Path(run_dir), name)
+        return store.read(Path(run_dir), file)
     except ServedeckError:
         return None
 
@@ -45,73 +49,81 @@ def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
     for seq, d in run_dirs(runs_dir):
         if limit is not None and seq > limit:
             continue
-        meta = _json(d, store.RUN_META) or {}
-        if host is not None and meta.get("host") != host:
+        meta = _read(d, store.RUN_META)
+        if host is not None and (meta is None or meta.host != host):
             continue
-        if image_digest is not None and (meta.get("image") or {}).get("digest") != image_digest:
+        if image_digest is not None and (meta is None or meta.image is None or meta.image.digest != image_digest):
             continue
-        startup = _json(d, store.STARTUP)
-        if not isinstance(startup, dict) or not startup.get("kv_cache_tokens"):
+        startup = _read(d, store.STARTUP)
+        if startup is None or not startup.kv_cache_tokens:
             continue
-        out.append(calibration_from_startup(d.name, startup, _json(d, store.EFFECTIVE)))
+        effective = _read(d, store.EFFECTIVE)
+        out.append(calibration_from_startup(d.name, startup.to_dict(), effective.root if effective else None))
     return out
 
 
 def run_identity(run_dir: Path) -> tuple[str | None, str | None]:
     """``(host, image digest)`` of a recorded run (from its ``run.json``)."""
-    meta = _json(run_dir, store.RUN_META) or {}
-    return meta.get("host"), (meta.get("image") or {}).get("digest")
+    meta = _read(run_dir, store.RUN_META)
+    if meta is None:
+        return None, None
+    return meta.host, meta.image.digest if meta.image else None
 
 
 def record_kv(run: RunRecord, prediction: dict[str, Any] | None,
-              startup: dict[str, Any] | None) -> dict[str, Any]:
+              startup: dict[str, Any] | None) -> KvRecord:
     """Write ``kv.json`` into the run: the prediction made before the deploy beside what the
     server logged (``startup`` None: prediction only, e.g. before the server started).
 
     Returns:
-        the written document (see :func:`servedeck.vllm.kv.compare_with_measured`).
+        the written record (see :func:`servedeck.vllm.kv.compare_with_measured`).
     """
-    doc = compare_with_measured(prediction, startup or {})
-    run.write_json(KV_FILE, doc)
+    from servedeck.runs.records import KvRecord
+    doc = KvRecord.model_validate(compare_with_measured(prediction, startup or {}))
+    run.write(store.KV, doc)
     return doc
 
 
-def read_kv(run_dir: Path) -> dict[str, Any] | None:
-    """A run's ``kv.json``, or None when it has none."""
-    doc = _json(run_dir, KV_FILE)
-    return doc if isinstance(doc, dict) else None
+def read_kv(run_dir: Path) -> KvRecord | None:
+    """A run's ``kv.json``, or None when it has none (or it cannot be read)."""
+    return _read(run_dir, store.KV)
 
 
-def format_kv(doc: dict[str, Any] | None) -> str | None:
+def format_kv(doc: KvRecord | None) -> str | None:
     """One line for a run's ``kv.json``: ``predicted 238,931 tokens / 1.82x, logged 236,470 /
     1.80x (+1.0 %, inside the interval)``; None without a prediction."""
-    if not doc or not doc.get("prediction"):
+    if doc is None or not doc.prediction:
         return None
-    p, m, e = doc["prediction"], doc.get("measured") or {}, doc.get("error_pct") or {}
+    p, m, e = doc.prediction, doc.measured, doc.error_pct
     text = f"predicted {p['pool_tokens']:,} tokens"
     if p.get("max_concurrency") is not None:
         text += f" / {p['max_concurrency']:.2f}x"
-    if m.get("kv_cache_tokens") is not None:
-        text += f", logged {m['kv_cache_tokens']:,}"
-        if m.get("max_concurrency") is not None:
-            text += f" / {m['max_concurrency']:.2f}x"
-        if e.get("kv_cache_tokens") is not None:
-            text += f" ({e['kv_cache_tokens']:+.1f} %"
-            text += ", inside the interval)" if doc.get("within_interval") else ", OUTSIDE the interval)"
+    if m.kv_cache_tokens is not None:
+        text += f", logged {m.kv_cache_tokens:,}"
+        if m.max_concurrency is not None:
+            text += f" / {m.max_concurrency:.2f}x"
+        if e.kv_cache_tokens is not None:
+            text += f" ({e.kv_cache_tokens:+.1f} %"
+            text += ", inside the interval)" if doc.within_interval else ", OUTSIDE the interval)"
     return text
 
 
-def plan_kv(profile, facts, runs_dir: Path, against: Path, *, shape=None,
+def plan_kv(profile, service, runs_dir: Path, against: Path, *, shape=None,
             change_threshold_pct: float = 10.0):
-    """The KV part of ``invoke plan``: predict ``profile`` (on an image with ``facts``,
-    :class:`servedeck.model.catalog.ImageFacts` or None) from the recorded runs on the host of
-    run ``against`` with the profile's image, up to and including ``against``.
+    """The KV part of ``invoke plan``: predict ``profile``'s rendered ``service``
+    (:class:`servedeck.compose.service.Service`: its effective settings, environment and image
+    facts) from the recorded runs on the host of run ``against`` with the profile's image, up to
+    and including ``against``.
 
     Returns:
         ``(KvPrediction or None, findings)`` (see :func:`servedeck.vllm.kv.judge_kv`).
     """
-    from servedeck.vllm.kv import judge_kv, settings_for_profile
+    from servedeck.findings import Finding, Severity
+    from servedeck.vllm.kv import judge_kv
     host, _ = run_identity(against)
     history = kv_history(runs_dir, host=host, image_digest=profile.image_ref.digest, up_to=against)
-    return judge_kv(settings_for_profile(profile, facts), shape, history,
-                    change_threshold_pct=change_threshold_pct)
+    try:
+        settings = service.kv_settings(profile.container.device)
+    except ValueError as exc:
+        return None, [Finding(severity=Severity.error, rule="kv/bad-setting", path="launcher_env", message=str(exc))]
+    return judge_kv(settings, shape, history, change_threshold_pct=change_threshold_pct)

@@ -1,24 +1,35 @@
-"""The run store: the only code that knows how a run record is laid out on disk.
+"""The run store: the only code that knows how a run record is laid out on disk, and the only
+code that writes or reads its files.
 
 A run is one deploy (or rollback) recorded under ``runs/<sequence>-<profile>-<host>/``; the
 layout is documented in ``docs/run-record.md``, which :mod:`servedeck.runs.doc` generates from
-the names below and the :class:`~servedeck.runs.meta.RunMeta` model (a unit test keeps the two equal).
+:data:`RUN_FILES` and the models of :mod:`servedeck.runs.records` (a unit test keeps the two equal).
+
+Every file is a :class:`RunFile`: its name, the model of its content (a class of
+:mod:`servedeck.runs.records`), its form (one JSON document, JSON lines, text, bytes) and a line
+for the document. :meth:`RunRecord.write` validates what it is given against that model and
+writes it atomically (secrets redacted); :func:`read` returns the model (a ``list`` of models for
+JSON lines), or None when the run has no such file. A writer that passes an unknown field or a
+wrong type gets an error at once and nothing is written; a file that does not match its model is
+an error naming the file and the field. The models are named, not imported, here: listing runs
+(:mod:`servedeck.runs.history`) and the check's measured start-ups never import pydantic.
 
 A run directory is created with the next sequence number (``0001-base-b70``) by an atomic
-``mkdir``, so two deploys never share one. Every file is written atomically. Secrets (API
-keys, Hugging Face tokens, bearer tokens) are redacted before anything is written.
-``run.json`` is typed (:class:`servedeck.runs.meta.RunMeta`, pydantic, ``extra="forbid"``): a writer that passes an
-unknown field or a wrong type gets an error at once instead of a record that drifts from the
-documentation.
+``mkdir``, so two deploys never share one.
 
-API used by the deploy, rollback and bench stages (names are stable):
+Adding a run file: its model in :mod:`servedeck.runs.records`, a :class:`RunFile` constant below
+and its place in :data:`RUN_FILES`, and its writer calling :meth:`RunRecord.write`. ``invoke show``
+displays it and ``docs/run-record.md`` lists it with its fields (regenerate the document).
+
+API used by the deploy, rollback, bench and comparison stages (names are stable):
 
 * :func:`create_run` (``runs_dir, profile, host, **meta``) -> :class:`RunRecord`;
-* :meth:`RunRecord.save_meta` (``**updates``: :class:`RunMeta` fields), :meth:`RunRecord.finish`
-  (a final state and its reason), :meth:`RunRecord.save_compose`, :meth:`RunRecord.write_json`,
-  :meth:`RunRecord.write_text`, :meth:`RunRecord.write_bytes` (file names: the constants below);
-* :func:`write_bench_files`, :func:`open_run`, :func:`read_meta`, :func:`read_json`,
-  :func:`read_samples`, :func:`run_dirs`; listing and references: :mod:`servedeck.runs.history`.
+* :meth:`RunRecord.write` (a :class:`RunFile`, its content), :meth:`RunRecord.save_meta`
+  (``**updates``: :class:`~servedeck.runs.records.RunMeta` fields), :meth:`RunRecord.finish`
+  (a final state and its reason), :meth:`RunRecord.save_compose`;
+* :func:`read`, :func:`read_meta`, :func:`open_run`, :func:`present_files`,
+  :func:`write_bench_files`, :func:`phase_samples`, :func:`run_dirs`; listing and references:
+  :mod:`servedeck.runs.history`.
 """
 
 from __future__ import annotations
@@ -31,33 +42,100 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from servedeck import __version__
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
-if TYPE_CHECKING:  # the typed model lives in servedeck.runs.meta (pydantic), imported when used
-    from servedeck.runs.meta import FailurePhase, Outcome, RunMeta
+if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
+    from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, EffectiveSettings,
+                                        ExternalSummary, FactsRecord, FailurePhase, KvRecord, Outcome,
+                                        ProfileDiff, ProfileSnapshot, RunMeta, Sample, StartupFacts, Workload)
+
+M = TypeVar("M")
+
+Form = Literal["json", "jsonl", "text", "bytes"]
+
+
+class RunFile(str, Generic[M]):
+    """One file of a run directory: its name (this string itself, so ``run_dir / FACTS`` is its
+    path) and what it holds.
+
+    Attributes:
+        model: the name of the content's model in :mod:`servedeck.runs.records` (None for text
+            and bytes): named, not imported, so that a listing never imports pydantic.
+        form: ``json`` (one document), ``jsonl`` (one model per line), ``text`` or ``bytes``.
+        about: what the file is, one line of ``docs/run-record.md``.
+        shown: ``invoke show`` prints it (False for the bulky views kept for comparison:
+            the resolved profile, the effective settings, the argv, the workload).
+        pattern: the name stands for many files (``external-STEM.json``); :meth:`named` gives one.
+    """
+
+    model: str | None
+    form: Form
+    about: str
+    shown: bool
+    pattern: bool
+
+    def __new__(cls, name: str, model: str | None, about: str, *, form: Form = "json",
+                shown: bool = True, pattern: bool = False) -> "RunFile[M]":
+        self = super().__new__(cls, name)
+        self.model, self.form, self.about, self.shown, self.pattern = model, form, about, shown, pattern
+        return self
+
+    def named(self, name: str) -> "RunFile[M]":
+        """This file kind under a concrete ``name`` (one file of a pattern)."""
+        return RunFile(name, self.model, self.about, form=self.form, shown=self.shown)
+
+    def model_class(self) -> Any:
+        """The content's model class (imports :mod:`servedeck.runs.records`)."""
+        from servedeck.runs import records
+        return getattr(records, self.model) if self.model else None
+
 
 # --------------------------------------------------------------------------------------------
-# File names (the only place they are spelled)
+# The files (the only place their names are spelled), in the order a deploy writes them
 # --------------------------------------------------------------------------------------------
 
-RUN_META = "run.json"
-COMPOSE = "docker-compose.yml"
-PROFILE_RESOLVED = "profile.resolved.json"
-EFFECTIVE = "effective.json"
-ARGV = "argv.json"
-PROFILE_DIFF = "profile.diff.json"
-FACTS = "facts.json"
-STARTUP_LOG = "startup.log"
-STARTUP = "startup.json"
-ARGS_VERIFICATION = "args_verification.json"
-WORKLOAD = "workload.json"
-BENCH_SAMPLES = "bench.jsonl"
-BENCH_SUMMARY = "bench.json"
-KV = "kv.json"
+COMPOSE: RunFile[str] = RunFile(
+    "docker-compose.yml", None, "byte-for-byte the compose file that was deployed (redacted only if it held a "
+    "secret; `compose_sha256` in run.json is the sha256 of what was deployed)", form="text", shown=False)
+RUN_META: RunFile[RunMeta] = RunFile("run.json", "RunMeta", "what the run is and how it ended")
+PROFILE_RESOLVED: RunFile[ProfileSnapshot] = RunFile(
+    "profile.resolved.json", "ProfileSnapshot", "the resolved profile as deployed", shown=False)
+EFFECTIVE: RunFile[EffectiveSettings] = RunFile(
+    "effective.json", "EffectiveSettings", "the settings vLLM runs with, keyed by vLLM dest names", shown=False)
+ARGV: RunFile[ArgvRecord] = RunFile("argv.json", "ArgvRecord", "the server's command and the image's entrypoint",
+                                    shown=False)
+PROFILE_DIFF: RunFile[ProfileDiff] = RunFile("profile.diff.json", "ProfileDiff",
+                                             "what the profile changes against its parent")
+FACTS: RunFile[FactsRecord] = RunFile("facts.json", "FactsRecord", "host and image facts gathered during preflight")
+STARTUP_LOG: RunFile[str] = RunFile("startup.log", None, "container log from start until ready (or failure), "
+                                    "secrets redacted", form="text", shown=False)
+STARTUP: RunFile[StartupFacts] = RunFile("startup.json", "StartupFacts", "what the startup log said")
+ARGS_VERIFICATION: RunFile[ArgsVerification] = RunFile(
+    "args_verification.json", "ArgsVerification", "each setting the server confirmed, or not")
+KV: RunFile[KvRecord] = RunFile("kv.json", "KvRecord", "the KV-capacity prediction made before the deploy "
+                                "beside what the server logged")
+WORKLOAD: RunFile[Workload] = RunFile("workload.json", "Workload", "the benchmark workload definition",
+                                      shown=False)
+BENCH_SAMPLES: RunFile[Sample] = RunFile("bench.jsonl", "Sample", "one line per request sample", form="jsonl",
+                                         shown=False)
+BENCH_SUMMARY: RunFile[BenchSummary] = RunFile("bench.json", "BenchSummary", "summary per phase and metric")
+EXTERNAL_RAW: RunFile[bytes] = RunFile(
+    "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
+    "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
+EXTERNAL_SUMMARY: RunFile[ExternalSummary] = RunFile(
+    "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256",
+    pattern=True)
+
+#: Every file of a run directory, in the order a deploy writes them (``docs/run-record.md``,
+#: ``invoke show``).
+RUN_FILES: tuple[RunFile[Any], ...] = (
+    COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
+    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, EXTERNAL_RAW, EXTERNAL_SUMMARY)
+
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
@@ -67,46 +145,15 @@ NOISE_DIR = "noise"
 """A/A noise floors live under ``runs/noise/<host>-<image digest>.json``."""
 
 
-def external_raw(name: str) -> str:
-    """Path (relative to the run directory) of an imported external result file ``name``."""
-    return f"{EXTERNAL_DIR}/{Path(name).name}"
+def external_raw(name: str) -> RunFile[bytes]:
+    """The stored copy of an imported external result file ``name`` (``external/NAME``)."""
+    return EXTERNAL_RAW.named(f"{EXTERNAL_DIR}/{Path(name).name}")
 
 
-def external_summary(name: str) -> str:
-    """File name of the mapped metrics of an imported external result ``name``."""
-    return f"external-{Path(name).stem}.json"
+def external_summary(name: str) -> RunFile[ExternalSummary]:
+    """The mapped metrics of an imported external result ``name`` (``external-STEM.json``)."""
+    return EXTERNAL_SUMMARY.named(f"external-{Path(name).stem}.json")
 
-
-#: Every file of a run directory with what it holds, in the order a deploy writes them
-#: (rendered into ``docs/run-record.md``).
-RUN_FILES: dict[str, str] = {
-    COMPOSE: "byte-for-byte the compose file that was deployed (redacted only if it held a secret; "
-             "`compose_sha256` in run.json is the sha256 of what was deployed)",
-    RUN_META: "metadata (`servedeck.runs.meta.RunMeta`), see below",
-    PROFILE_RESOLVED: "the resolved profile (`Profile.model_dump(mode=\"json\")`)",
-    EFFECTIVE: "effective engine settings: image defaults + profile overrides, flat dict keyed by "
-               "vLLM dest names (`max_num_batched_tokens`, `speculative_config`, ...)",
-    ARGV: "`{\"command\": [...container command tokens...], \"entrypoint\": [...image entrypoint...]}`",
-    PROFILE_DIFF: "list of `{\"path\": \"engine.max_num_batched_tokens\", \"parent\": 4096, \"value\": 8192}` "
-                  "against the profile's parent (empty list when no parent)",
-    FACTS: "`{\"host\": {...}, \"image\": {...}}` gathered during preflight (host: name, kernel, "
-           "docker_version, compose_version, gpu_devices, gpu_power_cap_w (the xe card's sustained "
-           "limit `power1_max` in W, as preflight found it: before this deploy's own cap), "
-           "disk_free_gib; image: "
-           "reference, digest, created, entrypoint, vllm_version, labels)",
-    STARTUP_LOG: "container log from start until ready (or failure), secrets redacted",
-    STARTUP: "parsed startup facts (`servedeck.vllm.startup_facts.StartupFacts.to_dict()`)",
-    ARGS_VERIFICATION: "list of `{\"setting\", \"expected\", \"reported\", \"status\", \"source\"}`; "
-                       "status `confirmed` | `differs` | `not reported`",
-    WORKLOAD: "the benchmark workload definition",
-    KV: "the KV-capacity prediction made before the deploy beside what the server logged "
-        "(`servedeck.vllm.kv.compare_with_measured`)",
-    BENCH_SAMPLES: "one JSON object per request sample",
-    BENCH_SUMMARY: "summary per phase and metric",
-    f"{EXTERNAL_DIR}/NAME": "an imported external benchmark result, byte for byte "
-                            "(`vllm bench serve --save-result`, guidellm)",
-    "external-STEM.json": "its metrics mapped to servedeck's names, with the raw file's sha256",
-}
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
 
@@ -155,6 +202,64 @@ def git_commit(path: Path) -> str | None:
         return None
 
 
+# --------------------------------------------------------------------------------------------
+# Content: validation against the file's model
+# --------------------------------------------------------------------------------------------
+
+_adapters: dict[str, Any] = {}
+
+
+def _adapter(file: RunFile[Any]) -> Any:
+    """The pydantic ``TypeAdapter`` of ``file``'s model (one per model and process)."""
+    adapter = _adapters.get(file.model or "")
+    if adapter is None:
+        from pydantic import TypeAdapter
+        adapter = _adapters[file.model or ""] = TypeAdapter(file.model_class())
+    return adapter
+
+
+def _invalid(file: RunFile[Any], path: Path, exc: Any, verb: str, line: int | None = None) -> ServedeckError:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    if line is not None:
+        loc = f"line {line}" + (f": {loc}" if loc else "")
+    return ServedeckError(f"{verb} {file}: {first['msg']}", file=str(path), field=loc or None,
+                          hint=f"its fields are documented in docs/run-record.md "
+                               f"(servedeck.runs.records.{file.model})")
+
+
+def encode(file: RunFile[M], value: M | Any, *, path: Path | None = None) -> Any:
+    """``value`` (the file's model, or data that validates as it) as JSON data, validated
+    against ``file``'s model (for ``jsonl``: a list of such items; for ``run.json``: the fields
+    that were set).
+
+    Raises:
+        ServedeckError: an unknown field or a value of the wrong type (the first error, with the
+            field's dotted path).
+    """
+    from pydantic import ValidationError
+    adapter = _adapter(file)
+    items = list(value) if file.form == "jsonl" else [value]
+    out = []
+    for item in items:
+        try:
+            out.append(adapter.dump_python(adapter.validate_python(item), mode="json",
+                                           exclude_unset=file == RUN_META))
+        except ValidationError as exc:
+            raise _invalid(file, path or Path(file), exc, "invalid content of") from None
+    return out if file.form == "jsonl" else out[0]
+
+
+def _json_text(file: RunFile[Any], data: Any) -> str:
+    if file.form == "jsonl":
+        return "".join(json.dumps(item) + "\n" for item in data)
+    return json.dumps(data, indent=2) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
 @dataclass
 class RunRecord:
     """An open run directory.
@@ -173,28 +278,38 @@ class RunRecord:
     def run_id(self) -> str:
         return self.path.name
 
-    def write_text(self, name: str, text: str, *, secret_safe: bool = False) -> Path:
-        """Write ``name`` (one of this module's file names; redacted unless ``secret_safe``)
-        atomically."""
-        return atomic_write(self.path / name, text if secret_safe else redact(text))
+    def write(self, file: RunFile[M], value: M | Any, *, scrub: Any = None) -> Path:
+        """Write ``file`` atomically: for a JSON file ``value`` validated against its model
+        (:func:`encode`), ``scrub`` (a function over the JSON data, e.g. a deployment's
+        :meth:`~servedeck.deploy.secrets.Secrets.scrub`) applied, and secrets redacted; text is
+        redacted too (``scrub`` may be a function over the text), bytes are written as given.
+        ``run.json`` is written by :meth:`save_meta` only.
 
-    def write_bytes(self, name: str, data: bytes) -> Path:
-        """Write raw bytes atomically (no redaction: callers redact first)."""
-        return atomic_write(self.path / name, data)
-
-    def write_json(self, name: str, obj: Any) -> Path:
-        """Write ``obj`` as indented JSON (redacted) atomically."""
-        return self.write_text(name, json.dumps(obj, indent=2, default=str) + "\n")
+        Raises:
+            ServedeckError: ``value`` does not validate (nothing is written).
+            OSError: the directory is not writable.
+        """
+        if file == RUN_META:
+            raise ServedeckError("run.json is written through RunRecord.save_meta")
+        target = self.path / file
+        if file.form == "bytes":
+            return atomic_write(target, value)
+        if file.form == "text":
+            text = scrub(value) if scrub else value
+        else:
+            data = encode(file, value, path=target)
+            text = _json_text(file, scrub(data) if scrub else data)
+        return atomic_write(target, redact(text))
 
     def save_meta(self, **updates: Any) -> None:
-        """Merge ``updates`` (:class:`RunMeta` fields) into ``run.json`` and write it.
+        """Merge ``updates`` (:class:`~servedeck.runs.records.RunMeta` fields) into ``run.json``
+        and write it (fields never set are left out of the file).
 
         Raises:
             ServedeckError: an unknown field or a value of the wrong type (nothing is written).
         """
-        from servedeck.runs.meta import validate_meta
-        self.meta = validate_meta({**self.meta.model_dump(exclude_unset=True), **updates}, self.path / RUN_META)
-        self.write_text(RUN_META, self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n")
+        self.meta = _validate_meta({**self.meta.model_dump(exclude_unset=True), **updates}, self.path / RUN_META)
+        atomic_write(self.path / RUN_META, redact(self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n"))
 
     def finish(self, outcome: Outcome, reason: str | None = None, *,
                phase: FailurePhase | None = None, **updates: Any) -> None:
@@ -222,31 +337,36 @@ class RunRecord:
         import hashlib  # here: OpenSSL's start-up costs commands that only read runs
         digest = hashlib.sha256(data).hexdigest()
         clean = redact(compose_text)
-        self.write_bytes(COMPOSE, clean.encode())
+        atomic_write(self.path / COMPOSE, clean.encode())
         self.save_meta(compose_sha256=digest, compose_redacted=clean != compose_text)
         return digest
 
 
-# --------------------------------------------------------------------------------------------
-# Reading
-# --------------------------------------------------------------------------------------------
+def _validate_meta(data: dict[str, Any], file: Path) -> RunMeta:
+    from pydantic import ValidationError
+    try:
+        return _adapter(RUN_META).validate_python(data)
+    except ValidationError as exc:
+        raise _invalid(RUN_META, file, exc, "invalid run metadata in") from None
 
-def write_bench_files(run_dir: str | Path, workload: dict, samples: list[dict], summary: dict) -> dict[str, Path]:
+
+def write_bench_files(run_dir: str | Path, workload: Workload | dict[str, Any], samples: list[Any],
+                      summary: BenchSummary | dict[str, Any]) -> dict[str, Path]:
     """Write a benchmark's ``workload.json``, ``bench.jsonl`` (one sample per line) and
-    ``bench.json`` atomically into ``run_dir``; the caller then sets ``benched_at`` in run.json.
+    ``bench.json`` atomically into ``run_dir``, each validated against its model; the caller
+    then sets ``benched_at`` in run.json.
 
     Returns:
         ``{file name: path}``.
 
     Raises:
+        ServedeckError: a value does not validate (nothing is written).
         OSError: the directory is not writable.
     """
     run_dir = Path(run_dir)
-    return {
-        WORKLOAD: atomic_write(run_dir / WORKLOAD, json.dumps(workload, indent=2) + "\n"),
-        BENCH_SAMPLES: atomic_write(run_dir / BENCH_SAMPLES, "".join(json.dumps(s) + "\n" for s in samples)),
-        BENCH_SUMMARY: atomic_write(run_dir / BENCH_SUMMARY, json.dumps(summary, indent=2) + "\n"),
-    }
+    texts = {file: _json_text(file, encode(file, value, path=run_dir / file))
+             for file, value in ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary))}
+    return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
 
 
 def sequence_of(run_dir: Path) -> int | None:
@@ -276,7 +396,8 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
     Args:
         runs_dir: the project's ``runs/``.
         profile, host: profile and inventory host names (part of the directory name).
-        **meta: further :class:`RunMeta` fields (``kind="rollback"``, ``restores``, ``image``, ...).
+        **meta: further :class:`~servedeck.runs.records.RunMeta` fields (``kind="rollback"``,
+            ``restores``, ``image``, ...).
 
     Raises:
         ServedeckError: when the runs directory cannot be created, or a field is invalid
@@ -295,11 +416,10 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
             break
         except FileExistsError:
             seq += 1
-    from servedeck.runs.meta import validate_meta
     try:
-        initial = validate_meta({"run_id": path.name, "sequence": seq, "profile": profile, "host": host,
-                                 "started_at": utcnow(), "outcome": "started",
-                                 "servedeck_version": __version__, **meta}, path / RUN_META)
+        initial = _validate_meta({"run_id": path.name, "sequence": seq, "profile": profile, "host": host,
+                                  "started_at": utcnow(), "outcome": "started",
+                                  "servedeck_version": __version__, **meta}, path / RUN_META)
     except ServedeckError:
         path.rmdir()
         raise
@@ -308,62 +428,71 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
     return record
 
 
-def read_json(run_dir: Path, name: str, *, required: bool = False) -> Any:
-    """The JSON file ``name`` of a run directory, or None when it is missing and not ``required``.
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+@overload
+def read(run_dir: Path, file: RunFile[str], *, required: bool = False) -> str | None: ...
+@overload
+def read(run_dir: Path, file: RunFile[bytes], *, required: bool = False) -> bytes | None: ...
+@overload
+def read(run_dir: Path, file: RunFile[Sample], *, required: bool = False) -> list[Sample]: ...
+@overload
+def read(run_dir: Path, file: RunFile[M], *, required: bool = False) -> M | None: ...
+def read(run_dir: Path, file: RunFile[Any], *, required: bool = False) -> Any:  # noqa: E302
+    """The content of ``file`` in a run directory: its model (JSON), a list of models (JSON
+    lines; ``[]`` when missing), the text or the bytes; None when the file is missing and not
+    ``required``.
 
     Raises:
-        ServedeckError: the file is required and missing, or it is not valid JSON (file and line).
+        ServedeckError: the file is required and missing, it is not valid JSON (file and line),
+            or it does not match its model (file and field).
     """
-    path = Path(run_dir) / name
+    path = Path(run_dir) / file
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         if required:
-            raise ServedeckError("run record file is missing", file=str(path),
+            raise ServedeckError(f"run record file {file} is missing", file=str(path),
                                  hint="is this a servedeck run directory (docs/run-record.md)?") from None
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ServedeckError(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path)) from None
+        return [] if file.form == "jsonl" else None
+    if file.form == "bytes":
+        return data
+    if file.form == "text":
+        return data.decode("utf-8", "replace")
+    from pydantic import ValidationError
+    adapter = _adapter(file)
+    if file.form == "json":
+        try:
+            return adapter.validate_json(data)
+        except ValidationError as exc:
+            raise _invalid(file, path, exc, "invalid JSON" if _is_json_error(exc) else "invalid") from None
+    out = []
+    for lineno, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(adapter.validate_json(line))
+        except ValidationError as exc:
+            raise _invalid(file, path, exc, "invalid JSON" if _is_json_error(exc) else "invalid",
+                           line=lineno) from None
+    return out
 
 
-def read_text(run_dir: Path, name: str) -> str:
-    """A text file of a run directory (the compose file, the startup log).
-
-    Raises:
-        ServedeckError: the file is missing.
-    """
-    path = Path(run_dir) / name
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ServedeckError("run record file is missing", file=str(path),
-                             hint="every run records the deployed compose file verbatim") from None
+def _is_json_error(exc: Any) -> bool:
+    return any(e.get("type") == "json_invalid" for e in exc.errors())
 
 
 def read_meta(run_dir: Path) -> RunMeta:
-    """``run.json`` of a run directory, typed.
+    """``run.json`` of a run directory.
 
     Raises:
         ServedeckError: no run.json (not a run directory), invalid JSON, or invalid fields.
     """
-    from servedeck.runs.meta import validate_meta
-    path = Path(run_dir) / RUN_META
-    if not path.exists():
+    if not (Path(run_dir) / RUN_META).is_file():
         raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
-    return validate_meta(path.read_bytes(), path)
-
-
-def peek_meta(run_dir: Path) -> dict[str, Any] | None:
-    """``run.json`` as plain JSON, not validated (None when missing or unreadable): for
-    listings that need a few fields of many runs fast (no pydantic import). Fields as in
-    :class:`servedeck.runs.meta.RunMeta`; a run *served* when ``outcome == SERVED``."""
-    try:
-        doc = read_json(run_dir, RUN_META)
-    except (ServedeckError, OSError, ValueError):  # missing dir, invalid JSON, not UTF-8
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read(run_dir, RUN_META, required=True)
 
 
 def open_run(path: Path) -> RunRecord:
@@ -376,6 +505,20 @@ def open_run(path: Path) -> RunRecord:
     return RunRecord(path=Path(path), sequence=meta.sequence, meta=meta)
 
 
+def present_files(run_dir: Path) -> list[RunFile[Any]]:
+    """The run files ``run_dir`` holds, in :data:`RUN_FILES` order (a pattern's files by name)."""
+    run_dir = Path(run_dir)
+    out: list[RunFile[Any]] = []
+    for file in RUN_FILES:
+        if file == EXTERNAL_RAW:
+            out += [external_raw(p.name) for p in sorted((run_dir / EXTERNAL_DIR).glob("*")) if p.is_file()]
+        elif file == EXTERNAL_SUMMARY:
+            out += [EXTERNAL_SUMMARY.named(p.name) for p in sorted(run_dir.glob("external-*.json"))]
+        elif (run_dir / file).is_file():
+            out.append(file)
+    return out
+
+
 def is_run_dir(path: Path) -> bool:
     """True when ``path`` holds a recorded deployment (a ``docker-compose.yml``)."""
     return (Path(path) / COMPOSE).is_file()
@@ -386,40 +529,14 @@ def is_benchmarked(run_dir: Path) -> bool:
     return (Path(run_dir) / BENCH_SAMPLES).is_file()
 
 
-def read_samples(run_dir: Path) -> list[dict]:
-    """Read ``bench.jsonl`` (one JSON sample per line); [] when the run was not benchmarked.
-
-    Raises:
-        ServedeckError: a line is not valid JSON (file and line number given).
-    """
-    path = Path(run_dir) / BENCH_SAMPLES
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ServedeckError(f"not valid JSON: {exc.msg}", file=str(path),
-                                 field=f"line {lineno}") from None
-    return out
-
-
-def phase_samples(samples: list[dict], phase: str, metric: str) -> list[float]:
-    """Values of ``metric`` for ``phase`` (``cold``, ``warm``, ``warmup``) in file order;
-    ``spec_accept_len`` (and any metric missing at the top level) come from each sample's
-    ``server`` block. Missing, None and non-finite values are skipped."""
+def phase_samples(samples: list[Sample], phase: str, metric: str) -> list[float]:
+    """Values of ``metric`` for ``phase`` (``cold``, ``warm``, ``warmup``) in file order
+    (:meth:`~servedeck.runs.records.Sample.value`: the sample's own field, else its ``server``
+    block's). Missing, None and non-finite values are skipped."""
     out = []
     for s in samples:
-        if s.get("phase") != phase:
-            continue
-        value = s.get(metric)
-        if metric == "spec_accept_len" or value is None:
-            value = (s.get("server") or {}).get(metric, value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out.append(float(value))
+        if s.phase == phase:
+            value = s.value(metric)
+            if value is not None and math.isfinite(value):
+                out.append(float(value))
     return out

@@ -1,7 +1,8 @@
-"""The one argv grammar: vLLM ``serve`` flags and the exl3xpu launcher contract, parse and print.
+"""The one argv grammar: vLLM ``serve`` flags and the options of launchers that wrap vLLM, parse
+and print.
 
-Every module that reads or writes a server command (render, import, check rules, A/B views,
-deploy) goes through this module. Argv is a list of tokens; parsing gives an ordered list of
+Every module that reads or writes a server command (the launchers of :mod:`servedeck.launchers`,
+and through them render, import, check rules, A/B views, deploy) goes through this module. Argv is a list of tokens; parsing gives an ordered list of
 :class:`Arg` items (flags and positionals, with the token indices they came from), printing
 turns ``(flag, value)`` pairs back into tokens.
 
@@ -21,11 +22,10 @@ and ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args``, v0.10.2 to v0.11 a
   ``human_readable_int_or_auto``: the parser of vLLM 0.32.0 records it; earlier releases, around
   0.10, applied ``human_readable_int`` to ``max_model_len`` and ``max_num_batched_tokens`` only).
 
-The exl3xpu launcher (the image's ``scripts/serve.py``): argparse ``parse_known_args`` with
-``allow_abbrev``; a positional model config, its own options (:data:`LAUNCHER_OPTIONS`),
-repeated ``--set KEY.PATH=VALUE`` (split at the first ``=``; the value read by PyYAML
-``safe_load``, see :func:`servedeck.yamlio.launcher_value`); every other token, and
-everything after ``--`` (the ``--`` removed), is passed to vLLM after the model.yaml flags.
+A launcher that wraps vLLM with its own argparse parser (``parse_known_args`` with
+``allow_abbrev``: one positional, its own options, every other token and everything after ``--``
+passed on to vLLM) is read by :func:`parse_known` with the launcher's option table (the launcher
+modules hold their tables, e.g. :mod:`servedeck.launchers.exl3xpu`).
 """
 
 from __future__ import annotations
@@ -115,13 +115,6 @@ ALIASES: dict[str, str] = {"tp": "tensor-parallel-size", "pp": "pipeline-paralle
                            "dp": "data-parallel-size", "q": "quantization",
                            "O": "compilation-config", "sc": "speculative-config"}
 
-#: exl3xpu ``scripts/serve.py`` options → spec (the rest goes to vLLM).
-LAUNCHER_OPTIONS: dict[str, FlagSpec] = {
-    "gpu": FlagSpec("gpu", "int"), "port": FlagSpec("port", "int"),
-    "model-path": FlagSpec("model-path"), "set": FlagSpec("set"), "log-dir": FlagSpec("log-dir"),
-    "print": FlagSpec("print", "bool"), "dp": FlagSpec("dp", "bool"), "help": FlagSpec("help", "bool"),
-}
-
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -162,33 +155,25 @@ def wrapper_length(argv: list[str]) -> int:
     return i
 
 
-def server_prefix(argv: list[str]) -> tuple[int, Literal["exl3xpu", "vllm"] | None]:
-    """(number of leading items that start a server servedeck knows, its launcher) of a process
-    argv, or (0, None): ``vllm serve`` (the console script by any path), ``python[3[.N]]
-    [OPTIONS] -m vllm.entrypoints.openai.api_server``, ``python -m vllm.entrypoints.cli.main
-    serve`` (what the ``vllm`` console script runs, vLLM ``pyproject.toml``), and the exl3xpu
-    image's ``[python3] .../serve.py``; after wrappers that run them (``env NAME=value``,
-    ``tini --``, ``dumb-init``, ``nice``)."""
-    w = wrapper_length(argv)
-    rest = argv[w:]
-    base = [a.rsplit("/", 1)[-1] for a in rest[:2]]
-    if base[:1] == ["vllm"] and rest[1:2] == ["serve"]:
-        return w + 2, "vllm"
-    if base and _PYTHON.fullmatch(base[0]):
-        i = 1
-        while i < len(rest) and rest[i].startswith("-") and not rest[i].startswith("-m") and rest[i] != "--":
-            i += 2 if rest[i] in _PYTHON_OPT_WITH_VALUE else 1
-        module, after = (rest[i][2:], i + 1) if i < len(rest) and len(rest[i]) > 2 and rest[i].startswith("-m") \
-            else ((rest[i + 1], i + 2) if rest[i:i + 1] == ["-m"] and i + 1 < len(rest) else (None, i))
-        if module == "vllm.entrypoints.openai.api_server":
-            return w + after, "vllm"
-        if module == "vllm.entrypoints.cli.main" and rest[after:after + 1] == ["serve"]:
-            return w + after + 1, "vllm"
-        if module is None and i < len(rest) and rest[i].endswith("serve.py"):
-            return w + i + 1, "exl3xpu"
-    if base and base[0].endswith("serve.py"):
-        return w + 1, "exl3xpu"
-    return 0, None
+def python_start(argv: list[str]) -> tuple[str | None, str | None, int]:
+    """``(module, script, n)`` of a Python interpreter call at the start of ``argv``
+    (``python[3[.N]] [OPTIONS] -m MODULE`` / ``-mMODULE``, or ``python SCRIPT``): the module or
+    the script run and the number of items up to and including it; ``(None, None, 0)`` when
+    ``argv`` does not start with a Python interpreter running one (options that take a value:
+    ``-X``, ``-W``, ``-Q``)."""
+    base = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if not _PYTHON.fullmatch(base):
+        return None, None, 0
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and not argv[i].startswith("-m") and argv[i] != "--":
+        i += 2 if argv[i] in _PYTHON_OPT_WITH_VALUE else 1
+    if i < len(argv) and len(argv[i]) > 2 and argv[i].startswith("-m"):
+        return argv[i][2:], None, i + 1
+    if argv[i:i + 1] == ["-m"] and i + 1 < len(argv):
+        return argv[i + 1], None, i + 2
+    if i < len(argv) and not argv[i].startswith("-"):
+        return None, argv[i], i + 1
+    return None, None, 0
 
 
 def looks_like_flag(text: str) -> bool:
@@ -720,64 +705,36 @@ def _merge(base: dict[str, Any], new: dict[str, Any]) -> None:
             base[k] = v
 
 
-# --------------------------------------------------------------------------- exl3xpu launcher
+# --------------------------------------------------------------------------- launchers wrapping vLLM
 
 @dataclass
-class SetItem:
-    """One ``--set KEY.PATH=VALUE``.
+class KnownArgv:
+    """A command as a launcher's argparse ``parse_known_args`` reads it (:func:`parse_known`).
 
     Attributes:
-        text: the item as written. key: ``vllm.max_model_len``. raw: text after the first
-        ``=`` (None without ``=``). index: token index of the item (the value token).
-    """
-
-    text: str
-    key: str
-    raw: str | None
-    index: int
-
-    @property
-    def parts(self) -> list[str]:
-        return self.key.split(".")
-
-    @property
-    def value(self) -> Any:
-        """The value as the launcher reads it (YAML 1.1, :func:`servedeck.yamlio.launcher_value`);
-        None without ``=``."""
-        from servedeck.yamlio import launcher_value
-        return None if self.raw is None else launcher_value(self.raw)
-
-
-@dataclass
-class LauncherArgv:
-    """An exl3xpu command as ``scripts/serve.py`` reads it.
-
-    Attributes:
-        config: the positional model config and its index (None when absent).
-        options: every serve.py option occurrence in order (``--set`` included), as :class:`Arg`
+        positional: the launcher's one positional (its text and index; None when absent).
+        options: every occurrence of the launcher's own options in order, as :class:`Arg`
             named by the full option (abbreviations resolved).
         abbreviations: (index, written, resolved option or None when ambiguous).
-        sets: the ``--set`` items in order.
-        passthrough: tokens handed to vLLM (indices kept), parsed as vLLM flags.
+        passthrough: the items handed to vLLM (indices kept), parsed as vLLM flags.
     """
 
-    config: tuple[str, int] | None = None
+    positional: tuple[str, int] | None = None
     options: list[Arg] = field(default_factory=list)
     abbreviations: list[tuple[int, str, str | None]] = field(default_factory=list)
-    sets: list[SetItem] = field(default_factory=list)
     passthrough: list[Arg] = field(default_factory=list)
 
     def option(self, name: str) -> Arg | None:
-        """The last occurrence of launcher option ``name`` (not ``set``)."""
+        """The last occurrence of option ``name``."""
         found = [a for a in self.options if a.name == name]
         return found[-1] if found else None
 
 
-def _launcher_option(name: str) -> tuple[str | None, bool]:
+def _known_option(name: str, options: dict[str, FlagSpec]) -> tuple[str | None, bool]:
     """argparse ``allow_abbrev``: (option or "" when ambiguous or None, abbreviated)."""
-    if name in LAUNCHER_OPTIONS:
+    if name in options:
         return name, False
-    matches = [o for o in LAUNCHER_OPTIONS if o.startswith(name)] if name else []
+    matches = [o for o in options if o.startswith(name)] if name else []
     if len(matches) == 1:
         return matches[0], True
     if len(matches) > 1:
@@ -785,11 +742,16 @@ def _launcher_option(name: str) -> tuple[str | None, bool]:
     return None, False
 
 
-def parse_launcher(tokens: Iterable[str], offset: int = 0) -> LauncherArgv:
-    """Parse an exl3xpu command (after any entrypoint) into config, launcher options,
-    ``--set`` items and the vLLM passthrough (see the module docstring for the contract)."""
+def parse_known(tokens: Iterable[str], options: dict[str, FlagSpec], offset: int = 0, *,
+                positional: bool = True) -> KnownArgv:
+    """Parse a command the way a launcher's argparse ``parse_known_args`` does (Python
+    ``argparse``: ``allow_abbrev`` on, ``--opt=value`` and ``--opt value``, ``-h`` taken as help):
+    with ``positional``, the first item that is not a flag is the launcher's positional;
+    ``options`` (long names without dashes) are the launcher's own; every other item and
+    everything after ``--`` (the ``--`` removed) is handed to vLLM and parsed by
+    :func:`parse_vllm` with indices into ``tokens`` (+ ``offset``)."""
     toks = [str(t) for t in tokens]
-    out = LauncherArgv()
+    out = KnownArgv()
     passthrough: list[tuple[str, int]] = []
     i, n = 0, len(toks)
     after_dd = False
@@ -801,7 +763,7 @@ def parse_launcher(tokens: Iterable[str], offset: int = 0) -> LauncherArgv:
             after_dd = True; i += 1; continue
         if t.startswith("--") and len(t) > 2 and " " not in t:
             written, eq, inline = t[2:].partition("=")
-            opt, abbreviated = _launcher_option(written)
+            opt, abbreviated = _known_option(written, options)
             if opt is not None:
                 if abbreviated:
                     out.abbreviations.append((offset + i, t, opt or None))
@@ -811,23 +773,19 @@ def parse_launcher(tokens: Iterable[str], offset: int = 0) -> LauncherArgv:
                 arg = Arg(opt, offset + i - 1, written="--" + written)
                 if eq:
                     arg.values, arg.value_indices, arg.inline = [inline], [offset + i - 1], True
-                elif LAUNCHER_OPTIONS[opt].takes_value:
+                elif options[opt].takes_value:
                     if i < n and not looks_like_flag(toks[i]):
                         arg.values, arg.value_indices = [toks[i].strip()], [offset + i]
                         i += 1
                     else:
                         arg.missing_value = True
-                if opt == "set" and arg.values:
-                    key, has_eq, raw = arg.values[0].partition("=")
-                    out.sets.append(SetItem(arg.values[0], key, raw if has_eq else None,
-                                            arg.value_indices[0]))
                 out.options.append(arg)
                 continue
             passthrough.append((toks[i], i)); i += 1; continue
         if t == "-h":
             i += 1; continue
-        if out.config is None and not looks_like_flag(t):
-            out.config = (t, offset + i)
+        if positional and out.positional is None and not looks_like_flag(t):
+            out.positional = (t, offset + i)
         else:
             passthrough.append((toks[i], i))
         i += 1
@@ -984,57 +942,8 @@ def _model_not_first(toks: list[str], config: bool) -> ModelArgument:
     return ModelArgument(None, None, "model-not-first", taken.value_indices[-1] if taken else served, config)
 
 
-def server_style(start: list[str]) -> ServerStyle | None:
-    """The :data:`ServerStyle` of the items that start a vLLM server (the part of an argv that
-    :func:`server_prefix` counts, or an image's ENTRYPOINT), or None when they are not a vLLM
-    start servedeck knows."""
-    if not start:
-        return None
-    last = start[-1]
-    if last == "serve" and server_prefix(start)[1] == "vllm":
-        return "serve"
-    if last.removeprefix("-m") == "vllm.entrypoints.openai.api_server":
-        return "api_server"
-    return None
-
-
-def set_item(key: str, value_text: str) -> list[str]:
-    """Print one launcher ``--set``: ``["--set", "vllm.max_model_len=8192"]``."""
-    return ["--set", f"{key}={value_text}"]
-
-
-__all__ = ["FlagSpec", "FLAGS", "ALIASES", "LAUNCHER_OPTIONS", "Arg", "SetItem", "LauncherArgv",
-           "looks_like_flag", "spec_for", "is_bool_flag", "human_readable_int", "convert",
-           "convert_lenient", "table_from_serve_args", "format_value", "compact_json", "flag_tokens", "flag", "parse_vllm", "meaning",
-           "print_args", "last_wins", "repeated", "settings", "parse_launcher", "set_item",
-           "ServerStyle", "ModelArgument", "model_argument", "server_style", "wrapper_length", "convert_kind",
-           "kind_of_type", "bool_meaning", "config_json"]
-
-
-def meaning(argv: Iterable[str], kind: Literal["exl3xpu", "vllm"]) -> dict[str, Any]:
-    """What a server command means, independent of how it is spelled: flag order, ``--x=v``
-    versus ``--x v``, ``16K`` versus ``16384`` and repeated flags (last wins) do not matter.
-
-    vllm: ``{"model": ..., "flags": {dest: value}}`` with vLLM's defaults applied for the
-    served name (the model argument) and the port (8000). exl3xpu: ``{"config", "options"
-    (launcher options, last wins), "set" ({key: value as PyYAML reads it}, last wins), "flags"
-    (passthrough)}``.
-    """
-    tokens = [str(t) for t in argv]
-    if kind == "exl3xpu":
-        parsed = parse_launcher(tokens)
-        options = {a.name: convert_lenient(a.name or "", a.value)
-                   for a in parsed.options if a.name != "set"}
-        sets = {s.key: s.value for s in parsed.sets}
-        return {"config": parsed.config[0] if parsed.config else None, "options": options,
-                "set": sets, "flags": settings(parsed.passthrough)}
-    args = parse_vllm(tokens)
-    positionals = [a.values[0] for a in args if a.name is None]
-    flags = settings(args)
-    model = flags.pop("model", None) or (positionals[0] if positionals else None)
-    flags.setdefault("served_model_name", [model])
-    if isinstance(flags["served_model_name"], str):
-        flags["served_model_name"] = [flags["served_model_name"]]
-    flags.setdefault("port", 8000)
-    return {"model": model, "positionals": positionals[1:] if positionals and positionals[0] == model
-            else positionals, "flags": flags}
+__all__ = ["FlagSpec", "FLAGS", "ALIASES", "Arg", "KnownArgv", "looks_like_flag", "spec_for", "is_bool_flag",
+           "human_readable_int", "convert", "convert_lenient", "table_from_serve_args", "format_value", "compact_json",
+           "flag_tokens", "flag", "parse_vllm", "parse_known", "print_args", "last_wins", "repeated", "settings",
+           "ServerStyle", "ModelArgument", "model_argument", "wrapper_length", "python_start", "convert_kind",
+           "kind_of_type", "negative_option", "dotted_replaces", "bool_meaning", "config_json"]

@@ -5,9 +5,10 @@ copies it into a throw-away container (``servedeck.host.inimage``) and runs::
 
     python3 -c "$(cat introspect.py)" facts                         -> JSON facts
     python3 -c "$(cat introspect.py)" dryrun VLLM_ARGV_JSON         -> JSON verdict
-    python3 -c "$(cat introspect.py)" launch-dryrun-each ENTRY_JSON CMDS_JSON
+    python3 -c "$(cat introspect.py)" launch-dryrun-each ENTRY_JSON CMDS_JSON MODE
         -> {"verdicts": [...]}: for each command of the JSON list, the image's launcher gives the
-           final command (exl3xpu ``--print``), then the verdict (one process, one vLLM import)
+           final command (MODE ``print``: the launcher's ``--print``; ``serve`` / ``api_server``:
+           the command as is), then the verdict (one process, one vLLM import)
     PYTHONPATH=RELEASE python3 -c "$(cat introspect.py)" --platform-cpu facts
         -> the facts of the vLLM release whose files are at RELEASE (unpacked from its wheel),
            read with this image's python and libraries on vLLM's CPU platform
@@ -645,11 +646,13 @@ def vllm_argv_from_print(line):
     return words
 
 
-def launch_and_dryrun(entrypoint, command):
-    """The image's launcher (an exl3xpu ``serve.py`` entrypoint) is asked for its final command
-    with ``--print``; a ``vllm serve`` entrypoint passes ``command`` as is. Then :func:`dryrun`."""
+def launch_and_dryrun(entrypoint, command, mode):
+    """vLLM's verdict on one server command, by ``mode`` (the image's launcher, as servedeck's
+    launcher registry recognised it): ``print`` asks the launcher (``entrypoint``) for its final
+    command with ``--print`` and judges the vLLM arguments it prints; ``serve`` / ``api_server``
+    judge ``command`` as the arguments after that start. Then :func:`dryrun`."""
     import subprocess
-    if any(e.endswith("serve.py") for e in entrypoint[:2]):
+    if mode == "print":
         proc = subprocess.run(list(entrypoint) + ["--print"] + list(command), capture_output=True,
                               text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZE_AFFINITY_MASK=")]
@@ -659,11 +662,8 @@ def launch_and_dryrun(entrypoint, command):
                     "message": f"the launcher refused the command (exit {proc.returncode}): {tail}"}
         argv = vllm_argv_from_print(lines[-1])
         style = "serve" if _starts_serve(lines[-1]) else "api_server"
-    elif entrypoint[-1:] == ["vllm"] and command[:1] == ["serve"]:
-        argv, style = list(command[1:]), "serve"
     else:
-        argv = list(command)
-        style = "serve" if entrypoint[-1:] == ["serve"] else "api_server"
+        argv, style = list(command), mode
     out = dryrun(argv, style)
     out["argv"], out["style"] = argv, style
     return out
@@ -692,8 +692,8 @@ def main(argv):
     elif mode == "dryrun":
         out = dryrun(json.loads(argv[1]))
     elif mode == "launch-dryrun-each":
-        entrypoint = json.loads(argv[1])
-        out = {"verdicts": [launch_and_dryrun(entrypoint, command) for command in json.loads(argv[2])]}
+        entrypoint, how = json.loads(argv[1]), argv[3]
+        out = {"verdicts": [launch_and_dryrun(entrypoint, command, how) for command in json.loads(argv[2])]}
     else:
         out = {"error": f"unknown mode {mode!r}"}
     sys.stdout.write("\n@@SERVEDECK@@" + json.dumps(out) + "\n")

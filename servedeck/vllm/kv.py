@@ -58,8 +58,9 @@ from servedeck.findings import Finding, Severity
 
 __all__ = [
     "GIB", "Figure", "ModelShape", "KvSettings", "CalibrationPoint", "KvPrediction",
-    "model_shape_from_config", "kv_dtype_bytes", "pool_from_memory", "calibration_from_startup",
-    "predict_kv", "judge_kv", "kv_preflight", "kv_settings", "settings_for_profile", "compare_with_measured",
+    "model_shape_from_config", "kv_dtype_bytes", "bytes_per_token", "request_kv_bytes", "pool_from_memory",
+    "calibration_from_startup",
+    "predict_kv", "judge_kv", "kv_settings", "compare_with_measured",
     "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_BLOCK_SIZE", "LOG_ROUNDING_GIB",
 ]
 
@@ -74,10 +75,13 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16, "xpu": 16}
 #: vLLM logs memory figures with two decimals (``format_gib`` / ``%.2f``): ±0.005 GiB each.
 LOG_ROUNDING_GIB = 0.005
-#: bytes per element of a KV cache dtype (``vllm/utils/torch_utils.py`` STR_DTYPE_TO_TORCH_DTYPE)
-_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
-                "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1,
-                "int8": 1, "uint8": 1}
+#: bytes per element of a KV cache dtype (``vllm/utils/torch_utils.py`` STR_DTYPE_TO_TORCH_DTYPE);
+#: the 4-bit caches hold two elements per byte (their block scales are not counted)
+_DTYPE_BYTES: dict[str, float] = {
+    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1, "uint8": 1,
+    "int8_per_token_head": 1, "fp8_per_token_head": 1, "nvfp4": 0.5, "int4_per_token_head": 0.5}
+_FULL_WIDTH = ("float32", "float")
 _NON_ATTENTION_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gdn", "conv", "ssm"}
 
 
@@ -170,7 +174,11 @@ def model_shape_from_config(config: dict[str, Any], *, source: str = "config.jso
 
 def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype: Figure | str | None,
                    engine_dtype: str | None = None) -> Figure:
-    """Bytes per KV element: ``auto`` (or unset) follows the engine's dtype, else the model's.
+    """Bytes per KV element: ``auto`` (or unset) follows the engine's dtype, else the model's as
+    vLLM's ``auto`` dtype runs it: a float32 model, or one whose config states no dtype (vLLM
+    then reads the weights' dtype, else takes float32), runs as the platform's 16-bit dtype
+    (``vllm/config/model.py`` ``_resolve_auto_dtype``, ``vllm/transformers_utils/
+    model_arch_config_convertor.py`` ``get_torch_dtype``, 0.33.0).
 
     Raises:
         ValueError: the dtype is unknown (a new vLLM cache dtype: extend ``_DTYPE_BYTES``).
@@ -182,9 +190,9 @@ def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype: Figure | str | None,
         name, src = engine_dtype, f"kv_cache_dtype=auto, engine dtype={engine_dtype}"
     else:
         m = model_dtype.value if isinstance(model_dtype, Figure) else model_dtype
-        if not m:
-            raise ValueError("kv_cache_dtype is auto and neither the engine nor config.json "
-                             "states a dtype")
+        if not m or str(m).removeprefix("torch.") in _FULL_WIDTH:
+            return Figure(2, f"kv_cache_dtype=auto, model dtype {m or 'not stated'}: vLLM's auto dtype "
+                             "runs it as 16-bit")
         name, src = str(m), f"kv_cache_dtype=auto, model dtype {m}"
     key = name.removeprefix("torch.")
     if key not in _DTYPE_BYTES:
@@ -226,9 +234,8 @@ class KvSettings:
 
 
 def kv_settings(effective: dict[str, Any], env: dict[str, str], device: str) -> KvSettings:
-    """:class:`KvSettings` from a profile's effective settings
-    (:func:`servedeck.vllm.launcher.effective_settings`) and server environment
-    (:func:`servedeck.vllm.launcher.launcher_env`).
+    """:class:`KvSettings` from a service's effective settings and server environment (as its
+    launcher reads them: :meth:`servedeck.compose.service.Service.kv_settings`).
 
     Raises:
         ValueError: ``VLLM_CPU_KVCACHE_SPACE`` is set but not an integer (vLLM's ``int()``
@@ -254,10 +261,24 @@ def kv_settings(effective: dict[str, Any], env: dict[str, str], device: str) -> 
 # --------------------------------------------------------------------------- arithmetic
 
 
-def bytes_per_token(shape: ModelShape, dtype_bytes: int) -> int:
-    """KV bytes one token takes over all attention layers (K + V)."""
-    return (shape.attention_layers.value * shape.num_kv_heads.value
-            * (shape.head_size.value + shape.head_size_v.value) * dtype_bytes)
+def bytes_per_token(shape: ModelShape, dtype_bytes: float) -> float:
+    """KV bytes one token takes over all attention layers (K + V); layers without a KV cache
+    (linear attention, mamba: :func:`model_shape_from_config`) take none."""
+    value = (shape.attention_layers.value * shape.num_kv_heads.value
+             * (shape.head_size.value + shape.head_size_v.value) * dtype_bytes)
+    return int(value) if float(value).is_integer() else value
+
+
+def request_kv_bytes(shape: ModelShape, settings: KvSettings, tokens: int) -> float:
+    """KV bytes one request of ``tokens`` tokens takes (block-rounded, :attr:`KvSettings.
+    resolved_block_size`), with the KV element size of ``settings`` (:func:`kv_dtype_bytes`).
+
+    Raises:
+        ValueError: the KV cache dtype is unknown.
+    """
+    per_token = bytes_per_token(shape, kv_dtype_bytes(settings.kv_cache_dtype, shape.dtype, settings.dtype).value)
+    block = settings.resolved_block_size
+    return math.ceil(tokens / block) * block * per_token
 
 
 @dataclass(frozen=True)
@@ -700,37 +721,3 @@ def compare_with_measured(prediction: dict[str, Any] | None, startup: dict[str, 
                       <= prediction["pool_tokens_high"])
     return {"prediction": prediction, "measured": measured, "error_pct": err,
             "within_interval": within}
-
-
-def settings_for_profile(profile, facts) -> KvSettings:
-    """:class:`KvSettings` of a resolved :class:`servedeck.model.profile.Profile` on an image
-    (:class:`servedeck.model.catalog.ImageFacts` or None): effective engine settings and the
-    server's environment as the launcher builds them; the device from the image facts, else
-    ``xpu`` when the profile maps ``/dev/dri``, else ``cpu``.
-
-    Raises:
-        ValueError: see :func:`kv_settings`.
-    """
-    from servedeck.vllm.launcher import effective_settings, launcher_env
-    device = getattr(facts, "device", None) or (
-        "xpu" if any(d.startswith("/dev/dri") for d in profile.container.devices) else "cpu")
-    return kv_settings(effective_settings(profile, facts), launcher_env(profile, facts), device)
-
-
-def kv_preflight(profile, facts, history: Iterable[CalibrationPoint], *,
-                 shape: ModelShape | None = None, change_threshold_pct: float = 10.0
-                 ) -> list[Finding]:
-    """The deploy plan's KV check: :func:`judge_kv` for ``profile`` on an image with ``facts``
-    (:class:`servedeck.model.catalog.ImageFacts` or None), calibrated by ``history`` (earlier
-    runs on the same host and image, oldest first) and ``shape`` (the model's config.json).
-
-    Returns:
-        the findings (an error ``kv/refuses-to-start`` stops the deploy; the message carries
-        the prediction).
-    """
-    try:
-        settings = settings_for_profile(profile, facts)
-    except ValueError as exc:
-        return [Finding(severity=Severity.error, rule="kv/bad-setting", path="launcher_env",
-                        message=str(exc))]
-    return judge_kv(settings, shape, history, change_threshold_pct=change_threshold_pct)[1]

@@ -1,9 +1,10 @@
 """Effective-args verification: what the profile set vs what vLLM reported as non-default.
 
 vLLM logs ``non-default args: {...}`` (argparse dest → value, only values that differ from
-vLLM's defaults; vLLM ``vllm/entrypoints/utils.py`` ``log_non_default_args``). From the profile and the
-image catalog servedeck predicts the value of every setting the profile (or the image's
-model.yaml) fixes, and compares:
+vLLM's defaults; vLLM ``vllm/entrypoints/utils.py`` ``log_non_default_args``). The rendered
+service's effective settings (as its launcher reads the command it was given, with their
+provenance: :class:`servedeck.launchers.base.Setting`) predict the value of every setting the
+profile (or the image's launcher config) fixes, and are compared:
 
 * ``confirmed`` — reported with the expected value;
 * ``differs`` — reported with another value (an error: the server does not run the profile);
@@ -13,14 +14,12 @@ model.yaml) fixes, and compares:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from servedeck.model.catalog import ImageFacts
-from servedeck.vllm.launcher import SET_FIELDS, effective_settings
-from servedeck.model.profile import Profile
-from servedeck.vllm.names import VLLM_DEFAULTS
+if TYPE_CHECKING:  # ArgCheck is a run file's content: reading a record imports pydantic only
+    from servedeck.launchers.base import Setting
 
 
 class ArgCheck(BaseModel):
@@ -31,16 +30,17 @@ class ArgCheck(BaseModel):
         expected: the value servedeck predicts (None = speculative decoding off).
         reported: the value in ``non-default args`` (None when absent).
         status: ``confirmed`` | ``differs`` | ``default`` | ``not reported``.
-        source: ``profile`` or ``image`` (model.yaml default).
+        source: ``profile`` (a flag or a config edit of the command) or ``image`` (the image's
+            default, or its launcher config such as model.yaml).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    setting: str
-    expected: Any
-    reported: Any = None
-    status: str
-    source: str
+    setting: str = Field(description="vLLM dest name (`max_num_batched_tokens`)")
+    expected: Any = Field(description="the value servedeck predicts (null: speculative decoding off)")
+    reported: Any = Field(None, description="the value in `non-default args` (null when absent)")
+    status: str = Field(description="`confirmed` | `differs` | `default` | `not reported`")
+    source: str = Field(description="`profile`, or `image` (a model.yaml default)")
 
     def render(self) -> str:
         """``max_num_batched_tokens: confirmed (8192)`` / ``differs (expected X, got Y)``."""
@@ -49,17 +49,6 @@ class ArgCheck(BaseModel):
         if self.status == "confirmed":
             return f"{self.setting}: confirmed ({self.reported!r})"
         return f"{self.setting}: {self.status} (expected {self.expected!r})"
-
-
-def _profile_settings(profile: Profile) -> set[str]:
-    e = profile.engine
-    names = {n for n in SET_FIELDS if getattr(e, n) is not None}
-    if e.speculative_state != "default":
-        names.add("speculative_config")
-    for n in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser"):
-        if getattr(e, n):
-            names.add(n)
-    return names | {"served_model_name", "port"}
 
 
 def _matches(expected: Any, reported: Any) -> bool:
@@ -73,26 +62,24 @@ def _matches(expected: Any, reported: Any) -> bool:
     return expected == reported
 
 
-def verify_args(profile: Profile, facts: ImageFacts | None,
-                non_default_args: dict[str, Any] | None) -> list[ArgCheck]:
+def verify_args(effective: dict[str, Setting], non_default_args: dict[str, Any] | None) -> list[ArgCheck]:
     """Compare predicted settings with the parsed ``non-default args``.
 
     Args:
-        profile: the deployed profile.
-        facts: catalog facts of its image (model.yaml defaults), or None.
+        effective: the deployed service's effective settings
+            (:attr:`servedeck.compose.service.Service.effective`).
         non_default_args: the dict parsed from the startup log, or None when the log had none
             (then every setting is ``not reported``).
 
     Returns:
-        one :class:`ArgCheck` per setting the profile or the image's model.yaml fixes, in
-        effective-settings order.
+        one :class:`ArgCheck` per effective setting, in effective-settings order.
     """
+    from servedeck.vllm.names import VLLM_DEFAULTS
     reported_args = non_default_args or {}
-    effective = effective_settings(profile, facts)
-    mine = _profile_settings(profile)
     out: list[ArgCheck] = []
-    for name, expected in effective.items():
-        source = "profile" if name in mine else "image"
+    for name, setting in effective.items():
+        expected = setting.value
+        source = "profile" if setting.source in ("set", "flag") else "image"
         if name in reported_args:
             got = reported_args[name]
             status = "confirmed" if _matches(expected, got) else "differs"

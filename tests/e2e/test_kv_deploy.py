@@ -26,7 +26,7 @@ from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.runs.kv_history import read_kv
-from servedeck.runs.store import EFFECTIVE, STARTUP, read_json, read_meta, run_dirs
+from servedeck.runs.store import EFFECTIVE, STARTUP, read, read_meta, run_dirs
 
 
 
@@ -73,14 +73,14 @@ def _exact(run_path: Path, space_gib: int) -> None:
     deploy from the model's config.json and VLLM_CPU_KVCACHE_SPACE (CPU: 1,024 bytes per token)."""
     tokens = space_gib * 1024 ** 3 // 1024
     kv = read_kv(run_path)
-    assert kv["prediction"]["method"] == "cpu-kv-space"
-    assert any("config.json: num_key_value_heads" in s for s in kv["prediction"]["sources"])
-    assert kv["measured"]["kv_cache_tokens"] == tokens
-    assert kv["prediction"]["pool_tokens"] == tokens and kv["error_pct"]["kv_cache_tokens"] == 0.0
-    assert kv["measured"]["max_concurrency"] == round(kv["prediction"]["max_concurrency"], 2)
-    startup = read_json(run_path, STARTUP, required=True)  # parsed from the server's own log
-    assert startup["cpu_kv_cache_gib"] == space_gib
-    assert startup["max_concurrency_tokens_per_request"] == read_json(run_path, EFFECTIVE)["max_model_len"]
+    assert kv.prediction["method"] == "cpu-kv-space"
+    assert any("config.json: num_key_value_heads" in s for s in kv.prediction["sources"])
+    assert kv.measured.kv_cache_tokens == tokens
+    assert kv.prediction["pool_tokens"] == tokens and kv.error_pct.kv_cache_tokens == 0.0
+    assert kv.measured.max_concurrency == round(kv.prediction["max_concurrency"], 2)
+    startup = read(run_path, STARTUP, required=True)  # parsed from the server's own log
+    assert startup.cpu_kv_cache_gib == space_gib
+    assert startup.max_concurrency_tokens_per_request == read(run_path, EFFECTIVE).root["max_model_len"]
 
 
 def test_prediction_matches_refusal_stops_and_the_deployment_keeps_serving(cpu_project):

@@ -45,7 +45,7 @@ def test_power_cap_is_applied_recorded_shown_and_rolled_back(project, card_with_
     assert host_facts["gpu_power_cap_w"] == 275.0
     assert meta["power"]["device"] == f"{root}/{HWMON}"
     kv = read_kv(res.run.path)
-    assert kv is not None and kv["measured"]["kv_cache_tokens"] == res.startup["kv_cache_tokens"]
+    assert kv is not None and kv.measured.kv_cache_tokens == res.startup["kv_cache_tokens"]
 
     st = status(host, entry)
     assert st["power"]["current_w"] == 230.0 and st["power"]["set_by"]["profile"] == "capped"

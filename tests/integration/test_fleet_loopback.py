@@ -227,10 +227,10 @@ def test_sweep_two_variables_two_values_on_two_hosts(project, fleet, standin):
         assert a["outcome"] == b["outcome"] == "ready"
         hosts_used.add(res["host"])
         for run_id in (res["run_a"], res["run_b"]):  # each arm was benchmarked: real samples
-            warm = store.read_json(project / "runs" / run_id, store.BENCH_SUMMARY)["phases"]["warm"]
-            assert warm["prompt_tokens"]["samples"] == [64, 64]
-            assert warm["output_tokens"]["samples"] == [16, 16]
-            assert len(warm["decode_tok_s"]["samples"]) == 2 and warm["decode_tok_s"]["min"] > 0
+            warm = store.read(project / "runs" / run_id, store.BENCH_SUMMARY).phases["warm"]
+            assert warm["prompt_tokens"].samples == [64, 64]
+            assert warm["output_tokens"].samples == [16, 16]
+            assert len(warm["decode_tok_s"].samples) == 2 and warm["decode_tok_s"].min > 0
         report = Path(res["report"]).read_text()
         assert res["run_a"] in report and res["run_b"] in report
         assert "decode_tok_s" in report  # the A/B compares the benchmarks, not only startup facts

@@ -113,11 +113,16 @@ def test_passthrough_flag_and_set_map_to_the_same_vllm_name():
     via_flag = flatten_argv(["models/x", "--", "--max-num-batched-tokens", "8192"])
     assert via_set["max_num_batched_tokens"] == via_flag["max_num_batched_tokens"] == 8192
     assert via_set["launcher.gpu"] == 0
-    spec = flatten_argv(["--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
-                         "--no-enable-prefix-caching", "--set", "env.EXL3_INT8_PREFILL=0"])
+    spec = flatten_argv(["models/x", "--set", "env.EXL3_INT8_PREFILL=0", "--", "--speculative-config",
+                         '{"method":"mtp","num_speculative_tokens":3}', "--no-enable-prefix-caching"])
     assert spec["speculative_config.num_speculative_tokens"] == 3
     assert spec["enable_prefix_caching"] is False
     assert spec["env.EXL3_INT8_PREFILL"] == 0
+    # the same flags of a `vllm serve` command: vLLM's reading, no launcher of its own
+    plain = flatten_argv(["org/m", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
+                          "--no-enable-prefix-caching"])
+    assert plain["speculative_config.num_speculative_tokens"] == 3 and plain["enable_prefix_caching"] is False
+    assert plain["command.positional[0]"] == "org/m" and "launcher.gpu" not in plain
 
 
 def test_compose_view_reads_yaml_12():
@@ -414,7 +419,7 @@ def test_interleaved_schedule_orders():
         schedule("aabb", 2)
 
 
-def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path):
+def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path, bench_sample):
     """deploy_fn/bench_fn are stand-ins for servedeck.deploy.apply.deploy and
     servedeck.bench.record.bench_deployed (no server here): each "deploy" records a copy of a
     fixture run, each "bench" writes samples that drift downwards over time, as a warming host does."""
@@ -437,9 +442,10 @@ def test_interleaved_experiment_pools_arms_and_reports_order_and_trend(tmp_path)
         for phase in ("cold", "warm"):
             for rep in range(3):
                 t = next(clock)
-                samples.append({"phase": phase, "rep": rep, "ttft_s": 1.0 + 0.01 * t + 0.001 * rep,
-                                "prefill_tok_s": 6000.0 - 10 * t - rep, "decode_tok_s": 57.0 - 0.1 * t - 0.01 * rep})
-        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {})
+                samples.append(bench_sample(phase, rep, ttft_s=1.0 + 0.01 * t + 0.001 * rep,
+                                            prefill_tok_s=6000.0 - 10 * t - rep,
+                                            decode_tok_s=57.0 - 0.1 * t - 0.01 * rep))
+        write_bench_files(run_dir, {"prompt_tokens": 64}, samples, {"workload": {"prompt_tokens": 64}})
 
     steps = []
     runs_a, runs_b, ilv = run_interleaved({"A": "base", "B": "batch-8192"}, "abba", 2, deploy_fn=deploy_fn,

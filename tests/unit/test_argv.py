@@ -1,6 +1,6 @@
 """The one argv grammar (servedeck.vllm.argv): vLLM's value syntax, both flag forms, repeated
-flags, JSON flags, printing, and the exl3xpu launcher contract checked against a real argparse
-launcher (the CPU image's serve.py)."""
+flags, JSON flags, printing, and the exl3xpu launcher's reading of its contract through it
+(servedeck.launchers.exl3xpu) checked against a real argparse launcher (the CPU image's serve.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 from servedeck.errors import ServedeckError
-from servedeck.vllm.argv import (convert, dotted_replaces, flag_tokens, human_readable_int, meaning, parse_launcher,
-                                 parse_vllm, print_args, repeated, settings)
+from servedeck.launchers import registry
+from servedeck.launchers.base import Launch, Token
+from servedeck.vllm.argv import (convert, dotted_replaces, flag_tokens, human_readable_int, parse_vllm, print_args,
+                                 repeated, settings)
+
+EXL3XPU, VLLM = registry.get("exl3xpu"), registry.get("vllm")
+
+
+def read_exl3xpu(tokens: list[str]) -> Launch:
+    """An exl3xpu command as its launcher reads it (tokens at ``command[i]``)."""
+    return EXL3XPU.read([Token(t, ("command", i)) for i, t in enumerate(tokens)])
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,11 +134,11 @@ def test_flag_tokens_print_each_kind():
 
 
 def test_meaning_ignores_spelling_and_applies_vllm_defaults():
-    a = meaning(["example/model-7b", "--max-model-len", "16K"], "vllm")
-    b = meaning(["--model=example/model-7b", "--port=8000", "--max-model-len=16384",
-                 "--served-model-name", "example/model-7b"], "vllm")
+    a = VLLM.meaning(["example/model-7b", "--max-model-len", "16K"])
+    b = VLLM.meaning(["--model=example/model-7b", "--port=8000", "--max-model-len=16384",
+                      "--served-model-name", "example/model-7b"])
     assert a == b
-    assert meaning(["x", "--max-model-len", "16k"], "vllm") != a
+    assert VLLM.meaning(["x", "--max-model-len", "16k"]) != a
 
 
 # ----------------------------------------------------------------- the launcher contract
@@ -157,31 +166,31 @@ def test_launcher_parse_agrees_with_a_real_argparse_launcher(tokens):
     serve = _cpu_launcher()
     cut = tokens.index("--") if "--" in tokens else len(tokens)
     args, unknown = serve.build_parser().parse_known_args(tokens[:cut])
-    mine = parse_launcher(tokens)
-    assert mine.config[0] == args.config
-    assert [s.text for s in mine.sets] == args.overrides
+    mine = read_exl3xpu(tokens)
+    assert mine.config.s == args.config
+    assert [s.text for s in mine.edits] == args.overrides
     port = mine.option("port")
     assert (int(port.value) if port else None) == args.port
     gpu = mine.option("gpu")
     assert (int(gpu.value) if gpu else 0) == args.gpu
     mp = mine.option("model-path")
     assert (mp.value if mp else None) == args.model_path
-    passthrough = [t for a in mine.passthrough for t in print_args([a])]
+    passthrough = [t for a in mine.args for t in print_args([a])]
     assert passthrough == unknown + tokens[cut + 1:]
 
 
 def test_launcher_passthrough_is_parsed_as_vllm_flags_with_command_indices():
     tokens = ["models/m", "--set", "vllm.max_model_len=1", "--", "--max-model-len=16K", "--port", "1"]
-    parsed = parse_launcher(tokens)
+    parsed = read_exl3xpu(tokens)
     assert parsed.option("port") is None  # after `--`, --port belongs to vLLM
-    assert [(a.name, a.index) for a in parsed.passthrough] == [("max-model-len", 4), ("port", 5)]
-    assert settings(parsed.passthrough) == {"max_model_len": 16_384, "port": 1}
-    assert parsed.sets[0].index == 2
+    assert [(a.name, a.index) for a in parsed.args] == [("max-model-len", 4), ("port", 5)]
+    assert settings(parsed.args) == {"max_model_len": 16_384, "port": 1}
+    assert parsed.edits[0].index == 2
 
 
 def test_ambiguous_abbreviation_is_reported():
-    parsed = parse_launcher(["models/m", "--p", "1"])  # --port, --print
-    assert parsed.abbreviations == [(1, "--p", None)]
+    parsed = read_exl3xpu(["models/m", "--p", "1"])  # --port, --print
+    assert [(t.path, t.s, opt) for t, opt in parsed.abbreviations] == [(("command", 1), "--p", None)]
     argparse  # the real parser errors on it too (exit 2); servedeck reports it instead
 
 
@@ -206,26 +215,28 @@ def test_flag_table_from_a_recorded_vllm_argument_surface():
 
 def test_every_shipped_profile_command_parses_back_to_its_settings():
     from servedeck.model.catalog import Catalog
-    from servedeck.model.profile import ProfileStore
-    from servedeck.vllm.launcher import SET_FIELDS, build_command
+    from servedeck.model.profile import ENGINE_FLAGS, ProfileStore
     from servedeck.yamlio import launcher_value
 
     store, catalog = ProfileStore(ROOT / "profiles"), Catalog(ROOT / "deploy" / "images.yaml")
     for name in store.names():
         p = store.load(name).profile
-        argv = build_command(p, catalog.lookup(p.image_ref.digest))
-        if p.launcher.kind == "exl3xpu":
-            parsed = parse_launcher(argv)
-            assert parsed.config[0] == p.launcher.config
+        facts = catalog.lookup(p.image_ref.digest)
+        launcher = p.launcher.runs
+        argv = launcher.build_argv(p.launch_settings(),
+                                   launcher.defaults(facts.launcher_defaults, p.launcher.config) if facts else None)
+        if launcher is EXL3XPU:
+            parsed = read_exl3xpu(argv)
+            assert parsed.config.s == p.launcher.config
             assert parsed.option("model-path").value == p.model.argument
-            flags = settings(parsed.passthrough)
-            sets = {s.key: launcher_value(s.raw) for s in parsed.sets}
-            for field in SET_FIELDS:
+            flags = settings(parsed.args)
+            sets = {s.key: launcher_value(s.raw) for s in parsed.edits}
+            for field in ENGINE_FLAGS:
                 value = getattr(p.engine, field)
                 if value is not None and value is not False:
                     assert sets[f"vllm.{field}"] == value, (name, field)
             assert int(parsed.option("port").value) == p.container.port
-            assert repeated(parsed.passthrough) == {}, name
+            assert repeated(parsed.args) == {}, name
         else:
             flags = settings(parse_vllm(argv))
             assert flags["port"] == p.container.port

@@ -186,13 +186,16 @@ def project(catalog_project) -> Project:
 
 
 def _run(project: Project, seq: int, host: str, ready_s: float, bench_s: float | None) -> None:
-    path = project.runs_dir / f"{seq:04d}-base-{host}"
-    path.mkdir(parents=True)
-    (path / "run.json").write_text(json.dumps({"run_id": path.name, "sequence": seq, "host": host,
-                                               "outcome": "ready", "timings_s": {"deploy_total_s": ready_s}}))
+    """A ready run of ``host`` (sequence ``seq``) written through the run store, benchmarked for
+    ``bench_s`` seconds when given."""
+    from servedeck.runs.store import create_run, write_bench_files
+    run = create_run(project.runs_dir, "base", host)
+    assert run.sequence == seq
+    run.finish("ready", timings_s={"deploy_total_s": ready_s})
     if bench_s is not None:
-        (path / "bench.json").write_text(json.dumps({"started_at": "2026-11-30T10:00:00Z",
-                                                     "finished_at": f"2026-11-30T10:00:{bench_s:02.0f}Z"}))
+        write_bench_files(run.path, {"prompt_tokens": 64}, [], {
+            "workload": {"prompt_tokens": 64}, "started_at": "2026-11-30T10:00:00Z",
+            "finished_at": f"2026-11-30T10:00:{bench_s:02.0f}Z"})
 
 
 def test_sweep_plan_two_variables_two_values(project):
@@ -310,3 +313,29 @@ def test_sweep_summary_cells_read_the_same_for_every_ratio_and_token_count():
     assert "1,048,576 -> 1,101,004" in lines["e01"] and "e+" not in text
     assert "│ 1.000 " in lines["e01"] and "│ 1.000 " in lines["e02"]
     assert "│ -  " in lines["e03"]
+
+
+def test_a_rollout_reads_each_hosts_outcome_and_run_from_its_deploy_json(tmp_path):
+    """The role runs `deploy --json`: the rollout takes the run id and the final state from that
+    document (stdout), never from the text meant for people (stderr)."""
+    from servedeck.cli import deploy_document
+    from servedeck.fleet.rollout import DEPLOY_TASK, HostOutcome, _outcome, deploy_output
+    from servedeck.fleet.runner import PlaybookResult, TaskResult
+    from servedeck.runs.store import create_run
+
+    run = create_run(tmp_path, "new", "fleet-2")
+    run.finish("rolled-back", "not ready after 10 s (timeout)", phase="timeout")
+    failed = deploy_document("fleet-2", "new", run.path,
+                             error=ServedeckError("deploy of new failed: not ready", hint="invoke logs"))
+    assert failed["outcome"] == "rolled-back" and failed["run_id"] == run.run_id
+    assert failed["error"] == {"message": "deploy of new failed: not ready", "hint": "invoke logs"}
+    ok = deploy_document("fleet-1", "new", tmp_path / "0001-new-fleet-1", outcome="ready", revision=3)
+    played = PlaybookResult(rc=2, status="failed", tasks=[
+        TaskResult("fleet-1", f"{DEPLOY_TASK} new", "ok", 14.5, {"stdout": json.dumps(ok) + "\n", "stderr": ""}),
+        TaskResult("fleet-2", f"{DEPLOY_TASK} new", "failed", 12.0,
+                   {"stdout": json.dumps(failed), "stderr": "  preflight ...\nerror: deploy of new failed: not ready"})])
+    assert _outcome("fleet-1", played) == HostOutcome("fleet-1", "ready", "0001-new-fleet-1", 14.5)
+    two = _outcome("fleet-2", played)
+    assert (two.outcome, two.run_id, two.message) == ("rolled-back", run.run_id, "deploy of new failed: not ready")
+    assert _outcome("fleet-3", played).outcome == "untouched"
+    assert deploy_output({"stdout": "Traceback (most recent call last):\n"}) is None

@@ -140,7 +140,7 @@ def test_profile_model_says_local_or_repo_id_not_both():
                                                   "served_model_name": "x"}})
     with pytest.raises(ValueError, match="repo_id"):
         Profile.model_validate({**base, "model": {"served_model_name": "x"}})
-    with pytest.raises(ValueError, match="vllm launcher"):
+    with pytest.raises(ValueError, match="reads the weights from --model-path"):
         Profile.model_validate({**base, "launcher": {"kind": "exl3xpu", "config": "models/m"},
                                 "model": {"repo_id": "o/n", "served_model_name": "x"}})
 

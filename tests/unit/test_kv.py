@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from servedeck.compose.render import render_profile
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import ProfileStore
 from servedeck.runs.kv_history import kv_history, read_kv, record_kv, run_identity
 from servedeck.runs.store import create_run
 from servedeck.vllm.kv import (GIB, CalibrationPoint, KvSettings, calibration_from_startup,
-                               judge_kv, kv_preflight, model_shape_from_config, predict_kv,
-                               settings_for_profile)
+                               judge_kv, model_shape_from_config, predict_kv)
 from servedeck.vllm.startup_log import parse_startup_log_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,18 +149,24 @@ def test_warnings_below_one_and_change_threshold():
     assert "kv/concurrency-change" not in {f.rule for f in judge_kv(s, None, hist, change_threshold_pct=15)[1]}
 
 
-def test_kv_preflight_of_a_profile_on_the_catalog_image():
-    profile = ProfileStore(ROOT / "profiles").load("batch-8192").profile
-    facts = Catalog(ROOT / "deploy" / "images.yaml").lookup(profile.image_ref.digest)
-    s = settings_for_profile(profile, facts)
-    assert (s.max_num_batched_tokens, s.max_model_len, s.gpu_memory_utilization) == (8192, 131072, 0.94)
-    findings = kv_preflight(profile, facts, [_cal("0002-base-b70")])
+def _settings(name: str, catalog: Catalog | None = None) -> KvSettings:
+    """The KV settings of profile ``name``'s rendered service (its effective settings and environment)."""
+    catalog = catalog or Catalog(ROOT / "deploy" / "images.yaml")
+    rendered = render_profile(ProfileStore(ROOT / "profiles").load(name), catalog, ROOT / "templates")
+    return rendered.service.kv_settings()
+
+
+def test_kv_prediction_of_a_profile_on_the_catalog_image():
+    s = _settings("batch-8192")
+    assert (s.device, s.max_num_batched_tokens, s.max_model_len, s.gpu_memory_utilization) == (
+        "xpu", 8192, 131072, 0.94)
+    findings = judge_kv(s, None, [_cal("0002-base-b70")])[1]
     assert [f.rule for f in findings] == ["kv/prediction"]
     assert "238," in findings[0].message
 
 
-def test_no_history_and_no_shape_is_said_not_guessed():
-    findings = kv_preflight(ProfileStore(ROOT / "profiles").load("base").profile, None, [])
+def test_no_history_and_no_shape_is_said_not_guessed(tmp_path):
+    findings = judge_kv(_settings("base", Catalog(tmp_path / "images.yaml")), None, [])[1]
     assert [f.rule for f in findings] == ["kv/no-prediction"]
 
 
@@ -171,9 +177,9 @@ def test_run_record_keeps_prediction_beside_measurement(tmp_path):
     startup = json.loads((FIX / "runs/0003-batch-8192-b70/startup.json").read_text())
     record_kv(run, pred.to_dict(), startup)
     doc = read_kv(run.path)
-    assert doc["measured"]["kv_cache_tokens"] == 236470
-    assert doc["prediction"]["pool_tokens"] == pred.pool_tokens
-    assert doc["within_interval"] is True and abs(doc["error_pct"]["kv_cache_tokens"]) < 2
+    assert doc.measured.kv_cache_tokens == 236470
+    assert doc.prediction["pool_tokens"] == pred.pool_tokens
+    assert doc.within_interval is True and abs(doc.error_pct.kv_cache_tokens) < 2
 
 
 def test_kv_line_for_ab(tmp_path):

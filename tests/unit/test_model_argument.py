@@ -14,7 +14,8 @@ import pytest
 
 from servedeck.compose.check import check_compose_text
 from servedeck.model.catalog import Catalog, ImageFacts
-from servedeck.vllm.argv import model_argument, server_style
+from servedeck.launchers import registry
+from servedeck.vllm.argv import model_argument
 
 OLD, MOVED, FIRST = (0, 11, 0), (0, 16, 0), (0, 32, 0)
 
@@ -68,8 +69,9 @@ def test_the_api_server_module_reads_only_the_model_option(tokens, model, fault,
     (["python3", "-mvllm.entrypoints.openai.api_server"], "api_server"),
     (["/entrypoint.sh"], None), (["python3", "scripts/serve.py"], None), ([], None),
 ])
-def test_server_style(start, style):
-    assert server_style(start) == style
+def test_the_start_says_how_vllm_reads_the_model(start, style):
+    launcher, n = registry.start_of(start)
+    assert (launcher.style if launcher is not None and n == len(start) and start else None) == style
 
 
 # ----------------------------------------------------------------------------- the check

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
 from servedeck.compose.importer import dump_profile_yaml, import_compose
-from servedeck.vllm.launcher import effective_settings, launcher_env, set_value
+from servedeck.launchers.exl3xpu import set_value
 from servedeck.model.profile import ProfileStore, deep_merge, diff_profiles
 from servedeck.compose.render import render_profile
 from servedeck.model.schema import profile_schema, stale_schemas
@@ -28,6 +28,11 @@ STORE = ProfileStore(ROOT / "profiles")
 
 def _render(name: str, store: ProfileStore = STORE) -> str:
     return render_profile(store.load(name), CATALOG, ROOT / "templates").compose_text
+
+
+def _service(name: str):
+    """The rendered service of profile ``name`` as it will run (its effective settings and environment)."""
+    return render_profile(STORE.load(name), CATALOG, ROOT / "templates").service
 
 
 def _body(text: str) -> list[str]:
@@ -107,16 +112,16 @@ def test_speculative_null_turns_off_and_absent_keeps_image_default():
     base = STORE.load("base").profile
     assert base.engine.speculative_state == "default"
     assert "speculative_config" not in _render("base")
-    eff = effective_settings(base, CATALOG.lookup(base.image_ref.digest))
+    eff = _service("base").settings()
     assert eff["speculative_config"] == {"method": "qwen3_5_mtp", "num_speculative_tokens": 3}
-    assert effective_settings(off, CATALOG.lookup(off.image_ref.digest))["speculative_config"] is None
+    assert _service("mtp-off").settings()["speculative_config"] is None
 
 
 def test_mtp_2_edits_only_the_depth_keeping_the_image_method():
     p = STORE.load("mtp-2").profile
     text = _render("mtp-2")
     assert "vllm.speculative_config.num_speculative_tokens=2" in text
-    eff = effective_settings(p, CATALOG.lookup(p.image_ref.digest))
+    eff = _service("mtp-2").settings()
     assert eff["speculative_config"] == {"method": "qwen3_5_mtp", "num_speculative_tokens": 2}
     assert eff["max_num_batched_tokens"] == 4096 and eff["kv_cache_dtype"] == "fp8"
 
@@ -126,7 +131,7 @@ def test_quality_sets_fp16_prefill_through_the_launcher_not_compose_env():
     text = _render("quality")
     assert "env.EXL3_INT8_PREFILL=0" in text
     assert "EXL3_INT8_PREFILL:" not in text  # not in compose environment (model.yaml would win)
-    env = launcher_env(p, CATALOG.lookup(p.image_ref.digest))
+    env = _service("quality").server_env()
     assert env["EXL3_INT8_PREFILL"] == "0" and env["EXL3_ONEDNN_ATTN"] == "1"
     assert "5.00bpw-h6" in p.model.weights_dir
 
@@ -289,3 +294,25 @@ def test_dollar_signs_are_escaped_for_compose_and_json_stays_one_item(store, tmp
     text = render_profile(store.load("v"), CATALOG, ROOT / "templates").compose_text
     assert 'PROMPT: "cost $$5 $${HOME}"' in text
     assert "- --hf-overrides\n      - '{\"a\": \"$$x\"}'" in text
+
+
+def test_the_check_takes_the_renderers_service_instead_of_reading_the_command_again():
+    """The renderer hands the service of the file it wrote to the check: for every shipped
+    profile the document's mapping is the renderer's, so the check reads the command once (in
+    the render) and finds the same as when it reads the file alone."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.rules._doc import parse
+    from servedeck.compose.service import read_services
+    for name in STORE.names():
+        rendered = render_profile(STORE.load(name), CATALOG, ROOT / "templates")
+        data = parse(rendered.compose_text).data
+        assert read_services(data, catalog=CATALOG, known=[rendered.service]) == [rendered.service], name
+        assert read_services(data, catalog=CATALOG, known=[rendered.service])[0] is rendered.service
+        expect = CheckExpectations(rendered=True)
+        assert check_compose_text(rendered.compose_text, catalog=CATALOG, expect=expect,
+                                  known=[rendered.service]) == check_compose_text(
+            rendered.compose_text, catalog=CATALOG, expect=expect), name
+    # a file that differs from what the renderer read is read anew
+    other = rendered.compose_text.replace('- "Qwen3.8-27B"', '- "other"')
+    assert other != rendered.compose_text
+    assert read_services(parse(other).data, catalog=CATALOG, known=[rendered.service])[0] is not rendered.service

@@ -349,6 +349,21 @@ def test_full_context_that_does_not_fit(catalog):
     assert check(no_len, catalog, hf_config=QWEN3_8B) == []
 
 
+def test_full_context_of_a_hybrid_model_counts_only_its_attention_layers(catalog):
+    """The check and the deploy's KV prediction share one KV model (servedeck.vllm.kv): in a
+    hybrid model (Qwen3-Next, the user's Qwen3.8 family) the linear-attention layers hold no KV
+    cache, so 9 of these 36 layers need 4.5 GiB at the full context, which fits 16 GiB."""
+    from servedeck.vllm.kv import model_shape_from_config
+    hybrid = {**QWEN3_8B, "layer_types": ["linear_attention"] * 3 * 9 + ["full_attention"] * 9}
+    assert model_shape_from_config(hybrid).attention_layers.value == 9
+    no_len = svc().replace('      - "--max-model-len"\n      - "8192"\n', "")
+    assert "features/full-context-does-not-fit" not in rules(check(no_len, catalog, hf_config=hybrid,
+                                                                   gpu_memory_gib=16))
+    small = check(no_len, catalog, hf_config=hybrid, gpu_memory_gib=4)
+    f = next(f for f in small if f.rule == "features/full-context-does-not-fit")
+    assert "(4.5 GiB)" in f.message
+
+
 def test_per_digest_facts_judge_before_shipped_tables(tmp_path):
     from servedeck.vllm.facts import shipped_tables
     table = shipped_tables()[(0, 32, 0)]

@@ -92,15 +92,18 @@ def test_import_external_vllm_bench_result(tmp_path):
         hashlib.sha256(src.read_bytes()).hexdigest()
 
 
-def _cpu(name: str):
-    p = ProfileStore(ROOT / "profiles").load(name).profile
-    return p
+def _effective(name: str, catalog: Catalog | None = None):
+    """The effective settings of profile ``name``'s rendered service (no catalog: the image's
+    facts are the ones its repository suggests, without a launcher config)."""
+    from servedeck.compose.render import render_profile
+    catalog = catalog or Catalog(ROOT / "tests" / "fixtures" / "no-catalog.yaml")
+    return render_profile(ProfileStore(ROOT / "profiles").load(name), catalog, ROOT / "templates").service.effective
 
 
 def test_args_verification_confirms_the_batch_budget_on_the_real_logs():
     for name, log in (("cpu-4096", "serve-4096.log"), ("cpu-8192", "serve-8192.log")):
         facts = parse_startup_log((LOGS / log).read_text()).to_dict()
-        checks = {c.setting: c for c in verify_args(_cpu(name), None, facts["non_default_args"])}
+        checks = {c.setting: c for c in verify_args(_effective(name), facts["non_default_args"])}
         mnbt = checks["max_num_batched_tokens"]
         assert mnbt.status == "confirmed" and mnbt.source == "profile"
         assert checks["speculative_config"].status == "confirmed"
@@ -109,16 +112,14 @@ def test_args_verification_confirms_the_batch_budget_on_the_real_logs():
 
 def test_args_verification_reports_a_difference():
     facts = parse_startup_log((LOGS / "serve-4096.log").read_text()).to_dict()
-    checks = {c.setting: c for c in verify_args(_cpu("cpu-8192"), None, facts["non_default_args"])}
+    checks = {c.setting: c for c in verify_args(_effective("cpu-8192"), facts["non_default_args"])}
     bad = checks["max_num_batched_tokens"]
     assert bad.status == "differs" and (bad.expected, bad.reported) == (8192, 4096)
     assert bad.render() == "max_num_batched_tokens: differs (expected 8192, got 4096)"
 
 
 def test_args_verification_without_a_log_line_reports_nothing_confirmed():
-    catalog = Catalog(ROOT / "deploy" / "images.yaml")
-    p = ProfileStore(ROOT / "profiles").load("speed").profile
-    checks = {c.setting: c for c in verify_args(p, catalog.lookup(p.image_ref.digest), None)}
+    checks = {c.setting: c for c in verify_args(_effective("speed", Catalog(ROOT / "deploy" / "images.yaml")), None)}
     assert checks["max_num_batched_tokens"].status == "not reported"
     assert checks["kv_cache_dtype"].source == "image"  # model.yaml default, not the profile
     assert checks["gpu_memory_utilization"].source == "profile"
@@ -214,20 +215,121 @@ def test_run_file_names_are_spelled_only_in_the_store():
     assert offenders == []
 
 
+def test_run_file_names_include_kv_json_and_every_constant_is_a_listed_run_file():
+    from servedeck.runs import store
+    constants = [v for v in vars(store).values() if isinstance(v, store.RunFile)]
+    assert set(constants) == set(store.RUN_FILES)  # a RunFile left out of RUN_FILES is not documented
+    for f in store.RUN_FILES:
+        assert (f.model_class() is None) == (f.form in ("text", "bytes")), f
+
+
+@pytest.mark.parametrize("run_dir", FIXTURE_RUNS, ids=lambda d: d.name)
+def test_every_file_of_the_recorded_runs_reads_as_its_model(run_dir):
+    from servedeck.runs import store
+    files = store.present_files(run_dir)
+    assert {store.RUN_META, store.FACTS, store.STARTUP, store.BENCH_SAMPLES} <= set(files)
+    for f in files:
+        value = store.read(run_dir, f)
+        if f.form == "json":
+            assert isinstance(value, f.model_class())
+        elif f.form == "jsonl":
+            assert value and all(isinstance(v, f.model_class()) for v in value)
+
+
+def test_a_write_that_does_not_match_its_model_is_refused_and_nothing_is_written(tmp_path):
+    from servedeck.runs import store
+    run = create_run(tmp_path, "base", "b70")
+    with pytest.raises(ServedeckError) as exc:
+        run.write(store.FACTS, {"host": {"name": "b70", "kernal": "6.17"}})
+    assert exc.value.field == "host.kernal" and "facts.json" in exc.value.message
+    assert not (run.path / "facts.json").exists()
+    with pytest.raises(ServedeckError, match="save_meta"):
+        run.write(store.RUN_META, {})
+
+
+def test_a_damaged_run_file_is_an_error_naming_the_file_the_line_and_the_field(tmp_path, bench_sample):
+    from servedeck.runs import store
+    run = create_run(tmp_path, "base", "b70")
+    good = json.dumps(store.encode(store.BENCH_SAMPLES, [bench_sample("cold", 0)])[0])
+    (run.path / "bench.jsonl").write_text(good + "\n" + good.replace('"rep": 0', '"rep": "first"') + "\n")
+    with pytest.raises(ServedeckError) as exc:
+        store.read(run.path, store.BENCH_SAMPLES)
+    assert exc.value.file.endswith("bench.jsonl") and exc.value.field == "line 2: rep"
+    (run.path / "kv.json").write_text("{not json")
+    with pytest.raises(ServedeckError, match="invalid JSON kv.json"):
+        store.read(run.path, store.KV)
+    assert store.read(run.path, store.WORKLOAD) is None and store.read(run.path, store.STARTUP_LOG) is None
+
+
+def test_the_facts_an_ab_compares_are_the_fields_the_model_marks():
+    from servedeck.ab.compare import flatten_facts
+    from servedeck.runs import store
+    from servedeck.runs.records import compared_paths
+    assert compared_paths() == {("host", "name"): "host.name", ("host", "kernel"): "host.kernel",
+                                ("host", "docker_version"): "host.docker_version",
+                                ("host", "compose_version"): "host.compose_version",
+                                ("host", "gpu_power_cap_w"): "host.gpu_power_cap_w",
+                                ("image", "digest"): "image", ("image", "vllm_version"): "vllm_version"}
+    facts = store.read(ROOT / "tests/fixtures/runs/0003-batch-8192-b70", store.FACTS)
+    assert flatten_facts(facts) == {"host.name": "b70", "host.kernel": "6.17.0-5-generic",
+                                    "host.docker_version": "28.5.1", "host.compose_version": "2.40.0",
+                                    "host.gpu_power_cap_w": 275.0, "image": facts.image.digest,
+                                    "vllm_version": "0.26.1.dev0+g568afb3a1.d20260907.xpu"}
+
+
+def test_a_field_added_to_the_run_record_is_the_model_plus_its_writer_and_show_displays_it(
+        tmp_path, monkeypatch):
+    """The acceptance of issue 27: a new run.json field and a new run file need their model and
+    their writer only; show, show --json and docs/run-record.md follow without more code."""
+    from pydantic import Field
+
+    from servedeck.cli import show_lines
+    from servedeck.runs import doc, records, store
+    from servedeck.runs.history import run_document
+
+    class RunMetaPlus(records.RunMeta):
+        tuned_by: str | None = Field(None, description="who tuned this run")
+
+    class LoadResult(records.Record):
+        """``load.json``: what a load test found."""
+
+        capacity_rps: float = Field(description="requests per second held within the SLO")
+
+    load = store.RunFile("load.json", "LoadResult", "the capacity a load test found")
+    monkeypatch.setattr(records, "RunMeta", RunMetaPlus)
+    monkeypatch.setattr(records, "LoadResult", LoadResult, raising=False)
+    monkeypatch.setattr(store, "RUN_FILES", (*store.RUN_FILES, load))
+    monkeypatch.setattr(store, "_adapters", {})
+
+    run = create_run(tmp_path, "base", "b70")
+    run.save_meta(tuned_by="ada")                   # the writer of the new field
+    run.write(load, LoadResult(capacity_rps=3.5))   # the writer of the new file
+    lines = show_lines(run.path)
+    assert "  tuned_by: ada" in lines
+    assert lines[lines.index("load.json:") + 1] == "  capacity_rps: 3.5"
+    document = run_document(run.path)
+    assert document["run"]["tuned_by"] == "ada" and document["files"]["load.json"] == {"capacity_rps": 3.5}
+    text = doc.render()
+    assert "| `tuned_by` | `str` \\| `null` | who tuned this run |" in text
+    assert "## `load.json` (`LoadResult`)" in text and "requests per second held within the SLO" in text
+    with pytest.raises(ServedeckError):  # still typed: the new file refuses what its model does not hold
+        run.write(load, {"capacity_rps": 3.5, "colour": "blue"})
+
+
 # ---------------------------------------------------------------- history
 
-def _benched(run, ttft=(0.5, 0.6, 0.55)):
+def _benched(run, sample, ttft=(0.5, 0.6, 0.55)):
     from servedeck.runs.store import write_bench_files
-    samples = [{"phase": "cold", "rep": i, "ttft_s": t, "decode_tok_s": 50.0} for i, t in enumerate(ttft)]
-    write_bench_files(run.path, {"prompt_tokens": 64}, samples, {"phases": {}})
+    samples = [sample("cold", i, ttft_s=t, decode_tok_s=50.0) for i, t in enumerate(ttft)]
+    write_bench_files(run.path, {"prompt_tokens": 64}, samples, {"workload": {"prompt_tokens": 64}})
     run.save_meta(benched_at="2026-11-30T00:00:00Z")
 
 
-def test_latest_means_served_and_benchmarked_and_newest_means_newest(tmp_path):
+def test_latest_means_served_and_benchmarked_and_newest_means_newest(tmp_path, bench_sample):
     from servedeck.runs.history import resolve_run
     a = create_run(tmp_path, "cpu-4096", "local")
     a.finish("ready")
-    _benched(a)
+    _benched(a, bench_sample)
     b = create_run(tmp_path, "cpu-4096", "local")
     b.finish("ready")  # served, never benchmarked
     c = create_run(tmp_path, "cpu-4096", "local")
@@ -293,7 +395,7 @@ def test_list_runs_headlines_on_the_fixtures(tmp_path):
     assert [r.run_id for r in list_runs(runs_dir, profile="batch-8192")] == ["0003-batch-8192-b70"]
 
 
-def test_the_listing_cache_follows_changes_and_can_be_lost(tmp_path, monkeypatch):
+def test_the_listing_cache_follows_changes_and_can_be_lost(tmp_path, monkeypatch, bench_sample):
     import os
     from servedeck.runs import history
     monkeypatch.setattr(history, "HOT_S", 0.0)  # cache every row at once
@@ -311,7 +413,7 @@ def test_the_listing_cache_follows_changes_and_can_be_lost(tmp_path, monkeypatch
     (tmp_path / ".index.json").write_text(json.dumps(index))
     assert history.list_runs(tmp_path)[0].profile == "from-the-cache"
     # ... and recomputed once a write into the run directory moved its time
-    _benched(run)
+    _benched(run, bench_sample)
     row = history.list_runs(tmp_path)[0]
     assert row.profile == "cpu-4096" and row.benchmarked and row.cold_ttft_s == 0.55
     (tmp_path / ".index.json").write_text("{not json")

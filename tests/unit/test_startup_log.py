@@ -123,7 +123,7 @@ def test_to_dict_has_documented_keys_json_ready(f8192):
 def test_documented_keys_match_run_record_doc():
     doc = ROOT / "docs" / "run-record.md"
     text = doc.read_text()
-    section = text.split("## startup.json keys", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## `startup.json`", 1)[1].split("\n## ", 1)[0]
     section = re.sub(r"\([^()]*\)", "", section)  # drop "(list of {...})" explanations
     keys = set(re.findall(r"`([a-z_]+)`", section)) - {"id", "text", "level"}  # warning item fields
     emitted = set(parse_startup_log("").to_dict())

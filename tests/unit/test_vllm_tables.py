@@ -180,8 +180,8 @@ def test_the_type_optional_type_wraps_is_recorded(version):
     (["--enable-prefix-caching", "--no-enable-prefix-caching"], False),
 ])
 def test_the_argv_grammar_reads_each_spelling_as_the_newest_table_records_it(argv_items, expected):
-    from servedeck.vllm.argv import meaning
-    assert meaning(["m", *argv_items], "vllm")["flags"]["enable_prefix_caching"] is expected
+    from servedeck.vllm.argv import parse_vllm, settings
+    assert settings(parse_vllm(["m", *argv_items]))["enable_prefix_caching"] is expected
 
 
 @pytest.mark.parametrize("version,flag,rules_expected", [

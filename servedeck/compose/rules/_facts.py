@@ -1,6 +1,6 @@
 """Accessors the newer rule families use instead of reading argv or the document themselves:
 the release facts that judge a service, its environment entries, its healthcheck and the
-``vllm serve`` flag occurrences (as parsed in :mod:`servedeck.compose.rules._service`).
+``vllm serve`` flag occurrences (as its launcher read them: :mod:`servedeck.compose.service`).
 
 Keeping rules on these few functions lets the argv grammar underneath change without touching
 the rules.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._service import Ctx, Flag, Service
+from servedeck.launchers.base import EnvItem
 
 if TYPE_CHECKING:
     from servedeck.vllm.facts import TableChoice
@@ -45,63 +46,28 @@ def own_facts(ctx: Ctx, svc: Service) -> Any:
 
 
 def served_model(svc: Service) -> str | None:
-    """The model (path or repo id, as written) the service's server serves: the exl3xpu
-    launcher's ``--model-path``; for vLLM, ``Launch.model`` (the model argument as the image's
-    release reads it). None when none is given or the start is unknown."""
-    launch = svc.launch
-    if launch.kind == "exl3xpu":
-        f = launch.serve_opts.get("model-path")
-        return f.value if f else None
-    return launch.model.model if launch.model is not None else None
+    """The model (path or repo id, as written) the service's server serves (its launcher's
+    reading: the model argument as the image's release reads it, or the launcher's own model
+    option). None when none is given or the start is unknown."""
+    return svc.launch.served_model if svc.launcher is not None else None
 
 
 def vllm_flags(svc: Service) -> list[Flag]:
-    """``vllm serve`` flag occurrences in order (exl3xpu passthrough or the whole command)."""
-    return list(svc.launch.flags) if svc.launch.kind is not None else []
-
-
-@dataclass(frozen=True)
-class EnvItem:
-    """One ``environment`` entry.
-
-    Attributes:
-        key: variable name.
-        value: the value the container gets (None: taken from the shell / unset).
-        path: document path of the entry.
-        list_form: True for ``- KEY=VALUE`` items (no quote removal), False for mappings.
-    """
-
-    key: str
-    value: str | None
-    path: Path
-    list_form: bool
+    """``vllm serve`` flag occurrences in order (a launcher's passthrough or the whole command)."""
+    return list(svc.launch.flags) if svc.launcher is not None else []
 
 
 def env_items(svc: Service) -> list[EnvItem]:
-    """The service's environment as the server gets it, in order (a later item overrides an
-    earlier one): its ``env_file`` files (:attr:`Service.env_files`, when the caller read them),
-    its ``environment`` (mapping or list form), then the ``NAME=value`` words its argv sets
-    (:attr:`Launch.env_words`)."""
-    env = svc.data.get("environment")
-    base = svc.path + ("environment",)
-    out: list[EnvItem] = [EnvItem(k, v, where, True) for where, k, v in svc.env_files]
-    if isinstance(env, dict):
-        for k, v in env.items():
-            out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))
-    elif isinstance(env, list):
-        for i, item in enumerate(env):
-            if isinstance(item, str):
-                k, eq, v = item.partition("=")
-                out.append(EnvItem(k, v if eq else None, base + (i,), True))
-    for t in svc.launch.env_words:
-        k, _, v = t.s.partition("=")
-        out.append(EnvItem(k, v, t.path, True))
-    return out
+    """The service's environment as Compose hands it to the container, in order (a later item
+    overrides an earlier one): its ``env_file`` files (when the caller read them), its
+    ``environment`` (mapping or list form), then the ``NAME=value`` words its argv sets
+    (:attr:`servedeck.compose.service.Service.env_items`)."""
+    return svc.env_items
 
 
 def env_value(svc: Service, key: str) -> str | None:
-    """The last value the server gets for ``key`` (:func:`env_items`: env_file, environment, argv;
-    None when absent)."""
+    """The last value the server gets for ``key`` from the service itself (:func:`env_items`:
+    env_file, environment, argv; None when absent)."""
     val = None
     for e in env_items(svc):
         if e.key == key:

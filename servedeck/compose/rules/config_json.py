@@ -24,7 +24,7 @@ from typing import Any
 
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge, vllm_flags
-from servedeck.compose.rules._service import Ctx, Flag, Service, yaml_value
+from servedeck.compose.rules._service import Ctx, Flag, Service
 from servedeck.vllm import argv
 from servedeck.vllm.config_values import ConfigProblem, judge_config, owners_of
 
@@ -75,11 +75,11 @@ def check_json_values(ctx: Ctx, svc: Service) -> None:
         elif dest in configs:
             _judge(ctx, j, dest, value, lambda p, by=first, at=at: by.get(str(p[0]) if p else "", at),
                    f"{name}.KEY flags", partial=False)
-    for s in svc.launch.sets:
+    for s in svc.launch.edits:  # exl3xpu --set vllm.DEST[.KEY...]=VALUE
         parts = s.key.split(".")
-        if parts[0] != "vllm" or len(parts) < 2 or s.value is None:
+        if parts[0] != "vllm" or len(parts) < 2 or s.raw is None:
             continue
-        dest, value = parts[1], yaml_value(s.value)
+        dest, value = parts[1], s.value
         nested = _nested(parts[2:], value) if len(parts) > 2 else value
         if not isinstance(nested, dict):
             continue

@@ -130,7 +130,7 @@ def check_ports(ctx: Ctx, svc: Service) -> None:
                     "network_mode: host ignores `ports`; the server is reachable on its own port on "
                     "the host directly", "drop `ports`, or use the default bridge network")
         return
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     mode = str(svc.data.get("network_mode") or "")
     if not ports and not host_net and not svc.data.get("expose") \
@@ -147,8 +147,9 @@ def check_ports(ctx: Ctx, svc: Service) -> None:
         return  # interpolated or unparsable: cannot judge
     if not any(s.covers(port) for s in specs):
         e = svc.effective.get("port")
-        how = {"flag": f"--port {port}", "launcher": f"--port {port}",
-               "image": f"the image default port {port}"}.get(e.source if e else "image", str(port))
+        how = {"flag": f"--port {port}", "image": f"the image default port {port}",
+               "launcher-config": f"the port of the image's launcher config, {port}"}.get(
+            e.source if e else "image", str(port))
         published = ", ".join(s.text for s in specs)
         ctx.error("ports/mismatch", specs[0].path,
                   f"ports publish container port(s) {published} but the server listens on {port} ({how})",

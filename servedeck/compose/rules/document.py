@@ -24,7 +24,7 @@ from typing import Any
 from servedeck.compose.document import interpolate, interpolation_refs, literal_values
 from servedeck.compose.rules._doc import Path, Scalar
 from servedeck.compose.rules._service import Ctx
-from servedeck.compose.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
+from servedeck.yaml11 import is_sexagesimal, yaml11_type, yaml12_type
 from servedeck.fsutil import atomic_write, cache_dir
 
 # ----------------------------------------------------------------------------- schema

@@ -87,7 +87,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
     items = env_items(svc)
     for e in items:
         _check_quotes(ctx, e)
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     j = judge(ctx, svc, "env_vars")
     if j is None:

@@ -18,7 +18,7 @@ _THINKING_KEYS = ("enable_thinking", "thinking")
 
 def check_features(ctx: Ctx, svc: Service) -> None:
     """``features/thinking-without-reasoning-parser``."""
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     kwargs = svc.eff("default_chat_template_kwargs") or svc.eff("chat_template_kwargs")
     if isinstance(kwargs, str):
@@ -35,53 +35,37 @@ def check_features(ctx: Ctx, svc: Service) -> None:
                     "add --reasoning-parser NAME for the model family (e.g. qwen3)")
 
 
-_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8_per_token_head": 1,
-                "fp8_per_token_head": 1, "nvfp4": 0.5, "int4_per_token_head": 0.5}
-
-
-def kv_bytes_per_token(cfg: dict, kv_cache_dtype: str | None) -> float | None:
-    """KV-cache bytes one token takes in a standard attention model (Hugging Face config fields
-    ``num_hidden_layers``, ``num_key_value_heads`` (else ``num_attention_heads``), ``head_dim``
-    (else ``hidden_size / num_attention_heads``), ``torch_dtype``/``dtype``): K and V per layer.
-    None when the fields are missing."""
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    size = _DTYPE_BYTES.get(kv_cache_dtype or "auto", 2)
-    return 2.0 * layers * kv_heads * head_dim * size
-
-
 def check_context_fits(ctx: Ctx, svc: Service) -> None:
-    """``features/full-context-does-not-fit``: no ``--max-model-len`` while the model's full
-    context (``max_position_embeddings``) needs more KV cache for one sequence than the GPU
-    memory vLLM may use (``gpu_memory_utilization`` x GPU memory x tensor-parallel GPUs);
-    vLLM then refuses to start ("... larger than the maximum number of tokens that can be stored
-    in KV cache"). Judged only when the model's config and the GPU size are known."""
+    """``features/full-context-does-not-fit``: no ``--max-model-len`` while one request of the
+    model's full context (``max_position_embeddings``) needs more KV cache than the GPU memory
+    vLLM may use (``gpu_memory_utilization``, vLLM's default when unset, x GPU memory x
+    tensor-parallel GPUs); vLLM then refuses to start ("... larger than the maximum number of
+    tokens that can be stored in KV cache"). The KV per token is the one KV model's
+    (:mod:`servedeck.vllm.kv`: layers without a KV cache, as in hybrid models, hold none; the
+    element size as vLLM's auto dtype runs it). Judged only when the model's config and the GPU
+    size are known."""
     cfg = ctx.expect.hf_config
     gib = ctx.expect.gpu_memory_gib
-    if svc.launch.kind is None or not cfg or not gib or svc.eff("max_model_len") is not None:
+    if svc.launcher is None or not cfg or not gib or svc.eff("max_model_len") is not None:
         return
-    per_token = kv_bytes_per_token(cfg, svc.eff("kv_cache_dtype"))
+    from servedeck.compose.rules._facts import int_setting
+    from servedeck.vllm.kv import GIB, model_shape_from_config, request_kv_bytes
     ctx_len = (cfg.get("text_config") or cfg).get("max_position_embeddings")
-    if per_token is None or not isinstance(ctx_len, int):
+    if not isinstance(ctx_len, int):
         return
-    gmu = svc.eff("gpu_memory_utilization")
-    gmu = gmu if isinstance(gmu, (int, float)) and not isinstance(gmu, bool) else 0.9
-    tp = svc.eff("tensor_parallel_size")
-    tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else 1
-    budget = gmu * gib * 2**30 * tp
-    need = per_token * ctx_len
+    try:
+        settings = svc.kv_settings()
+        need = request_kv_bytes(model_shape_from_config(cfg), settings, ctx_len)
+    except ValueError:
+        return  # a config without the attention shape, an unknown KV dtype: not judged
+    budget = settings.gmu * gib * GIB * max(int_setting(svc, "tensor_parallel_size"), 1)
     if need > budget:
+        per_token = need / ctx_len
         fit = int(budget / per_token) // 1024 * 1024
         ctx.error("features/full-context-does-not-fit", svc.path + ("command",),
                   f"no --max-model-len: vLLM sizes for the model's full context of {ctx_len} tokens, whose "
-                  f"KV cache alone ({need / 2**30:.1f} GiB) exceeds what vLLM may use on the GPU(s) "
-                  f"({budget / 2**30:.1f} GiB before weights); vLLM refuses to start",
+                  f"KV cache alone ({need / GIB:.1f} GiB) exceeds what vLLM may use on the GPU(s) "
+                  f"({budget / GIB:.1f} GiB before weights); vLLM refuses to start",
                   f"set --max-model-len well below {fit} (weights also need room), or --max-model-len auto",
                   key=True)
 

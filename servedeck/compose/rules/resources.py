@@ -109,7 +109,7 @@ def check_gpu_requests(ctx: Ctx, svc: Service) -> None:
                   "the image needs an NVIDIA GPU but the service requests none",
                   "add deploy.resources.reservations.devices: [{driver: nvidia, capabilities: [gpu]}], "
                   "gpus: all, or a CDI device (devices: [nvidia.com/gpu=all])", key=True)
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     tp = int_setting(svc, "tensor_parallel_size")
     pp = int_setting(svc, "pipeline_parallel_size")
@@ -152,7 +152,7 @@ def check_shared_gpus(ctx: Ctx, svcs: list[Service]) -> None:
     whole card's memory, so the second one cannot allocate its KV cache)."""
     users: dict[str, list[Service]] = {}
     for svc in svcs:
-        if svc.launch.kind is None:
+        if svc.launcher is None:
             continue
         for r in gpu_requests(ctx, svc, report=False):
             for gid in r.ids:

@@ -46,7 +46,7 @@ TYPICAL_STARTUP_S = 120.0
 def check_server_container(ctx: Ctx, svc: Service) -> None:
     """``server/host-loopback``, ``server/healthcheck-port``, ``server/healthcheck-start-period``,
     ``server/healthcheck-binary-missing``, ``server/healthcheck-needs-api-key``."""
-    if svc.launch.kind is None:
+    if svc.launcher is None:
         return
     host = svc.eff("host")
     published = published_ports(svc)

@@ -15,10 +15,14 @@ from typing import Any
 from servedeck.errors import ServedeckError
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge, version_tuple
-from servedeck.compose.rules._service import (JSON_FLAGS, Ctx, Service, Token, flag_dest, looks_like_flag,
-                                      yaml_value)
+from servedeck.compose.rules._service import Ctx, Service, Token
+from servedeck.launchers.registry import known_starts
 from servedeck.vllm import argv
-from servedeck.vllm.argv import spec_for
+from servedeck.vllm.argv import FLAGS, looks_like_flag, spec_for
+from servedeck.yamlio import launcher_value
+
+#: vLLM flags whose value is JSON (servedeck's own flag table, :data:`servedeck.vllm.argv.FLAGS`).
+JSON_FLAGS = {name for name, spec in FLAGS.items() if spec.kind == "json"}
 from servedeck.vllm.names import check_name, parse_version
 
 _QUOTES = ("'", '"')
@@ -104,16 +108,16 @@ def _json_checks(ctx: Ctx, svc: Service) -> None:
             ctx.error("argv/invalid-json", flag.value_path if flag.inline is None else flag.token.path,
                       f"--{flag.name} value {value!r} is not valid JSON ({exc}); vLLM refuses to start",
                       'write JSON with double quotes, e.g. {"method":"ngram","num_speculative_tokens":3}')
-    for s in launch.sets:
-        if s.value is None:
+    for s in launch.edits:
+        if s.raw is None:
             continue
-        v = s.value.strip()
+        v = s.raw.strip()
         if v.startswith(("{", "[")) and not _leaked_quotes(v):
-            parsed = yaml_value(v)
+            parsed = launcher_value(v)
             if isinstance(parsed, str):
                 ctx.error("argv/invalid-json", s.path,
-                          f"--set {s.key} value {v!r} looks like a JSON/flow mapping but does not parse; "
-                          f"serve.py then keeps it as a plain string",
+                          f"{svc.launcher.edit_option} {s.key} value {v!r} looks like a JSON/flow mapping "
+                          f"but does not parse; the launcher then keeps it as a plain string",
                           'write it as JSON, e.g. {"image":1,"video":1}')
 
 
@@ -133,9 +137,9 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
                 if isinstance(item, str) and not (script is not None and script.path == path + (i,)):
                     _item_checks(ctx, Token(item, path + (i,)))  # a shell script is the shell's to read
     launch = svc.launch
-    if launch.kind is None:
+    if svc.launcher is None:
         return
-    for flag in launch.flags + launch.serve_list:
+    for flag in launch.flags + launch.options:
         if flag.missing_value:
             nxt = "the end of the command"
             toks = launch.tokens
@@ -145,8 +149,7 @@ def check_argv(ctx: Ctx, svc: Service) -> None:
             ctx.error("argv/missing-value", flag.token.path,
                       f"--{flag.name} needs a value but is followed by {nxt}; the parser fails",
                       f"put the value right after --{flag.name}")
-    if launch.kind == "vllm":
-        check_model_argument(ctx, svc)
+    check_model_argument(ctx, svc)
     _json_checks(ctx, svc)
 
 
@@ -160,7 +163,7 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
     otherwise."""
     launch = svc.launch
     found = launch.model
-    if launch.style is None or found is None or found.fault is None:
+    if svc.launcher is None or not launch.start_known or found is None or found.fault is None:
         return
     toks = launch.tokens
     version = version_tuple(svc)
@@ -217,7 +220,7 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
                           f"of its values and the server gets no model: it serves {serves} instead",
                           f"put the model first in the command ({last.s!r} before the flags)")
                 return
-        how = "vllm serve MODEL ..." if launch.style == "serve" else "--model MODEL"
+        how = "vllm serve MODEL ..." if svc.launcher.style == "serve" else "--model MODEL"
         ctx.error("argv/no-model", svc.path + ("command",) if "command" in svc.data else svc.path,
                   f"the server command gives no model (no positional, no --model, no --config): vLLM "
                   f"serves {serves}", f"give the model: {how}")
@@ -247,9 +250,10 @@ def _env_keys(svc: Service) -> dict[str, Path]:
 
 
 def check_launcher(ctx: Ctx, svc: Service) -> None:
-    """``launcher/*``: misuse of the exl3xpu ``scripts/serve.py`` contract (and a repeated
-    ``vllm serve`` for the vllm launcher), and an entrypoint that hides the server command
-    (``argv/shell-c-split``, ``argv/not-analysed``)."""
+    """``launcher/*``: a command that repeats the image's start, and misuse of a launcher that
+    wraps vLLM with a config of its own (exl3xpu ``scripts/serve.py``: its config, its ``--set``
+    edits, abbreviated options, flags that duplicate the config, environment it overrides); and an
+    entrypoint that hides the server command (``argv/shell-c-split``, ``argv/not-analysed``)."""
     launch = svc.launch
     if launch.shell_split and launch.shell_script is not None:
         rest = " ".join(t.s for t in launch.shell_split[:4]) + (" ..." if len(launch.shell_split) > 4 else "")
@@ -263,101 +267,122 @@ def check_launcher(ctx: Ctx, svc: Service) -> None:
         entry = svc.data.get("entrypoint")
         why = ("its shell script uses shell syntax (expansions, operators or several commands)"
                if launch.shell_script is not None and not launch.shell_plain else
-               "it does not start a server servedeck knows (vllm serve, python -m "
-               "vllm.entrypoints.openai.api_server, the exl3xpu serve.py)")
+               f"it does not start a server servedeck knows ({known_starts()})")
         ctx.info("argv/not-analysed", svc.path + ("entrypoint",),
                  f"entrypoint {entry!r}: {why}, so the server's flags, environment and port were not "
                  f"checked against vLLM", "run vLLM's own command as entrypoint + command items")
     if launch.repeated_entrypoint:
         first = launch.repeated_entrypoint[0]
         words = " ".join(t.s for t in launch.repeated_entrypoint)
-        entry = " ".join(svc.facts.entrypoint) if svc.facts else ("python3 scripts/serve.py"
-                                                                  if launch.kind == "exl3xpu" else "vllm serve")
+        entry = " ".join(svc.facts.entrypoint if svc.facts else svc.launcher.start)
         ctx.error("launcher/entrypoint-repeated", first.path,
                   f"command starts with {words!r}, which the image's entrypoint ({entry}) already runs; "
                   f"the launcher receives it as its arguments",
                   f"drop {words!r} from the command")
-    if launch.kind != "exl3xpu":
+    launcher = svc.launcher
+    if launcher is None:
         return
     for tok, opt in launch.abbreviations:
         if opt is None:
             ctx.error("launcher/abbreviation-ambiguous", tok.path,
-                      f"{tok.s!r} is an ambiguous abbreviation of several serve.py options; serve.py exits",
-                      "write the full option name, or put vLLM flags after --")
+                      f"{tok.s!r} is an ambiguous abbreviation of several {launcher.name} launcher options; "
+                      "the launcher exits", "write the full option name, or put vLLM flags after --")
         else:
             ctx.warning("launcher/abbreviation", tok.path,
-                        f"{tok.s!r} is not a serve.py option but argparse takes it as the abbreviation "
-                        f"--{opt}, so vLLM never sees it",
+                        f"{tok.s!r} is not a {launcher.name} launcher option but argparse takes it as the "
+                        f"abbreviation --{opt}, so vLLM never sees it",
                         f"write --{opt} if that is meant, or put the vLLM flag after --")
-    if svc.data.get("command") is not None and launch.config is None:
+    if launcher.config_option and svc.data.get("command") is not None and launch.config is None:
         ctx.error("launcher/no-config", svc.path + ("command",),
-                  "the command has no model config (positional, e.g. models/qwen3.8-27b-exl3-4.00bpw); "
-                  "serve.py requires it",
-                  "start the command with the model config path")
+                  f"the command has no model config ({launcher.config_option}); the {launcher.name} "
+                  "launcher requires it", "start the command with the model config path")
     elif launch.config is not None and svc.facts is not None and svc.defaults is None \
             and svc.facts.launcher_defaults:
         known = ", ".join(d.config for d in svc.facts.launcher_defaults)
         ctx.info("launcher/unknown-config", launch.config.path,
                  f"model config {launch.config.s!r} is not in the image catalog ({known}); effective "
                  f"settings use vLLM defaults plus the flags given here")
+    _check_edits(ctx, svc)
+    _check_overridden_env(ctx, svc)
+
+
+def _check_edits(ctx: Ctx, svc: Service) -> None:
+    """``launcher/set-*``: the launcher's config edits (exl3xpu ``--set KEY.PATH=VALUE``, read by
+    PyYAML ``safe_load``), and passthrough flags beside them or beside the shipped config."""
+    launch, launcher = svc.launch, svc.launcher
+    assert launcher is not None
+    edit, config = launcher.edit_option or "--set", launcher.config_file or "the launcher's config"
     set_dests: dict[str, Path] = {}
-    for s in launch.sets:
-        if s.value is None:
-            ctx.error("launcher/set-malformed", s.path, f"--set {s.text!r} has no '='; serve.py exits",
-                      "write --set KEY.PATH=VALUE")
+    for s in launch.edits:
+        if s.raw is None:
+            ctx.error("launcher/set-malformed", s.path, f"{edit} {s.text!r} has no '='; the launcher exits",
+                      f"write {edit} KEY.PATH=VALUE")
             continue
         if not s.key or any(not p for p in s.key.split(".")):
             ctx.error("launcher/set-malformed", s.path,
-                      f"--set {s.text!r} has an empty key or key segment; serve.py fails or writes the "
-                      f"wrong place", "write --set vllm.name=VALUE")
+                      f"{edit} {s.text!r} has an empty key or key segment; the launcher fails or writes the "
+                      f"wrong place", f"write {edit} KEY.PATH=VALUE")
             continue
-        parts = s.key.split(".")
-        raw = s.value.strip()
-        parsed = yaml_value(raw)
+        target = launcher.edit_target(s)
+        raw = s.raw.strip()
+        parsed = launcher_value(raw)
         if raw.lower() in ("yes", "no", "on", "off", "y", "n"):
             ctx.warning("launcher/set-yaml11-bool", s.path,
-                        f"--set value {raw!r} is read by PyYAML (YAML 1.1) as the boolean {parsed}",
+                        f"{edit} value {raw!r} is read by PyYAML (YAML 1.1) as the boolean {parsed}",
                         "write true/false, or quote a string value: KEY='no'")
-        if parts[0] == "vllm" and len(parts) >= 2:
-            set_dests[parts[1]] = s.path
-            if len(parts) == 2 and parsed is False:
-                flag = "--" + parts[1].replace("_", "-")
+        if target is not None and target[0] == "engine":
+            set_dests[target[1][0]] = s.path
+            if len(target[1]) == 1 and parsed is False:
+                flag = "--" + target[1][0].replace("_", "-")
                 ctx.warning("launcher/set-false-omits", s.path,
-                            f"--set {s.key}=false only omits {flag}; vLLM then uses its own default "
+                            f"{edit} {s.key}=false only omits {flag}; vLLM then uses its own default "
                             f"(which may be on), and a {flag} passed through still wins",
                             f"pass --no-{flag[2:]} as a passthrough flag to turn it off")
-        elif parts[0] == "served_model_name":
+        elif target is not None and target[0] == "served_model_name":
             set_dests["served_model_name"] = s.path
     defaults_vllm = svc.defaults.vllm if svc.defaults else {}
     for flag in launch.flags:
-        dest, _ = flag_dest(flag.name)
+        dest = flag.arg.dest if flag.arg is not None else None
+        if dest is None:
+            continue
         if dest in set_dests:
             ctx.warning("launcher/set-and-passthrough", flag.token.path,
-                        f"{dest} is set both with --set (line {ctx.doc.line(set_dests[dest])}) and as the "
+                        f"{dest} is set both with {edit} (line {ctx.doc.line(set_dests[dest])}) and as the "
                         f"passthrough flag --{flag.name}; the passthrough flag comes later and wins",
-                        "keep one of them (prefer --set vllm." + dest + "=...)")
+                        f"keep one of them (prefer the {edit} edit)")
         elif dest in defaults_vllm:
             ctx.info("launcher/passthrough-duplicates-config", flag.token.path,
-                     f"--{flag.name} duplicates model.yaml's vllm.{dest}; vLLM gets the flag twice and "
+                     f"--{flag.name} duplicates {config}'s {dest}; vLLM gets the flag twice and "
                      f"the passthrough one wins by position",
-                     f"use --set vllm.{dest}=VALUE to edit the config instead")
+                     f"use {edit} to edit the config instead")
         elif dest == "served_model_name" and svc.defaults and svc.defaults.served_model_name:
             ctx.info("launcher/passthrough-duplicates-config", flag.token.path,
-                     f"--served-model-name duplicates model.yaml's served_model_name "
+                     f"--served-model-name duplicates {config}'s served_model_name "
                      f"({svc.defaults.served_model_name!r}); the passthrough one wins by position",
-                     "use --set served_model_name=NAME instead")
-    env_keys = _env_keys(svc)
-    model_env = svc.defaults.env if svc.defaults else {}
-    for key, path in env_keys.items():
-        if key in model_env:
+                     f"use {edit} served_model_name=NAME instead")
+
+
+def _check_overridden_env(ctx: Ctx, svc: Service) -> None:
+    """``launcher/env-overridden``: a variable of the service's ``environment`` that the launcher
+    sets again over it, from its shipped config or from one of its options."""
+    launcher = svc.launcher
+    assert launcher is not None
+    edit, config = launcher.edit_option or "--set", launcher.config_file or "the launcher's config"
+    over = {e.key: e for e in svc.environment if e.source in ("launcher-config", "flag")}
+    for key, path in _env_keys(svc).items():
+        e = over.get(key)
+        if e is None:
+            continue
+        if e.source == "launcher-config":
             ctx.warning("launcher/env-overridden", path,
-                        f"model.yaml env overrides compose environment: {key} is set to "
-                        f"{model_env[key]!r} by the launcher, so this value is ignored",
-                        f"use `--set env.{key}=VALUE` in the command")
-        elif key == "ZE_AFFINITY_MASK":
+                        f"{config} env overrides compose environment: {key} is set to "
+                        f"{e.value!r} by the launcher, so this value is ignored",
+                        f"use `{edit} env.{key}=VALUE` in the command")
+        else:
             ctx.warning("launcher/env-overridden", path,
-                        "serve.py always sets ZE_AFFINITY_MASK from --gpu, so this value is ignored",
-                        "select the card with --gpu N")
+                        f"the {launcher.name} launcher always sets {key} from {launcher.gpu_option or 'its options'}, "
+                        "so this value is ignored",
+                        f"select the card with {launcher.gpu_option} N" if launcher.gpu_option else None)
 
 
 # ----------------------------------------------------------------------------- vllm
@@ -383,14 +408,17 @@ def _where(svc: Service, dest: str) -> str:
     e = svc.effective.get(dest)
     if e is None:
         return "vLLM default"
-    return {"image": "the image's model.yaml", "set": "--set", "flag": "a flag",
-            "launcher": "the launcher"}[e.source]
+    launcher = svc.launcher
+    config = (launcher.config_file if launcher else None) or "launcher config"
+    return {"image": "the image's default", "launcher-config": f"the image's {config}",
+            "set": (launcher.edit_option if launcher else None) or "a config edit", "flag": "a flag",
+            "environment": "the environment"}[e.source]
 
 
 def check_vllm(ctx: Ctx, svc: Service) -> None:
     """``vllm/*``: vLLM constraints and names on the effective settings."""
     launch = svc.launch
-    if launch.kind is None:
+    if svc.launcher is None:
         return
     eff = svc.effective
     version = svc.facts.vllm_version if svc.facts else None
@@ -413,7 +441,8 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
             names.append((dest, e.value, e.path))
     e_spec = eff.get("speculative_config")
     method_given = any(f.name == "speculative-config" for f in launch.flags) or any(
-        s.key in ("vllm.speculative_config", "vllm.speculative_config.method") for s in launch.sets)
+        svc.launcher.edit_target(s) in (("engine", ["speculative_config"]), ("engine", ["speculative_config", "method"]))
+        for s in launch.edits)
     if e_spec and method_given and isinstance(spec, dict) and isinstance(spec.get("method"), str):
         names.append(("speculative_method", spec["method"], e_spec.path))
     if version is not None:
@@ -440,7 +469,7 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
                             f"bracketing {version} ({res.basis})", hint)
 
     gmu = eff.get("gpu_memory_utilization")
-    if gmu is not None:
+    if gmu is not None and gmu.value is not None:
         x = _num(gmu.value)
         if x is None or not (0 < x <= 1):
             ctx.error("vllm/gpu-memory-utilization-range", gmu.path,

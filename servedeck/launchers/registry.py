@@ -1,0 +1,129 @@
+"""The launchers servedeck knows, and the questions every other module asks about them.
+
+A new launcher is one module of :mod:`servedeck.launchers` (a :class:`~servedeck.launchers.
+base.Launcher` subclass) and one line in :data:`_BUILT_IN` (or :func:`register` at run time).
+Recognition, first match in registration order:
+
+* :func:`start_of`: the start of a process argv (after wrappers: ``env NAME=value``,
+  ``tini --``, ``dumb-init``, ``nice``);
+* :func:`of_image`: an image's ENTRYPOINT;
+* :func:`of_arguments`: the arguments given to an image servedeck has no facts for;
+* :func:`of_repository`: a repository name (first contact with an unknown digest), and
+  :func:`of_repository_name`: an image named after vLLM;
+* :func:`default`: the launcher assumed when nothing says otherwise (``vllm serve``, the start
+  of vLLM's own images).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from servedeck.errors import ServedeckError
+from servedeck.launchers import api_server, exl3xpu, vllm_serve
+from servedeck.launchers.base import Launcher
+from servedeck.vllm.argv import wrapper_length
+
+_BUILT_IN: tuple[Launcher, ...] = (exl3xpu.LAUNCHER, vllm_serve.LAUNCHER, api_server.LAUNCHER)
+_KNOWN: dict[str, Launcher] = {launcher.name: launcher for launcher in _BUILT_IN}
+_DEFAULT = vllm_serve.LAUNCHER
+
+
+def register(launcher: Launcher) -> Launcher:
+    """Add ``launcher`` (after the known ones; a known name is replaced in place).
+
+    Raises:
+        ValueError: the launcher has no name.
+    """
+    if not launcher.name:
+        raise ValueError("a launcher needs a name")
+    _KNOWN[launcher.name] = launcher
+    return launcher
+
+
+def unregister(name: str) -> None:
+    """Forget launcher ``name`` (a built-in one comes back as it was)."""
+    _KNOWN.pop(name, None)
+    for launcher in _BUILT_IN:
+        if launcher.name == name:
+            _KNOWN[name] = launcher
+
+
+def launchers() -> list[Launcher]:
+    """Every known launcher, in registration order."""
+    return list(_KNOWN.values())
+
+
+def names() -> list[str]:
+    """The known launcher names, in registration order."""
+    return list(_KNOWN)
+
+
+def find(name: str | None) -> Launcher | None:
+    """The launcher named ``name``, or None."""
+    return _KNOWN.get(name) if name else None
+
+
+def get(name: str) -> Launcher:
+    """The launcher named ``name``.
+
+    Raises:
+        ServedeckError: no launcher has that name (the known ones, and the closest, in the hint).
+    """
+    launcher = find(name)
+    if launcher is None:
+        close = difflib.get_close_matches(name, names(), n=1)
+        raise ServedeckError(f"unknown launcher {name!r}",
+                             hint=(f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(names())}")
+    return launcher
+
+
+def known_starts() -> str:
+    """The starts of the known launchers, for messages: ``python3 scripts/serve.py, vllm serve, ...``."""
+    return ", ".join(" ".join(launcher.start) for launcher in _KNOWN.values())
+
+
+def default() -> Launcher:
+    """The launcher assumed when neither the image nor the command says which one runs."""
+    return _DEFAULT
+
+
+def start_of(argv: list[str]) -> tuple[Launcher | None, int]:
+    """``(launcher, n)``: the launcher whose start begins process argv ``argv`` (after
+    wrappers) and the number of leading items up to the end of that start; ``(None, 0)``."""
+    w = wrapper_length(argv)
+    rest = [a.strip() for a in argv[w:]]
+    for launcher in _KNOWN.values():
+        n = launcher.start_length(rest)
+        if n:
+            return launcher, w + n
+    return None, 0
+
+
+def of_image(entrypoint: list[str] | None) -> Launcher | None:
+    """The launcher an image's ENTRYPOINT starts, or None."""
+    entry = [str(e) for e in entrypoint or []]
+    return next((launcher for launcher in _KNOWN.values() if launcher.recognises_image(entry)), None)
+
+
+def of_arguments(argv: list[str]) -> Launcher | None:
+    """The launcher whose own argument shape ``argv`` has (arguments to an unknown image), or None."""
+    return next((launcher for launcher in _KNOWN.values() if launcher.recognises_arguments(argv)), None)
+
+
+def of_repository_name(repository: str) -> Launcher | None:
+    """The launcher assumed for an image without facts whose name (the repository's last part)
+    mentions vLLM: :func:`default`; None for any other name."""
+    return _DEFAULT if "vllm" in repository.lower().rsplit("/", 1)[-1] else None
+
+
+def of_repository(repository: str) -> tuple[Launcher, str] | None:
+    """``(launcher, device)`` of the first repository hint ``repository`` matches, or None."""
+    for launcher in _KNOWN.values():
+        device = launcher.hint_device(repository)
+        if device is not None:
+            return launcher, device
+    return None
+
+
+__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of", "of_image",
+           "of_arguments", "of_repository", "of_repository_name"]

@@ -1,0 +1,512 @@
+"""What every run file holds: one pydantic model per file (``extra="forbid"``).
+
+The run store (:mod:`servedeck.runs.store`) names each file and the model of its content
+(:class:`servedeck.runs.store.RunFile`); it validates every write against that model and returns
+every read as that model, so a writer that passes an unknown field or a wrong type gets an error
+at once instead of a record that drifts from ``docs/run-record.md`` (generated from these models
+by :mod:`servedeck.runs.doc`). Listings that need a few fields of many runs (``runs``, the
+check's measured start-ups) read the listing cache and never import this module.
+
+Adding a run file: its model here, its :class:`~servedeck.runs.store.RunFile` line in the store
+(and in ``RUN_FILES``), its writer calling ``RunRecord.write``; ``show`` displays it and the
+document lists it without more code. Adding a field: the field here (with a ``description``)
+and its writer. A field of ``facts.json`` that an A/B comparison must see is marked
+``compared("name")``: :func:`compared_paths` is what :mod:`servedeck.ab.compare` compares.
+
+Models of files that other stages produce live here too (the benchmark's workload, samples and
+summary; an imported external result), because the record is the lower layer: the benchmark
+imports its models from here, never the other way round. ``startup.json`` and
+``args_verification.json`` hold results of :mod:`servedeck.vllm` (:class:`StartupFacts`,
+:class:`ArgCheck`), which sits below the run store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
+
+from servedeck import __version__
+from servedeck.vllm.startup_facts import StartupFacts
+from servedeck.vllm.verify import ArgCheck
+
+__all__ = ["Record", "RunMeta", "RecordedImage", "RollbackResult", "ArgsVerificationSummary", "Outcome",
+           "FailurePhase", "ProfileSnapshot", "EffectiveSettings", "ArgvRecord", "ProfileChange", "ProfileDiff",
+           "FactsRecord", "HostFactsRecord", "GpuDevice", "ImageFactsRecord", "StartupFacts", "ArgCheck",
+           "ArgsVerification", "KvRecord", "KvMeasured", "KvError", "Workload", "ServerDelta", "Sample",
+           "MetricStats", "PhaseServer", "BenchSummary", "RequestCounts", "BenchEntry", "ExternalBench", "ExternalSummary",
+           "compared", "compared_paths", "CHAT_ENDPOINT", "COMPLETIONS_ENDPOINT"]
+
+
+class Record(BaseModel):
+    """Base of the run-file models: unknown fields are refused; the validation schema is built
+    on first use (a command that reads one file does not pay for the others)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+
+# --------------------------------------------------------------------------------------------
+# run.json
+# --------------------------------------------------------------------------------------------
+
+Outcome = Literal["started", "ready", "failed", "rolled-back", "interrupted", "abandoned"]
+"""``started`` while the deploy runs; every ending writes one of the others. ``abandoned``: the
+deploying client died (found by a later deploy, rollback or status of the same host)."""
+
+FailurePhase = Literal["render", "check", "preflight", "lock", "pull", "upload", "start",
+                       "readiness", "timeout", "crash", "interrupt", "rollback", "internal"]
+
+
+class RecordedImage(Record):
+    """The image a run deployed."""
+
+    reference: str | None = Field(None, description="the digest-pinned reference as deployed (None for a "
+                                                    "rollback run: the host history keeps the digest only)")
+    digest: str | None = Field(None, description="`sha256:…` of the reference")
+
+
+class RollbackResult(Record):
+    """What the automatic rollback after a failed deploy achieved."""
+
+    revision: int | None = Field(None, description="the host history revision restored (a known-good one)")
+    ready: bool = Field(description="the previous deployment serves again")
+    reason: str | None = Field(None, description="why it did not, when it did not")
+
+
+class ArgsVerificationSummary(Record):
+    """Summary of ``args_verification.json``."""
+
+    confirmed: list[str] = Field(default_factory=list, description="settings the server confirmed")
+    differs: list[str] = Field(default_factory=list, description="`setting: differs (expected X, got Y)`")
+
+
+class RunMeta(Record):
+    """``run.json``: what one run is. Written by ``RunRecord.save_meta`` only.
+
+    Every field is optional except the identity fields set by ``create_run``; fields are filled
+    in as the deploy proceeds (``compose_sha256`` after the pull, ``ready_at`` when it serves,
+    ``benched_at`` after a benchmark). Fields that were never set are left out of the file.
+    """
+
+    run_id: str = Field(description="the directory name, `<sequence>-<profile>-<host>`")
+    sequence: int = Field(description="counter over the runs directory, from 1")
+    kind: Literal["deploy", "rollback"] = Field(
+        "deploy", description="`rollback`: the run restores an earlier deployment (`restores`)")
+    profile: str = Field(description="profile name")
+    parent_profile: str | None = Field(None, description="the profile's `extends`")
+    host: str = Field(description="inventory host name")
+    started_at: str = Field(description="UTC, ISO 8601 with `Z`")
+    ready_at: str | None = Field(None, description="when the server answered /health and /v1/models")
+    ended_at: str | None = Field(None, description="when a run that did not become ready ended")
+    outcome: Outcome = Field("started", description="how the run ended; `started` while the deploy runs")
+    failure: str | None = Field(None, description="why the run did not become ready (one sentence)")
+    failure_phase: FailurePhase | None = Field(
+        None, description="the deploy phase that failed")
+    rollback: RollbackResult | None = Field(None, description="the automatic rollback after a failure")
+    restores: str | None = Field(None, description="rollback runs: the run id whose deployment was restored "
+                                                   "(None when the restored compose file matches no recorded run)")
+    rollback_to: int | None = Field(None, description="rollback runs: the host history revision restored")
+    revision: int | None = Field(None, description="this deployment's revision in the host's history")
+    diagnosis: str | None = Field(
+        None, description="readiness diagnosis of a failure: `unreachable` (host), `gone`, `exited`, "
+                          "`restarting`, `not-ready`, `api-key` (the server wants a key)")
+    wait_s: float | None = Field(None, description="seconds the readiness wait took")
+    host_state_written: bool | None = Field(
+        None, description="False when the final history line could not be written on the host "
+                          "(the next command of that host completes it)")
+    power: dict[str, Any] | None = Field(
+        None, description="the card power limit this deploy set: `{\"interface\", \"device\", "
+                          "\"previous_w\", \"new_w\", ...}` (servedeck.host.power)")
+    power_restored: dict[str, Any] | None = Field(
+        None, description="the limit put back by a rollback of this run (same shape as `power`)")
+    redacted: list[str] = Field(default_factory=list,
+                                description="names of the secrets replaced by `***` in this record's files")
+    servedeck_version: str = Field(__version__, description="servedeck that wrote the record")
+    profiles_git_commit: str | None = Field(
+        None, description="git commit of profiles/ (`+dirty` when it had uncommitted changes)")
+    compose_sha256: str | None = Field(None, description="sha256 of the compose bytes deployed")
+    compose_redacted: bool | None = Field(None, description="the stored compose file had a secret removed")
+    image: RecordedImage | None = Field(None, description="`{\"reference\", \"digest\"}`")
+    image_override: str | None = Field(None, description="`--image` given at deploy (replaces the profile's)")
+    image_source: str | None = Field(
+        None, description="where the image reference came from when not the profile file "
+                          "(`local-images` for a locally built image alias)")
+    served_model_name: str | None = Field(None, description="the name requests use")
+    port: int | None = Field(None, description="published API port on the host")
+    timings_s: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="seconds: `pull_s`, `container_start_to_ready_s`, `up_to_ready_s`, "
+                    "`deploy_total_s`, `overhead_s`")
+    args_verification: ArgsVerificationSummary | None = Field(None, description="summary of args_verification.json")
+    benched_at: str | None = Field(None, description="when `invoke bench` finished (the run holds bench.jsonl)")
+    experiment: str | None = Field(None, description="interleaved A/B: the experiment id this run belongs to")
+
+    @property
+    def served(self) -> bool:
+        """True when the run's server became ready."""
+        return self.outcome == "ready"
+
+
+# --------------------------------------------------------------------------------------------
+# What the deploy plan computed
+# --------------------------------------------------------------------------------------------
+
+class ProfileSnapshot(RootModel[dict[str, Any]]):
+    """``profile.resolved.json``: the resolved profile as deployed
+    (``servedeck.model.profile.Profile.model_dump(mode="json")``). Kept as the mapping it was
+    written as, so that a record stays readable when the profile schema moves on."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class EffectiveSettings(RootModel[dict[str, Any]]):
+    """``effective.json``: the settings vLLM runs with, image defaults plus the profile's
+    overrides, keyed by vLLM dest names (``max_num_batched_tokens``, ``speculative_config``,
+    ...; the rendered service's effective settings as its launcher reads the command,
+    ``servedeck.compose.service.Service.settings``)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class ArgvRecord(Record):
+    """``argv.json``: the server's command as the container starts it."""
+
+    command: list[str] = Field(description="the container command, token by token (the launcher's argv)")
+    entrypoint: list[str] = Field(default_factory=list, description="the image's entrypoint, token by token")
+
+
+class ProfileChange(Record):
+    """One field the profile changes against its parent."""
+
+    path: str = Field(description="dotted profile path, `engine.max_num_batched_tokens`")
+    parent: Any = Field(None, description="the parent's value")
+    value: Any = Field(None, description="this profile's value")
+
+
+class ProfileDiff(RootModel[list[ProfileChange]]):
+    """``profile.diff.json``: the fields the profile changes against its parent, in profile order
+    (empty when it has no parent)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+def compared(name: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a field that the A/B comparison compares under ``name``."""
+    return {"compared": name}
+
+
+class GpuDevice(Record):
+    """A GPU device node on the host."""
+
+    path: str = Field(description="`/dev/dri/renderD128`")
+    gid: int | str | None = Field(None, description="its group id")
+
+
+class HostFactsRecord(Record):
+    """The host as the preflight found it."""
+
+    name: str | None = Field(None, description="inventory host name", json_schema_extra=compared("host.name"))
+    hostname: str | None = Field(None, description="the host's own name (`hostname`)")
+    kernel: str | None = Field(None, description="`uname -r`", json_schema_extra=compared("host.kernel"))
+    docker_version: str | None = Field(None, description="Docker Engine version",
+                                       json_schema_extra=compared("host.docker_version"))
+    compose_version: str | None = Field(None, description="Docker Compose version",
+                                        json_schema_extra=compared("host.compose_version"))
+    gpu_devices: list[GpuDevice] = Field(default_factory=list, description="`/dev/dri` nodes")
+    gpu_power_cap_w: float | None = Field(
+        None, description="the xe card's sustained limit `power1_max` in W, as preflight found it: before "
+                          "this deploy's own cap", json_schema_extra=compared("host.gpu_power_cap_w"))
+    disk_free_gib: float | None = Field(None, description="free space under the host's workdir")
+
+
+class ImageFactsRecord(Record):
+    """The image as the host has it."""
+
+    reference: str | None = Field(None, description="the digest-pinned reference")
+    digest: str | None = Field(None, description="`sha256:…`", json_schema_extra=compared("image"))
+    created: str | None = Field(None, description="the image's creation time")
+    entrypoint: list[str] = Field(default_factory=list, description="the image's entrypoint")
+    vllm_version: str | None = Field(None, description="vLLM in the image",
+                                     json_schema_extra=compared("vllm_version"))
+    labels: dict[str, str] = Field(default_factory=dict, description="the image's labels")
+
+
+class FactsRecord(Record):
+    """``facts.json``: host and image facts gathered during the preflight. Fields marked
+    *compared* are what an A/B comparison sees of them (``servedeck.ab.compare``)."""
+
+    host: HostFactsRecord = Field(default_factory=HostFactsRecord, description="the host")
+    image: ImageFactsRecord = Field(default_factory=ImageFactsRecord, description="the image")
+
+
+def compared_paths(model: type[BaseModel] = FactsRecord, prefix: tuple[str, ...] = ()
+                   ) -> dict[tuple[str, ...], str]:
+    """``{field path: comparison name}`` of the fields marked :func:`compared` in ``model`` and
+    the models of its fields (``{("host", "kernel"): "host.kernel", ("image", "digest"):
+    "image", ...}`` for :class:`FactsRecord`)."""
+    out: dict[tuple[str, ...], str] = {}
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "compared" in extra:
+            out[(*prefix, name)] = str(extra["compared"])
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel) and not issubclass(sub, RootModel):
+            out.update(compared_paths(sub, (*prefix, name)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# What the server said
+# --------------------------------------------------------------------------------------------
+
+class ArgsVerification(RootModel[list[ArgCheck]]):
+    """``args_verification.json``: one ``servedeck.vllm.verify.ArgCheck`` per setting the profile
+    or the image fixes: ``{"setting", "expected", "reported", "status", "source"}``, status
+    `confirmed` | `differs` | `default` | `not reported`."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class KvMeasured(Record):
+    """What the server logged of its KV pool (``startup.json``)."""
+
+    kv_cache_tokens: int | None = Field(None, description="the pool in tokens")
+    max_concurrency: float | None = Field(None, description="requests of max_model_len tokens the pool holds")
+    available_kv_cache_gib: float | None = Field(None, description="memory of the pool, GiB")
+
+
+class KvError(Record):
+    """Prediction against measurement, percent."""
+
+    kv_cache_tokens: float | None = Field(None, description="(predicted / logged - 1) x 100")
+    max_concurrency: float | None = Field(None, description="(predicted / logged - 1) x 100")
+
+
+class KvRecord(Record):
+    """``kv.json``: the KV-capacity prediction made before the deploy beside what the server
+    logged (``servedeck.vllm.kv.compare_with_measured``)."""
+
+    prediction: dict[str, Any] | None = Field(
+        None, description="`servedeck.vllm.kv.KvPrediction.to_dict()`: `pool_tokens` (`_low`, `_high`), "
+                          "`max_concurrency` (`_low`, `_high`), `available_kv_gib`, `max_model_len`, ...; "
+                          "null when nothing could be predicted")
+    measured: KvMeasured = Field(default_factory=KvMeasured, description="what the server logged")
+    error_pct: KvError = Field(default_factory=KvError, description="the prediction's error")
+    within_interval: bool | None = Field(None, description="the logged pool lies in the predicted interval")
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark (servedeck.bench.client writes these)
+# --------------------------------------------------------------------------------------------
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT = "/v1/completions"
+
+
+class Workload(Record):
+    """``workload.json``: the benchmark workload definition, saved with every benchmarked run.
+
+    Fields carry their units in their names. ``prompt_tokens`` is the exact prompt length as
+    the server counts it for the request that is sent (chat template included for the chat
+    endpoint). Defaults fit the seed's long-context single-stream use on the B70 card; the
+    CPU tests pass small values.
+    """
+
+    prompt_tokens: int = Field(32768, ge=16, description="exact prompt length in tokens (server count)")
+    max_tokens: int = Field(256, ge=2, description="output tokens per request (exact with ignore_eos)")
+    repetitions: int = Field(3, ge=1, description="requests per measured phase (cold and warm each)")
+    warmup_requests: int = Field(1, ge=0, description="throwaway requests before the measured phases")
+    temperature: float = Field(0.0, ge=0.0, description="sampling temperature")
+    seed: int = Field(0, description="sampling seed")
+    endpoint: Literal["/v1/chat/completions", "/v1/completions"] = Field(CHAT_ENDPOINT,
+                                                                         description="the API the requests use")
+    ignore_eos: bool = Field(True, description="generate exactly max_tokens")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
+                                                 description="passed with chat requests (and their /tokenize)")
+    tag_prefix: str = Field("req", min_length=1, description="prompts start with '[<tag_prefix> <uuid4 hex>] '")
+    warm_order: Literal["paired", "after_cold"] = Field(
+        "paired", description="`paired`: warm i right after cold i; `after_cold`: all cold requests first")
+    request_timeout_s: float = Field(1800.0, gt=0, description="timeout of one request")
+    metrics_settle_timeout_s: float = Field(5.0, gt=0, description="wait for /metrics to count a finished request")
+
+    @field_validator("tag_prefix")
+    @classmethod
+    def _no_brackets(cls, v: str) -> str:
+        if any(c in v for c in "[] \n"):
+            raise ValueError("tag_prefix must not contain brackets, spaces or newlines")
+        return v
+
+
+class ServerDelta(Record):
+    """Server-side ``/metrics`` deltas around one request (or summed over a phase); counters
+    filtered by the ``model_name`` label and summed over engines (vLLM
+    ``vllm/v1/metrics/loggers.py``, ``vllm/v1/spec_decode/metrics.py``, 0.10.2-0.33)."""
+
+    ttft_s: float | None = Field(None, description="Δsum/Δcount of `vllm:time_to_first_token_seconds`")
+    ttft_count: int = Field(0, description="Δcount of `vllm:time_to_first_token_seconds`")
+    spec_accept_len: float | None = Field(None, description="1 + Δaccepted / Δdrafts (speculative decoding)")
+    spec_per_position: list[float] = Field(default_factory=list,
+                                           description="Δ`vllm:spec_decode_num_accepted_tokens_per_pos_total` per position / Δdrafts")
+    spec_drafts: int = Field(0, description="Δ`vllm:spec_decode_num_drafts_total`")
+    spec_draft_tokens: int = Field(0, description="Δ`vllm:spec_decode_num_draft_tokens_total`")
+    spec_accepted_tokens: int = Field(0, description="Δ`vllm:spec_decode_num_accepted_tokens_total`")
+    prefix_cache_hits: int = Field(0, description="Δ`vllm:prefix_cache_hits_total`, tokens")
+    prefix_cache_queries: int = Field(0, description="Δ`vllm:prefix_cache_queries_total`, tokens")
+    prompt_tokens_cached: int | None = Field(None, description="Δ`vllm:prompt_tokens_cached_total` (vLLM 0.24+)")
+    requests_finished: int = Field(0, description="Δ`vllm:request_success_total`")
+    prompt_tokens: int = Field(0, description="Δ`vllm:prompt_tokens_total`")
+    generation_tokens: int = Field(0, description="Δ`vllm:generation_tokens_total`")
+    prefill_s: float | None = Field(None, description="Δ`vllm:request_prefill_time_seconds_sum` (null when no request finished)")
+    decode_s: float | None = Field(None, description="Δ`vllm:request_decode_time_seconds_sum` (null when no request finished)")
+    decode_tok_s: float | None = Field(
+        None, description="(Δgeneration tokens - finished requests) / decode_s: engine-side decode rate")
+
+
+class Sample(Record):
+    """One request's measurements, a line of ``bench.jsonl``; times in seconds. ``flags`` holds
+    ``"burst"`` when the whole decode reached the client in one burst (``decode_tok_s`` is then
+    null)."""
+
+    phase: Literal["warmup", "cold", "warm"] = Field(
+        description="`warmup` (excluded from statistics), `cold` (a fresh prompt), `warm` (a cold prompt again)")
+    rep: int = Field(description="repetition number within the phase, from 0")
+    tag: str = Field(description="the prompt's unique start, `[<tag_prefix> <uuid4 hex>]`")
+    prompt_tokens: int = Field(description="`usage.prompt_tokens` of the response")
+    prompt_tokens_requested: int = Field(description="the workload's prompt length")
+    output_tokens: int = Field(description="`usage.completion_tokens`")
+    first_chunk_tokens: int = Field(description="output tokens of the first chunk that carried output")
+    ttft_s: float = Field(description="first chunk with output - send time")
+    prefill_tok_s: float = Field(description="prompt tokens / ttft_s")
+    decode_tok_s: float | None = Field(
+        description="(output tokens - first chunk's tokens) / (last - first chunk time); null for a burst")
+    decode_s: float = Field(description="last - first chunk time")
+    e2e_s: float = Field(description="end of stream - send time")
+    finish_reason: str | None = Field(description="as the server gave it (`length` with ignore_eos)")
+    chunks: int = Field(description="chunks that carried output")
+    server: ServerDelta = Field(description="the server's `/metrics` around this one request")
+    flags: list[str] = Field(default_factory=list, description="`burst`: the whole decode arrived at once")
+
+    def value(self, metric: str) -> float | None:
+        """``metric`` of this sample: a field of its own, else of ``server`` (``spec_accept_len``
+        always from ``server``); None when neither has it."""
+        own = None if metric == "spec_accept_len" else getattr(self, metric, None)
+        if own is None:
+            own = getattr(self.server, metric, None)
+        return own if isinstance(own, (int, float)) and not isinstance(own, bool) else None
+
+
+class MetricStats(Record):
+    """One metric over one phase's samples (None values left out)."""
+
+    median: float | None = Field(None, description="median of `samples`")
+    min: float | None = Field(None, description="smallest sample")
+    max: float | None = Field(None, description="largest sample")
+    n: int = Field(0, description="number of samples")
+    samples: list[float] = Field(default_factory=list, description="the values in send order")
+
+
+class PhaseServer(Record):
+    """``/metrics`` deltas summed over one phase."""
+
+    spec_accept_len: float | None = Field(None, description="1 + accepted / drafts over the phase")
+    spec_per_position: list[float] = Field(default_factory=list, description="accepted per position / drafts")
+    spec_drafts: int | None = Field(None, description="drafts over the phase")
+    spec_accepted_tokens: int | None = Field(None, description="accepted draft tokens")
+    spec_draft_tokens: int | None = Field(None, description="draft tokens proposed")
+    prefix_cache_hits: int | None = Field(None, description="prefix-cache hits, tokens")
+    prompt_tokens_cached: int | None = Field(None, description="prompt tokens served from the cache")
+    ttft_s_server_mean: float | None = Field(None, description="mean server-side TTFT of the phase's requests")
+
+
+class BenchSummary(Record):
+    """``bench.json``: the benchmark's summary per phase and metric
+    (``servedeck.bench.client.BenchResult.summary()``)."""
+
+    workload: Workload = Field(description="the workload that was run")
+    served_model: str | None = Field(None, description="the model name the requests named")
+    base_url: str | None = Field(None, description="`http://host:port` of the server")
+    started_at: str | None = Field(None, description="UTC, ISO 8601")
+    finished_at: str | None = Field(None, description="UTC, ISO 8601")
+    phases: dict[Literal["cold", "warm"], dict[str, MetricStats]] = Field(
+        default_factory=dict, description="`phases[phase][metric]`: median, min, max, n, samples")
+    warmup: Sample | None = Field(None, description="the first warm-up sample")
+    warmup_samples: list[Sample] = Field(default_factory=list, description="every warm-up sample")
+    server: dict[Literal["cold", "warm"], PhaseServer] = Field(
+        default_factory=dict, description="`/metrics` deltas summed per phase")
+
+
+# --------------------------------------------------------------------------------------------
+# Imported results of other tools (servedeck.bench.external maps them)
+# --------------------------------------------------------------------------------------------
+
+class RequestCounts(Record):
+    """How many requests an external benchmark sent and how they ended (``None``: the file
+    does not say). ``total`` = ``completed`` + ``failed`` (+ ``incomplete``)."""
+
+    total: int | None = Field(None, description="requests sent")
+    completed: int | None = Field(None, description="requests that succeeded")
+    failed: int | None = Field(None, description="requests that failed")
+    incomplete: int | None = Field(None, description="requests cut off (guidellm)")
+
+
+class BenchEntry(Record):
+    """One benchmark of a result file (a guidellm report's ``benchmarks[i]``, a line of a
+    ``vllm bench serve --append-result`` file), :func:`servedeck.bench.external.list_benchmarks`."""
+
+    index: int = Field(description="1-based position in the file")
+    label: str = Field(description="guidellm's own name (`synchronous`, `concurrent@4`, `throughput@512`, "
+                                   "`constant@1.55`, `poisson@2.00`); for vLLM `concurrency@8`, `rate@2.00` "
+                                   "(`rate@2.00,concurrency@8` with both), `rate@inf`")
+    strategy: str = Field(description="the load's kind: guidellm's strategy type, or `concurrency` / `rate` / "
+                                      "`burst` for vLLM")
+    rate_rps: float | None = Field(None, description="requests per second asked for (None: unlimited)")
+    concurrency: int | None = Field(None, description="concurrent requests asked for (streams, max_concurrency)")
+    name: str | None = Field(None, description="the tool's own label for the run (`vllm bench serve --label`)")
+    requests: int | None = Field(None, description="requests the benchmark sent")
+
+    def describe(self) -> str:
+        """``#3 constant@1.55 (1.55 req/s, 186 requests)``."""
+        parts = []
+        if self.rate_rps is not None:
+            parts.append(f"{self.rate_rps:g} req/s")
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} concurrent")
+        if self.requests is not None:
+            parts.append(f"{self.requests} requests")
+        return f"#{self.index} {self.label}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+class ExternalBench(Record):
+    """An external benchmark result mapped onto servedeck's metric names.
+
+    ``metrics[name]`` = ``{"median", "mean", "min", "max", "n"}`` (missing statistics None;
+    ``n`` = successful requests) for ``ttft_s``, ``decode_tok_s``, ``e2e_s``,
+    ``prefill_tok_s``, ``output_tokens``, ``prompt_tokens`` where the source has them;
+    ``server`` holds ``spec_accept_len``, ``spec_per_position``, ``spec_drafts`` when reported.
+    ``requests``: :class:`RequestCounts`; ``partial``: some request did not succeed;
+    ``failure_reasons``: ``[{"text", "count"}]``, the distinct error messages of failed requests
+    (most frequent first) where the file keeps them; ``notes``: sentences for the user.
+    """
+
+    source: Literal["vllm-bench-serve", "guidellm"] = Field(description="the tool that wrote the file")
+    path: str = Field(description="the file as given")
+    metrics: dict[str, dict[str, float | int | None]] = Field(
+        description="`metrics[name]`: `median`, `mean`, `min`, `max`, `n` over the successful requests")
+    server: dict[str, Any] = Field(default_factory=dict,
+                                   description="`spec_accept_len`, `spec_per_position`, `spec_drafts` when reported")
+    raw_keys: list[str] = Field(default_factory=list, description="the file's own top-level keys")
+    requests: RequestCounts = Field(default_factory=RequestCounts, description="how the requests ended")
+    partial: bool = Field(False, description="some request did not succeed")
+    failure_reasons: list[dict[str, Any]] = Field(
+        default_factory=list, description="`[{\"text\", \"count\"}]`, most frequent first")
+    notes: list[str] = Field(default_factory=list, description="sentences for the user")
+    benchmark: BenchEntry | None = Field(None, description="which benchmark of the file this is (a file may "
+                                                           "hold several: a guidellm sweep, an --append-result file)")
+    benchmarks_in_file: int = Field(1, description="how many benchmarks the file holds")
+
+
+class ExternalSummary(ExternalBench):
+    """``external-STEM.json``: an imported external result's metrics
+    (:class:`ExternalBench`) with the raw file's ``sha256``."""
+
+    sha256: str = Field(description="sha256 of the raw file stored as `external/NAME`")
