@@ -16,8 +16,9 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
 ``ports/*``        published port vs the server's ``--port``
-``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; NVIDIA requests:
-                   deploy.resources / gpus / CDI), GPUs vs parallel sizes, shared GPUs, /dev/shm
+``gpu/*``          device access (xpu: /dev/dri + render gid, /dev/dri/by-path for oneCCL across
+                   several GPUs; cpu: /dev/shm; NVIDIA requests: deploy.resources / gpus / CDI),
+                   GPUs vs parallel sizes, shared GPUs, /dev/shm
 ``devices/*``      ``devices`` entries Compose refuses (long syntax without a target)
 ``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
 ``env/*``          quotes that reach the container, VLLM_* variables the release does not read,
@@ -30,7 +31,15 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``entrypoint/*``   entrypoint replacing an image wrapper; a positional model the api_server
                    module parses and never uses
 ``restart/*``      restart policies that loop on a failed start
-``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
+``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights; every
+                   path-valued server argument against the container's mounts (``argv-*``)
+``cache/*``        where huggingface_hub looks for a repo id's files (HF_HUB_CACHE, HF_HOME,
+                   XDG_CACHE_HOME, the user's HOME) against the mounts, offline or not
+``deps/*``         ``depends_on`` across services (healthy without a healthcheck, unknown
+                   service, waiting for a server to exit, cycles); host ports two containers
+                   bind (``ports/host-port-*``), one ``container_name`` twice (``container/*``)
+``resources/*``    container limits vLLM needs (memory for its own host buffers and processes,
+                   swap and reservation vs limit, pids, open files)
 =================  ===============================================================
 
 The service rules judge each service as Compose reads it: its ``extends`` merged in, and its
@@ -51,8 +60,8 @@ from pathlib import Path
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (config_json, container, document, environment, features, flags,
-                                       local_image, resources, runtime, server)
+from servedeck.compose.rules import (argv_paths, config_json, container, document, environment, features,
+                                       flags, hf_cache, local_image, project, resources, runtime, server)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._service import CheckExpectations, Ctx, services
 from servedeck.compose.service import Service
@@ -67,7 +76,9 @@ _SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, s
                   environment.check_environment, flags.check_flags, config_json.check_json_values,
                   features.check_features,
                   features.check_entrypoint, features.check_context_fits,
-                  features.check_reasoning_family)
+                  features.check_reasoning_family, features.check_max_model_len_unknown,
+                  resources.check_xpu_by_path, resources.check_limits, argv_paths.check_argv_paths,
+                  hf_cache.check_hf_cache)
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
@@ -131,6 +142,7 @@ def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
     resources.check_shared_gpus(ctx, svcs)
+    project.check_project(ctx, svcs)
     return _tidy(ctx.findings)
 
 

@@ -140,7 +140,7 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
         ServedeckError: no engine, image missing, or the image cannot run the introspection.
     """
     from servedeck.launchers import registry
-    from servedeck.model.catalog import ImageFacts, image_device
+    from servedeck.model.catalog import ImageFacts, has_healthcheck, image_device
     from servedeck.vllm.facts import VllmFacts
 
     client = _client(client_or_host)
@@ -162,6 +162,7 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
                        entrypoint=entry, default_port=launcher.default_port, launcher_defaults=defaults,
                        cmd=list(cfg.get("Cmd") or []), workdir=cfg.get("WorkingDir") or None,
                        env=env, labels=labels, binaries=raw.get("binaries") or {},
+                       user=cfg.get("User") or "", healthcheck=has_healthcheck(cfg),
                        note=f"read from the image by servedeck.host.inimage ({image.id[:19]})")
     return digest, facts, vf
 

@@ -44,7 +44,8 @@ def svc(cmd: list[str] = (), extra: str = "", gpu: str | None = None, name: str 
                "            - driver: nvidia\n              device_ids: [\"0\"]\n"
                "              capabilities: [gpu]\n")
     body = (f"  {name}:\n    image: {IMG}\n    ports: [\"8000:8000\"]\n    restart: \"no\"\n"
-            f"    ipc: host\n    command:\n{command}{gpu}{textwrap.indent(textwrap.dedent(extra), '    ')}")
+            f"    ipc: host\n    volumes: [\"/srv/hf:/root/.cache/huggingface\"]\n"  # the HF cache where hub looks
+            f"    command:\n{command}{gpu}{textwrap.indent(textwrap.dedent(extra), '    ')}")
     return ("services:\n" if top else "") + body
 
 

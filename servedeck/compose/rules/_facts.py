@@ -75,6 +75,15 @@ def env_value(svc: Service, key: str) -> str | None:
     return val
 
 
+def server_environment(svc: Service) -> dict[str, str]:
+    """The variables the server process has: the image's ``ENV``, then the service's and what
+    its launcher sets over them (:meth:`~servedeck.compose.service.Service.server_env`), a later
+    value winning."""
+    env = dict(svc.facts.env) if svc.facts is not None else {}
+    env.update(svc.server_env())
+    return env
+
+
 @dataclass(frozen=True)
 class Healthcheck:
     """A service's healthcheck: ``argv`` (words after CMD / of CMD-SHELL), ``shell`` form,

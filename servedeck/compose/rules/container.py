@@ -9,6 +9,7 @@ need (vLLM CPU installation docs).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -288,6 +289,33 @@ def mounts(svc: Service) -> list[Mount]:
                          m.type == "bind" and m.source is not None, m.read_only, sel,
                          svc.path + ("volumes", i)))
     return out
+
+
+def mount_at(path: str, ms: list[Mount]) -> Mount | None:
+    """The mount that holds container path ``path`` (an absolute, normalised path): the one with
+    the deepest target that is ``path`` or one of its parents; None when no mount does."""
+    p = posixpath.normpath(path)
+    best: Mount | None = None
+    for m in ms:
+        t = posixpath.normpath(m.target) if m.target else None
+        if t and (p == t or p.startswith(t.rstrip("/") + "/")) and (best is None or len(t) > len(best.target or "")):
+            best = m
+    return best
+
+
+def host_mount_of(path: str, ms: list[Mount]) -> tuple[Mount, str] | None:
+    """(the bind mount whose host source holds ``path``, where the container sees ``path``) for a
+    path written as the host has it (``/srv/adapters/x`` of ``/srv/adapters:/adapters``:
+    ``/adapters/x``); relative sources compare as written (``./adapters``). None when no bind
+    source holds it."""
+    p = posixpath.normpath(path)
+    for m in ms:
+        if not (m.bind and m.source and m.target):
+            continue
+        src = posixpath.normpath(m.source)
+        if p == src or p.startswith(src.rstrip("/") + "/"):
+            return m, posixpath.join(m.target, posixpath.relpath(p, src)) if p != src else m.target
+    return None
 
 
 def check_paths(ctx: Ctx, svc: Service) -> None:

@@ -1,0 +1,68 @@
+"""Field cases set 3, compose files 43-48 and their clean twins (tests/fixtures/cases/field-3,
+copies of the handed cases): each gives its expected finding (severity, must-mention words), each
+clean twin gives no error and no warning.
+
+The pinned (fictional) images' facts come from ``images.yaml`` beside the cases and reach the
+checker as catalog entries, the way facts read from an image do (accelerator → device, the
+image's ENV and USER). The log and benchmark cases of the set are tested in
+test_startup_causes.py and test_bench_multi.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from servedeck.compose.check import check_compose_text
+from servedeck.model.catalog import Catalog, ImageFacts
+
+CASES = Path(__file__).resolve().parents[1] / "fixtures" / "cases" / "field-3"
+_DEVICE = {"nvidia": "cuda", "intel-xpu": "xpu", "intel": "xpu", "cpu": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    cat = Catalog(tmp_path_factory.mktemp("cat") / "images.yaml")
+    for img in YAML(typ="safe").load((CASES / "images.yaml").read_text())["images"]:
+        repo, digest = img["ref"].split("@")
+        cat.add(digest, ImageFacts(repository=repo, launcher="vllm", vllm_version=img["vllm_version"],
+                                   device=_DEVICE[img["accelerator"]], entrypoint=img["entrypoint"],
+                                   cmd=img["cmd"], default_port=img["default_port"],
+                                   binaries=img["binaries"], env=img.get("env") or {},
+                                   user="" if img.get("user") == "root" else img.get("user"),
+                                   healthcheck=False))
+    return cat
+
+
+def header(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"#\s*([a-z-]+):\s*(.*)", line)
+        if m and m[1] not in out:
+            out[m[1]] = m[2].strip()
+    return out
+
+
+CASE_FILES = sorted(p for p in CASES.glob("*.yml") if header(p.read_text()).get("expect") in ("error", "warning", "clean"))
+
+
+def test_the_check_cases_are_found() -> None:
+    assert [p.name[:3] for p in CASE_FILES] == ["43-", "43b", "44-", "44b", "47-", "48-"]
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.name)
+def test_field3_case(path: Path, catalog: Catalog) -> None:
+    text = path.read_text()
+    head = header(text)
+    found = check_compose_text(text, file=path.name, catalog=catalog)
+    if head["expect"] == "clean":
+        bad = [f.render() for f in found if f.severity.value in ("error", "warning")]
+        assert bad == [], "clean twin must give no error/warning"
+        return
+    words = [w.strip() for w in head["must-mention"].split(",")]
+    hits = [f for f in found if f.severity.value == head["expect"]
+            and all(w in f.message + " " + (f.hint or "") for w in words)]
+    assert hits, f"no {head['expect']} mentioning {words}: {[f.render() for f in found]}"
