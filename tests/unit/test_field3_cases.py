@@ -10,13 +10,13 @@ test_startup_causes.py and test_bench_multi.py.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from servedeck.compose.check import check_compose_text
+from test_field2_cases import _header, judge_case
+
 from servedeck.model.catalog import Catalog, ImageFacts
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "cases" / "field-3"
@@ -37,16 +37,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     return cat
 
 
-def header(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"#\s*([a-z-]+):\s*(.*)", line)
-        if m and m[1] not in out:
-            out[m[1]] = m[2].strip()
-    return out
-
-
-CASE_FILES = sorted(p for p in CASES.glob("*.yml") if header(p.read_text()).get("expect") in ("error", "warning", "clean"))
+CASE_FILES = sorted(p for p in CASES.glob("*.yml") if _header(p.read_text()).get("expect") in ("error", "warning", "clean"))
 
 
 def test_the_check_cases_are_found() -> None:
@@ -55,14 +46,4 @@ def test_the_check_cases_are_found() -> None:
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.name)
 def test_field3_case(path: Path, catalog: Catalog) -> None:
-    text = path.read_text()
-    head = header(text)
-    found = check_compose_text(text, file=path.name, catalog=catalog)
-    if head["expect"] == "clean":
-        bad = [f.render() for f in found if f.severity.value in ("error", "warning")]
-        assert bad == [], "clean twin must give no error/warning"
-        return
-    words = [w.strip() for w in head["must-mention"].split(",")]
-    hits = [f for f in found if f.severity.value == head["expect"]
-            and all(w in f.message + " " + (f.hint or "") for w in words)]
-    assert hits, f"no {head['expect']} mentioning {words}: {[f.render() for f in found]}"
+    judge_case(path, catalog)
