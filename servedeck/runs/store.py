@@ -127,7 +127,8 @@ EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
 EXTERNAL_SUMMARY: RunFile[ExternalSummary] = RunFile(
-    "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256",
+    "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256 "
+    "(`external-STEM@N-LABEL.json` for benchmark N of a file holding several)",
     pattern=True)
 
 #: Every file of a run directory, in the order a deploy writes them (``docs/run-record.md``,
