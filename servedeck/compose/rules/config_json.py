@@ -151,7 +151,7 @@ def _judge(ctx: Ctx, j: Any, dest: str, value: dict[str, Any], path_of: Any, giv
                    f"add {p.where} to the {flag} value")
         elif p.certain:
             report("json/bad-value", where,
-                   f"{given}: {cls}.{p.where} {p.message} in {j.basis}; vLLM refuses the config and exits",
+                   f"{given}: {cls}.{p.where}: {p.message}, in {j.basis}; vLLM refuses the config and exits",
                    _value_hint(p, flag))
         else:
             ctx.warning("json/bad-value", where,
