@@ -67,6 +67,14 @@ def _import_invoke_without_mock():
 # run by then. Registered first, so it runs last.
 atexit.register(gc.freeze)
 
+# On the way there, a command's start-up (pydantic's schemas, jinja2, the check's rules and
+# tables) allocates a few hundred thousand objects that live as long as the command, and
+# CPython 3.11's default thresholds (700, 10, 10) walk them in a dozen full collections: 15-30 ms
+# of a deploy's or a check's critical path on the test machines. A first threshold of 100,000
+# leaves that start-up to run without a full collection; a long command (bench, sweep) still
+# collects its cycles, every 100,000 allocations.
+gc.set_threshold(100_000, 10, 10)
+
 _import_invoke_without_mock()
 from invoke import Argument, Collection, Exit, Program, task  # noqa: E402
 
@@ -219,14 +227,16 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         text, findings = check_compose_file(path, file=compose, catalog=_catalog())
         if in_image:
             from servedeck.compose.check import check_in_image
-            findings += check_in_image(text, file=compose, catalog=_catalog())
+            from servedeck.host.inimage import judge
+            findings += check_in_image(text, file=compose, judge=judge(), catalog=_catalog())
     else:
         names = _store().names() if all_ else [profile]
         texts, findings = _check_profiles(names)
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
+            from servedeck.host.inimage import judge
             findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
-                                            catalog=_catalog())
+                                            judge=judge(), catalog=_catalog())
     if json_:
         print(findings_to_json(findings))
     else:
@@ -371,38 +381,10 @@ def validate(c, files=None):
 
 
 def _host(name: str, inventory: str | None, *, session_soon: bool = False):
-    """The inventory host ``name`` as (RemoteHost, HostEntry). ``session_soon``: start its SSH
-    session first, from the inventory's plain data, while pydantic and the rest import (the
-    host's login shell takes 0.1-0.3 s); the validated entry then decides: the session is kept
-    when its target is the one validated, and dropped otherwise."""
-    path = Path(inventory) if inventory else _project().inventory_path
-    raw, early = _early_session(name, path) if session_soon else (None, None)
-    from servedeck.model.inventory import get_host, load_inventory
-    from servedeck.host.remote import RemoteHost
-    entry = get_host(load_inventory(path, raw), name, path)
-    if early is not None and early.target != entry.ssh:
-        early.close()
-        early = None
-    remote = RemoteHost(name, entry.ssh, entry.workdir, transport=early)
-    if session_soon and early is None:
-        remote.transport.open_session_soon()
-    return remote, entry
-
-
-def _early_session(name: str, path: Path):
-    """(the inventory's YAML data, an SshTransport opening its session) for host ``name``, or
-    (None, None) when the file cannot be read as data or the entry is not plainly an SSH target:
-    the validated load that follows says what is wrong."""
-    from servedeck.host.ssh import SshTarget, SshTransport
-    from servedeck.yamlio import load_data
-    try:
-        raw = load_data(path.read_text(encoding="utf-8")) or {}
-        target = SshTarget(**raw["hosts"][name]["ssh"])
-    except Exception:  # noqa: BLE001 - best effort: any fault is reported by the validated load
-        return None, None
-    transport = SshTransport(name, target)
-    transport.open_session_soon()
-    return raw, transport
+    """The inventory host ``name`` as (RemoteHost, HostEntry) (:func:`servedeck.host.connect.open_host`;
+    ``session_soon``: its SSH session opens while the rest imports)."""
+    from servedeck.host.connect import open_host
+    return open_host(name, Path(inventory) if inventory else _project().inventory_path, session_soon=session_soon)
 
 
 _INV = "inventory file (default deploy/hosts.yaml or $SERVEDECK_INVENTORY)"

@@ -2,7 +2,9 @@
 
 Works on any compose text (hand-written or rendered by servedeck). The text is read with
 ruamel.yaml (YAML 1.2, round-trip composer) so every finding carries a 1-based line and a
-document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/name``:
+document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/name``; each family
+lives in ``servedeck/compose/rules/<family>.py`` (``yaml/*`` in the document reader ``_doc.py``,
+``json/*`` beside ``flags/*``):
 
 =================  ===============================================================
 ``yaml/*``         syntax errors, duplicate keys, empty file
@@ -12,10 +14,12 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``argv/*``         command/entrypoint items: joined flag+value, whitespace, leaked quotes, JSON;
                    the model as the image's vLLM reads it (twice, refused --model, not first,
                    a second positional, none: ``servedeck.vllm.argv.model_argument``)
-``launcher/*``     exl3xpu ``scripts/serve.py`` contract (``--set``, passthrough, env merge)
+``launcher/*``     a command repeating the image's start; the contract of a launcher with a
+                   config of its own (exl3xpu ``scripts/serve.py``: ``--set``, passthrough,
+                   env merge), as the service's launcher reads the command
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
-``ports/*``        published port vs the server's ``--port``
+``ports/*``        published port vs the server's ``--port``; host ports two containers bind
 ``gpu/*``          device access (xpu: /dev/dri + render gid, /dev/dri/by-path for oneCCL across
                    several GPUs; cpu: /dev/shm; NVIDIA requests: deploy.resources / gpus / CDI),
                    GPUs vs parallel sizes, shared GPUs, /dev/shm
@@ -36,16 +40,18 @@ document path such as ``services.exl3xpu.command[7]``. Rule ids are ``family/nam
 ``cache/*``        where huggingface_hub looks for a repo id's files (HF_HUB_CACHE, HF_HOME,
                    XDG_CACHE_HOME, the user's HOME) against the mounts, offline or not
 ``deps/*``         ``depends_on`` across services (healthy without a healthcheck, unknown
-                   service, waiting for a server to exit, cycles); host ports two containers
-                   bind (``ports/host-port-*``), one ``container_name`` twice (``container/*``)
+                   service, waiting for a server to exit, cycles)
+``container/*``    one ``container_name`` twice, or on a service with replicas
 ``resources/*``    container limits vLLM needs (memory for its own host buffers and processes,
                    swap and reservation vs limit, pids, open files)
 =================  ===============================================================
 
-The service rules judge each service as Compose reads it: its ``extends`` merged in, and its
-values interpolated with the file's own defaults and, when the caller read them, its ``.env`` and
-``env_file`` files (``CheckExpectations``); what only the shell of whoever runs Compose can give
-is judged as written.
+The service rules judge each service as it will run (:class:`servedeck.compose.service.Service`:
+its launcher, the command as that launcher reads it, the effective settings with their
+provenance), read as Compose reads it: its ``extends`` merged in, and its values interpolated with
+the file's own defaults and, when the caller read them, its ``.env`` and ``env_file`` files
+(``CheckExpectations``); what only the shell of whoever runs Compose can give is judged as
+written. A service the renderer hands over (``known``) is taken as it is.
 
 Severity: ``error`` for what will break or silently change meaning, ``warning`` for likely
 mistakes, ``info`` for facts worth knowing.
@@ -54,31 +60,31 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (argv_paths, config_json, container, document, environment, features,
-                                       flags, hf_cache, local_image, project, resources, runtime, server)
+from servedeck.compose.rules import (argv, cache, container, deps, devices, entrypoint, env, features, flags, gpu,
+                                     image, interpolation, launcher, paths, ports, resources, restart, schema, server,
+                                     vllm, yaml11)
 from servedeck.compose.rules._doc import DocError, parse
-from servedeck.compose.rules._service import CheckExpectations, Ctx, services
+from servedeck.compose.rules._context import CheckExpectations, Ctx, services
 from servedeck.compose.service import Service
 
 __all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
-_SERVICE_RULES = (container.check_image, local_image.check_placeholder_digest, server.check_argv, server.check_launcher, server.check_vllm,
-                  container.check_ports, container.check_gpu, container.check_restart,
-                  container.check_paths, resources.check_gpu_requests, runtime.check_server_container,
-                  environment.check_environment, flags.check_flags, config_json.check_json_values,
-                  features.check_features,
-                  features.check_entrypoint, features.check_context_fits,
-                  features.check_reasoning_family, features.check_max_model_len_unknown,
-                  resources.check_xpu_by_path, resources.check_limits, argv_paths.check_argv_paths,
-                  hf_cache.check_hf_cache)
+_SERVICE_RULES = (image.check_image, image.check_placeholder_digest, argv.check_argv, launcher.check_launcher,
+                  vllm.check_vllm, ports.check_ports, gpu.check_gpu, restart.check_restart, paths.check_paths,
+                  devices.check_devices, gpu.check_gpu_requests, server.check_server_container, env.check_environment,
+                  flags.check_flags, flags.check_json_values, features.check_features, entrypoint.check_entrypoint,
+                  features.check_context_fits, features.check_reasoning_family, vllm.check_max_model_len_unknown,
+                  gpu.check_xpu_by_path, resources.check_limits, paths.check_argv_paths, cache.check_hf_cache)
+"""The per-service rules, one module per rule family (``compose/rules/<family>.py``)."""
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
@@ -134,15 +140,17 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
 
 def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
-    document.check_schema(ctx)
-    document.check_yaml11(ctx)
-    document.check_interpolation(ctx)
+    schema.check_schema(ctx)
+    yaml11.check_yaml11(ctx)
+    interpolation.check_interpolation(ctx)
     svcs = services(ctx, known)
     for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
-    resources.check_shared_gpus(ctx, svcs)
-    project.check_project(ctx, svcs)
+    gpu.check_shared_gpus(ctx, svcs)
+    deps.check_depends_on(ctx, svcs)
+    ports.check_host_ports(ctx, svcs)
+    container.check_container_names(ctx, svcs)
     return _tidy(ctx.findings)
 
 
@@ -152,7 +160,7 @@ def schema_findings(text: str, *, file: str | None = None) -> list[Finding]:
     ctx = _document_context(text, file, None, None)
     if isinstance(ctx, list):
         return ctx
-    document.check_schema(ctx)
+    schema.check_schema(ctx)
     return _tidy(ctx.findings)
 
 
@@ -200,7 +208,13 @@ def findings_to_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump(mode="json") for f in findings], indent=2)
 
 
-def check_in_image(text: str, *, file: str | None = None, client: object = None,
+Judge = Callable[[str, list[list[str]], "list[str] | None", "str | None"], list[Any]]
+"""The in-image dry run a check asks: ``judge(image, commands, entrypoint, mode)`` gives one
+verdict per command (``ok``, ``stage``, ``message``, ``cached``, ``seconds``); the host layer
+makes one for an engine (:func:`servedeck.host.inimage.judge`), so the check runs nothing itself."""
+
+
+def check_in_image(text: str, *, judge: Judge, file: str | None = None,
                    catalog: Catalog | None = None) -> list[Finding]:
     """The in-image dry run for every service of a compose document: the image's own launcher
     gives the final vLLM command and vLLM's own parser and serve-args validation judge it,
@@ -210,7 +224,7 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None,
     Args:
         text: the compose file's text.
         file: the file name to put in each finding.
-        client: docker SDK client or RemoteHost; None = the local engine.
+        judge: the dry run (:data:`Judge`; :func:`servedeck.host.inimage.judge` on an engine).
         catalog: the image catalog (the services' launchers: :class:`servedeck.compose.service.Service`).
 
     Returns:
@@ -222,16 +236,15 @@ def check_in_image(text: str, *, file: str | None = None, client: object = None,
     Raises:
         ServedeckError: no Docker engine, or an image cannot be pulled or run.
     """
-    return check_in_image_each([(text, file)], client=client, catalog=catalog)
+    return check_in_image_each([(text, file)], judge=judge, catalog=catalog)
 
 
-def check_in_image_each(documents: list[tuple[str, str | None]], *, client: object = None,
+def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge,
                         catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
     number of documents (``check --all --in-image``). Findings in document order."""
     from servedeck.compose.service import read_services
-    from servedeck.host.inimage import dry_run_each
     from servedeck.launchers import registry
     from servedeck.vllm.argv import wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
@@ -250,9 +263,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
             if not isinstance(data.get("image"), str) or not isinstance(data.get("command") or [], list):
                 continue
             command = [str(c) for c in data.get("command") or []]
-            # a launcher guessed from the image's name or the command's shape: the image's own
-            # ENTRYPOINT decides how it is judged (dry_run_each reads it)
-            start, mode = None, svc.launcher.in_image if svc.launcher is not None and svc.launch.start_known else None
+            # without an entrypoint: the image's own ENTRYPOINT runs the command, so the launcher it
+            # starts decides how the command is judged (dry_run_each reads it from the image)
+            start, mode = None, None
             if "entrypoint" in data:
                 entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
@@ -272,8 +285,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, client: obje
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
     for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
         mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
-        verdicts = dry_run_each(client, image, [job[3] for job in mine],
-                                entrypoint=list(start) if start is not None else None, mode=mode)
+        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

@@ -25,11 +25,11 @@ from pydantic import ValidationError
 
 from servedeck.compose.document import (Mount, ServiceDefinition, dump_yaml, interpolation_refs, literal_values,
                                         load_document)
-from servedeck.compose.service import ImageRef, Service
+from servedeck.compose.service import Service
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
 from servedeck.launchers.base import ConfigEdit, Launch, Launcher
-from servedeck.model.catalog import Catalog
+from servedeck.model.catalog import Catalog, ImageRef
 from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
                                  spec_for)

@@ -111,9 +111,9 @@ def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
     spelling is then used)."""
     if profile.engine.enable_prefix_caching is not False:
         return None
-    from servedeck.vllm.facts import table_for
+    from servedeck.vllm.facts import image_vllm_facts, table_for
     choice = table_for(facts.vllm_version if facts else None, "serve_args",
-                       catalog.vllm_facts(profile.image_ref.digest))
+                       image_vllm_facts(catalog, profile.image_ref.digest))
     return choice.facts if choice else None
 
 

@@ -18,7 +18,6 @@ command that repeats a server start gives those words to the server as arguments
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -26,48 +25,10 @@ from servedeck.compose.document import (env_file_paths, interpolated, resolve_ex
                                         split_command)
 from servedeck.launchers import registry
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting, Token
-from servedeck.model.catalog import Catalog, ImageFacts, infer_facts
+from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, infer_facts
 from servedeck.vllm.argv import ASSIGNMENT
 from servedeck.vllm.kv import KvSettings, kv_settings
 from servedeck.vllm.names import release_of
-
-_DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
-_DIGEST_LEN = {"sha256": 64, "sha512": 128}
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """``repository[:tag][@digest]`` split into parts (no registry lookup)."""
-
-    text: str
-    repository: str
-    tag: str | None
-    digest: str | None
-
-    @classmethod
-    def parse(cls, text: str) -> "ImageRef":
-        name, _, digest = text.partition("@")
-        last = name.rsplit("/", 1)[-1]
-        tag = None
-        if ":" in last:
-            tag = last.split(":", 1)[1]
-            name = name[: len(name) - len(tag) - 1]
-        return cls(text, name, tag, digest or None)
-
-    def digest_problem(self) -> str | None:
-        """Why the digest is malformed, or None when it is well formed (or absent)."""
-        if self.digest is None:
-            return None
-        m = _DIGEST_RE.match(self.digest)
-        if not m:
-            return "a digest is ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
-        want = _DIGEST_LEN.get(m["algo"])
-        if want is None:
-            return f"unknown digest algorithm {m['algo']!r} (Docker uses sha256)"
-        if not re.fullmatch(r"[0-9a-f]+", m["hex"]) or len(m["hex"]) != want:
-            return f"{m['algo']} digest must be {want} lowercase hex digits, got {len(m['hex'])} characters"
-        return None
-
 
 def image_facts(catalog: Catalog | None, image: ImageRef | None) -> ImageFacts | None:
     """The facts of ``image``: the catalog's for its digest, else inferred from its repository
@@ -331,4 +292,4 @@ def _env_items(data: dict[str, Any], path: DocPath, launch: Launch,
     return out
 
 
-__all__ = ["ImageRef", "Service", "image_facts", "read_services"]
+__all__ = ["Service", "image_facts", "read_services"]

@@ -31,8 +31,7 @@ from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
-                                   judge_in_image, published_port, render, render_and_check, resolve_image,
-                                   with_image)
+                                   judge_in_image, published_port, render, render_and_check, resolve_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.secrets import Secrets, deployed_secrets
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
@@ -145,7 +144,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     reporter = reporter or Reporter()
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
-    profile = entry.place(with_image(loaded.profile, options.image))  # the host's container_name / host_port
+    profile = entry.place(loaded.profile, options.image)  # the --image, the host's container_name / host_port
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
     reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
     checked = None

@@ -7,6 +7,7 @@ The deploy code reports through a :class:`Reporter`; the CLI passes :class:`Cons
 
 from __future__ import annotations
 
+import sys
 import threading
 
 
@@ -38,21 +39,38 @@ class Reporter:
 
 
 class ConsoleReporter(Reporter):
-    """Prints phases with rich; during waits a live status line shows phase, elapsed time and
-    the server's latest log line (plain lines when the output is not a terminal). ``stderr``:
-    print there (stdout then carries a machine-readable result, ``deploy --json``).
+    """Prints phases with rich on a terminal, where during waits a live status line shows
+    phase, elapsed time and the server's latest log line; into a pipe or a file, the same lines
+    plain, and a status line every 10 s (rich is then not imported: its ~25 ms would sit on a
+    deploy's path to the switch). ``stderr``: print there (stdout then carries a
+    machine-readable result, ``deploy --json``).
 
     Attributes:
         run_dir: the run record's directory once :meth:`recorded` told it, else None.
     """
 
     def __init__(self, *, stderr: bool = False) -> None:
-        self._console = None  # made at the first line: importing rich is off a deploy's start
+        self._console = None  # made at the first line on a terminal
         self._stderr = stderr
         self._lock = threading.Lock()
         self._status = None
         self._last_plain = 0.0
+        self._terminal: bool | None = None
         self.run_dir = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the lines go to a terminal (rich's styles and live status)."""
+        if self._terminal is None:
+            stream = sys.stderr if self._stderr else sys.stdout
+            self._terminal = bool(getattr(stream, "isatty", lambda: False)())
+        return self._terminal
+
+    def _plain(self, line: str) -> None:
+        stream = sys.stderr if self._stderr else sys.stdout
+        with self._lock:
+            stream.write(line + "\n")
+            stream.flush()
 
     @property
     def console(self):
@@ -70,17 +88,28 @@ class ConsoleReporter(Reporter):
 
     def phase(self, name: str, text: str) -> None:
         self.done_waiting()
-        self.console.print(f"[bold cyan]{name:>9}[/] {text}", markup=True)
+        if self.terminal:
+            from rich.markup import escape
+            self.console.print(f"[bold cyan]{name:>9}[/] {escape(text)}", markup=True)
+        else:
+            self._plain(f"{name:>9} {text}")
 
     def info(self, text: str) -> None:
-        self.console.print(f"          {text}", markup=False)
+        if self.terminal:
+            self.console.print(f"          {text}", markup=False)
+        else:
+            self._plain(f"          {text}")
 
     def warn(self, text: str) -> None:
-        self.console.print(f"[yellow]  warning[/] {text}", markup=True)
+        if self.terminal:
+            from rich.markup import escape
+            self.console.print(f"[yellow]  warning[/] {escape(text)}", markup=True)
+        else:
+            self._plain(f"  warning {text}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
         line = f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}"
-        if self.console.is_terminal:
+        if self.terminal:
             if self._status is None:
                 self._status = self.console.status(line)
                 self._status.start()
@@ -88,7 +117,7 @@ class ConsoleReporter(Reporter):
                 self._status.update(line)
         elif elapsed_s - self._last_plain >= 10:
             self._last_plain = elapsed_s
-            self.console.print(f"          {line}", markup=False, highlight=False)
+            self._plain(f"          {line}")
 
     def done_waiting(self) -> None:
         if self._status is not None:

@@ -19,7 +19,6 @@ from servedeck.deploy.readiness import Readiness
 from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, start_run
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
-from servedeck.host.docker import container_state
 from servedeck.host.lock import held_error
 from servedeck.host.remote import HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
@@ -90,17 +89,13 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     service, svc = norm
     out["service"] = service
     try:
-        client = host.engine.client
-        container = host.engine.find_container(host.workdir, service)
+        container = host.engine.container(host.workdir, service)
         if container is None:
             out["drift"].append("no container: the deployment is down")
             return out
         attrs = container.attrs
-        st = container_state(container)
-        try:
-            digests = client.images.get(attrs.get("Image")).attrs.get("RepoDigests") or []
-        except Exception:  # noqa: BLE001 - image removed under a running container
-            digests = []
+        st = container.state(reload=False)
+        digests = host.engine.image_digests(attrs.get("Image"))
         out["container"] = {
             "name": container.name, "state": st["status"], "running": st["running"],
             "restarting": st["restarting"], "exit_code": st["exit_code"],
@@ -314,13 +309,13 @@ def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = 
             raise DeployError(f"nothing deployed on {host.name}")
         service = norm[0]
     try:
-        container = host.engine.find_container(host.workdir, service)
+        container = host.engine.container(host.workdir, service)
         if container is None:
             raise DeployError(f"no container for service {service!r} on {host.name}")
         if follow:
-            for chunk in container.logs(stream=True, follow=True, tail=tail):
-                write(chunk.decode("utf-8", "replace").rstrip("\n"))
+            for text in container.follow(tail=tail):
+                write(text.rstrip("\n"))
         else:
-            write(container.logs(tail=tail).decode("utf-8", "replace").rstrip("\n"))
+            write(container.logs(tail=tail).rstrip("\n"))
     finally:
         host.close()

@@ -140,8 +140,8 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
     """vLLM's own parser as the last judge: the pinned image's launcher gives its final command
     and vLLM's argument parser and serve-argument validation judge it inside the image, on the
     host's engine, with no GPU (:func:`servedeck.host.inimage.dry_run`, cached per image and
-    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in) is
-    reported and skipped.
+    argv). An image that cannot run the introspection (no vLLM importable, e.g. a stand-in), and
+    a launcher whose commands the dry run cannot judge, are reported and skipped.
 
     Raises:
         DeployError: vLLM rejects the command (its own message; nothing on the host changed).
@@ -151,9 +151,8 @@ def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> 
     if launcher.in_image is None:
         reporter.info(f"in-image check skipped: the {launcher.name} launcher's commands are not judged in the image")
         return
-    try:
-        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"),
-                      mode=launcher.in_image)
+    try:  # the image's own ENTRYPOINT runs the command: the launcher it starts is asked
+        res = dry_run(host, plan.profile.image, plan.argv, image_id=plan.image.raw.get("id"))
     except ServedeckError as exc:
         reporter.info(f"in-image check skipped: {exc.message}")
         return
@@ -178,13 +177,6 @@ def api_base_url(host: RemoteHost, entry: HostEntry, port: int) -> str:
 def owner() -> str:
     """``user@machine`` of this process (lock owner, history ``who``)."""
     return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def with_image(profile: Profile, image: str | None) -> Profile:
-    """``profile`` with its image replaced by ``image`` (None: unchanged)."""
-    if not image:
-        return profile
-    return Profile.model_validate({**profile.model_dump(exclude_unset=True), "image": image})
 
 
 def render(profile: Profile, catalog: Catalog, project: Project) -> Rendered:
@@ -234,31 +226,28 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
 
     Raises:
         DeployError: the pull failed (unknown digest, registry down), the image's repo digest
-            is not the profile's, or the catalog is wrong about the digest; nothing that
-            serves was touched.
+            is not the profile's, or the catalog is wrong about the digest (its entrypoint, vLLM
+            version or model.yaml defaults: :meth:`ImageFacts.differences`); nothing that serves
+            was touched.
     """
     import time
 
+    from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
     repo_digest = profile.image_ref.repo_digest
     known = catalog.lookup(profile.image_ref.digest)
     pulled = False
-    client = None
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
-        import docker
-        client = host.engine.client
-        try:
-            attrs = client.images.get(repo_digest).attrs
-        except docker.errors.ImageNotFound:
+        attrs = host.engine.image(repo_digest)
+        if attrs is None:
             pulled = True
             try:
-                attrs = client.images.pull(repo_digest).attrs
-            except docker.errors.APIError as exc:
+                attrs = host.engine.pull(repo_digest)
+            except PullFailed as exc:
                 raise DeployError(f"pulling {profile.image} on host {host.name} failed: "
-                                  f"{exc.explanation or exc}; the running deployment was not touched"
-                                  ) from None
+                                  f"{exc.message}; the running deployment was not touched") from None
     if not pulled:
         reporter.info("image present on the host")
     pull_s = round(time.time() - t, 3)
@@ -267,15 +256,17 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
         raise DeployError(f"the image on the host has repo digests {digests}, not {repo_digest}; "
                           "the running deployment was not touched")
     deep = known is None or pulled
-    if deep and client is None:
-        client = host.engine.client
-    facts, raw = read_image_facts(client, repo_digest, profile, deep=deep, attrs=attrs)
+    facts, raw = read_image_facts(host.engine if deep else None, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
-        catalog.add(profile.image_ref.digest, facts)
         reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
                       f"(launcher {facts.launcher}, vLLM {facts.vllm_version})")
+        catalog.add(profile.image_ref.digest, facts)
         return ImageInfo(facts, raw, pulled, True, pull_s)
-    compare_catalog(known, facts, profile, catalog_path)
+    problems = known.differences(facts, profile.launcher.config)
+    if problems:  # the catalog must tell the truth about a digest
+        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+                          + "; ".join(problems) + "; the running deployment was not touched",
+                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
     return ImageInfo(known, raw, pulled, False, pull_s)
 
 
@@ -385,25 +376,3 @@ def host_facts_summary(facts: dict[str, Any]) -> dict[str, Any]:
             "gpu_devices": [{"path": d["path"], "gid": d["gid"]} for d in facts.get("dri_devices") or []],
             "gpu_power_cap_w": caps[0] if caps else None,
             "disk_free_gib": (facts.get("workdir") or {}).get("free_gib")}
-
-
-def compare_catalog(known: ImageFacts, seen: ImageFacts, profile: Profile, catalog_path: Path) -> None:
-    """The catalog must tell the truth about a digest: compare it with the pulled image.
-
-    Raises:
-        DeployError: entrypoint, vLLM version or the launcher's model.yaml ``vllm:`` defaults
-            differ (nothing running was touched).
-    """
-    problems = []
-    if known.entrypoint and seen.entrypoint and known.entrypoint != seen.entrypoint:
-        problems.append(f"entrypoint: catalog {known.entrypoint}, image {seen.entrypoint}")
-    if seen.vllm_version != "unknown" and known.vllm_version != seen.vllm_version:
-        problems.append(f"vLLM version: catalog {known.vllm_version}, image {seen.vllm_version}")
-    mine, theirs = known.defaults_for(profile.launcher.config), seen.defaults_for(profile.launcher.config)
-    if mine and theirs and mine.vllm != theirs.vllm:
-        keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
-        problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
-    if problems:
-        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
-                          + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")

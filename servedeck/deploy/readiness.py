@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from servedeck.deploy.console import Reporter
-from servedeck.host.docker import container_state
+from servedeck.host.docker import ContainerGone
 from servedeck.host.remote import RemoteHost
 
 HEALTH_POLL_S = 0.1
@@ -97,20 +97,19 @@ class _Watcher(threading.Thread):
         while not self.stop.is_set():
             self.call_started = time.time()
             try:
-                if self._container is None:
-                    self._container = self.host.engine.find_container(self.host.workdir, self.service)
+                fresh = self._container is None
+                if fresh:
+                    self._container = self.host.engine.container(self.host.workdir, self.service)
                     if self._container is None:
                         self.gone = True
                     else:
                         self._follow(self._container)
-                else:
-                    self._container.reload()
                 if self._container is not None:
-                    self.state = container_state(self._container)
+                    self.state = self._container.state(reload=not fresh)
                 self.unreachable_since = self.call_started = None
             except Exception as exc:  # noqa: BLE001 - any Engine/transport failure
                 self.call_started = None
-                if _is_not_found(exc):
+                if isinstance(exc, ContainerGone):
                     self.gone = True
                 else:
                     self.last_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -139,8 +138,7 @@ class _Watcher(threading.Thread):
             buf = ""
             partial = ""
             try:
-                for chunk in container.logs(stream=True, follow=True):
-                    text = chunk.decode("utf-8", "replace")
+                for text in container.follow():
                     self.log_chunks.append(text)
                     buf = (buf + text)[-4000:]
                     lines = [ln for ln in buf.replace("\r", "\n").split("\n") if ln.strip()]
@@ -165,9 +163,9 @@ class _Watcher(threading.Thread):
 
         def fetch() -> None:
             try:
-                c = self._container or self.host.engine.find_container(self.host.workdir, self.service)
+                c = self._container or self.host.engine.container(self.host.workdir, self.service)
                 if c is not None:
-                    out.append(c.logs().decode("utf-8", "replace"))
+                    out.append(c.logs())
             except Exception:  # noqa: BLE001
                 pass
 
@@ -175,10 +173,6 @@ class _Watcher(threading.Thread):
         t.start()
         t.join(timeout_s)
         return out[0] if out else "".join(self.log_chunks)
-
-
-def _is_not_found(exc: Exception) -> bool:
-    return type(exc).__name__ == "NotFound"
 
 
 def wait_ready(host: RemoteHost, *, service: str, base_url: str, served_name: str,

@@ -1,6 +1,8 @@
 """The host's Docker Engine, through the docker SDK's public API, over servedeck's SSH connection.
 
-The SDK talks to a local Unix socket that OpenSSH forwards to the host's
+This module is the only one that handles the SDK's objects: callers get plain data (an image's
+inspect document, a container's state) or a :class:`Container`, servedeck's own view of one
+container. The SDK talks to a local Unix socket that OpenSSH forwards to the host's
 ``/var/run/docker.sock`` over the shared connection of :class:`~servedeck.host.ssh.SshTransport`
 (``ssh -O forward -L``): one host-key policy, the user's ssh config as given, and no new
 key exchange per Docker call. ``docker.DockerClient(base_url="unix://...")`` is the SDK's
@@ -18,8 +20,10 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+from servedeck.errors import ServedeckError
 from servedeck.host.ssh import HostUnreachable, SshTransport
 
 ENGINE_SOCKET = "/var/run/docker.sock"
@@ -138,14 +142,98 @@ class Engine:
         if local:
             self.transport.cancel_forward(local, ENGINE_SOCKET)
 
+    # ------------------------------------------------------------------ images
+
+    def image(self, ref: str) -> dict[str, Any] | None:
+        """The inspect document of image ``ref`` (``docker image inspect``), or None when the
+        engine does not have it."""
+        import docker
+        try:
+            return self.client.images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+
+    def pull(self, ref: str) -> dict[str, Any]:
+        """Pull ``ref`` (by digest) and return its inspect document.
+
+        Raises:
+            PullFailed: the registry or the engine refused (their explanation in the message).
+        """
+        import docker
+        try:
+            return self.client.images.pull(ref).attrs
+        except docker.errors.APIError as exc:
+            raise PullFailed(str(exc.explanation or exc)) from None
+
+    def image_digests(self, image_id: str) -> list[str]:
+        """``RepoDigests`` of the image ``image_id`` (``[]`` when it is gone)."""
+        try:
+            return (self.image(image_id) or {}).get("RepoDigests") or []
+        except Exception:  # noqa: BLE001 - an image removed under a running container
+            return []
+
     # ------------------------------------------------------------------ containers
 
-    def find_container(self, workdir: str, service: str):
+    def container(self, workdir: str, service: str) -> Container | None:
         """The compose container of ``service`` whose project works in ``workdir``, or None."""
         found = self.client.containers.list(all=True, filters={
             "label": [f"com.docker.compose.project.working_dir={workdir}",
                       f"com.docker.compose.service={service}"]})
-        return found[0] if found else None
+        return Container(found[0]) if found else None
+
+
+class PullFailed(ServedeckError):
+    """An image pull failed on the host's engine (``message``: the engine's explanation)."""
+
+
+class ContainerGone(ServedeckError):
+    """The engine answered that the container no longer exists (removed while watched)."""
+
+
+class Container:
+    """One container on a host's engine, as servedeck reads it: its inspect document, its state
+    and its log as text. The docker SDK's container it wraps stays inside this layer."""
+
+    def __init__(self, sdk_container: Any) -> None:
+        self._c = sdk_container
+
+    @property
+    def id(self) -> str:
+        return self._c.id
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The inspect document as last read (``docker container inspect``)."""
+        return self._c.attrs
+
+    def state(self, *, reload: bool = True) -> dict[str, Any]:
+        """:func:`container_state` of the container, read again from the engine (``reload``).
+
+        Raises:
+            ContainerGone: the container was removed.
+        """
+        if reload:
+            try:
+                self._c.reload()
+            except Exception as exc:  # noqa: BLE001 - the SDK's NotFound, without importing it
+                if type(exc).__name__ == "NotFound":
+                    raise ContainerGone(f"container {self._c.id[:12]} is gone") from None
+                raise
+        return container_state(self._c)
+
+    def logs(self, *, tail: int | str = "all") -> str:
+        """The container's log (stdout and stderr) as text."""
+        return self._c.logs(tail=tail).decode("utf-8", "replace")
+
+    def follow(self, *, tail: int | str = "all") -> Iterator[str]:
+        """The container's log as text chunks as they come, until the container or the
+        connection ends it."""
+        for chunk in self._c.logs(stream=True, follow=True, tail=tail):
+            yield chunk.decode("utf-8", "replace")
 
 
 def parse_docker_time(value: str | None) -> float | None:

@@ -14,6 +14,7 @@ import json
 import tarfile
 from typing import Any
 
+from servedeck.host.docker import Engine
 from servedeck.launchers import registry
 from servedeck.launchers.base import LauncherDefaults
 from servedeck.model.catalog import ImageFacts, has_healthcheck, image_device
@@ -33,10 +34,10 @@ print(json.dumps(out))
 """
 
 
-def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
+def _read_from_image(engine: Engine, image_ref: str, path: str) -> bytes | None:
     """Read one file out of an image by creating (not starting) a container."""
     import docker
-    container = client.containers.create(image_ref, command=["true"], entrypoint=["true"])
+    container = engine.client.containers.create(image_ref, command=["true"], entrypoint=["true"])
     try:
         stream, _ = container.get_archive(path)
         data = b"".join(stream)
@@ -52,7 +53,7 @@ def _read_from_image(client, image_ref: str, path: str) -> bytes | None:
         container.remove(force=True)
 
 
-def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = True,
+def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *, deep: bool = True,
                      attrs: dict[str, Any] | None = None) -> tuple[ImageFacts, dict[str, Any]]:
     """Facts of a pulled image, read without running the server.
 
@@ -68,14 +69,16 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
     (:func:`servedeck.model.catalog.image_device`), else the profile's devices decide.
 
     ``attrs``: the image's inspect document when the caller already has it (the deploy's
-    preflight round trip reads it); with ``deep=False`` nothing else is asked of the Engine
-    and ``client`` may be None.
+    preflight round trip reads it); with ``deep=False`` nothing else is asked of ``engine``
+    (the host's :class:`~servedeck.host.docker.Engine`), which may then be None.
 
     Returns:
         ``(ImageFacts, raw)`` where raw holds entrypoint, workdir, labels, created, digest.
     """
+    if engine is None and (deep or attrs is None):
+        raise ValueError("read_image_facts reads the image through the engine: give it (or deep=False and attrs)")
     if attrs is None:
-        attrs = client.images.get(image_ref).attrs
+        attrs = engine.client.images.get(image_ref).attrs
     cfg = attrs.get("Config") or {}
     labels = cfg.get("Labels") or {}
     entrypoint = cfg.get("Entrypoint") or []
@@ -84,7 +87,7 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
     if not version and deep:
         py = entrypoint[0] if entrypoint and "python" in entrypoint[0] else "python3"
         try:
-            out = client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
+            out = engine.client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
             version = json.loads(out.decode().strip().splitlines()[-1]).get("vllm_version")
         except Exception:
             version = None
@@ -93,7 +96,7 @@ def read_image_facts(client, image_ref: str, profile: Profile, *, deep: bool = T
     config = profile.launcher.config
     path = launcher.config_path(config, workdir) if config and deep else None
     if path is not None:
-        data = _read_from_image(client, image_ref, path)
+        data = _read_from_image(engine, image_ref, path)
         found = launcher.read_config(config, data.decode()) if data else None
         if found is not None:
             defaults.append(found)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,32 @@ def _image(client: Any, ref: str) -> Any:
                                  hint="pull it on this engine first (docker pull REF)") from None
 
 
+RUN_TIMEOUT_S = 600
+"""Seconds a throw-away container may run before the dry run gives up on it (a vLLM import takes
+~10 s on the test machines; an image whose program does not finish, such as a server, never
+ends on its own)."""
+
+
 def _run(client: Any, image: Any, entrypoint: list[str] | None, command: list[str],
          **extra: Any) -> tuple[int, str]:
     """Run a throw-away container (``extra``: further ``containers.run`` keywords such as
-    ``volumes`` and ``environment``); returns (exit code, stdout+stderr text)."""
+    ``volumes`` and ``environment``); returns (exit code, stdout+stderr text).
+
+    Raises:
+        ServedeckError: the container did not finish within :data:`RUN_TIMEOUT_S` (it is removed).
+    """
     kw: dict[str, Any] = {"network_mode": "none", "detach": True, "labels": {THROWAWAY_LABEL: "1"}, **extra}
     if entrypoint is not None:
         kw["entrypoint"] = entrypoint
     container = client.containers.run(image.id, command=command, **kw)
     try:
-        status = container.wait(timeout=600)
+        try:
+            status = container.wait(timeout=RUN_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the SDK's read timeout (requests), without importing it
+            if "timed out" not in str(exc).lower():
+                raise
+            raise ServedeckError(f"the dry run in {image.id[:19]} did not finish within {RUN_TIMEOUT_S} s",
+                                 hint="the image's program may not be one that exits (a server, a shell)") from None
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     finally:
@@ -408,3 +425,14 @@ def _cached(key: str, t0: float) -> DryRunResult | None:
         return None  # a damaged cache entry is judged again
     _MEMO[key] = res
     return res
+
+
+def judge(client_or_host: Any = None
+          ) -> Callable[[str, list[list[str]], list[str] | None, str | None], list[DryRunResult]]:
+    """The in-image dry run as a compose check asks it (``servedeck.compose.check.Judge``):
+    ``judge(image, commands, entrypoint, mode)`` is :func:`dry_run_each` of those commands on
+    ``client_or_host`` (a docker SDK client, a RemoteHost, or None: the local engine)."""
+    def run(image: str, commands: list[list[str]], entrypoint: list[str] | None,
+            mode: str | None) -> list[DryRunResult]:
+        return dry_run_each(client_or_host, image, commands, entrypoint=entrypoint, mode=mode)
+    return run

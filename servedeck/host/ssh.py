@@ -49,6 +49,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from servedeck.errors import ServedeckError
+from servedeck.model.ssh_target import SshTarget  # the inventory's data; also known by this module's name
 
 DEFAULT_TIMEOUT_S = 120.0
 """Default timeout of one SSH command, seconds."""
@@ -74,63 +75,29 @@ class HostUnreachable(ServedeckError):
 # --------------------------------------------------------------------------- targets
 
 
-# A plain dataclass, not a pydantic model, so that a deploy can start its SSH session before
-# pydantic is imported (~0.1 s); inside the inventory model pydantic validates it (types, unknown
-# keys refused), and __post_init__'s ValueError becomes a pydantic.ValidationError there.
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach a host over SSH.
+def ssh_options(target: SshTarget) -> list[str]:
+    """OpenSSH options (argv before the destination) for ``target``
+    (:class:`servedeck.model.ssh_target.SshTarget`).
 
-    Either ``alias`` (a ``Host`` entry of ``ssh_config``, or of ``~/.ssh/config`` when
-    ``ssh_config`` is not given) or ``hostname`` with optional ``port``/``user``/
-    ``identity_file``. ``known_hosts`` overrides the known-hosts file(s) of the config.
-    Explicit ``port``/``user``/``identity_file`` also apply on top of an alias.
-
-    Raises:
-        pydantic.ValidationError: when neither or both of ``alias`` and ``hostname`` are set.
+    Always includes ``StrictHostKeyChecking=yes`` and ``BatchMode=yes`` (the one
+    host-key policy of every connection servedeck makes, commands and Docker alike),
+    a connect timeout and keep-alives (a dead connection is noticed within ~15 s).
     """
-
-    __pydantic_config__ = {"extra": "forbid"}  # pydantic's ConfigDict is a TypedDict
-
-    alias: str | None = None
-    hostname: str | None = None
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    ssh_config: str | None = None
-    known_hosts: str | None = None
-
-    def __post_init__(self) -> None:
-        if bool(self.alias) == bool(self.hostname):
-            raise ValueError("give exactly one of 'alias' (ssh config Host) or 'hostname'")
-
-    @property
-    def destination(self) -> str:
-        """The destination argument given to ``ssh`` (alias or hostname)."""
-        return self.alias or self.hostname or ""
-
-    def ssh_options(self) -> list[str]:
-        """OpenSSH options (argv before the destination) for this target.
-
-        Always includes ``StrictHostKeyChecking=yes`` and ``BatchMode=yes`` (the one
-        host-key policy of every connection servedeck makes, commands and Docker alike),
-        a connect timeout and keep-alives (a dead connection is noticed within ~15 s).
-        """
-        opts: list[str] = []
-        if self.ssh_config:
-            opts += ["-F", os.path.expanduser(self.ssh_config)]
-        if self.port is not None:
-            opts += ["-p", str(self.port)]
-        if self.user:
-            opts += ["-l", self.user]
-        if self.identity_file:
-            opts += ["-i", os.path.expanduser(self.identity_file), "-o", "IdentitiesOnly=yes"]
-        if self.known_hosts:
-            opts += ["-o", f"UserKnownHostsFile={os.path.expanduser(self.known_hosts)}"]
-        opts += ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                 "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}",
-                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-        return opts
+    opts: list[str] = []
+    if target.ssh_config:
+        opts += ["-F", os.path.expanduser(target.ssh_config)]
+    if target.port is not None:
+        opts += ["-p", str(target.port)]
+    if target.user:
+        opts += ["-l", target.user]
+    if target.identity_file:
+        opts += ["-i", os.path.expanduser(target.identity_file), "-o", "IdentitiesOnly=yes"]
+    if target.known_hosts:
+        opts += ["-o", f"UserKnownHostsFile={os.path.expanduser(target.known_hosts)}"]
+    opts += ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+             "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}",
+             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    return opts
 
 
 @dataclass(frozen=True)
@@ -253,13 +220,13 @@ class SshTransport:
         """Path of the control socket of the shared connection (no ``%`` tokens)."""
         base = f"/tmp/servedeck-ssh-{os.getuid()}"
         os.makedirs(base, mode=0o700, exist_ok=True)
-        key = hashlib.sha256("\0".join([self.target.destination, *self.target.ssh_options()])
+        key = hashlib.sha256("\0".join([self.target.destination, *ssh_options(self.target)])
                              .encode()).hexdigest()[:20]
         return f"{base}/{key}{self._generation}"
 
     def options(self) -> list[str]:
         """The ssh options of every call: trust settings, then connection sharing."""
-        opts = self.target.ssh_options()
+        opts = ssh_options(self.target)
         if self.multiplexed:
             opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path()}",
                      "-o", "ControlPersist=60"]
@@ -382,7 +349,7 @@ class SshTransport:
             ServedeckError: when ``ssh -G`` fails (bad config file, unknown option).
         """
         if self._resolved is None:
-            argv = ["ssh", "-G", *self.target.ssh_options(), "--", self.target.destination]
+            argv = ["ssh", "-G", *ssh_options(self.target), "--", self.target.destination]
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
             if proc.returncode != 0:
                 raise ServedeckError(
@@ -577,7 +544,7 @@ class SshTransport:
                 f"host {self.name}: cannot connect over SSH to {self.target.destination}: "
                 f"{err.strip() or 'the connection closed'}",
                 hint="check the host is up, the ssh target in the inventory, and that "
-                     f"`ssh {shlex.join(self.target.ssh_options())} "
+                     f"`ssh {shlex.join(ssh_options(self.target))} "
                      f"{self.target.destination} true` works")
 
     def _fingerprint_text(self, t: ResolvedTarget) -> str:

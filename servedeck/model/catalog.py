@@ -14,6 +14,8 @@ config, labels and ``models/*/model.yaml``), read as :mod:`servedeck.host.images
 from __future__ import annotations
 
 import io
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +27,57 @@ from servedeck.fsutil import atomic_write
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import load_data
+
+
+_DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
+_DIGEST_LEN = {"sha256": 64, "sha512": 128}
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image reference ``repository[:tag][@digest]`` split into its parts (no registry
+    lookup; a profile's is pinned: :data:`servedeck.model.profile.IMAGE_RE`).
+
+    Attributes:
+        text: the reference as written. repository: ``ghcr.io/0xsero/exl3xpu``. tag: the
+        optional tag (informational when a digest is given: the digest decides). digest:
+        ``sha256:<64 hex>``, None when absent.
+    """
+
+    text: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> "ImageRef":
+        name, _, digest = text.partition("@")
+        last = name.rsplit("/", 1)[-1]
+        tag = None
+        if ":" in last:
+            tag = last.split(":", 1)[1]
+            name = name[: len(name) - len(tag) - 1]
+        return cls(text, name, tag, digest or None)
+
+    @property
+    def repo_digest(self) -> str:
+        """``repository@digest``: the reference without its tag, as the Engine lists it in an
+        image's ``RepoDigests`` and pulls it."""
+        return f"{self.repository}@{self.digest}"
+
+    def digest_problem(self) -> str | None:
+        """Why the digest is malformed, or None when it is well formed (or absent)."""
+        if self.digest is None:
+            return None
+        m = _DIGEST_RE.match(self.digest)
+        if not m:
+            return "a digest is ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
+        want = _DIGEST_LEN.get(m["algo"])
+        if want is None:
+            return f"unknown digest algorithm {m['algo']!r} (Docker uses sha256)"
+        if not re.fullmatch(r"[0-9a-f]+", m["hex"]) or len(m["hex"]) != want:
+            return f"{m['algo']} digest must be {want} lowercase hex digits, got {len(m['hex'])} characters"
+        return None
 
 
 Device = Literal["xpu", "cuda", "cpu"]
@@ -102,6 +155,22 @@ class ImageFacts(BaseModel):
         (:meth:`servedeck.launchers.base.Launcher.defaults`)."""
         return self.runs.defaults(self.launcher_defaults, config)
 
+    def differences(self, seen: "ImageFacts", config: str | None) -> list[str]:
+        """What ``seen`` (the facts read from the image itself) says otherwise than these
+        facts: the entrypoint, the vLLM version (when the image tells it) and the ``vllm:``
+        defaults of the launcher config ``config`` (exl3xpu's ``model.yaml``); one line each,
+        empty when they agree."""
+        problems = []
+        if self.entrypoint and seen.entrypoint and self.entrypoint != seen.entrypoint:
+            problems.append(f"entrypoint: catalog {self.entrypoint}, image {seen.entrypoint}")
+        if seen.vllm_version != "unknown" and self.vllm_version != seen.vllm_version:
+            problems.append(f"vLLM version: catalog {self.vllm_version}, image {seen.vllm_version}")
+        mine, theirs = self.defaults_for(config), seen.defaults_for(config)
+        if mine and theirs and mine.vllm != theirs.vllm:
+            keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
+            problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
+        return problems
+
 
 def has_healthcheck(config: dict[str, Any]) -> bool:
     """Whether an image config (``docker image inspect`` ``Config``) defines a HEALTHCHECK
@@ -159,17 +228,11 @@ class Catalog:
             return None
         return self.data.images.get(digest) or self.local_data.images.get(digest)
 
-    def vllm_facts(self, digest: str | None) -> Any:
-        """The extracted :class:`~servedeck.vllm.facts.VllmFacts` of ``digest``, or None.
-
-        Raises:
-            ServedeckError: the entry names a facts file that cannot be read.
-        """
+    def vllm_facts_path(self, digest: str | None) -> Path | None:
+        """The file of the extracted vLLM facts of ``digest`` (read by
+        :func:`servedeck.vllm.facts.image_vllm_facts`), or None when none were extracted."""
         entry = self.lookup(digest)
-        if entry is None or not entry.vllm_facts:
-            return None
-        from servedeck.vllm.facts import load_facts
-        return load_facts(self.path.parent / entry.vllm_facts)
+        return self.path.parent / entry.vllm_facts if entry is not None and entry.vllm_facts else None
 
     def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
         """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog

@@ -30,11 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
-from servedeck.host.remote import SshTarget
-from servedeck.yamlio import load_data
+from servedeck.model.ssh_target import SshTarget, read_inventory_data
 
 if TYPE_CHECKING:
     from servedeck.model.profile import Profile
@@ -46,7 +44,7 @@ class HostEntry(BaseModel):
     """One card host.
 
     Attributes:
-        ssh: how to reach it (see :class:`servedeck.host.remote.SshTarget`).
+        ssh: how to reach it (see :class:`servedeck.model.ssh_target.SshTarget`).
         workdir: absolute working directory on the host (compose file, models/, cache/).
         render_gid: expected group id of the GPU render node, as a string (``"992"``);
             None when the host has no GPU (CPU serving).
@@ -83,9 +81,12 @@ class HostEntry(BaseModel):
                                  "is served on the published port (drop port or make them equal)")
         return self
 
-    def place(self, profile: "Profile") -> "Profile":
-        """``profile`` with this host's ``container_name`` / ``host_port`` overrides applied
-        (the same object when the entry overrides nothing)."""
+    def place(self, profile: "Profile", image: str | None = None) -> "Profile":
+        """``profile`` as this host runs it: with ``image`` (a deploy's ``--image``, a
+        digest-pinned reference) in place of its own, and this host's ``container_name`` /
+        ``host_port`` overrides applied (the same object when nothing is replaced)."""
+        if image:
+            profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
         container: dict = {}
         if self.container_name is not None:
             container["container_name"] = self.container_name
@@ -129,7 +130,7 @@ def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
     """
     path = Path(path)
     if raw is None:
-        raw = _read_data(path)
+        raw = read_inventory_data(path)
     try:
         return Inventory.model_validate(raw)
     except ValidationError as exc:
@@ -137,23 +138,6 @@ def load_inventory(path: str | Path, raw: Any = None) -> Inventory:
         loc = ".".join(str(p) for p in err["loc"])
         raise ServedeckError(err["msg"].removeprefix("Value error, "), file=str(path),
                              field=loc, hint="see servedeck/inventory.py for the format") from None
-
-
-def _read_data(path: str | Path) -> Any:
-    """An inventory file's YAML data, not validated (``{}`` for an empty file).
-
-    Raises:
-        ServedeckError: missing file or YAML error (naming the file).
-    """
-    path = Path(path)
-    try:
-        return load_data(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ServedeckError("inventory file not found", file=str(path),
-                             hint="create deploy/hosts.yaml or pass --inventory FILE "
-                                  "(or set SERVEDECK_INVENTORY)") from None
-    except YAMLError as exc:
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
 
 
 def get_host(inventory: Inventory, name: str, path: str | Path) -> HostEntry:

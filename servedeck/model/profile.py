@@ -24,7 +24,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSch
                       model_validator)
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
-from servedeck.launchers.base import LaunchSettings
+from servedeck.launchers.base import Launcher, LaunchSettings
+from servedeck.model.catalog import ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -46,37 +47,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-class ImageRef(_Strict):
-    """An image reference pinned by digest: ``repo[:tag]@sha256:<64 hex>``.
-
-    Attributes:
-        reference: the full reference as written.
-    """
-
-    reference: str
-
-    @property
-    def repository(self) -> str:
-        """``ghcr.io/0xsero/exl3xpu``."""
-        return _image_match(self.reference)["repository"]
-
-    @property
-    def tag(self) -> str | None:
-        """The optional tag (informational only: the digest decides)."""
-        return _image_match(self.reference)["tag"]
-
-    @property
-    def digest(self) -> str:
-        """``sha256:<64 hex>``."""
-        return _image_match(self.reference)["digest"]
-
-    @property
-    def repo_digest(self) -> str:
-        """``repository@sha256:<64 hex>``: the reference without its tag, as the Engine lists
-        it in an image's ``RepoDigests`` and pulls it."""
-        return f"{self.repository}@{self.digest}"
-
-
 def _image_match(ref: str) -> dict[str, str | None]:
     m = IMAGE_RE.match(ref)
     if not m:
@@ -87,7 +57,7 @@ def _image_match(ref: str) -> dict[str, str | None]:
     return m.groupdict()
 
 
-class Launcher(_Strict):
+class LauncherSpec(_Strict):
     """How the image turns settings into the server's argv.
 
     Attributes:
@@ -114,12 +84,12 @@ class Launcher(_Strict):
         return v
 
     @property
-    def runs(self):  # -> servedeck.launchers.base.Launcher
-        """The launcher object (:func:`servedeck.launchers.registry.get`)."""
+    def runs(self) -> Launcher:
+        """The launcher itself (:func:`servedeck.launchers.registry.get`)."""
         return registry.get(self.kind)
 
     @model_validator(mode="after")
-    def _options_it_takes(self) -> "Launcher":
+    def _options_it_takes(self) -> "LauncherSpec":
         launcher = registry.find(self.kind)
         if launcher is None:
             return self
@@ -227,7 +197,7 @@ class Speculative(_Strict):
         return out
 
 
-class Engine(_Strict):
+class EngineSettings(_Strict):
     """vLLM engine settings, named as vLLM's argparse dests. Unset = image default.
 
     Attributes:
@@ -264,7 +234,7 @@ class Engine(_Strict):
         return "off" if self.speculative is None else "set"
 
     @model_validator(mode="after")
-    def _tool_choice_needs_parser(self) -> "Engine":
+    def _tool_choice_needs_parser(self) -> "EngineSettings":
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser "
                              "(vLLM: --enable-auto-tool-choice requires --tool-call-parser)")
@@ -405,9 +375,9 @@ class Profile(_Strict):
     description: str | None = None
     extends: str | None = None
     image: str = Field(json_schema_extra={"pattern": re.sub(r"\?P<\w+>", "", IMAGE_RE.pattern)})
-    launcher: Launcher
+    launcher: LauncherSpec
     model: ModelSpec
-    engine: Engine = Field(default_factory=Engine)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     launcher_env: dict[str, str | None] = Field(default_factory=dict)
     container: Container = Field(default_factory=Container)
     host: HostSettings = Field(default_factory=HostSettings)
@@ -461,8 +431,8 @@ class Profile(_Strict):
 
     @property
     def image_ref(self) -> ImageRef:
-        """The image reference parsed."""
-        return ImageRef(reference=self.image)
+        """The image reference parsed (pinned: its ``digest`` is set)."""
+        return ImageRef.parse(self.image)
 
 
 # --------------------------------------------------------------------------- loading

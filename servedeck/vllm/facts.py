@@ -167,6 +167,40 @@ class VllmFacts(BaseModel):
         return hit
 
 
+def parse_version(text: str) -> tuple[int, int, int]:
+    """Parse ``"0.26.1.dev0+g568afb3a1.d20260907.xpu"`` → ``(0, 26, 1)``.
+
+    Raises:
+        ServedeckError: when the text does not start with ``MAJOR.MINOR``.
+    """
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    if len(parts) < 2:
+        raise ServedeckError(f"cannot read a vLLM version from {text!r}",
+                             hint="write it as MAJOR.MINOR[.PATCH], e.g. 0.26.1")
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+def release_of(text: str | None) -> tuple[int, int, int] | None:
+    """:func:`parse_version` of ``text``, or None when ``text`` is None, empty or unreadable."""
+    if not text:
+        return None
+    try:
+        return parse_version(text)
+    except ServedeckError:
+        return None
+
+
 def load_facts(path: Path) -> VllmFacts:
     """Read one facts JSON file.
 
@@ -180,11 +214,21 @@ def load_facts(path: Path) -> VllmFacts:
                              hint="re-extract them: invoke image-facts IMAGE") from None
 
 
+def image_vllm_facts(catalog: Any, digest: str | None) -> VllmFacts | None:
+    """The extracted facts of image ``digest`` that ``catalog``
+    (:class:`servedeck.model.catalog.Catalog`) points at, or None when none were extracted.
+
+    Raises:
+        ServedeckError: the entry names a facts file that cannot be read.
+    """
+    path = catalog.vllm_facts_path(digest)
+    return load_facts(path) if path is not None else None
+
+
 def write_table(facts: VllmFacts) -> Path:
     """Write ``facts`` as the shipped table ``tables/vllm-<MAJOR.MINOR.PATCH>.json`` (atomic);
     returns its path."""
     from servedeck.fsutil import atomic_write
-    from servedeck.vllm.names import parse_version
     path = TABLES_DIR / ("vllm-" + ".".join(map(str, parse_version(facts.vllm_version))) + ".json")
     TABLES_DIR.mkdir(parents=True, exist_ok=True)
     atomic_write(path, facts.model_dump_json(indent=1, by_alias=True) + "\n")
@@ -195,7 +239,6 @@ def write_table(facts: VllmFacts) -> Path:
 @functools.lru_cache(maxsize=None)
 def shipped_tables() -> dict[tuple[int, int, int], VllmFacts]:
     """Every shipped table (``servedeck/vllm/tables/vllm-*.json``) by parsed version."""
-    from servedeck.vllm.names import parse_version
     out = {}
     for path in sorted(TABLES_DIR.glob("vllm-*.json")):
         f = load_facts(path)
@@ -261,7 +304,6 @@ def table_for(version: str | None, need: str, own: VllmFacts | None = None) -> T
         return TableChoice(own, f"vLLM {own.vllm_version} ({own.source})", True)
     if version is None:
         return None
-    from servedeck.vllm.names import parse_version
     try:
         want = parse_version(version)
     except ServedeckError:

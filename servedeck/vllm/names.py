@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from servedeck.errors import ServedeckError
+from servedeck.vllm.facts import bracket, newest_table, parse_version, release_of  # noqa: F401 (names here too)
 
 _KIND_FIELDS = {"tool_call_parser": "tool_call_parsers", "reasoning_parser": "reasoning_parsers",
                 "speculative_method": "speculative_methods", "kv_cache_dtype": "kv_cache_dtypes"}
@@ -31,7 +31,6 @@ RENDERED_SETTINGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched
 def vllm_defaults() -> dict[str, Any]:
     """vLLM's argparse defaults for :data:`RENDERED_SETTINGS` from the newest shipped table with
     an argument surface (``""`` read as None); None = decided at run time by vLLM."""
-    from servedeck.vllm.facts import newest_table
     newest = newest_table("serve_args")
     if newest is None:
         return {}
@@ -44,40 +43,6 @@ def __getattr__(name: str) -> Any:
     if name == "VLLM_DEFAULTS":
         return vllm_defaults()
     raise AttributeError(name)
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """Parse ``"0.26.1.dev0+g568afb3a1.d20260907.xpu"`` → ``(0, 26, 1)``.
-
-    Raises:
-        ServedeckError: when the text does not start with ``MAJOR.MINOR``.
-    """
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-    if len(parts) < 2:
-        raise ServedeckError(f"cannot read a vLLM version from {text!r}",
-                             hint="write it as MAJOR.MINOR[.PATCH], e.g. 0.26.1")
-    while len(parts) < 3:
-        parts.append(0)
-    return (parts[0], parts[1], parts[2])
-
-
-def release_of(text: str | None) -> tuple[int, int, int] | None:
-    """:func:`parse_version` of ``text``, or None when ``text`` is None, empty or unreadable."""
-    if not text:
-        return None
-    try:
-        return parse_version(text)
-    except ServedeckError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -108,7 +73,6 @@ def check_name(kind: str, name: str, vllm_version: str, own: Any = None) -> Name
         KeyError: for an unknown ``kind`` (a bug, not user input).
         ServedeckError: when ``vllm_version`` cannot be parsed.
     """
-    from servedeck.vllm.facts import bracket
     need = _KIND_FIELDS[kind]
     if own is not None and getattr(own, need):
         names = frozenset(getattr(own, need))

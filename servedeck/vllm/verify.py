@@ -14,12 +14,9 @@ profile (or the image's launcher config) fixes, and are compared:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:  # ArgCheck is a run file's content: reading a record imports pydantic only
-    from servedeck.launchers.base import Setting
 
 
 class ArgCheck(BaseModel):
@@ -62,12 +59,14 @@ def _matches(expected: Any, reported: Any) -> bool:
     return expected == reported
 
 
-def verify_args(effective: dict[str, Setting], non_default_args: dict[str, Any] | None) -> list[ArgCheck]:
+def verify_args(effective: dict[str, Any], non_default_args: dict[str, Any] | None) -> list[ArgCheck]:
     """Compare predicted settings with the parsed ``non-default args``.
 
     Args:
         effective: the deployed service's effective settings
-            (:attr:`servedeck.compose.service.Service.effective`).
+            (:attr:`servedeck.compose.service.Service.effective`): by vLLM dest name, each a
+            setting with its ``value`` and its ``source`` (``servedeck.launchers.base.Setting``;
+            not imported: the launchers read vLLM's argv grammar, a layer above this one).
         non_default_args: the dict parsed from the startup log, or None when the log had none
             (then every setting is ``not reported``).
 

@@ -111,7 +111,7 @@ def _revisions(host: RemoteHost) -> list[tuple[int, str, str | None, str]]:
 
 def _container(host: RemoteHost, service: str = "exl3xpu"):
     try:
-        return host.engine.find_container(host.workdir, service)
+        return host.engine.container(host.workdir, service)
     finally:
         host.close()
 

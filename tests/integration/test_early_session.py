@@ -1,6 +1,7 @@
 """A deploy's SSH session starts from the inventory's plain data, before pydantic validates it
-(``servedeck.cli._host(..., session_soon=True)``), against the real loopback sshd; the
-validated entry decides whether that session is the one used."""
+(``servedeck.host.connect.open_host(..., session_soon=True)``, what ``servedeck.cli._host``
+calls), against the real loopback sshd; the validated entry decides whether that session is the
+one used."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from servedeck import cli
 from servedeck.errors import ServedeckError
+from servedeck.host import connect
 
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
@@ -28,8 +30,8 @@ def _spy(monkeypatch) -> list:
         early.append(transport)
         return raw, transport
 
-    real = cli._early_session
-    monkeypatch.setattr(cli, "_early_session", spied)
+    real = connect.early_session
+    monkeypatch.setattr(connect, "early_session", spied)
     return early
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from devtools import imagebuild
 from servedeck.compose.check import check_in_image
+from servedeck.host import inimage
 from servedeck.host.inimage import dry_run, extract_facts
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -82,17 +83,19 @@ def test_check_in_image_reports_rejection_at_command_line(cpu_ref):
             f"      - --\n      - --enable-reasoning\n")
     good = (f"services:\n  llm:\n    image: {cpu_ref}\n    command: [models/qwen3-tiny, --, "
             f"--max-num-seqs, \"4\"]\n")
-    found = check_in_image_each([(good, "good.yml"), ("services: [\n", "broken.yml"), (text, "x.yml")])
+    found = check_in_image_each([(good, "good.yml"), ("services: [\n", "broken.yml"), (text, "x.yml")],
+                                judge=inimage.judge())
     assert [(f.file, f.rule) for f in found][0::2] == [("good.yml", "inimage/accepted"), ("x.yml", "inimage/rejected")]
     assert found[1].file == "broken.yml" and found[1].severity.value == "error"
     assert found[2].line == 5 and "--enable-reasoning" in found[2].message
     assert "(cached)" not in found[0].message
-    again = check_in_image(text, file="x.yml")  # one document: the same verdict, from the cache
+    again = check_in_image(text, file="x.yml", judge=inimage.judge())  # one document: the same verdict, from the cache
     assert [f.rule for f in again] == ["inimage/rejected"] and "(cached)" in again[0].message
 
 
 def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
     from servedeck.model.catalog import Catalog
+    from servedeck.vllm.facts import image_vllm_facts
     digest, facts, vf = extract_facts(None, cpu_ref)
     assert digest == cpu_ref.split("@")[1]
     assert facts.launcher == "exl3xpu" and facts.device == "cpu" and facts.workdir == "/opt/exl3xpu"
@@ -111,7 +114,7 @@ def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
     cat = Catalog(tmp_path / "images.yaml")
     cat.add_with_vllm_facts(digest, facts, vf)
     again = Catalog(tmp_path / "images.yaml")
-    assert again.lookup(digest).vllm_facts and again.vllm_facts(digest).serve_args == vf.serve_args
+    assert again.lookup(digest).vllm_facts and image_vllm_facts(again, digest).serve_args == vf.serve_args
 
 
 def test_dry_run_through_the_card_host_leaves_the_running_server_alone(cpu_ref, test_host):
@@ -201,7 +204,8 @@ def test_check_in_image_judges_a_vllm_start_written_as_entrypoint(cpu_ref):
               f"    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
               f"    command: [org/a, --model, org/b]\n")
     shell = f"services:\n  llm:\n    image: {cpu_ref}\n    entrypoint: [sh, -c, 'exec vllm serve org/a']\n"
-    found = check_in_image_each([(serve, "serve.yml"), (module, "module.yml"), (shell, "shell.yml")])
+    found = check_in_image_each([(serve, "serve.yml"), (module, "module.yml"), (shell, "shell.yml")],
+                                judge=inimage.judge())
     got = [(f.file, f.rule) for f in found]
     assert got == [("serve.yml", "inimage/rejected"), ("module.yml", "inimage/accepted"),
                    ("shell.yml", "inimage/skipped")], got

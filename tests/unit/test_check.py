@@ -587,3 +587,40 @@ def test_a_profile_value_that_looks_like_a_compose_variable_is_warned_as_literal
         assert "$MY_KEY is not substituted" in found[0].message and "env_file" in found[0].hint
     # the same text, checked as a hand-written file, is not servedeck's to judge this way
     assert not [f for f in check_compose_text(text, catalog=catalog) if f.rule == "interpolation/literal"]
+
+
+# ----------------------------------------------------------------- where each rule lives
+
+#: rules a module emits beside its own family, and why
+_GUESTS = {("argv", "entrypoint"): "entrypoint/api-server-positional: the model argument of the api_server start",
+           ("flags", "json"): "json/*: the keys of JSON-valued flags, judged with the flags' own release facts"}
+
+
+def _emitted_families(path):
+    """The rule families a rule module emits: the ``family/`` of every rule id given to a
+    finding call (``ctx.error("ports/mismatch", ...)``, f-strings included)."""
+    import ast
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else (
+            node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None)
+        if name in ("error", "warning", "info", "add", "report") and node.args:
+            first = node.args[0]
+            text = first.value if isinstance(first, ast.Constant) else (
+                first.values[0].value if isinstance(first, ast.JoinedStr) and isinstance(first.values[0], ast.Constant)
+                else None)
+            if isinstance(text, str) and "/" in text:
+                out.add(text.split("/", 1)[0])
+    return out
+
+
+def test_each_rule_family_lives_in_the_module_named_after_it():
+    rules_dir = Path(__file__).resolve().parents[2] / "servedeck" / "compose" / "rules"
+    modules = {p.stem: p for p in rules_dir.glob("*.py") if not p.stem.startswith("_")}
+    emitted = {name: _emitted_families(path) for name, path in modules.items()}
+    for name, families in emitted.items():
+        assert families, f"{name}.py emits no rule"
+        strangers = {f for f in families if f != name and (name, f) not in _GUESTS}
+        assert not strangers, f"{name}.py emits {sorted(strangers)}: move them to their family's module"
+    homes = {f for families in emitted.values() for f in families}
+    assert homes - set(modules) == {g for _, g in _GUESTS} - set(modules)

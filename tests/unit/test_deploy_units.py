@@ -88,27 +88,31 @@ def test_known_good_is_only_what_served_newest_first_one_per_file() -> None:
 
 
 class _Container:
+    """What readiness uses of a :class:`servedeck.host.docker.Container`."""
+
     def __init__(self, status="running", exit_code=0, restarts=0):
         self.id = "c0ffee"
-        self.attrs = {"State": {"Status": status, "Running": status == "running",
-                                "ExitCode": exit_code, "StartedAt": "2026-01-01T00:00:00.5Z"},
-                      "RestartCount": restarts}
+        self.status, self.exit_code, self.restarts = status, exit_code, restarts
 
-    def reload(self):
-        pass
+    def state(self, *, reload=True):
+        return {"id": self.id, "status": self.status, "running": self.status == "running", "restarting": False,
+                "exit_code": self.exit_code, "restart_count": self.restarts, "started_at": 1767225600.5}
 
-    def logs(self, stream=False, follow=False):
-        return iter([b"INFO starting\n"]) if stream else b"INFO starting\n"
+    def logs(self, *, tail="all"):
+        return "INFO starting\n"
+
+    def follow(self, *, tail="all"):
+        return iter(["INFO starting\n"])
 
 
 class _Engine:
     def __init__(self, container=None, hang: threading.Event | None = None):
-        self.container, self.hang = container, hang
+        self.found, self.hang = container, hang
 
-    def find_container(self, workdir, service):
+    def container(self, workdir, service):
         if self.hang is not None:
             self.hang.wait()  # a frozen SSH connection: the call never returns
-        return self.container
+        return self.found
 
 
 class _Api:
@@ -179,16 +183,11 @@ class _StartingContainer(_Container):
         super().__init__()
         self.api, self.serving_line = api, serving_line
 
-    def logs(self, stream=False, follow=False):
-        if not stream:
-            return b"INFO starting\n"
-
-        def lines():
-            yield b"INFO 12-01 10:00:00 [loader.py:1] loading\n"
-            time.sleep(0.3)
-            self.api.health, self.api.models = 200, (200, ["m"])
-            yield self.serving_line
-        return lines()
+    def follow(self, *, tail="all"):
+        yield "INFO 12-01 10:00:00 [loader.py:1] loading\n"
+        time.sleep(0.3)
+        self.api.health, self.api.models = 200, (200, ["m"])
+        yield self.serving_line.decode()
 
 
 @pytest.mark.parametrize("line", [
@@ -302,3 +301,27 @@ def test_an_image_the_preflight_found_needs_no_engine_and_a_missing_one_asks_the
         with pytest.raises(AssertionError, match="the Engine was reached"):
             resolve_image(_NoEngineHost(), profile, catalog, Path("deploy/images.yaml"), QuietReporter(),
                           inspected=inspected)
+
+
+# ------------------------------------------------------------------ console
+
+
+def test_console_lines_into_a_pipe_are_plain_and_keep_brackets_and_rich_is_not_imported(tmp_path) -> None:
+    """Into a pipe (a deploy's output read by a script, a CI log) the phase lines come plain, as
+    written (brackets are text, not markup), the status every 10 s, and rich is never imported."""
+    import subprocess
+    import sys
+    script = (
+        "import sys\n"
+        "from servedeck.deploy.console import ConsoleReporter\n"
+        "r = ConsoleReporter()\n"
+        "r.phase('preflight', 'host b70 (/srv/x) [lock]')\n"
+        "r.info('image present on the host')\n"
+        "r.warn('kv/[x]: tight')\n"
+        "r.waiting('wait', 0.5, 'INFO loading')\n"
+        "r.waiting('wait', 11.0, 'INFO loaded')\n"
+        "r.done_waiting()\n"
+        "print('rich imported' if 'rich' in sys.modules else 'no rich')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["preflight host b70 (/srv/x) [lock]", "          image present on the host",
+                                "  warning kv/[x]: tight", "          wait   11.0 s | INFO loaded", "no rich"]

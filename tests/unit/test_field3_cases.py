@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from test_field2_cases import _header, judge_case
+from test_check_field_faults import _header, judge_case
 
 from servedeck.model.catalog import Catalog, ImageFacts
 

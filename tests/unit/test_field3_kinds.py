@@ -12,7 +12,7 @@ import pytest
 from test_field3_cases import catalog  # noqa: F401  (the cases' image facts)
 
 from servedeck.compose.check import check_compose_text
-from servedeck.compose.rules._service import CheckExpectations
+from servedeck.compose.rules._context import CheckExpectations
 from servedeck.model.catalog import Catalog, ImageFacts
 
 CUDA = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"

@@ -83,3 +83,29 @@ def test_argument_batches_stay_under_the_limit_unless_one_command_is_longer(size
     assert [c for b in batches for c in json.loads(b)] == commands
     for b in batches:
         assert len(b.encode()) <= limit or len(json.loads(b)) == 1
+
+
+def test_a_throwaway_container_that_does_not_finish_is_an_error_and_is_removed():
+    """The engine's read timeout while waiting (the docker SDK raises requests' ConnectionError
+    "Read timed out"): a program that never exits, such as a server, is a clear error, not a
+    traceback, and its container does not stay behind."""
+    removed = []
+
+    class Container:
+        def wait(self, timeout):
+            raise ConnectionError("UnixHTTPConnectionPool(host='localhost', port=None): Read timed out.")
+
+        def remove(self, force):
+            removed.append(force)
+
+    class Containers:
+        def run(self, image_id, command, **kw):
+            assert kw["network_mode"] == "none" and kw["labels"] == {inimage.THROWAWAY_LABEL: "1"}
+            return Container()
+
+    class Client:
+        containers = Containers()
+
+    with pytest.raises(ServedeckError, match=f"did not finish within {inimage.RUN_TIMEOUT_S} s"):
+        inimage._run(Client(), _Image(), None, ["serve"])
+    assert removed == [True]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_field2_cases import CASES, catalog  # noqa: F401  (the cases' image facts)
+from test_check_field_faults import CASES, catalog  # noqa: F401  (the cases' image facts)
 
 from servedeck.compose.check import CheckExpectations, check_compose_text
 from servedeck.compose.document import dotenv_variables, interpolate

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.compose.rules.document import COMPOSE_SPEC_SOURCE, compose_validator
+from servedeck.compose.rules.schema import COMPOSE_SPEC_SOURCE, compose_validator
 from servedeck.model.project import Project, shipped_root
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Rule families of issue 11, each as a kind with its variants: GPU requests (NVIDIA and Intel),
+"""Rule families of the check, each as a kind with its variants: GPU requests (NVIDIA and Intel),
 server vs container, environment, flags judged by the release's own facts, JSON-valued flags,
 features that need each other, entrypoint semantics, first contact with an unknown digest.
 
@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from servedeck.compose.check import check_compose_text
-from servedeck.compose.rules._service import CheckExpectations
+from servedeck.compose.rules._context import CheckExpectations
 from servedeck.model.catalog import Catalog, ImageFacts
 
 D = "sha256:" + "f" * 64
@@ -434,9 +434,10 @@ def test_first_contact_exl3xpu_tag_is_not_a_vllm_version():
 def test_in_image_without_docker_is_a_clear_error(monkeypatch, tmp_path):
     from servedeck.compose.check import check_in_image
     from servedeck.errors import ServedeckError
+    from servedeck.host.inimage import judge
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     with pytest.raises(ServedeckError, match="no Docker engine reachable"):
-        check_in_image(svc(), file="t.yml")
+        check_in_image(svc(), file="t.yml", judge=judge())
 
 
 @pytest.mark.parametrize("repository, tag, launcher, device, version", [

@@ -6,7 +6,7 @@ import datetime
 from pathlib import Path
 
 from servedeck.compose.check import check_compose_text
-from servedeck.compose.rules.document import _valid_marker
+from servedeck.compose.rules.schema import _valid_marker
 
 VALID = """services:
   api:

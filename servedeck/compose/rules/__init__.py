@@ -1,1 +1,2 @@
-"""Verification rule families for compose files; the entry point is :mod:`servedeck.compose.check`."""
+"""Verification rules for compose files, one module per rule family (``ports/*`` in
+``ports.py``, ...); the entry point is :mod:`servedeck.compose.check`."""

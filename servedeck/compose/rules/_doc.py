@@ -217,3 +217,12 @@ def parse(text: str, file: str | None = None) -> Doc:
     doc = Doc(data=None, source_lines=text.splitlines())
     doc.data = _Builder(doc, file).build(node, ())
     return doc
+
+
+def field_context(path: Path) -> tuple[str, str | None]:
+    """(service-level field, env key) of a scalar path, ignoring merge-key steps."""
+    p = [x for x in path if x != "<<"]
+    if len(p) >= 3 and p[0] == "services":
+        env_key = p[3] if len(p) == 4 and p[2] == "environment" and isinstance(p[3], str) else None
+        return str(p[2]), env_key
+    return "", None

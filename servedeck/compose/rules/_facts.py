@@ -13,8 +13,9 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from servedeck.compose.document import Port
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._service import Ctx, Flag, Service
+from servedeck.compose.rules._context import Ctx, Flag, Service
 from servedeck.launchers.base import EnvItem
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
 def own_facts(ctx: Ctx, svc: Service) -> Any:
     """The vLLM facts extracted from ``svc``'s image itself (the catalog's, by digest), or None."""
     if svc.image is not None and svc.image.digest and ctx.catalog is not None:
-        return ctx.catalog.vllm_facts(svc.image.digest)
+        from servedeck.vllm.facts import image_vllm_facts
+        return image_vllm_facts(ctx.catalog, svc.image.digest)
     return None
 
 
@@ -150,14 +152,62 @@ def healthcheck_urls(hc: Healthcheck) -> list[tuple[str, int | None, str]]:
     return out
 
 
+@dataclass(frozen=True)
+class PortSpec:
+    """Container side of one published port entry (a range when ``hi > lo``)."""
+
+    lo: int | None
+    hi: int | None
+    text: str
+    path: Path
+
+    def covers(self, port: int) -> bool:
+        return self.lo is not None and self.hi is not None and self.lo <= port <= self.hi
+
+
+def port_range(text: str) -> tuple[int | None, int | None]:
+    """(first, last) port of ``"8000"`` or ``"8000-8010"``; (None, None) for anything else."""
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
+    if not m:
+        return None, None
+    lo = int(m[1])
+    return lo, int(m[2]) if m[2] else lo
+
+
+def port_specs(svc: Service) -> list[PortSpec]:
+    """Parse ``ports`` (short ``[IP:][HOST:]CONTAINER[/proto]`` and long ``target:`` syntax)."""
+    out: list[PortSpec] = []
+    ports = svc.data.get("ports")
+    if not isinstance(ports, list):
+        return out
+    for i, item in enumerate(ports):
+        if isinstance(item, bool) or not isinstance(item, (int, str, dict)):
+            continue
+        try:
+            port = Port.parse(item)  # the one ports grammar (short and long syntax)
+        except ValueError:
+            continue
+        lo, hi = port_range(port.target)
+        out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
+    return out
+
+
 def published_ports(svc: Service) -> list[int]:
     """Container ports the service publishes (ranges expanded up to 64 ports)."""
-    from servedeck.compose.rules.container import port_specs
     out = []
     for s in port_specs(svc):
         if s.lo is not None and s.hi is not None and s.hi - s.lo < 64:
             out.extend(range(s.lo, s.hi + 1))
     return out
+
+
+def replicas(svc: Service) -> int:
+    """How many containers Compose runs for the service (``scale``, else ``deploy.replicas``,
+    else 1)."""
+    deploy = svc.data.get("deploy")
+    n = deploy.get("replicas") if isinstance(deploy, dict) else None
+    n = svc.data.get("scale", n)
+    return n if isinstance(n, int) and not isinstance(n, bool) else 1
 
 
 def server_port(svc: Service) -> int | None:

@@ -1,17 +1,16 @@
-"""``features/*`` (settings that need each other) and ``entrypoint/*`` (Compose semantics of
-``entrypoint``/``command`` against the image's own).
-
-Facts: vLLM's ``validate_parsed_serve_args`` (``vllm/entrypoints/launchers/cli_args.py``)
-refuses ``--enable-auto-tool-choice`` without ``--tool-call-parser``; without
-``--reasoning-parser`` the thinking text stays in ``content``; Compose replaces the image's
-ENTRYPOINT with ``entrypoint:`` and passes ``command:`` as its arguments (Compose Specification).
+"""``features/*``: settings that need each other: thinking switched on without a reasoning
+parser, a reasoning parser of another model family, a full context whose KV cache cannot fit
+(vLLM's ``validate_parsed_serve_args``, ``vllm/entrypoints/launchers/cli_args.py``: without
+``--reasoning-parser`` the thinking text stays in ``content``; the KV model of
+:mod:`servedeck.vllm.kv`).
 """
 
 from __future__ import annotations
 
 import json
 
-from servedeck.compose.rules._service import Ctx, Service
+from servedeck.compose.rules._context import Ctx, Service
+
 
 _THINKING_KEYS = ("enable_thinking", "thinking")
 
@@ -70,27 +69,10 @@ def check_context_fits(ctx: Ctx, svc: Service) -> None:
                   key=True)
 
 
-def check_max_model_len_unknown(ctx: Ctx, svc: Service) -> None:
-    """``vllm/no-max-model-len`` (advisory, info): no ``--max-model-len`` (nor from the image's
-    launcher config) while the model's facts are unknown to the check: vLLM then sizes for the
-    model's full context (its ``max_position_embeddings``, 128K-1M tokens for current models),
-    which may not fit the KV pool (vLLM refuses to start) or lowers the concurrency it reports.
-    With the model's config known, :func:`check_context_fits` judges it instead."""
-    if svc.launcher is None or ctx.expect.hf_config or svc.eff("max_model_len") is not None:
-        return
-    from servedeck.compose.rules._facts import served_model
-    if served_model(svc) is None or (svc.launch.config is not None and svc.defaults is None):
-        return  # a launcher config the image ships may set it: unknown here
-    ctx.info("vllm/no-max-model-len", svc.path + ("command",) if "command" in svc.data else svc.path,
-             "no --max-model-len: vLLM sizes the server for the model's full context "
-             "(max_position_embeddings), which the check cannot read here; if its KV cache does not fit, "
-             "vLLM refuses to start, and the concurrency it can hold is set by that full length",
-             "set --max-model-len to the longest request you serve (or auto: the longest that fits)",
-             key=True)
-
-
 #: reasoning parsers that read the generic ``<think>...</think>`` form, used across families
 _GENERIC_REASONING = {"deepseek_r1", "hf"}
+
+
 _FAMILY_ALIASES = {"openai": "gpt"}  # openai_gptoss is for model_type gpt_oss
 
 
@@ -123,24 +105,3 @@ def check_reasoning_family(ctx: Ctx, svc: Service) -> None:
                     f"reasoning parser {parser!r} is made for another model family than the served model "
                     f"(model_type {model_type!r}); its think markers may not match, so reasoning stays in "
                     f"the content or the answer is cut", f"use --reasoning-parser {own[0]}")
-
-
-def _is_wrapper(entry: list[str]) -> bool:
-    if not entry:
-        return False
-    head = entry[0].rsplit("/", 1)[-1]
-    return head.endswith(".sh") or head in ("bash", "sh", "tini", "dumb-init") \
-        or any(e.endswith(".sh") for e in entry[1:2])
-
-
-def check_entrypoint(ctx: Ctx, svc: Service) -> None:
-    """``entrypoint/replaces-wrapper`` (``entrypoint/api-server-positional`` is judged with the
-    model argument, :func:`servedeck.compose.rules.server.check_model_argument`)."""
-    data = svc.data
-    if "entrypoint" in data and svc.facts is not None and _is_wrapper(svc.facts.entrypoint):
-        image_entry = " ".join(svc.facts.entrypoint)
-        why = " (Intel XPU images source the oneAPI environment in it)" if svc.device == "xpu" else ""
-        ctx.warning("entrypoint/replaces-wrapper", svc.path + ("entrypoint",),
-                    f"entrypoint: replaces the image's wrapper script {image_entry!r}{why}; whatever it "
-                    f"prepares is skipped", "drop entrypoint: and put the server arguments in command:",
-                    key=True)

@@ -28,8 +28,8 @@ import re
 
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import served_model, server_environment
-from servedeck.compose.rules._service import Ctx, Service
-from servedeck.compose.rules.container import Mount, mount_at, mounts
+from servedeck.compose.rules._context import Ctx, Service
+from servedeck.compose.rules.paths import MountItem, mount_at, mounts
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TRUE = {"1", "true", "yes", "on"}
@@ -131,7 +131,7 @@ def check_hf_cache(ctx: Ctx, svc: Service) -> None:
                     f"writable layer on every re-create{there}", fix)
 
 
-def _cache_like(ms: list[Mount]) -> Mount | None:
+def _cache_like(ms: list[MountItem]) -> MountItem | None:
     """A mount that looks like a Hugging Face cache (its target or host source says so)."""
     for m in ms:
         if any(_CACHE_WORDS.search(x or "") for x in (m.target, m.source)):

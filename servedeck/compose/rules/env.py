@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 
 from servedeck.compose.rules._facts import env_items, judge, version_tuple
-from servedeck.compose.rules._service import Ctx, Service
+from servedeck.compose.rules._context import Ctx, Service
 
 _QUOTES = ("'", '"')
 #: quote pairs that reach the container as characters when they wrap a value: the ASCII quotes,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_field2_cases import catalog  # noqa: F401  (the cases' image facts)
+from test_check_field_faults import catalog  # noqa: F401  (the cases' image facts)
 
 from servedeck.compose.check import check_compose_text
-from servedeck.compose.rules.runtime import is_loopback
+from servedeck.compose.rules.server import is_loopback
 
 IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd08cca1c65e5264b8d833091da753bed4a3"
 

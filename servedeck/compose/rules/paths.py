@@ -1,4 +1,7 @@
-"""``paths/argv-*``: every path-valued server argument resolved against the container's mounts.
+"""``paths/*``: bind-mount sources tied to one machine or user, dangerous binds, SELinux
+relabels and read-write weights (Compose Specification ``volumes``, short and long syntax, read by
+the document model's grammar: :class:`servedeck.compose.document.Mount`), and every
+path-valued server argument resolved against the container's mounts (``paths/argv-*``).
 
 vLLM opens the paths it is given inside the container: a path written as the host has it
 (``--lora-modules sql-lora=/srv/adapters/sql-lora`` beside ``/srv/adapters:/adapters``) does not
@@ -24,12 +27,115 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from servedeck.compose.document import Mount
+from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import served_model
-from servedeck.compose.rules._service import Ctx, Service
-from servedeck.compose.rules.container import Mount, host_mount_of, mount_at, mounts
+
+
+@dataclass(frozen=True)
+class MountItem:
+    """One ``volumes`` entry as the paths rules judge it, at its document path."""
+
+    source: str | None
+    target: str | None
+    bind: bool
+    read_only: bool
+    selinux: str | None
+    path: Path
+
+
+def mounts(svc: Service) -> list[MountItem]:
+    """Parse ``volumes`` (short ``SRC:DST[:MODE]`` and long syntax)."""
+    out: list[MountItem] = []
+    for i, v in enumerate(svc.data.get("volumes") or []):
+        if not isinstance(v, (str, dict)):
+            continue
+        try:
+            m = Mount.parse(v)  # the one volume grammar (short and long syntax)
+        except ValueError:
+            continue
+        opts = set((m.mode or "").split(","))
+        sel = ((m.extra.get("bind") or {}).get("selinux") if isinstance(m.extra.get("bind"), dict)
+               else "Z" if "Z" in opts else "z" if "z" in opts else None)
+        out.append(MountItem(m.source if isinstance(m.source, str) else None, m.target,
+                         m.type == "bind" and m.source is not None, m.read_only, sel,
+                         svc.path + ("volumes", i)))
+    return out
+
+
+def mount_at(path: str, ms: list[MountItem]) -> MountItem | None:
+    """The mount that holds container path ``path`` (an absolute path): the one with the deepest
+    target that is ``path`` or one of its parents; None when no mount does."""
+    p = posixpath.normpath(path)
+    best: MountItem | None = None
+    for m in ms:
+        t = posixpath.normpath(m.target) if m.target else None
+        if t and (p == t or p.startswith(t.rstrip("/") + "/")) and (best is None or len(t) > len(best.target or "")):
+            best = m
+    return best
+
+
+def host_mount_of(path: str, ms: list[MountItem]) -> tuple[MountItem, str] | None:
+    """(the bind mount whose host source holds ``path``, where the container sees ``path``) for a
+    path written as the host has it (``/srv/adapters/x`` of ``/srv/adapters:/adapters``:
+    ``/adapters/x``); relative sources compare as written (``./adapters``). None when no bind
+    source holds it."""
+    p = posixpath.normpath(path)
+    for m in ms:
+        if not (m.bind and m.source and m.target):
+            continue
+        src = posixpath.normpath(m.source)
+        if p == src or p.startswith(src.rstrip("/") + "/"):
+            return m, posixpath.join(m.target, posixpath.relpath(p, src)) if p != src else m.target
+    return None
+
+
+def check_paths(ctx: Ctx, svc: Service) -> None:
+    """``paths/*``: bind-mount sources that depend on the machine or are dangerous."""
+    model = served_model(svc)
+    for m in mounts(svc):
+        src = m.source
+        if m.bind and src:
+            if re.match(r"^\$\{?HOME\b", src):
+                ctx.warning("paths/home-variable", m.path,
+                            f"bind source {src!r} uses $HOME, which Compose takes from whoever runs "
+                            f"`docker compose` (another user or a CI job gets another path)",
+                            "use an absolute path on the card host or a path relative to the compose file")
+            elif src.startswith("~") or src.startswith(("/home/", "/Users/")):
+                ctx.warning("paths/machine-specific", m.path,
+                            f"bind source {src!r} is under a user's home directory; it exists only on "
+                            f"the machine (and user) it was written on",
+                            "use a host-wide path such as /srv/models, or a path relative to the compose file")
+            elif src.rstrip("/") in ("", "/dev") or src == "/":
+                ctx.error("paths/dangerous-bind", m.path,
+                          f"bind-mounting {src!r} exposes the whole host {'root' if src == '/' else 'device tree'}"
+                          f" to the container", "mount only what the server needs (e.g. /dev/dri via devices)")
+            elif src.startswith("."):
+                if ctx.expect.rendered:
+                    msg = (f"relative bind source {src!r} resolves against the run's working directory on "
+                           f"the card host")
+                else:
+                    msg = (f"relative bind source {src!r} resolves against the compose file's directory on "
+                           f"the machine that runs `docker compose`")
+                ctx.info("paths/relative", m.path, msg)
+        if m.selinux:
+            ctx.info("paths/selinux-relabel", m.path,
+                     f":{m.selinux} relabels the host directory for SELinux "
+                     f"({'private to this container' if m.selinux == 'Z' else 'shared'}); it is ignored on "
+                     f"hosts without SELinux", "drop it unless the card host enforces SELinux")
+        if model and m.target and not m.read_only and m.source and \
+                (model == m.target or model.startswith(m.target.rstrip("/") + "/")):
+            ctx.info("paths/weights-rw", m.path,
+                     f"the weights mount ({m.target}) is read-write; the server never writes weights",
+                     "append :ro to the volume")
+
+
+# ----------------------------------------------------------------------------- path-valued arguments
 
 #: argparse dest → (what vLLM opens there, it must exist: True; vLLM writes there: False)
 PATH_ARGS: dict[str, tuple[str, bool]] = {
@@ -139,7 +245,7 @@ def check_argv_paths(ctx: Ctx, svc: Service) -> None:
         _judge(ctx, flag, text, what, must, path, ms, workdir)
 
 
-def _judge(ctx: Ctx, flag: str, text: str, what: str, must: bool, path: Path, ms: list[Mount], workdir: str) -> None:
+def _judge(ctx: Ctx, flag: str, text: str, what: str, must: bool, path: Path, ms: list[MountItem], workdir: str) -> None:
     raw = text.strip()
     if raw.startswith("~"):
         return  # the shell's ~ is not expanded in an exec-form command: vLLM sees it literally

@@ -1,5 +1,6 @@
-"""Field cases set 2 (compose files 30-34 and their clean twins): each gives its expected finding
-(severity, must-mention words) and each clean twin gives no error and no warning.
+"""The check finds the faults users met in the field: each compose file of
+``tests/fixtures/cases/field-2/`` gives its expected finding (severity, must-mention words), and
+each clean twin gives no error and no warning.
 
 The pinned (fictional) image's facts come from ``tests/fixtures/cases/field-2/images.yaml`` and are
 fed to the checker as a catalog entry, the way facts read from an image reach it.
@@ -43,7 +44,7 @@ def _header(text: str) -> dict[str, str]:
 
 CASE_FILES = sorted(p for p in CASES.glob("*.yml")
                     if _header(p.read_text()).get("expect") in ("error", "warning", "clean"))
-"""The check cases; the import cases (``expect: import-...``) are tests/unit/test_import_cases.py's,
+"""The check cases; the import cases (``expect: import-...``) are tests/unit/test_import_reads_as_vllm.py's,
 the ``.meta.yml`` sidecars describe log and benchmark-file cases."""
 
 
@@ -68,5 +69,5 @@ def judge_case(path: Path, catalog: Catalog) -> None:
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.name)
-def test_field2_case(path: Path, catalog: Catalog) -> None:
+def test_each_fault_gives_its_finding_and_each_clean_twin_none(path: Path, catalog: Catalog) -> None:
     judge_case(path, catalog)

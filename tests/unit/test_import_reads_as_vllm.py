@@ -1,4 +1,4 @@
-"""Import reads argv as vLLM does and keeps what it cannot model (issue 12 item 1): own variants
+"""Import reads argv as vLLM does and keeps what it cannot model: own variants
 of the field cases 38 (``--flag=value``), 39 (model by Hugging Face repo id), 40 (GPU requests
 and other unmodelled keys) and 41b (human-readable ints, auto/-1)."""
 
@@ -302,7 +302,7 @@ _VLLM_IMAGE = "ghcr.io/example/llm-server@sha256:69ab1604404613e831db7db77dfdbd0
 
 
 def _import_service(tmp_path, service: str, volumes: str = "      - /srv/models/m:/models/m\n"):
-    from test_field2_cases import CASES as FIELD
+    from test_check_field_faults import CASES as FIELD
     from ruamel.yaml import YAML
     from servedeck.model.catalog import ImageFacts
     cat = Catalog(tmp_path / "images.yaml")
