@@ -559,17 +559,23 @@ def hosts(c, inventory=None, json_=False):
             "image": "override the profiles' image (digest-pinned reference)",
             "no_bench": "deploy and compare startup facts only (no benchmark)",
             "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
-            "repetitions": "bench requests per phase"}, iterable=["vary"])
+            "repetitions": "bench requests per phase",
+            "workload": "bench this workload under load in every arm (invoke workloads); the summary "
+                        "carries each arm's capacity under --slo",
+            "load": "with --workload: the load schedule every arm runs", "slo": "with --workload: the SLO",
+            "requests": "with --workload: requests per load level"}, iterable=["vary"])
 @_cli
 def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=None, image=None,
-          no_bench=False, prompt_tokens=None, max_tokens=None, repetitions=None):
+          no_bench=False, prompt_tokens=None, max_tokens=None, repetitions=None, workload=None, load=None,
+          slo=None, requests=None):
     """Plan single-variable A/B experiments from --vary lists and run them over a fleet (resumable)."""
     from servedeck.fleet.summary import render_table, sweep_plan_table, sweep_table
     from servedeck.fleet.sweep import plan_sweep, run_sweep
     from servedeck.fleet.rollout import console_progress
     bench_args = []
     for flag, value in (("--prompt-tokens", prompt_tokens), ("--max-tokens", max_tokens),
-                        ("--repetitions", repetitions)):
+                        ("--repetitions", repetitions), ("--workload", workload), ("--load", load),
+                        ("--slo", slo), ("--requests", requests)):
         if value is not None:
             bench_args += [flag, str(value)]
     sweep_plan = plan_sweep(_project(), _fleet(inventory), hosts, base, vary or [], reps=int(reps),
@@ -656,16 +662,34 @@ def startup_facts(c, log, json_=False, context_tokens=None):
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
             "repetitions": "requests per phase (cold, warm)",
             "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
+            "workload": "a workload name (invoke workloads) or YAML file; chat, shared-prefix and full-context "
+                        "workloads run under load",
+            "load": "load profile: concurrency:1,2,4,8 | constant:R,... | poisson:R,...[@MAX] | ramp:R1-R2 "
+                    "(default: the workload's)",
+            "slo": "SLO judged per level: ttft_s=S,tpot_s=S,e2e_s=S,p=PCT (default: the workload's)",
+            "capacity": "search the highest load meeting the SLO (grow, then bisect) from --load's first level",
+            "precision": "capacity search: relative precision of the answer (default 0.1 = ±10 %)",
+            "max_levels": "capacity search: most load levels to run (default 8)",
+            "requests": "requests per load level (default: the workload's)",
+            "export_vllm": "write the run's load results in `vllm bench serve` JSON shape to FILE (one object "
+                           "per level, as --append-result writes them)",
+            "import_curve": "store an external load curve beside --run: a `vllm bench sweep serve` directory, a "
+                            "GuideLLM report with several benchmarks, or appended `vllm bench serve` results",
+            "serve": "with --import-curve of a sweep over server settings: the SERVE- combination to take",
             "benchmark": "with --import-file: the benchmark of a file holding several (a guidellm sweep, an "
                          "--append-result file): its label as listed (constant@1.55), its position, or its strategy"})
 @_cli
-def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=3,
-          import_file=None, benchmark=None):
-    """Benchmark the deployed server (cold/warm TTFT, prefill and decode tok/s, MTP acceptance)."""
+def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=None,
+          import_file=None, workload=None, load=None, slo=None, capacity=False, precision=None, max_levels=None,
+          requests=None, export_vllm=None, import_curve=None, serve=None, benchmark=None):
+    """Benchmark the deployed server: one stream (cold/warm TTFT, decode tok/s, MTP) or a workload under load.
+
+    With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
+    each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json).
+    """
     from servedeck.runs.history import resolve_run
-    from servedeck.bench.client import RichProgress, Workload
-    from servedeck.bench.table import format_table
-    from servedeck.bench.record import bench_deployed, import_external, latest_ready_run
+    from servedeck.bench.record import import_external, latest_ready_run
     runs_dir = _project().runs_dir
     if import_file:
         if not run:
@@ -677,18 +701,110 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         return
     if benchmark:
         raise ServedeckError("--benchmark chooses a benchmark of an imported file", hint="give --import-file FILE")
+    if import_curve:
+        if not run:
+            raise ServedeckError("--import-curve needs --run RUN")
+        from servedeck.bench.record import import_external_curve
+        mapped = import_external_curve(resolve_run(runs_dir, run), Path(import_curve), serve=serve)
+        print(f"{mapped['source']}: {len(mapped['levels'])} levels "
+              f"({', '.join(lv['label'] for lv in mapped['levels'])}) stored beside {run}")
+        for note in mapped.get("notes") or []:
+            print(f"warning: {note}", file=sys.stderr)
+        return
+    if export_vllm:
+        if not run:
+            raise ServedeckError("--export-vllm needs --run RUN")
+        from servedeck.bench.interop import export_vllm_bench
+        path = export_vllm_bench(resolve_run(runs_dir, run), Path(export_vllm))
+        print(f"wrote {path}")
+        return
     if not host:
         raise ServedeckError("give --host NAME")
+    loaded = None
+    if workload or load or slo or capacity:
+        from servedeck.bench.workload import load_workload
+        loaded = load_workload(workload or "chat", _project().root)
+        if loaded.kind == "single-stream" and (load or slo or capacity):
+            raise ServedeckError(f"workload {loaded.name!r} is a single stream: --load, --slo and --capacity "
+                                 "need a chat, shared-prefix or full-context workload", field="--workload")
+    under_load = None
+    if loaded is not None and loaded.kind != "single-stream":  # settings checked before the host is asked
+        under_load = _load_settings(loaded, load, slo, capacity, precision, max_levels, requests)
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
+    if under_load is not None:
+        _bench_load(run_dir, remote, entry, *under_load)
+        return
+    from servedeck.bench.client import RichProgress, Workload
+    from servedeck.bench.record import bench_deployed
+    from servedeck.bench.table import format_table
     from servedeck.bench.sizing import max_model_len_of, size_workload
-    prompt, out = size_workload(max_model_len_of(run_dir), int(prompt_tokens) if prompt_tokens else None,
-                                int(max_tokens) if max_tokens else None)
-    workload = Workload(prompt_tokens=prompt, max_tokens=out, repetitions=int(repetitions))
+    base = loaded.to_bench_workload() if loaded is not None else Workload()
+    # sizes a workload file changes are asked for explicitly; the defaults (the shipped
+    # single-stream workload's) give way to a short context, as without --workload
+    default = Workload()
+    prompt, out = size_workload(
+        max_model_len_of(run_dir),
+        int(prompt_tokens) if prompt_tokens else (base.prompt_tokens if base.prompt_tokens != default.prompt_tokens
+                                                  else None),
+        int(max_tokens) if max_tokens else (base.max_tokens if base.max_tokens != default.max_tokens else None))
+    workload_ = base.model_copy(update={"prompt_tokens": prompt, "max_tokens": out,
+                                        "repetitions": int(repetitions) if repetitions else base.repetitions})
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload, progress=progress)
+        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress)
     print(format_table(result))
     print(f"results in {run_dir}")
+
+
+def _load_settings(workload, load, slo, capacity, precision, max_levels, requests):
+    """The workload (``--requests`` applied), load profile, SLO and capacity settings of
+    ``invoke bench``/``invoke ab`` under load."""
+    from servedeck.bench.load import SEARCHABLE, LoadProfile
+    from servedeck.bench.slo import parse_slo
+    if requests:
+        workload = workload.model_copy(update={"requests": int(requests)})
+    profile = LoadProfile.parse(load or workload.default_load())
+    slo_ = parse_slo(slo) if slo else workload.slo
+    search = None
+    if capacity:
+        if slo_ is None:
+            raise ServedeckError("--capacity needs an SLO", field="--slo",
+                                 hint="give --slo ttft_s=2,tpot_s=0.1,p=90 or put slo: in the workload file")
+        if profile.kind not in SEARCHABLE:
+            raise ServedeckError(f"--capacity varies {', '.join(SEARCHABLE)} levels, not {profile.kind}",
+                                 field="--load")
+        search = {"start": profile.levels[0], "precision": float(precision) if precision else None,
+                  "max_levels": int(max_levels) if max_levels else None}
+    return workload, profile, slo_, search
+
+
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+    """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
+    ``_load_settings``): print the level table."""
+    from servedeck.bench.client import RichProgress
+    from servedeck.bench.record import load_deployed
+    from servedeck.bench.table import format_load_table
+    with RichProgress(f"load {run_dir.name}") as progress:
+        result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
+                               progress=progress)
+    print(format_load_table(result.summary.model_dump(mode="json"),
+                            result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    print(f"results in {run_dir}")
+
+
+@task(help={"json": "print JSON"})
+@_cli
+def workloads(c, json_=False):
+    """List the benchmark workloads: shipped ones and the project's own (workloads/NAME.yaml)."""
+    from servedeck.bench.workload import available_workloads, describe, load_workload
+    root = _project().root
+    found = available_workloads(root)
+    docs = {name: load_workload(name, root) for name in found}
+    if json_:
+        print(json.dumps({n: {"path": str(found[n]), **w.model_dump(mode="json")} for n, w in docs.items()}, indent=2))
+        return
+    print_table(None, [("workload", "left"), ("kind", "left"), ("what", "left")],
+                [[n, w.kind, describe(w).split(": ", 1)[-1]] for n, w in docs.items()])
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -797,9 +913,18 @@ def _show_formatters() -> dict:
     def bench(summary) -> list[str]:
         from servedeck.bench.table import format_table
         return ["bench:", format_table(store.encode(store.BENCH_SUMMARY, summary))]
+
+    def load(summary) -> list[str]:
+        from servedeck.bench.table import format_load_table
+        return ["load:", format_load_table(store.encode(store.LOAD_SUMMARY, summary))]
+
+    def capacity(result) -> list[str]:
+        from servedeck.bench.table import format_capacity
+        return ["capacity:", *("  " + line for line in format_capacity(store.encode(store.CAPACITY, result)))]
     return {store.PROFILE_DIFF: lambda diff: [f"  changed vs parent: {ch.path}: {ch.parent} -> {ch.value}"
                                               for ch in diff.root],
-            store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench}
+            store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench,
+            store.LOAD_SUMMARY: load, store.CAPACITY: capacity}
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
@@ -811,12 +936,17 @@ def _show_formatters() -> dict:
             "host": "with --interleave: inventory host", "inventory": _INV,
             "repetitions": "with --interleave: deployments per arm (default 2)",
             "order": "with --interleave: abba (default) or random",
-            "requests": "with --interleave: requests per phase and deployment (default 3)",
+            "requests": "with --interleave: requests per phase and deployment (default 3), or per load level "
+                        "with --workload (default: the workload's)",
+            "workload": "with --interleave: run this workload under load at every deployment (invoke workloads)",
+            "load": "with --interleave --workload: the load schedule every deployment runs (default: the workload's)",
+            "slo": "judge the levels and capacity against this SLO: ttft_s=S,tpot_s=S,e2e_s=S,p=PCT "
+                   "(default: the workload's, or what the runs recorded)",
             "out": "write the Markdown report (and its chart beside it)"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
        margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=3):
+       order="abba", requests=None, workload=None, load=None, slo=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -829,11 +959,26 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     def text(v):
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
     interleaving = None
+    under_load = None
+    if workload or load:
+        if not interleave:
+            raise ServedeckError("--workload and --load run new deployments: give --interleave (to compare "
+                                 "recorded runs under load, name the runs; --slo re-judges them)")
+        from servedeck.bench.workload import load_workload
+        loaded = load_workload(workload or "chat", _project().root)
+        if loaded.kind == "single-stream":
+            raise ServedeckError(f"workload {loaded.name!r} is a single stream; drop --workload for it",
+                                 field="--workload")
+        under_load = _load_settings(loaded, load, slo, False, None, None, requests)
     if interleave:
         runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, int(repetitions), order,
-                                                   int(requests))
+                                                   int(requests) if requests and not under_load else 3,
+                                                   under_load)
     else:
         runs_a, runs_b = [resolve_run(runs_dir, run_a)], [resolve_run(runs_dir, run_b)]
+    if slo:
+        from servedeck.bench.slo import parse_slo
+        settings["slo"] = parse_slo(slo)
     try:
         result = compare_runs(runs_dir, runs_a, runs_b, aa=aa, allow_multi=allow_multi,
                               out=Path(out) if out else (default_report_path(runs_dir, runs_a[0], runs_b[0])
@@ -850,6 +995,9 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     for sentence in findings(result.comparison, result.noise):
         print(f"  - {sentence}")
     _ab_kv([*result.runs_a, *result.runs_b])
+    if result.comparison.load is not None and result.comparison.load.capacity is not None:
+        cap = result.comparison.load.capacity
+        print(f"  capacity: {cap.verdict}: {cap.reason}")
     if interleaving is not None:
         print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
         for t in interleaving.trends:
@@ -860,8 +1008,9 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
 
 
-def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests):
-    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave)."""
+def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, under_load=None):
+    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave); with
+    ``under_load`` (``_load_settings``) every deployment runs that workload's load schedule."""
     from servedeck.ab.interleave import run_interleaved
     from servedeck.bench.client import Workload
     from servedeck.bench.record import bench_deployed
@@ -878,6 +1027,11 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
         return res.run.path
 
     def bench_fn(run_dir):
+        if under_load is not None:
+            from servedeck.bench.record import load_deployed
+            w, profile, slo_, _ = under_load
+            load_deployed(run_dir, remote, entry, w, profile=profile, slo=slo_)
+            return
         from servedeck.bench.sizing import max_model_len_of, size_workload
         prompt, out = size_workload(max_model_len_of(run_dir))
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
@@ -929,7 +1083,7 @@ def _ab_kv(run_dirs) -> None:
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
-              rollback, down, hosts, sweep, startup_facts, image_facts, bench, runs, show, ab, plan)
+              rollback, down, hosts, sweep, startup_facts, image_facts, bench, workloads, runs, show, ab, plan)
 
 
 def namespace() -> Collection:

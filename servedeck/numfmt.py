@@ -43,3 +43,8 @@ def fmt_ratio(x: float | None) -> str:
 def fmt_pct(x: float | None) -> str:
     """A relative spread as a percentage (``0.0213`` → ``2.1 %``)."""
     return "–" if x is None else f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
+
+
+def fmt_load(x: float | None) -> str:
+    """A load level as levels are named (concurrency ``4``, a rate ``2.5`` requests/s)."""
+    return "\u2013" if x is None else f"{x:g}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from servedeck.ab.stats import Comparison, MetricComparison
+from servedeck.ab.stats import BENCH_PHASES, Comparison, MetricComparison
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
@@ -21,7 +21,8 @@ def chart_png(comparison: Comparison) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels: list[MetricComparison] = [m for m in comparison.bench if m.samples_a or m.samples_b]
+    panels: list[MetricComparison] = [m for m in comparison.bench
+                                      if (m.samples_a or m.samples_b) and m.phase in BENCH_PHASES]
     kv = comparison.metric("kv_cache_tokens")
     if kv and (kv.samples_a or kv.samples_b):
         panels.append(kv)
@@ -67,3 +68,98 @@ def render_chart(comparison: Comparison, path: Path) -> Path:
         ServedeckError: nothing to plot.
     """
     return atomic_write(path, chart_png(comparison))
+
+
+def load_chart_png(load) -> bytes:
+    """Render both arms under load to PNG bytes (:class:`servedeck.ab.load.LoadComparison`):
+    output throughput against median end-to-end latency, goodput (and request throughput,
+    dashed) against load, the share of requests meeting the SLO against load with its 95 %
+    interval and the SLO's share as a line, and the SLO percentile of TTFT against load with
+    its interval. Axes start at zero and carry their units.
+
+    Raises:
+        ServedeckError: no level in common.
+    """
+    import statistics
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not load.levels:
+        raise ServedeckError("nothing to chart: the arms ran no load level in common")
+    colors = ("#4c72b0", "#dd8452")
+    q = load.slo.q if load.slo else 0.9
+    qlabel = f"p{q * 100:g}"
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
+    xs = [lv.value for lv in load.levels]
+    unit = load.unit
+    for i, (arm, name) in enumerate((("a", "A"), ("b", "B"))):
+        sides = [getattr(lv, arm) for lv in load.levels]
+        color = colors[i]
+        thr = [statistics.fmean(s.output_tok_s) for s in sides]
+        med = [s.medians["e2e_s"].value if s.medians.get("e2e_s") else None for s in sides]
+        pts = [(t, m) for t, m in zip(thr, med) if m is not None]
+        if pts:
+            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=name)
+        for lv, t, m in zip(load.levels, thr, med):
+            if m is not None:
+                axes[0].annotate(lv.label, (t, m), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        axes[1].plot(xs, [statistics.fmean(s.request_rps) for s in sides], "--", color=color, alpha=0.6,
+                     label=f"{name} completed")
+        if load.slo is not None:
+            axes[1].plot(xs, [statistics.fmean(s.goodput_rps) if s.goodput_rps else 0.0 for s in sides], "o-",
+                         color=color, label=f"{name} good")
+            shares = [(x, s.attainment) for x, s in zip(xs, sides) if s.attainment and s.attainment.n]
+            if shares:
+                axes[2].errorbar([x for x, _ in shares], [a.value * 100 for _, a in shares],
+                                 yerr=[[(a.value - a.low) * 100 for _, a in shares],
+                                       [(a.high - a.value) * 100 for _, a in shares]],
+                                 fmt="o-", color=color, capsize=3, label=name)
+        ttft = [(x, s.percentiles.get("ttft_s")) for x, s in zip(xs, sides)]
+        rep = [(x, p) for x, p in ttft if p is not None and p.value is not None]
+        if rep:
+            axes[3].errorbar([x for x, _ in rep], [p.value for _, p in rep],
+                             yerr=[[p.value - p.low for _, p in rep], [p.high - p.value for _, p in rep]],
+                             fmt="o-", color=color, capsize=3, label=name)
+    axes[0].set_xlabel("output throughput (tokens/s)", fontsize=8)
+    axes[0].set_ylabel("median end-to-end latency (s)", fontsize=8)
+    axes[0].set_title("throughput vs latency", fontsize=9)
+    axes[1].set_xlabel(f"load ({unit})", fontsize=8)
+    axes[1].set_ylabel("requests/s", fontsize=8)
+    axes[1].set_title("goodput vs load" if load.slo else "throughput vs load", fontsize=9)
+    axes[2].set_xlabel(f"load ({unit})", fontsize=8)
+    axes[2].set_ylabel("requests meeting the SLO (%)", fontsize=8)
+    axes[2].set_title("SLO share (95 % interval)", fontsize=9)
+    if load.slo is not None:
+        axes[2].axhline(q * 100, color="grey", linestyle=":", linewidth=1)
+        axes[2].set_ylim(0, 105)
+    else:
+        axes[2].text(0.5, 0.5, "no SLO", ha="center", va="center", transform=axes[2].transAxes)
+    axes[3].set_xlabel(f"load ({unit})", fontsize=8)
+    axes[3].set_ylabel(f"{qlabel} TTFT (s)", fontsize=8)
+    axes[3].set_title(f"{qlabel} TTFT (95 % interval)", fontsize=9)
+    if load.slo is not None and load.slo.ttft_s is not None:
+        axes[3].axhline(load.slo.ttft_s, color="grey", linestyle=":", linewidth=1)
+    for ax in axes:
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.tick_params(labelsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    slo = f"   SLO {load.slo.describe()}" if load.slo else ""
+    fig.suptitle(f"under load: {load.workload}, {load.load}{slo}", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_load_chart(load, path: Path) -> Path:
+    """Write :func:`load_chart_png` atomically to ``path``.
+
+    Raises:
+        ServedeckError: nothing to plot.
+    """
+    return atomic_write(path, load_chart_png(load))

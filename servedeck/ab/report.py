@@ -16,12 +16,13 @@ import jinja2
 
 from servedeck.ab.chart import render_chart
 from servedeck.ab.compare import ArmDiff, Variable, fmt_value
+from servedeck.ab.load import bracket_text
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.model.project import shipped_root
-from servedeck.numfmt import fmt_num, fmt_pct, fmt_ratio, fmt_signed
+from servedeck.numfmt import fmt_load, fmt_num, fmt_pct, fmt_ratio, fmt_signed
 
 from servedeck.runs import store
 from servedeck.runs.records import ArgCheck, RunMeta
@@ -120,6 +121,11 @@ def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[st
     of this host and image (when measured), the KV cost, warnings that appeared or disappeared,
     then other changed startup facts."""
     out = [bench_sentence(m) for m in comparison.bench]
+    if comparison.load is not None:
+        from servedeck.ab.load import capacity_sentence
+        cap = capacity_sentence(comparison.load)
+        if cap:
+            out.append(cap)
     if noise is not None:
         out.append(noise_sentence(noise, comparison))
     kv = kv_sentence(comparison)
@@ -184,10 +190,32 @@ def title_change(diff: ArmDiff) -> str:
     return f"MULTI-VARIABLE ({len(diff.differences)}: {', '.join(v.name for v in diff.differences)})"
 
 
+def _mean(values) -> float | None:
+    """The mean of a list (None when empty): one figure from an arm's runs."""
+    return sum(values) / len(values) if values else None
+
+
+def _share_cell(arm) -> str:
+    """``38/40 95% [83–99%] met`` for an arm's SLO share at a level (``–`` without an SLO)."""
+    a = arm.attainment
+    if a is None or not a.n:
+        return "\u2013"
+    return f"{a.k}/{a.n} {a.value:.0%} [{a.low:.0%}\u2013{a.high:.0%}] {arm.state}"
+
+
+def _percentile_cell(p) -> str:
+    """``0.123 [0.110–0.141]`` (a percentile with its interval), or ``n<36`` below the samples it needs."""
+    if p is None or not p.n:
+        return "\u2013"
+    if p.value is None:
+        return f"n<{p.needed} (n={p.n})"
+    return f"{fmt_num(p.value)} [{fmt_num(p.low)}\u2013{fmt_num(p.high)}]"
+
+
 def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                   hypothesis: str | None, verdict: str | None, chart_path: Path | None,
                   *, templates_dir: Path | None = None, noise: NoiseFloor | None = None,
-                  interleaving=None) -> str:
+                  interleaving=None, load_chart_path: Path | None = None) -> str:
     """Render the A/B report as markdown.
 
     Args:
@@ -201,6 +229,7 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         noise: the A/A noise floor of the runs' host and image, cited when given.
         interleaving: a :class:`servedeck.ab.interleave.Interleaving` (order and trends of an
             interleaved experiment), shown when given; ``run_a``/``run_b`` are then each arm's first run.
+        load_chart_path: the curves of both arms under load (``comparison.load``), linked by file name.
 
     Raises:
         ServedeckError: a compose file is missing or the template is not found.
@@ -209,7 +238,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir or TEMPLATES_DIR)),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value, pct=fmt_pct)
+    env.filters.update(code=code, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio, value=fmt_value, pct=fmt_pct,
+                       mean=_mean, share=_share_cell, pctl=_percentile_cell, bracket=bracket_text,
+                       load_value=fmt_load)
     try:
         template = env.get_template(REPORT_TEMPLATE)
     except jinja2.TemplateNotFound as exc:
@@ -234,6 +265,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
         pct=fmt_pct(comparison.margin), alpha=comparison.alpha,
         chart=Path(chart_path).name if chart_path else None,
+        load=comparison.load, load_chart=Path(load_chart_path).name if load_chart_path else None,
+        load_q=(f"p{comparison.load.slo.percentile:g}" if comparison.load is not None and comparison.load.slo
+                else "p90"),
         compose_a=compose_a.rstrip("\n"), compose_b=compose_b.rstrip("\n"),
         fence_a=_fence(compose_a), fence_b=_fence(compose_b),
     )
@@ -243,7 +277,8 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
 def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                  hypothesis: str | None = None, verdict: str | None = None, *,
                  noise: NoiseFloor | None = None, interleaving=None) -> tuple[Path, Path | None]:
-    """Write the report to ``out_path`` and its chart beside it (``<stem>.png``), both atomically.
+    """Write the report to ``out_path`` and its chart beside it (``<stem>.png``; under load also
+    ``<stem>-load.png``), all atomically.
 
     The chart is written first so the report never links a missing image; when there is
     nothing to plot the report is written without a chart.
@@ -257,7 +292,15 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
         render_chart(comparison, chart_path)
     except ServedeckError:
         chart_path = None
+    load_chart: Path | None = None
+    if comparison.load is not None:
+        from servedeck.ab.chart import render_load_chart
+        load_chart = out_path.with_name(out_path.stem + "-load.png")
+        try:
+            render_load_chart(comparison.load, load_chart)
+        except ServedeckError:
+            load_chart = None
     text = render_report(diff, comparison, run_a, run_b, hypothesis, verdict, chart_path,
-                         noise=noise, interleaving=interleaving)
+                         noise=noise, interleaving=interleaving, load_chart_path=load_chart)
     atomic_write(out_path, text)
     return out_path, chart_path

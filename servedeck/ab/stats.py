@@ -59,6 +59,10 @@ BENCH_METRICS: dict[str, bool] = {
     "spec_accept_len": False,
 }
 
+#: Direction of every judged metric (lower is better), the bench metrics' and those other
+#: measurements add (the load benchmark's per-level latencies, :mod:`servedeck.ab.load`).
+METRIC_DIRECTIONS: dict[str, bool] = {**BENCH_METRICS, "tpot_s": True, "e2e_s": True}
+
 BENCH_PHASES = ("cold", "warm")
 MIN_SAMPLES = 2
 """Below this many samples in either arm a metric is described, not judged."""
@@ -174,6 +178,8 @@ class Comparison(BaseModel):
     margin: float = DEFAULT_MARGIN
     runs_a: list[str] = []
     runs_b: list[str] = []
+    load: Any = None
+    """The arms under load (:class:`servedeck.ab.load.LoadComparison`), when both ran a load benchmark."""
 
     def metric(self, name: str, phase: str = "startup") -> MetricComparison | None:
         """The comparison of ``name`` in ``phase`` (``startup``, ``cold``, ``warm``), or None."""
@@ -342,7 +348,7 @@ def _describe_bench(name: str, phase: str, a: list[float], b: list[float]) -> Me
     ma, mb = _median(a), _median(b)
     diff, ratio = _diff_ratio(ma, mb)
     common = dict(name=name, phase=phase, a=ma, b=mb, samples_a=list(a), samples_b=list(b),
-                  difference=diff, ratio=ratio, lower_is_better=BENCH_METRICS.get(name))
+                  difference=diff, ratio=ratio, lower_is_better=METRIC_DIRECTIONS.get(name))
     if ma is None or mb is None:
         return MetricComparison(**common, verdict="missing", judged=False)
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or not ratio or ratio <= 0 or min(*a, *b) <= 0:
@@ -490,7 +496,9 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     ``bench.jsonl`` through :mod:`servedeck.runs.store`; a missing
     file gives ``missing`` verdicts rather than an error. Bench metrics are compared for the
     ``cold`` and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has
-    samples.
+    samples. When both arms ran a load benchmark (``load.jsonl``), each level's per-request
+    ``ttft_s``/``tpot_s``/``e2e_s`` join the judged metrics (phase = the level, ``c=4``) and
+    ``load`` holds the curves and the capacity verdict (:func:`servedeck.ab.load.compare_load`).
 
     Raises:
         ServedeckError: a JSON file is invalid.
@@ -508,10 +516,13 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
             b = store.phase_samples(samples_b, phase, metric)
             if a or b:
                 wanted.append((metric, phase, a, b))
+    from servedeck.ab.load import compare_load, load_metrics
+    wanted += load_metrics(la, lb)
     bench = judge_bench(wanted, alpha=alpha, margin=margin)
 
     def label(runs: list[Path]) -> str:
         return runs[0].name if len(runs) == 1 else f"{runs[0].name} (+{len(runs) - 1})"
     return Comparison(arm_a=label(la), arm_b=label(lb), startup=startup, bench=bench,
                       warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb,
-                      alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb])
+                      alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb],
+                      load=compare_load(la, lb, alpha=alpha))

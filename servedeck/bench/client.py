@@ -55,7 +55,7 @@ import math
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,7 @@ _WANTED = {
     "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_cached_total",
     "vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
     "vllm:request_decode_time_seconds_sum", "vllm:request_prefill_time_seconds_sum",
+    "vllm:num_preemptions_total",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -340,12 +341,16 @@ def _messages(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str) -> str:
+def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str, *,
+                 words: Sequence[str] = _FILLER_WORDS, start: int = 0,
+                 tokens_per_word: float | None = None) -> str:
     """Return a text starting with ``tag`` for which ``count(text) == n_tokens``.
 
     ``count`` is the server's token count of the full request (template included). Filler
-    words are added/removed proportionally to the difference, then single-token units are
-    appended to close the last gap (the unit is chosen by measuring it on the server).
+    words (``words`` taken cyclically from index ``start``; default: one fixed sentence) are
+    added/removed proportionally to the difference, then single-token units are appended to
+    close the last gap (the unit is chosen by measuring it on the server). ``tokens_per_word``,
+    when known from an earlier prompt, makes the first guess close (fewer ``count`` calls).
 
     Raises:
         ServedeckError: the tag alone already exceeds ``n_tokens`` or no exact size was found.
@@ -357,11 +362,10 @@ def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str) -> str:
                              field="workload.prompt_tokens")
 
     def text_for(nw: int) -> str:
-        words = [_FILLER_WORDS[i % len(_FILLER_WORDS)] for i in range(nw)]
-        return base + " ".join(words)
+        return base + " ".join(words[(start + i) % len(words)] for i in range(nw))
 
     # secant steps on the measured tokens-per-word rate until at or just under the target
-    nw = max(1, n_tokens - base_n)
+    nw = max(1, n_tokens - base_n if not tokens_per_word else round((n_tokens - base_n) / tokens_per_word))
     cur = count(text_for(nw))
     seen = {nw}
     for _ in range(30):
@@ -370,9 +374,10 @@ def build_prompt(count: Callable[[str], int], n_tokens: int, tag: str) -> str:
         rate = max((cur - base_n) / nw, 0.05) if nw else 1.0
         step = (n_tokens - cur) / rate
         # land a little under the target when growing, clearly under when shrinking
-        nw = max(0, nw + (max(1, int(step) - 1) if step > 0 else math.floor(step) - 1))
-        if nw in seen:  # oscillating around the target: finish with the walk + units below
-            break
+        nxt = max(0, nw + (max(1, int(step) - 1) if step > 0 else math.floor(step) - 1))
+        if nxt in seen:  # oscillating around the target: finish with the walk + units below
+            break       # (from nw, whose count cur is)
+        nw = nxt
         seen.add(nw)
         cur = count(text_for(nw))
     while cur > n_tokens and nw > 0:
@@ -415,7 +420,21 @@ def _scrape(client: httpx.Client, base_url: str, model: str) -> MetricsSnapshot:
 
 
 @dataclass
-class _StreamTimes:
+class StreamState:
+    """What a streamed completion carried so far, fed one SSE ``data:`` object at a time.
+
+    The one reading of vLLM's stream chunks that the single-stream benchmark and the load
+    client (:mod:`servedeck.bench.loadclient`) share: a chunk *carries output* when
+    ``usage.completion_tokens`` grew (``stream_options.continuous_usage_stats``) or a choice
+    has content, reasoning, tool-call text (chat) or text (completions); token counts come from
+    ``usage`` (speculative decoding puts several tokens in one chunk, so chunks are not tokens).
+    Chunk shapes: vLLM ``vllm/entrypoints/openai/protocol.py`` (0.10.2-0.33).
+
+    Times are ``time.perf_counter()`` seconds: ``t_send`` when the request was sent,
+    ``t_first``/``t_last`` at the first/last chunk that carried output, ``t_end`` at the end of
+    the stream; ``gaps_s`` holds the time between consecutive output-carrying chunks.
+    """
+
     t_send: float
     t_first: float | None = None
     t_last: float | None = None
@@ -425,11 +444,52 @@ class _StreamTimes:
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     chunks: int = 0
+    error: str | None = None
+    gaps_s: list[float] = field(default_factory=list)
+
+    def feed(self, obj: dict[str, Any], t: float) -> None:
+        """Account one decoded ``data:`` object that arrived at ``t``. An ``error`` object
+        (vLLM's mid-stream error) is kept in :attr:`error`."""
+        if "error" in obj and "choices" not in obj:
+            self.error = str(obj["error"])
+            return
+        usage = obj.get("usage")
+        ntok = self.tokens
+        if usage:
+            ntok = usage.get("completion_tokens") or 0
+            if usage.get("prompt_tokens") is not None:
+                self.prompt_tokens = usage["prompt_tokens"]
+        carries = ntok > self.tokens
+        for ch in obj.get("choices") or ():
+            if not carries:
+                delta = ch.get("delta")
+                if delta is not None:
+                    carries = bool(delta.get("content") or delta.get("reasoning_content")
+                                   or delta.get("reasoning") or delta.get("tool_calls"))
+                else:
+                    carries = bool(ch.get("text"))
+            if ch.get("finish_reason"):
+                self.finish_reason = ch["finish_reason"]
+        if carries:
+            if self.t_first is None:
+                self.t_first = t
+                self.first_tokens = max(ntok, 1) if usage else 1
+            else:
+                self.gaps_s.append(t - self.t_last)  # type: ignore[operator]
+            self.t_last = t
+            self.chunks += 1
+        self.tokens = max(self.tokens, ntok)
 
 
-def _request_body(w: Workload, model: str, text: str) -> dict[str, Any]:
+
+def request_body(w: Any, model: str, text: str, max_tokens: int | None = None) -> dict[str, Any]:
+    """The JSON body of one streamed request of workload ``w`` (fields ``endpoint``,
+    ``max_tokens``, ``temperature``, ``seed``, ``ignore_eos``, ``chat_template_kwargs``):
+    ``messages`` with one user message for the chat endpoint, ``prompt`` for completions;
+    ``max_tokens`` overrides the workload's."""
     body: dict[str, Any] = {
-        "model": model, "max_tokens": w.max_tokens, "temperature": w.temperature, "seed": w.seed,
+        "model": model, "max_tokens": w.max_tokens if max_tokens is None else max_tokens,
+        "temperature": w.temperature, "seed": w.seed,
         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "ignore_eos": w.ignore_eos,
     }
@@ -442,20 +502,21 @@ def _request_body(w: Workload, model: str, text: str) -> dict[str, Any]:
     return body
 
 
+
 def stream_request(client: httpx.Client, base_url: str, workload: Workload, model: str,
-                   text: str) -> _StreamTimes:
+                   text: str) -> StreamState:
     """Send one streamed request and time its chunks (``time.perf_counter()`` per SSE line).
 
     Raises:
         ServedeckError: non-200 answer, an ``error`` object in the stream, or no output.
     """
-    body = _request_body(workload, model, text)
+    body = request_body(workload, model, text)
     url = _url(base_url, workload.endpoint)
     payload = json.dumps(body).encode()
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
     loads = json.loads
     clock = time.perf_counter
-    st = _StreamTimes(t_send=clock())
+    st = StreamState(t_send=clock())
     with client.stream("POST", url, content=payload, headers=headers,
                        timeout=httpx.Timeout(workload.request_timeout_s, connect=30.0)) as resp:
         if resp.status_code != 200:
@@ -468,33 +529,9 @@ def stream_request(client: httpx.Client, base_url: str, workload: Workload, mode
             data = line[5:].strip()
             if data == "[DONE]":
                 break
-            obj = loads(data)
-            if "error" in obj and "choices" not in obj:
-                raise ServedeckError(f"the server reported an error mid-stream: {obj['error']}")
-            usage = obj.get("usage")
-            ntok = st.tokens
-            if usage:
-                ntok = usage.get("completion_tokens") or 0
-                if usage.get("prompt_tokens") is not None:
-                    st.prompt_tokens = usage["prompt_tokens"]
-            carries = ntok > st.tokens
-            for ch in obj.get("choices") or ():
-                if not carries:
-                    delta = ch.get("delta")
-                    if delta is not None:
-                        carries = bool(delta.get("content") or delta.get("reasoning_content")
-                                       or delta.get("reasoning") or delta.get("tool_calls"))
-                    else:
-                        carries = bool(ch.get("text"))
-                if ch.get("finish_reason"):
-                    st.finish_reason = ch["finish_reason"]
-            if carries:
-                if st.t_first is None:
-                    st.t_first = t
-                    st.first_tokens = max(ntok, 1) if usage else 1
-                st.t_last = t
-                st.chunks += 1
-            st.tokens = max(st.tokens, ntok)
+            st.feed(loads(data), t)
+            if st.error is not None:
+                raise ServedeckError(f"the server reported an error mid-stream: {st.error}")
         st.t_end = clock()
     if st.t_first is None:
         raise ServedeckError(f"the stream of POST {workload.endpoint} carried no output tokens")
@@ -572,7 +609,7 @@ def run_bench(base_url: str, workload: Workload, *, served_model: str,
     return result
 
 
-def _sample(phase: str, rep: int, tag: str, w: Workload, st: _StreamTimes, server: ServerDelta) -> Sample:
+def _sample(phase: str, rep: int, tag: str, w: Workload, st: StreamState, server: ServerDelta) -> Sample:
     assert st.t_first is not None and st.t_last is not None
     ttft = st.t_first - st.t_send
     prompt_tokens = st.prompt_tokens if st.prompt_tokens is not None else w.prompt_tokens

@@ -56,7 +56,7 @@ __all__ = ["BenchEntry", "ExternalBench", "RequestCounts", "choose", "import_fil
 # their names.
 
 
-def _load_documents(path: str | Path, what: str) -> list[Any]:
+def load_documents(path: str | Path, what: str) -> list[Any]:
     """The JSON documents of a result file: one, or, for ``vllm bench serve --append-result``,
     one per non-empty line (in file order).
 
@@ -87,12 +87,12 @@ def _load_documents(path: str | Path, what: str) -> list[Any]:
 
 
 def _load_json(path: str | Path, what: str) -> Any:
-    """The one JSON document of a result file (see :func:`_load_documents`).
+    """The one JSON document of a result file (see :func:`load_documents`).
 
     Raises:
         ServedeckError: unreadable, not JSON, or several documents (a caller that takes one
             must choose: :func:`choose`)."""
-    docs = _load_documents(path, what)
+    docs = load_documents(path, what)
     if len(docs) > 1:
         raise ServedeckError(f"{len(docs)} results in this file (one per line): choose one", file=str(path))
     return docs[0]
@@ -169,7 +169,7 @@ def list_benchmarks(path: str | Path) -> list[BenchEntry]:
     Raises:
         ServedeckError: unreadable, or not a result file servedeck reads.
     """
-    docs = _load_documents(path, "benchmark")
+    docs = load_documents(path, "benchmark")
     if _is_guidellm(docs):
         return _guidellm_entries(docs[0], path)
     return [_vllm_entry(i, d) for i, d in enumerate(docs, start=1)]
@@ -202,7 +202,8 @@ def choose(entries: list[BenchEntry], selector: str | None, *, path: str | Path 
         if len(entries) == 1:
             return entries[0]
         raise ServedeckError(f"{len(entries)} benchmarks in this file ({listing}): they measure different "
-                             f"loads; choose one", file=where, hint=hint)
+                             f"loads; choose one", file=where,
+                             hint=hint + "; or store them all as one load curve: --import-curve FILE")
     want = str(selector).strip()
     low = want.lower()
     found = [e for e in entries if e.label.lower() == low] or \
@@ -302,7 +303,7 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
         ServedeckError: the file is missing, not JSON, lacks ``median_ttft_ms``, holds several
             results and ``benchmark`` names none of them, or no request succeeded.
     """
-    docs = _load_documents(path, "vllm bench serve")
+    docs = load_documents(path, "vllm bench serve")
     entries = [_vllm_entry(i, doc) for i, doc in enumerate(docs, start=1)]
     entry = choose(entries, benchmark, path=path)
     d = docs[entry.index - 1]
@@ -498,6 +499,6 @@ def import_file(path: str | Path, *, benchmark: str | None = None) -> ExternalBe
     Raises:
         ServedeckError: as :func:`import_guidellm` / :func:`import_vllm_bench`.
     """
-    if _is_guidellm(_load_documents(path, "benchmark")):
+    if _is_guidellm(load_documents(path, "benchmark")):
         return import_guidellm(path, benchmark=benchmark)
     return import_vllm_bench(path, benchmark=benchmark)

@@ -92,14 +92,62 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
     import httpx
 
-    from servedeck.deploy.secrets import deployed_secrets
-    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
-    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0),
-                          headers={"Authorization": f"Bearer {key}"}) if key else None
+    headers = _auth_headers(host)
+    client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) if headers else None
     result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
                        progress=progress, client=client)
     result.write(run.path)
     run.save_meta(benched_at=result.finished_at)
+    return result
+
+
+def _auth_headers(host: RemoteHost) -> dict[str, str]:
+    """The ``Authorization`` header the deployed server wants ({} without an API key); the key
+    is read from the host and never recorded."""
+    from servedeck.deploy.secrets import deployed_secrets
+    key = deployed_secrets(host).api_key
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, profile=None, slo=None,
+                  capacity: dict[str, Any] | None = None, progress=None):
+    """Run a load benchmark (``profile``) or a capacity search (``capacity``) against the server
+    ``run_dir`` deployed and store it in ``run_dir`` (``load.jsonl``, ``load.json``,
+    ``capacity.json``), behind the same guard as :func:`bench_deployed`.
+
+    Args:
+        workload: a :class:`servedeck.bench.workload.RequestWorkload`.
+        profile: a :class:`servedeck.bench.load.LoadProfile` (a load benchmark).
+        slo: a :class:`servedeck.runs.records.Slo` (judged per level; required for ``capacity``).
+        capacity: ``{"start": LoadLevel, "precision", "max_levels"}`` for a capacity search; the
+            run's KV prediction (``kv.json``) is checked against the levels.
+
+    Returns:
+        the :class:`servedeck.bench.loadclient.LoadRun`.
+
+    Raises:
+        ServedeckError: the guard fails, the run already holds a load benchmark, or the server
+            misbehaves (failed requests are recorded, not raised).
+    """
+    from servedeck.bench.loadclient import run_capacity, run_load
+    run = open_run(run_dir)
+    base_url = guard_run_matches_host(run, host, entry)
+    if store.is_load_benchmarked(run.path):
+        raise ServedeckError(f"run {run.run_id} already holds load results", file=str(run.path / store.LOAD_SUMMARY),
+                             hint="redeploy to measure again (a new run), so each run keeps its own numbers")
+    headers = _auth_headers(host)
+    model = run.meta.served_model_name
+    if capacity is not None:
+        from servedeck.runs.kv_history import read_kv
+        kv = (read_kv(run.path) or {}).get("prediction")
+        result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
+                              precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
+                              kv_prediction=kv, headers=headers, progress=progress)
+    else:
+        result = run_load(base_url, workload, profile, served_model=model, slo=slo, headers=headers,
+                          progress=progress)
+    result.write(run.path)
+    run.save_meta(load_benched_at=result.summary.finished_at)
     return result
 
 
@@ -136,4 +184,33 @@ def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> 
         label = re.sub(r"[^\w@,-]", "_", ext.benchmark.label)
         summary = f"{Path(name).stem}@{ext.benchmark.index}-{label}{Path(name).suffix}"
     run.write(store.external_summary(summary), mapped)
+    return mapped.model_dump(mode="json")
+
+
+def import_external_curve(run_dir: Path, path: Path, *, serve: str | None = None) -> dict[str, Any]:
+    """Store an external load curve (:func:`servedeck.bench.interop.import_curve`: a ``vllm bench
+    sweep serve`` directory, a GuideLLM report, appended ``vllm bench serve`` results) beside a
+    run: the files read under ``external/<name>/`` (a directory keeps its layout; a file is
+    ``external/<name>``), the curve in ``curve-<stem>.json`` with each file's sha256.
+
+    Returns:
+        the stored curve (:class:`servedeck.runs.records.CurveSummary`) as JSON data.
+
+    Raises:
+        ServedeckError: unreadable or unknown input (nothing is written then).
+    """
+    from servedeck.bench.interop import import_curve
+    from servedeck.runs.records import CurveSummary
+    run = open_run(run_dir)
+    path = Path(path)
+    curve = import_curve(path, serve=serve)
+    files = sorted(f for f in path.rglob("*.json") if f.is_file()) if path.is_dir() else [path]
+    digests = {}
+    for f in files:
+        raw = f.read_bytes()
+        rel = f"{path.name}/{f.relative_to(path)}" if path.is_dir() else path.name
+        run.write(store.EXTERNAL_RAW.named(f"{store.EXTERNAL_DIR}/{rel}"), raw)
+        digests[rel] = hashlib.sha256(raw).hexdigest()
+    mapped = CurveSummary(**dict(curve), sha256=digests)
+    run.write(store.external_curve(path.name), mapped)
     return mapped.model_dump(mode="json")

@@ -54,3 +54,70 @@ def format_table(result: Any) -> str:
         lines.append(f"warmup (excluded): ttft_s={fmt(wu['ttft_s'])} prefill_tok_s={fmt(wu['prefill_tok_s'])} "
                      f"decode_tok_s={fmt(wu['decode_tok_s'])} e2e_s={fmt(wu['e2e_s'])}")
     return "\n".join(lines)
+
+
+def _cell(v: Any, fmt: str = "{:.3g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _pct(p: dict | None, scale: float = 1000.0) -> str:
+    """``12.3 [11.9–13.0]`` (ms) from a stored percentile, or ``n<36`` when it had too few samples."""
+    if not p:
+        return "-"
+    if p.get("value") is None:
+        return f"n<{p['needed']}" if p.get("n") else "-"
+    return f"{p['value'] * scale:.3g} [{p['low'] * scale:.3g}\u2013{p['high'] * scale:.3g}]"
+
+
+def format_load_table(summary: dict, capacity: dict | None = None) -> str:
+    """Render a load benchmark (a ``load.json`` dict, and ``capacity.json`` when a search ran) as
+    a fixed-width table: one row per level with requests (ok/failed), throughput, goodput and
+    the SLO's state, TTFT/TPOT/E2E percentiles in ms with their 95 % intervals (``n<36``: too
+    few samples for that percentile), the server's mean queue and preemptions, and saturation
+    flags; then the capacity search's reading."""
+    slo = summary.get("slo")
+    head = ["level", "ok/failed", "req/s", "out tok/s", "goodput/s", "SLO", "ttft p50 ms", "ttft p90 ms",
+            "tpot p50 ms", "e2e p90 ms", "queue", "preempt", "saturation"]
+    rows = [head]
+    for lv in summary.get("levels") or []:
+        srv = lv.get("server") or {}
+        judged = lv.get("slo") or {}
+        att = (judged.get("attainment") or {}).get("value")
+        state = f"{judged.get('state')} {att:.0%}" if judged and att is not None else "-"
+        p = lv.get("percentiles") or {}
+        rows.append([_level_label(lv["level"]), f"{lv['completed']}/{lv['failed']}", _cell(lv["request_rps"]),
+                     _cell(lv["output_tok_s"], "{:.4g}"), _cell(judged.get("goodput_rps")), state,
+                     _pct((p.get("ttft_s") or {}).get("p50")), _pct((p.get("ttft_s") or {}).get("p90")),
+                     _pct((p.get("tpot_s") or {}).get("p50")), _pct((p.get("e2e_s") or {}).get("p90")),
+                     _cell(srv.get("waiting_mean"), "{:.2g}"), _cell(srv.get("preemptions"), "{}"),
+                     ", ".join(lv.get("saturation") or []) or "-"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * wd for wd in widths))
+    top = [f"workload {summary['workload'].get('name') or summary['workload'].get('kind')} "
+           f"({summary['workload'].get('kind')}), load {summary['load']}"]
+    if slo:
+        limits = ", ".join(f"{k} \u2264 {v:g}" for k, v in slo.items() if k != "percentile" and v is not None)
+        top.append(f"SLO p{slo['percentile']:g}: {limits} (state: the share of good requests and its 95 % "
+                   f"interval against p{slo['percentile']:g})")
+    return "\n".join(top + lines + (format_capacity(capacity) if capacity else []))
+
+
+def format_capacity(capacity: dict) -> list[str]:
+    """A capacity search (a ``capacity.json`` dict) in lines: its reading, where the server
+    saturated, the knee of its throughput, and the KV check."""
+    lines = [capacity.get("reading", "")]
+    if capacity.get("saturation") is not None:
+        lines.append(f"saturation from {capacity['saturation']:g} {capacity['unit']} "
+                     f"({', '.join(capacity.get('saturation_flags') or [])})")
+    if capacity.get("knee") is not None:
+        lines.append(f"knee of throughput at {capacity['knee']:g} {capacity['unit']}")
+    if capacity.get("kv"):
+        lines.append(f"KV check: {capacity['kv']['reading']}")
+    return lines
+
+
+def _level_label(level: dict) -> str:
+    """``c=4`` / ``2 req/s`` / ``poisson 2 req/s`` / ``ramp 1→20 req/s`` from a stored level."""
+    from servedeck.bench.load import LoadLevel
+    return LoadLevel.model_validate(level).label

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.numfmt import fmt_num, fmt_ratio
+from servedeck.numfmt import fmt_load, fmt_num, fmt_ratio
 
 if TYPE_CHECKING:
     from servedeck.fleet.rollout import RolloutResult
@@ -85,17 +85,20 @@ def _cell(fmt: Callable[[Any], str], v: Any) -> str:
 
 
 def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
-    """experiment | change | host | status | runs A/B | kv tokens A->B | warm decode B/A | time."""
+    """experiment | change | host | status | runs A/B | kv tokens A->B | warm decode B/A |
+    (under load: capacity A -> B) | time."""
     table = Table(title=f"sweep {plan.name} (base {plan.base})")
+    load = any(r.get("capacity_verdict") for r in rows)
     for col in ("experiment", "change", "host", "status", "run A", "run B", "KV tokens A -> B",
-                "warm decode B/A", "time (s)", "note"):
+                "warm decode B/A", *(("capacity A -> B",) if load else ()), "time (s)", "note"):
         table.add_column(col)
     for r in rows:
+        cap = (f"{_cell(fmt_load, r['capacity_a'])} -> {_cell(fmt_load, r['capacity_b'])}",) if load else ()
         table.add_row(r["id"], f"{r['variable']}: {_fmt(r['value_a'])} -> {_fmt(r['value_b'])}",
                       r["host"] or "-", r["status"], r["run_a"] or "-", r["run_b"] or "-",
                       f"{_cell(fmt_num, r['kv_a'])} -> {_cell(fmt_num, r['kv_b'])}"
                       if r["kv_a"] or r["kv_b"] else "-",
-                      _cell(fmt_ratio, r["decode_ratio"]), _fmt(r["seconds"]), r["note"])
+                      _cell(fmt_ratio, r["decode_ratio"]), *cap, _fmt(r["seconds"]), r["note"])
     return table
 
 

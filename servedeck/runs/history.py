@@ -230,7 +230,8 @@ def _served(meta: RunMeta | None) -> bool:
 
 
 def _comparable(d: Path, meta: RunMeta | None) -> bool:
-    return meta is not None and meta.served and (meta.benched_at is not None or store.is_benchmarked(d))
+    return meta is not None and meta.served and (meta.benched_at is not None or meta.load_benched_at is not None
+                                                 or store.is_benchmarked(d) or store.is_load_benchmarked(d))
 
 
 def newest_served(runs_dir: Path, host: str) -> Path:

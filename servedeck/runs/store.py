@@ -49,9 +49,10 @@ from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 
 if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
-    from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, EffectiveSettings,
-                                        ExternalSummary, FactsRecord, FailurePhase, KvRecord, Outcome,
-                                        ProfileDiff, ProfileSnapshot, RunMeta, Sample, StartupFacts, Workload)
+    from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, CapacityResult, CurveSummary,
+                                        EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
+                                        LoadSummary, Outcome, ProfileDiff, ProfileSnapshot, RequestRecord, RunMeta,
+                                        Sample, StartupFacts, Workload)
 
 M = TypeVar("M")
 
@@ -123,6 +124,15 @@ WORKLOAD: RunFile[Workload] = RunFile("workload.json", "Workload", "the benchmar
 BENCH_SAMPLES: RunFile[Sample] = RunFile("bench.jsonl", "Sample", "one line per request sample", form="jsonl",
                                          shown=False)
 BENCH_SUMMARY: RunFile[BenchSummary] = RunFile("bench.json", "BenchSummary", "summary per phase and metric")
+LOAD_SAMPLES: RunFile[RequestRecord] = RunFile(
+    "load.jsonl", "RequestRecord", "a load benchmark: one line per request of every level (warm-up: level -1)",
+    form="jsonl", shown=False)
+LOAD_SUMMARY: RunFile[LoadSummary] = RunFile(
+    "load.json", "LoadSummary", "a load benchmark: workload, load profile, SLO and per level the throughput, "
+    "goodput, percentiles with intervals and what the server's /metrics said")
+CAPACITY: RunFile[CapacityResult] = RunFile(
+    "capacity.json", "CapacityResult", "a capacity search: the highest load meeting the SLO, its bracket, "
+    "saturation, knee and KV check")
 EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
@@ -130,12 +140,17 @@ EXTERNAL_SUMMARY: RunFile[ExternalSummary] = RunFile(
     "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256 "
     "(`external-STEM@N-LABEL.json` for benchmark N of a file holding several)",
     pattern=True)
+EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
+    "curve-STEM.json", "CurveSummary", "an imported external load curve (a `vllm bench sweep serve` directory, a "
+    "GuideLLM report's benchmarks, appended `vllm bench serve` results), its files kept under `external/` with "
+    "their sha256", pattern=True)
 
 #: Every file of a run directory, in the order a deploy writes them (``docs/run-record.md``,
 #: ``invoke show``).
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
-    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, EXTERNAL_RAW, EXTERNAL_SUMMARY)
+    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, LOAD_SAMPLES, LOAD_SUMMARY, CAPACITY,
+    EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
@@ -154,6 +169,11 @@ def external_raw(name: str) -> RunFile[bytes]:
 def external_summary(name: str) -> RunFile[ExternalSummary]:
     """The mapped metrics of an imported external result ``name`` (``external-STEM.json``)."""
     return EXTERNAL_SUMMARY.named(f"external-{Path(name).stem}.json")
+
+
+def external_curve(name: str) -> RunFile[CurveSummary]:
+    """The imported external load curve ``name`` (a sweep directory or a result file): ``curve-STEM.json``."""
+    return EXTERNAL_CURVE.named(f"curve-{Path(name).stem}.json")
 
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
@@ -364,10 +384,51 @@ def write_bench_files(run_dir: str | Path, workload: Workload | dict[str, Any], 
         ServedeckError: a value does not validate (nothing is written).
         OSError: the directory is not writable.
     """
+    return _write_validated(run_dir, ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary)))
+
+
+def _write_validated(run_dir: str | Path, values: Any) -> dict[str, Path]:
+    """Validate every ``(file, value)`` against its file's model first, then write them all
+    atomically (nothing is written when one does not validate)."""
     run_dir = Path(run_dir)
-    texts = {file: _json_text(file, encode(file, value, path=run_dir / file))
-             for file, value in ((WORKLOAD, workload), (BENCH_SAMPLES, samples), (BENCH_SUMMARY, summary))}
+    texts = {file: _json_text(file, encode(file, value, path=run_dir / file)) for file, value in values}
     return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
+
+
+def write_load_files(run_dir: str | Path, summary: LoadSummary | dict[str, Any], records: list[Any],
+                     capacity: CapacityResult | dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write a load benchmark's ``load.jsonl`` (one record per line), ``load.json`` and, for a
+    capacity search, ``capacity.json`` atomically into ``run_dir``, each validated against its
+    model; the caller then sets ``load_benched_at`` in run.json.
+
+    Returns:
+        ``{file name: path}``.
+
+    Raises:
+        ServedeckError: a value does not validate (nothing is written).
+        OSError: the directory is not writable.
+    """
+    values: list[tuple[RunFile[Any], Any]] = [(LOAD_SAMPLES, records), (LOAD_SUMMARY, summary)]
+    if capacity is not None:
+        values.append((CAPACITY, capacity))
+    return _write_validated(run_dir, values)
+
+
+def read_load(run_dir: Path) -> tuple[LoadSummary | None, list[RequestRecord]]:
+    """``(load.json, load.jsonl records)`` of a run; ``(None, [])`` when it has no load benchmark.
+
+    Raises:
+        ServedeckError: a file is not valid JSON or does not match its model.
+    """
+    summary = read(run_dir, LOAD_SUMMARY)
+    if summary is None:
+        return None, []
+    return summary, read(run_dir, LOAD_SAMPLES)
+
+
+def is_load_benchmarked(run_dir: Path) -> bool:
+    """True when the run holds a load benchmark (``load.json``)."""
+    return (Path(run_dir) / LOAD_SUMMARY).is_file()
 
 
 def sequence_of(run_dir: Path) -> int | None:
@@ -515,6 +576,8 @@ def present_files(run_dir: Path) -> list[RunFile[Any]]:
             out += [external_raw(p.name) for p in sorted((run_dir / EXTERNAL_DIR).glob("*")) if p.is_file()]
         elif file == EXTERNAL_SUMMARY:
             out += [EXTERNAL_SUMMARY.named(p.name) for p in sorted(run_dir.glob("external-*.json"))]
+        elif file == EXTERNAL_CURVE:
+            out += [EXTERNAL_CURVE.named(p.name) for p in sorted(run_dir.glob("curve-*.json"))]
         elif (run_dir / file).is_file():
             out.append(file)
     return out

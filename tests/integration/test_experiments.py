@@ -162,3 +162,30 @@ def test_a_rollback_records_a_run_that_bench_accepts_and_ab_compares(lab, interl
     assert "changed: max_num_batched_tokens" in proc.stdout and "decode_tok_s" in proc.stdout
     # latest:arm-b now names the rollback's run: it served and was benchmarked
     assert resolve_run(project.runs_dir, "latest:arm-b") == rolled
+
+
+def test_a_capacity_search_from_the_command_line_is_recorded_shown_and_exported(lab, interleaved, tmp_path):
+    """``invoke bench --workload --load --slo --capacity`` against the stand-in deployment (no
+    load model: every level meets a lenient SLO, so the search grows until its level budget and
+    says the capacity is higher than it reached); the run keeps load.jsonl, load.json and
+    capacity.json; ``show`` prints them; ``--export-vllm`` writes vllm bench serve's shape and
+    ``--import-curve`` reads it back beside the run."""
+    project, _ = lab
+    proc = _servedeck(project, "bench", "--host", HOST, "--workload", "chat", "--load", "concurrency:1",
+                      "--slo", "e2e_s=30,p=50", "--capacity", "--max-levels", "3", "--requests", "6")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = max(p for p in project.runs_dir.iterdir() if re.match(r"^\d{4}-", p.name))
+    assert "every level met the SLO up to 16 requests in flight" in proc.stdout and f"results in {run}" in proc.stdout
+    assert {"load.jsonl", "load.json", "capacity.json"} <= {p.name for p in run.iterdir()}
+    assert _meta(run)["load_benched_at"]
+    shown = _servedeck(project, "show", run.name)
+    assert shown.returncode == 0 and "load:" in shown.stdout and "c=16" in shown.stdout and "capacity:" in shown.stdout
+    again = _servedeck(project, "bench", "--host", HOST, "--workload", "chat", "--load", "concurrency:1")
+    assert again.returncode != 0 and "already holds load results" in again.stderr
+    out = tmp_path / "vllm.jsonl"
+    proc = _servedeck(project, "bench", "--run", run.name, "--export-vllm", str(out))
+    assert proc.returncode == 0 and len(out.read_text().splitlines()) == 3
+    proc = _servedeck(project, "bench", "--run", run.name, "--import-curve", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vllm-bench-serve: 3 levels (c=1, c=4, c=16)" in proc.stdout
+    assert json.loads((run / "curve-vllm.json").read_text())["levels"][2]["value"] == 16

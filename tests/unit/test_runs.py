@@ -290,30 +290,30 @@ def test_a_field_added_to_the_run_record_is_the_model_plus_its_writer_and_show_d
     class RunMetaPlus(records.RunMeta):
         tuned_by: str | None = Field(None, description="who tuned this run")
 
-    class LoadResult(records.Record):
-        """``load.json``: what a load test found."""
+    class ProbeResult(records.Record):
+        """``probe.json``: what a probe found."""
 
         capacity_rps: float = Field(description="requests per second held within the SLO")
 
-    load = store.RunFile("load.json", "LoadResult", "the capacity a load test found")
+    probe = store.RunFile("probe.json", "ProbeResult", "the capacity a probe found")
     monkeypatch.setattr(records, "RunMeta", RunMetaPlus)
-    monkeypatch.setattr(records, "LoadResult", LoadResult, raising=False)
-    monkeypatch.setattr(store, "RUN_FILES", (*store.RUN_FILES, load))
+    monkeypatch.setattr(records, "ProbeResult", ProbeResult, raising=False)
+    monkeypatch.setattr(store, "RUN_FILES", (*store.RUN_FILES, probe))
     monkeypatch.setattr(store, "_adapters", {})
 
     run = create_run(tmp_path, "base", "b70")
     run.save_meta(tuned_by="ada")                   # the writer of the new field
-    run.write(load, LoadResult(capacity_rps=3.5))   # the writer of the new file
+    run.write(probe, ProbeResult(capacity_rps=3.5))   # the writer of the new file
     lines = show_lines(run.path)
     assert "  tuned_by: ada" in lines
-    assert lines[lines.index("load.json:") + 1] == "  capacity_rps: 3.5"
+    assert lines[lines.index("probe.json:") + 1] == "  capacity_rps: 3.5"
     document = run_document(run.path)
-    assert document["run"]["tuned_by"] == "ada" and document["files"]["load.json"] == {"capacity_rps": 3.5}
+    assert document["run"]["tuned_by"] == "ada" and document["files"]["probe.json"] == {"capacity_rps": 3.5}
     text = doc.render()
     assert "| `tuned_by` | `str` \\| `null` | who tuned this run |" in text
-    assert "## `load.json` (`LoadResult`)" in text and "requests per second held within the SLO" in text
+    assert "## `probe.json` (`ProbeResult`)" in text and "requests per second held within the SLO" in text
     with pytest.raises(ServedeckError):  # still typed: the new file refuses what its model does not hold
-        run.write(load, {"capacity_rps": 3.5, "colour": "blue"})
+        run.write(probe, {"capacity_rps": 3.5, "colour": "blue"})
 
 
 # ---------------------------------------------------------------- history

