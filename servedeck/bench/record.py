@@ -74,14 +74,25 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
-def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None):
+def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
+                   probes: bool = True, quality_settings=None, lm_eval=None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
+
+    After the speed benchmark, the quality probes (:func:`servedeck.bench.probes.run_probes`,
+    sized by the run's effective settings and ``max_model_len``) write ``quality.json``, and with
+    ``lm_eval`` (:class:`servedeck.bench.lmeval.LmEvalSettings`) lm-evaluation-harness writes
+    ``lm_eval.json``; ``benched_at`` is set once all of it is stored.
+
+    Args:
+        probes: run the quality probes (default on); quality_settings: their
+            :class:`servedeck.bench.quality.QualitySettings` (default sizes when None).
 
     Returns:
         the :class:`servedeck.bench.client.BenchResult`.
 
     Raises:
-        ServedeckError: the guard fails, or the server misbehaves.
+        ServedeckError: the guard fails, or the server misbehaves, or lm-eval fails (the speed
+            and probe results are stored before).
     """
     from servedeck.bench.client import run_bench
     run = open_run(run_dir)
@@ -97,6 +108,12 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
                        progress=progress, client=client)
     result.write(run.path)
+    if probes:
+        probe_run(run, base_url, quality_settings, api_key=key, progress=progress)
+    if lm_eval is not None:
+        from servedeck.bench.lmeval import run_lm_eval
+        scores = run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=key)
+        run.write(store.LM_EVAL, scores)
     run.save_meta(benched_at=result.finished_at)
     return result
 
@@ -149,6 +166,31 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     result.write(run.path)
     run.save_meta(load_benched_at=result.summary.finished_at)
     return result
+def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | None = None, progress=None):
+    """Run the quality probes against the server of ``run`` and write ``quality.json``.
+
+    What the profile enables (tool-call and reasoning parsers) comes from the run's
+    ``effective.json``, the context length from its startup log (:func:`servedeck.bench.sizing.max_model_len_of`).
+
+    Returns:
+        the :class:`servedeck.bench.quality.QualityResult`.
+
+    Raises:
+        ServedeckError: the server is unreachable or serves another model.
+    """
+    import httpx
+
+    from servedeck.bench.probes import ServerFeatures, run_probes
+    from servedeck.bench.sizing import max_model_len_of
+    effective = store.read(run.path, store.EFFECTIVE)
+    features = ServerFeatures.from_effective(effective.root if effective is not None else None,
+                                             max_model_len_of(run.path))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
+        quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
+                             client=client, progress=progress)
+    run.write(store.QUALITY, quality)
+    return quality
 
 
 def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> dict[str, Any]:

@@ -121,3 +121,28 @@ def _level_label(level: dict) -> str:
     """``c=4`` / ``2 req/s`` / ``poisson 2 req/s`` / ``ramp 1→20 req/s`` from a stored level."""
     from servedeck.bench.load import LoadLevel
     return LoadLevel.model_validate(level).label
+def format_quality(quality: Any) -> str:
+    """The quality probes' summary lines under the benchmark table, from a
+    :class:`servedeck.bench.quality.QualityResult` (``""`` for None)."""
+    if quality is None:
+        return ""
+    lines = [f"quality probes ({quality.duration_s:.1f} s):" if quality.duration_s is not None else "quality probes:"]
+    lik = quality.likelihood
+    if lik is not None:
+        lines.append(f"  likelihood: {lik.error}" if lik.error else
+                     f"  perplexity {lik.perplexity:.4g} over {len(lik.items)} texts ({lik.tokens:,} tokens, "
+                     f"{lik.mean_logprob:.4f} nats/token)")
+    if quality.generation:
+        bad = [g for g in quality.generation if g.degenerate or g.error]
+        kinds = sorted({k for g in bad for k in g.degenerate} | ({"error"} if any(g.error for g in bad) else set()))
+        lines.append(f"  generation: {len(quality.generation)} prompts, {len(bad)} degenerate"
+                     + (f" ({', '.join(kinds)})" if kinds else ""))
+    for f in quality.features:
+        lines.append(f"  {f.name} ({f.setting}): {f.status}" + (" BROKEN" if f.broken else "") + f" - {f.detail}")
+    if quality.needle:
+        tokens = max(n.context_tokens for n in quality.needle)
+        lines.append(f"  needle: {sum(n.retrieved for n in quality.needle)}/{len(quality.needle)} retrieved at "
+                     f"{tokens:,} tokens (depths {', '.join(f'{n.depth:.0%}' for n in quality.needle)})")
+    for probe, why in quality.skipped.items():
+        lines.append(f"  {probe}: skipped ({why})")
+    return "\n".join(lines)

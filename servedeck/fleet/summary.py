@@ -86,11 +86,11 @@ def _cell(fmt: Callable[[Any], str], v: Any) -> str:
 
 def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
     """experiment | change | host | status | runs A/B | kv tokens A->B | warm decode B/A |
-    (under load: capacity A -> B) | time."""
+    (under load: capacity A -> B) | quality gate | time."""
     table = Table(title=f"sweep {plan.name} (base {plan.base})")
     load = any(r.get("capacity_verdict") for r in rows)
     for col in ("experiment", "change", "host", "status", "run A", "run B", "KV tokens A -> B",
-                "warm decode B/A", *(("capacity A -> B",) if load else ()), "time (s)", "note"):
+                "warm decode B/A", *(("capacity A -> B",) if load else ()), "quality gate", "time (s)", "note"):
         table.add_column(col)
     for r in rows:
         cap = (f"{_cell(fmt_load, r['capacity_a'])} -> {_cell(fmt_load, r['capacity_b'])}",) if load else ()
@@ -98,7 +98,8 @@ def sweep_table_from_rows(plan: Any, rows: list[dict[str, Any]]) -> Table:
                       r["host"] or "-", r["status"], r["run_a"] or "-", r["run_b"] or "-",
                       f"{_cell(fmt_num, r['kv_a'])} -> {_cell(fmt_num, r['kv_b'])}"
                       if r["kv_a"] or r["kv_b"] else "-",
-                      _cell(fmt_ratio, r["decode_ratio"]), *cap, _fmt(r["seconds"]), r["note"])
+                      _cell(fmt_ratio, r["decode_ratio"]), *cap, r.get("gate") or "-", _fmt(r["seconds"]),
+                      r["note"])
     return table
 
 

@@ -536,16 +536,17 @@ def run_sweep(project: Project, plan: SweepPlan, *, progress: ProgressFn | None 
 def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     """One row per experiment: id, variable, value_a, value_b, host, status (``done``,
     ``failed``, ``pending``), run_a, run_b, report, seconds, and the headline metrics (B vs A):
-    ``kv_cache_tokens`` a/b, the warm ``decode_tok_s`` median ratio when benchmarked, and under
+    ``kv_cache_tokens`` a/b, the warm ``decode_tok_s`` median ratio when benchmarked, under
     load (``--workload``/``--load``/``--slo``) each arm's capacity under the SLO and the
-    capacity verdict (:mod:`servedeck.ab.load`)."""
+    capacity verdict (:mod:`servedeck.ab.load`), and the quality gate on arm B (``gate``:
+    ``pass``, ``gated: RULES``, ``not checked``; None without probes)."""
     from servedeck.ab.stats import compare_metrics
     rows = []
     for exp in plan.experiments:
         row: dict[str, Any] = {"id": exp.id, "variable": exp.variable, "value_a": exp.value_a,
                                "value_b": exp.value_b, "status": "pending", "host": None,
                                "run_a": None, "run_b": None, "report": None, "seconds": None,
-                               "kv_a": None, "kv_b": None, "decode_ratio": None, "note": "",
+                               "kv_a": None, "kv_b": None, "decode_ratio": None, "gate": None, "note": "",
                                "capacity_a": None, "capacity_b": None, "capacity_verdict": None}
         result_file = plan.result_path(exp.id)
         failed_file = result_file.with_suffix(".json.failed")
@@ -566,6 +567,12 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
             if cap is not None:
                 row.update(capacity_a=cap.capacity_a, capacity_b=cap.capacity_b, capacity_verdict=cap.verdict)
                 row["note"] = f"{row['note']}; capacity {cap.verdict}".lstrip("; ")
+            if cmp.quality is not None:
+                gate = cmp.quality.gate
+                row["gate"] = (f"gated: {', '.join(dict.fromkeys(r.rule for r in gate.reasons))}"
+                               if gate.blocks else gate.status)
+                if gate.blocks:
+                    row["note"] = f"{row['note']}; B cannot be called better (quality)".lstrip("; ")
         elif failed_file.exists():
             res = json.loads(failed_file.read_text(encoding="utf-8"))
             lines = [ln for ln in str(res.get("stderr", "")).splitlines() if ln.strip()]

@@ -36,7 +36,7 @@ IMAGE_RE = re.compile(
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 ENGINE_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
-                "kv_cache_dtype", "enable_prefix_caching")
+                "kv_cache_dtype", "enable_prefix_caching", "dtype")
 """Engine fields that are plain vLLM flags of the same dest name (printed in this order)."""
 
 #: Engine keys whose ``null`` is a value ("off"), not a deletion, during ``extends:`` merges.
@@ -207,6 +207,9 @@ class EngineSettings(_Strict):
         max_num_seqs: concurrent sequences.
         enable_prefix_caching: automatic prefix caching (APC).
         kv_cache_dtype: ``auto``, ``fp8``, ...
+        dtype: the weights' and activations' data type (vLLM ``--dtype``: ``auto``,
+            ``bfloat16``, ``float16``, ``float32``, ...): a quality variable (it changes what the
+            model computes).
         speculative: speculative decoding; ``null`` turns it off, unset keeps the image's.
         enable_auto_tool_choice: ``--enable-auto-tool-choice`` (needs tool_call_parser).
         tool_call_parser: vLLM tool-call parser name.
@@ -220,6 +223,7 @@ class EngineSettings(_Strict):
     max_num_seqs: int | None = Field(default=None, gt=0)
     enable_prefix_caching: bool | None = None
     kv_cache_dtype: str | None = None
+    dtype: str | None = None
     speculative: Speculative | None = None
     enable_auto_tool_choice: bool | None = None
     tool_call_parser: str | None = None

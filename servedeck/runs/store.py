@@ -51,8 +51,8 @@ from servedeck.fsutil import atomic_write
 if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
     from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, CapacityResult, CurveSummary,
                                         EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
-                                        LoadSummary, Outcome, ProfileDiff, ProfileSnapshot, RequestRecord, RunMeta,
-                                        Sample, StartupFacts, Workload)
+                                        LmEvalResult, LoadSummary, Outcome, ProfileDiff, ProfileSnapshot,
+                                        QualityResult, RequestRecord, RunMeta, Sample, StartupFacts, Workload)
 
 M = TypeVar("M")
 
@@ -133,6 +133,11 @@ LOAD_SUMMARY: RunFile[LoadSummary] = RunFile(
 CAPACITY: RunFile[CapacityResult] = RunFile(
     "capacity.json", "CapacityResult", "a capacity search: the highest load meeting the SLO, its bracket, "
     "saturation, knee and KV check")
+QUALITY: RunFile[QualityResult] = RunFile(
+    "quality.json", "QualityResult", "the quality probes run after the benchmark: the likelihood of the shipped "
+    "texts, greedy generations, the checks of what the profile enables, the needle")
+LM_EVAL: RunFile[LmEvalResult] = RunFile(
+    "lm_eval.json", "LmEvalResult", "lm-evaluation-harness scores on the user's tasks, each document's score kept")
 EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
@@ -150,7 +155,7 @@ EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
     ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, LOAD_SAMPLES, LOAD_SUMMARY, CAPACITY,
-    EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
+    QUALITY, LM_EVAL, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"

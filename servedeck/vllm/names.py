@@ -23,7 +23,7 @@ _KIND_FIELDS = {"tool_call_parser": "tool_call_parsers", "reasoning_parser": "re
 
 #: the settings servedeck renders (vLLM dests) whose defaults :func:`vllm_defaults` gives
 RENDERED_SETTINGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
-                     "enable_prefix_caching", "kv_cache_dtype", "speculative_config",
+                     "enable_prefix_caching", "kv_cache_dtype", "dtype", "speculative_config",
                      "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "port")
 
 

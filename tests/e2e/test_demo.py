@@ -281,3 +281,55 @@ def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
     assert (result.runs[2] / "bench.jsonl").exists()
     with pytest.raises(ServedeckError, match="already holds benchmark results"):
         bench_deployed(result.runs[2], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+
+
+def test_aa_quality_of_two_deployments_is_identical(demo):
+    """Issue 32: the benchmarks of both cpu-4096 deployments ran the quality probes on the real
+    vLLM; the prompt log-probabilities came back, and an A/A scores every text the same, agrees
+    on every next token and greedy output, and gives no verdict and no gate."""
+    import math
+
+    from servedeck.ab.quality import compare_quality, read_quality
+    result, *_ = demo
+    a, a_again = result.runs[0], result.runs[2]
+    qa = read_quality(a)
+    assert qa.likelihood.error is None and len(qa.likelihood.items) == 8
+    for item in qa.likelihood.items:
+        assert item.tokens == len(item.logprobs) == len(item.top1_ids) > 10
+        assert all(math.isfinite(lp) and lp < 0 for lp in item.logprobs)
+    assert qa.generation and all(g.token_ids for g in qa.generation)
+    assert {f.name for f in qa.features} == {"tool_call", "reasoning", "structured_output"}
+    assert len(qa.needle) == 3 and all(1500 < n.context_tokens <= 2048 for n in qa.needle)
+    q = compare_quality([a], [a_again])
+    assert q.likelihood.verdict == "identical" and q.likelihood.ratio == 1.0
+    assert q.next_token.rate == 1.0 and q.generation.rate == 1.0
+    assert q.gate.status == "pass"
+    # the demo's own A/B report (cpu-4096 vs cpu-8192) carries the Quality section
+    assert "### Quality (reference arm A" in result.report.read_text()
+
+
+def test_quality_variant_float32_against_bfloat16(demo):
+    """Issue 32: the seed's quality variant in miniature, last in this module (it replaces what
+    serves): cpu-fp32 against the first cpu-4096 run is a single-variable A/B on ``dtype``; the
+    numbers move: the perplexity differs, with its interval and paired test, and some next-token
+    choices diverge, shown with their text."""
+    from devtools.demo import run_quality_variant
+    from servedeck.ab.compare import compare_arms
+    from servedeck.ab.quality import compare_quality
+    result, project, host, entry, reporter = demo
+    run, report = run_quality_variant(project, host, entry, result.runs[0],
+                                      Workload(prompt_tokens=256, max_tokens=16, repetitions=2), reporter)
+    diff = compare_arms(result.runs[0], run)
+    assert diff.single_variable is not None and diff.single_variable.name == "dtype"
+    assert (diff.single_variable.a, diff.single_variable.b) == ("bfloat16", "float32")
+    q = compare_quality([result.runs[0]], [run])
+    m = q.likelihood
+    assert m.judged and m.verdict != "identical" and m.ratio != 1.0
+    assert m.ci_low <= m.ratio <= m.ci_high and m.method.startswith("paired sign-flip permutation test")
+    assert m.p is not None and m.p_adjusted is not None
+    agr = q.next_token
+    assert agr.rate < 1.0 and agr.first is not None  # a measured divergence
+    text = report.read_text()
+    section = text.split("### Quality", 1)[1].split("## Findings", 1)[0]
+    assert "| perplexity (8 texts" in section and "Diverging text (next token)" in section
+    assert "`dtype`" in text and "bfloat16 → float32" in text

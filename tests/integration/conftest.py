@@ -117,3 +117,53 @@ def tiny_image(test_services: dict[str, str]) -> Iterator[Callable[..., str]]:
     yield make
     for tag in made:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+#: The stand-in serving a card profile: the seed's container environment, a 1 s start-up, and
+#: 256 output tokens in about 50 ms.
+STANDIN_ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
+               "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": "1",
+               "STANDIN_DECODE_S_PER_TOKEN": "0.0002"}
+
+
+@pytest.fixture(scope="module")
+def standin_lab(test_services, tmp_path_factory):
+    """Factory ``make(name, profile, extends, env, host="b70", port=9932) -> (Project, RemoteHost)``:
+    a copy of the repository's profiles, templates, schema and image catalog whose profile
+    ``profile`` extends ``extends`` with the stand-in image and :data:`STANDIN_ENV` plus ``env``,
+    and one inventory host with a fresh working directory ``/srv/servedeck-test/<name>-<random>``
+    on the loopback card host (weights and cache directories made). Whatever was deployed there is
+    brought down and the directory removed at the end of the module."""
+    from devtools import imagebuild
+    from servedeck.model.project import Project
+
+    made: list[tuple[RemoteHost, str]] = []
+
+    def make(name: str, profile: str, extends: str, env: dict[str, str] | None = None, *, host: str = "b70",
+             port: int = 9932):
+        standin = imagebuild.build_standin_image(progress=False)
+        root = tmp_path_factory.mktemp(name)
+        for part in ("profiles", "templates", "schema"):
+            subprocess.run(["cp", "-r", str(ROOT / part), str(root / part)], check=True)
+        (root / "deploy").mkdir()
+        (root / "deploy" / "images.yaml").write_bytes((ROOT / "deploy" / "images.yaml").read_bytes())
+        workdir = f"/srv/servedeck-test/{name}-{uuid.uuid4().hex[:8]}"
+        remote = RemoteHost(host, SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
+        remote.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" "$1/cache" && '
+                          'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
+        made.append((remote, workdir))
+        (root / "deploy" / "hosts.yaml").write_text(
+            f"hosts:\n  {host}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
+            f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {port}\n"
+            f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
+        lines = "\n".join(f"    {k}: \"{v}\"" for k, v in {**STANDIN_ENV, **(env or {})}.items())
+        (root / "profiles" / f"{profile}.yaml").write_text(
+            f"extends: {extends}\nimage: {standin}\ncontainer:\n  environment:\n{lines}\n")
+        return Project(root), remote
+
+    yield make
+    for remote, workdir in made:
+        remote.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans -t 1; true",
+                   check=False)
+        remote.run(["rm", "-rf", workdir], check=False)
+        remote.close()

@@ -18,21 +18,18 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from devtools import imagebuild
 from servedeck.bench.client import Workload
 from servedeck.bench.record import bench_deployed
 from servedeck.errors import ServedeckError
 from servedeck.host.history import revisions
-from servedeck.host.remote import RemoteHost, SshTarget
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.project import Project
 from servedeck.runs.history import resolve_run
-from test_deploy import PORT, ROOT, SSH_CONFIG, _history, _variant
+from test_deploy import PORT, ROOT, _history, _variant
 
 HOST = "b70"
 REQUESTS = 2  # requests per phase and deployment: a tiny bench, the stand-in answers in ~0.15 s
@@ -46,35 +43,12 @@ def _servedeck(project: Project, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def lab(test_services, tmp_path_factory):
+def lab(standin_lab):
     """A project whose two profiles (``arm-a``, ``arm-b``: max_num_batched_tokens 8192 vs 4096)
     serve the stand-in image, and a fresh working directory on the loopback card host."""
-    standin = imagebuild.build_standin_image(progress=False)
-    root = tmp_path_factory.mktemp("experiments")
-    for name in ("profiles", "templates", "schema"):
-        subprocess.run(["cp", "-r", str(ROOT / name), str(root / name)], check=True)
-    (root / "deploy").mkdir()
-    (root / "deploy" / "images.yaml").write_bytes((ROOT / "deploy" / "images.yaml").read_bytes())
-    project = Project(root)
-    workdir = f"/srv/servedeck-test/experiments-{uuid.uuid4().hex[:8]}"
-    host = RemoteHost(HOST, SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
-    host.run_script('mkdir -p "$1/models/qwen3.8-27b-exl3-4.00bpw" "$1/cache" && '
-                    'echo "{}" > "$1/models/qwen3.8-27b-exl3-4.00bpw/config.json"', [workdir])
-    (root / "deploy" / "hosts.yaml").write_text(
-        f"hosts:\n  {HOST}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
-        f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {PORT}\n"
-        f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
-    env = "\n".join(f"    {k}: \"{v}\"" for k, v in {
-        "ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
-        "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub", "STANDIN_STARTUP_S": "1",
-        "STANDIN_DECODE_S_PER_TOKEN": "0.0002"}.items())  # 256 output tokens in ~50 ms
-    _variant(project, "arm-a", f"extends: batch-8192\nimage: {standin}\ncontainer:\n  environment:\n{env}\n")
+    project, host = standin_lab("experiments", "arm-a", "batch-8192", host=HOST, port=PORT)
     _variant(project, "arm-b", "extends: arm-a\nengine:\n  max_num_batched_tokens: 4096\n")
-    yield project, host
-    host.run(f"cd {workdir} && [ -e docker-compose.yml ] && docker compose down --remove-orphans -t 1; true",
-             check=False)
-    host.run(["rm", "-rf", workdir], check=False)
-    host.close()
+    return project, host
 
 
 @pytest.fixture(scope="module")

@@ -53,14 +53,15 @@ def _errors(text: str) -> list[str]:
 def test_equals_form_flags_become_typed_fields_and_render_once(tmp_path):
     src = _compose(tmp_path, ["--model=/models/m", "--served-model-name=chat", "--port=8000",
                               "--max-num-seqs=8", "--gpu-memory-utilization=0.85", "--tool-call-parser=hermes",
-                              "--enable-auto-tool-choice", "--dtype=half"])
+                              "--enable-auto-tool-choice", "--dtype=half", "--seed=7"])
     mapping, notes = import_compose(src, "t", CATALOG)
     assert mapping["model"]["served_model_name"] == ["chat"]
     assert mapping["model"]["mount"] == "/models/m"
     assert mapping["container"]["port"] == 8000
     assert mapping["engine"]["max_num_seqs"] == 8 and mapping["engine"]["gpu_memory_utilization"] == 0.85
     assert mapping["engine"]["tool_call_parser"] == "hermes"
-    assert mapping["engine"]["extra_args"] == ["--dtype=half"]  # not modelled: kept verbatim
+    assert mapping["engine"]["dtype"] == "half"
+    assert mapping["engine"]["extra_args"] == ["--seed=7"]  # not modelled: kept verbatim
     command = parse_document(_render(tmp_path, mapping)).service().command
     assert repeated(parse_vllm(command)) == {}
 

