@@ -524,7 +524,10 @@ class Arg:
             parts = self.subkey.split(".")
             for p in parts[:-1]:
                 cur = cur.setdefault(p, {})
-            cur[parts[-1]] = _json_or_text(self.value)
+            if parts[-1].endswith("+"):  # --json-flag.key+ A,B: the list of the texts
+                cur[parts[-1][:-1]] = (self.value or "").split(",")
+            else:
+                cur[parts[-1]] = _json_or_text(self.value)
             return out
         spec = spec_for(self.base or "")
         if spec.nargs_plus and self.values:

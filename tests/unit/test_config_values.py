@@ -127,6 +127,27 @@ def test_the_dotted_form_of_additional_config_is_read_too(catalog):
     assert ("json/key-of-another-flag", "warning") in rules(got)
 
 
+@pytest.mark.parametrize("version", sorted(DIGESTS))
+def test_dotted_sub_key_flags_are_options_of_the_release(catalog, version):
+    """vLLM's FlexibleArgumentParser gathers ``--OPTION.KEY VALUE`` into one JSON value of
+    --OPTION (``vllm/utils/__init__.py`` in 0.11, ``vllm/utils/argparse_utils.py`` later): not
+    an unknown flag; a base option the release lacks still is one."""
+    command = ["--speculative-config.method", "ngram", "--speculative-config.num_speculative_tokens=3",
+               "--compilation-config.cudagraph_capture_sizes+", "1,2,4", "--speculative-confg.method", "ngram"]
+    items = "".join(f"      - '{c}'\n" for c in command)
+    text = f"services:\n  llm:\n    image: example/llm@{DIGESTS[version]}\n    command:\n      - m\n{items}"
+    flagged = [f.message for f in check_compose_text(text, file="t.yml", catalog=catalog) if f.rule.startswith("flags/")]
+    assert len(flagged) == 1 and "--speculative-confg.method" in flagged[0]
+
+
+def test_a_dotted_list_key_with_plus_is_the_list_of_its_texts(catalog):
+    """``--compilation-config.cudagraph_capture_sizes+ 1,2,4``: vLLM splits the text at commas
+    into a list (of strings, which pydantic's lax mode reads as integers)."""
+    assert found(catalog, ["--compilation-config.cudagraph_capture_sizes+", "1,2,4"]) == []
+    got = found(catalog, ["--compilation-config.cudagraph_capture_sizes+", "1,x"])
+    assert rules(got) == {("json/bad-value", "error")} and "cudagraph_capture_sizes[1]" in got[0][2]
+
+
 def test_a_key_the_011_config_drops_silently_is_a_warning_not_an_error(catalog):
     """vLLM 0.11's configs are pydantic dataclasses without extra="forbid": an unknown key is
     dropped without a word (it has no effect); 0.32's refuse it."""

@@ -22,8 +22,9 @@ flag that takes any dict and never reads them as that config: ``--additional-con
 vLLM value syntax (``vllm/utils/argparse_utils.py``): ``human_readable_int`` takes ``16k``
 (16000) and ``16K`` (16384), ``1m``/``1M``, decimals with a suffix (``25.6k``);
 ``human_readable_int_or_auto`` also ``-1``/``auto``; plain ``int`` takes none of these.
-``FlexibleArgumentParser`` accepts ``--flag=value`` and underscores in flag names; argparse
-keeps the last occurrence of a flag.
+``FlexibleArgumentParser`` accepts ``--flag=value`` and underscores in flag names, and gathers
+``--OPTION.KEY VALUE`` (``KEY+ A,B``: a list) into one JSON value of ``--OPTION``; argparse keeps
+the last occurrence of a flag.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
     facts = j.facts
     report = ctx.error if j.exact else ctx.warning
     for flag in flags:
+        base, dot, _ = flag.name.partition(".")
+        if dot and facts.option(base) is not None:
+            continue  # --OPTION.KEY VALUE: vLLM gathers these into one JSON value of --OPTION (json/*)
         action = facts.option(flag.name)
         if action is None and j.maybe_added(lambda f: f.option(flag.name)):
             continue  # known to the next newer release: may have been added in between
@@ -242,8 +246,11 @@ def check_json_values(ctx: Ctx, svc: Service) -> None:
     for dest, items in dotted.items():
         value: dict[str, Any] = {}
         for flag, sub in items:
-            _merge(value, _nested(sub.split("."), _dotted_value(flag.value or "")))
-        first = {sub.split(".")[0]: flag.token.path for flag, sub in reversed(items)}
+            if sub.endswith("+"):  # KEY+ A,B: a list of the texts, appended to a list given before
+                _merge(value, _nested(sub[:-1].split("."), (flag.value or "").split(",")))
+            else:
+                _merge(value, _nested(sub.split("."), _dotted_value(flag.value or "")))
+        first = {sub.rstrip("+").split(".")[0]: flag.token.path for flag, sub in reversed(items)}
         name, at = "--" + dest.replace("_", "-"), items[0][0].token.path
         if dest in _FREE_DICTS:
             _foreign_keys(ctx, name, dest, value, configs, at)
@@ -286,6 +293,8 @@ def _merge(base: dict[str, Any], new: Any) -> None:
     for k, v in new.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _merge(base[k], v)
+        elif isinstance(v, list) and isinstance(base.get(k), list):
+            base[k] = base[k] + v  # vLLM's recursive_dict_update extends a list
         else:
             base[k] = v
 
