@@ -276,6 +276,28 @@ def test_two_specific_addresses_do_not_clash(catalog):  # noqa: F811
     assert "ports/host-port-conflict" not in found(compose(a, b), catalog)
 
 
+@pytest.mark.parametrize("first,second,expected", [
+    (["cpu"], ["gpu"], None),            # alternatives: `--profile cpu` or `--profile gpu`
+    (["cpu"], ["cpu", "gpu"], "error"),  # `--profile cpu` starts both
+    ([], ["gpu"], "error"),              # the first always runs
+], ids=["disjoint", "shared-profile", "one-always-runs"])
+def test_services_of_disjoint_profiles_may_share_a_host_port(catalog, first, second, expected):  # noqa: F811
+    a = service(LOCAL, WEIGHTS + HEALTH + (f"profiles: {first}\n" if first else ""))
+    b = service(LOCAL, WEIGHTS + HEALTH + f"profiles: {second}\n", name="llm2")
+    assert found(compose(a, b), catalog).get("ports/host-port-conflict") == expected
+
+
+@pytest.mark.parametrize("ports,replicas,expected", [
+    ("[\"8000:8000\"]", 2, "error"),
+    ("[\"8000-8001:8000\"]", 2, None),     # a range of one host port per replica
+    ("[\"8000-8001:8000\"]", 3, "error"),
+], ids=["one-port", "range-fits", "range-short"])
+def test_replicas_need_a_host_port_each(catalog, ports, replicas, expected):  # noqa: F811
+    text = compose(service(LOCAL, WEIGHTS + HEALTH + f"gpus: all\ndeploy: {{replicas: {replicas}}}\n", gpu=False)
+                   .replace("[\"8000:8000\"]", ports))
+    assert found(text, catalog).get("ports/host-port-replicas") == expected
+
+
 def test_replicas_names_and_the_host_network(catalog):  # noqa: F811
     text = compose(service(LOCAL, WEIGHTS + HEALTH + "gpus: all\ndeploy: {replicas: 2}\n", gpu=False))
     assert found(text, catalog).get("ports/host-port-replicas") == "error"

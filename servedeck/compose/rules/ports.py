@@ -107,18 +107,19 @@ def check_host_ports(ctx: Ctx, svcs: list[Service]) -> None:
     """``ports/host-port-conflict`` and ``ports/host-port-replicas``: a host port (with its
     address and protocol) can be bound by one container only; the second fails with "Bind for
     0.0.0.0:8000 failed: port is already allocated" (replicas of one service included)."""
-    seen: list[HostBinding] = []
+    seen: list[tuple[HostBinding, frozenset[str]]] = []
     for svc in svcs:
         mine = host_bindings(svc)
+        profiles = _profiles(svc)
         if replicas(svc) > 1:
             for b in mine:
-                if b.path[-2:-1] == ("ports",):
+                if b.path[-2:-1] == ("ports",) and b.hi - b.lo + 1 < replicas(svc):
                     ctx.error("ports/host-port-replicas", b.path,
                               f"{svc.name} runs {replicas(svc)} replicas that all publish host port "
                               f"{_show(b)}: only the first container can bind it (\"port is already "
                               f"allocated\")", "publish a host port range, or leave the host port out")
         for b in mine:
-            clash = next((o for o in seen if o.overlaps(b)), None)
+            clash = next((o for o, theirs in seen if o.overlaps(b) and not _alternatives(profiles, theirs)), None)
             if clash is not None:
                 who = "itself" if clash.service == b.service else clash.service
                 ctx.error("ports/host-port-conflict", b.path,
@@ -126,7 +127,20 @@ def check_host_ports(ctx: Ctx, svcs: list[Service]) -> None:
                           f"({_show(clash)}): the second container cannot start (\"Bind for "
                           f"{b.ip or '0.0.0.0'}:{b.lo} failed: port is already allocated\")",
                           "give each service its own host port")
-        seen += mine
+        seen += [(b, profiles) for b in mine]
+
+
+def _profiles(svc: Service) -> frozenset[str]:
+    """The Compose profiles a service belongs to (none: it always runs)."""
+    p = svc.data.get("profiles")
+    return frozenset(str(x) for x in p) if isinstance(p, list) else frozenset()
+
+
+def _alternatives(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Two services of disjoint profiles (``profiles: [cpu]`` / ``[gpu]``): Compose starts them
+    together only when both profiles are enabled, so a shared host port is a choice between
+    them, not a clash."""
+    return bool(a) and bool(b) and not (a & b)
 
 
 def _show(b: HostBinding) -> str:
