@@ -11,7 +11,7 @@ Ranks, highest first (:data:`RANKS`):
    ``invalid_tool_call_parser``, ...): their numbers are the fix.
 2. ``out_of_memory`` (the device's: ``torch.OutOfMemoryError``, Level Zero / Unified Runtime
    ``OUT_OF_DEVICE_MEMORY``) and ``host_out_of_memory`` (``MemoryError``, ``std::bad_alloc``,
-   ``Cannot allocate memory``).
+   ``Cannot allocate memory``, Ray's ``OutOfMemoryError`` of a node low on memory).
 3. Native libraries: ``ccl_error`` (oneCCL), ``level_zero_error`` (Level Zero ``ZE_RESULT_*``,
    Unified Runtime ``UR_RESULT_*``, SYCL ``PI_ERROR_*``), ``nccl_error``, ``cuda_error``,
    ``native_abort`` (C++ ``terminate called ...`` / ``what():``, ``Fatal Python error``).
@@ -20,7 +20,9 @@ Ranks, highest first (:data:`RANKS`):
    (``-9`` SIGKILL: the kernel's OOM killer or a memory limit).
 5. ``exception``: any other exception ending a traceback.
 6. Wrappers that point elsewhere: ``engine_core_init_failed`` ("Engine core initialization
-   failed. See root cause above"), ``worker_failed`` (its quoted error is classified first).
+   failed. See root cause above"), ``worker_failed`` (its quoted error is classified first),
+   ``process_died`` ("Engine core proc EngineCore_DP0 died unexpectedly", "Worker proc ... died
+   unexpectedly": a process killed without a word, vllm-project/vllm PR #21443).
 
 Phases (:data:`PHASES`), in startup order: ``config``, ``engine init``, ``weights``,
 ``compile``, ``profiling``, ``kv cache``, ``graph capture``, ``sampler warm-up``,
@@ -95,12 +97,14 @@ RANK_SPECIFIC, RANK_OOM, RANK_NATIVE, RANK_SIGNAL, RANK_EXCEPTION, RANK_WRAPPER 
 RANKS = {"out_of_memory": RANK_OOM, "host_out_of_memory": RANK_OOM, "ccl_error": RANK_NATIVE,
          "level_zero_error": RANK_NATIVE, "nccl_error": RANK_NATIVE, "cuda_error": RANK_NATIVE,
          "native_abort": RANK_NATIVE, "killed_by_signal": RANK_SIGNAL, "exception": RANK_EXCEPTION,
-         "engine_core_init_failed": RANK_WRAPPER, "worker_failed": RANK_WRAPPER}
+         "engine_core_init_failed": RANK_WRAPPER, "worker_failed": RANK_WRAPPER, "process_died": RANK_WRAPPER}
 
 _DEVICE_OOM_RE = re.compile(r"(?i)\b(?:CUDA|XPU|HIP|MPS|NPU|device) out of memory|OutOfMemoryError|"
                             r"OUT_OF_DEVICE_MEMORY|UR_RESULT_ERROR_OUT_OF_RESOURCES|PI_ERROR_OUT_OF_RESOURCES|"
                             r"out of memory occurred when warming up sampler")
 _HOST_OOM_RE = re.compile(r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory|OUT_OF_HOST_MEMORY")
+# Ray's memory monitor kills a task when the node (the container's limit) runs low on RAM
+_RAY_OOM_RE = re.compile(r"ray\.exceptions\.OutOfMemoryError|node running low on memory")
 _CCL_RE = re.compile(r"oneCCL:|\|CCL_(?:ERROR|FATAL)\||\bccl::|CCL_ERROR")
 _ZE_RE = re.compile(r"\b(?:ZE_RESULT_ERROR_\w+|UR_RESULT_ERROR_\w+|PI_ERROR_\w+)|level_zero backend failed|"
                     r"(?i:level[ _]zero)\b.*\b(?:error|failed)")
@@ -191,6 +195,8 @@ def classify(text: str, *, exception: bool = False) -> dict[str, Any] | None:
         return _cand("killed_by_signal", f"the server process was killed by signal {number} "
                      f"({_signal_name(number)})" + (f"; {meaning}" if meaning else ""),
                      value=-number, signal=_signal_name(number), exit_code=-number, line=line)
+    if _RAY_OOM_RE.search(line):
+        return _cand("host_out_of_memory", line)
     if _DEVICE_OOM_RE.search(line):
         return _cand("out_of_memory", line)
     if _HOST_OOM_RE.search(line):
@@ -200,7 +206,10 @@ def classify(text: str, *, exception: bool = False) -> dict[str, Any] | None:
         if pattern.search(line):
             return _cand(kind, line)
     if _WRAPPER_RE.search(line):
-        return _cand("engine_core_init_failed" if "Engine core initialization" in line else "worker_failed", line)
+        kind = ("engine_core_init_failed" if "Engine core initialization" in line
+                or "Engine process failed to start" in line else
+                "process_died" if "died unexpectedly" in line else "worker_failed")
+        return _cand(kind, line)
     if exception:
         return _cand("exception", line)
     return None
@@ -289,6 +298,10 @@ _HINTS = {
     "engine_core_init_failed": "the engine process failed and the log shows no cause of its own: read "
                                "the lines before, or start again with VLLM_LOGGING_LEVEL=DEBUG",
     "worker_failed": "a worker process failed: its own error is above in the log",
+    "process_died": "the process died without an error of its own: unless an error stands above, it was "
+                    "killed, most likely by the kernel's OOM killer (a container memory limit or host RAM): "
+                    "`docker inspect` shows OOMKilled, dmesg names it; raise mem_limit / "
+                    "deploy.resources.limits.memory",
 }
 
 _SIGNAL_HINTS = {

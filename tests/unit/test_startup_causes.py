@@ -131,10 +131,38 @@ def test_the_existing_killed_fixture_is_a_kill_not_the_wrapper():
     assert (e["kind"], e["killed"], e["phase"]) == ("killed_by_signal", "EngineCore", "profiling")
 
 
-def test_a_wrapper_without_a_cause_stays_the_wrapper_with_its_hint():
-    e = parse_startup_log(_engine_log("(APIServer pid=1) ERROR 11-27 14:02:50 [core_client.py:1] Engine core "
-                                      "proc EngineCore_DP0 died unexpectedly, shutting down client.")).error
-    assert e["kind"] == "worker_failed" and e["hint"]
+@pytest.mark.parametrize("line", [
+    "(APIServer pid=1) ERROR 11-27 14:03:00 [core_client.py:600] Engine core proc EngineCore_DP0 died "
+    "unexpectedly, shutting down client.",
+    "(EngineCore_DP0 pid=96) ERROR 11-27 14:03:00 [multiproc_executor.py:150] Worker proc VllmWorker-1 died "
+    "unexpectedly, shutting down executor.",
+])
+def test_a_process_that_died_without_a_word_points_at_a_kill(line):
+    """vLLM's words for a process gone without an error of its own (an EngineCore killed with
+    kill -9 sends no ENGINE_CORE_DEAD message: vllm-project/vllm PR #21443)."""
+    e = parse_startup_log(_engine_log(line)).error
+    assert e["kind"] == "process_died" and "OOM killer" in e["hint"] and "mem_limit" in e["hint"]
+    oom = parse_startup_log(_engine_log(line, before=_traceback([], OOM) + "\n")).error
+    assert oom["kind"] == "out_of_memory"   # an error of its own above wins
+
+
+def test_rays_memory_monitor_is_host_memory():
+    line = ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory. "
+            "Memory on the node was 30.12GB / 31.00GB (0.97)")
+    assert parse_startup_log(_engine_log(line)).error["kind"] == "host_out_of_memory"
+
+
+def test_every_error_kind_has_a_fix_hint():
+    """Every kind the reader gives (the ranked causes and vLLM's own errors about a setting, as
+    startup_log.py names them in its ``_error(...)`` calls) has a fix hint."""
+    import re
+    from pathlib import Path
+    from servedeck.vllm import startup_log
+    from servedeck.vllm.startup_causes import RANKS, hint_for
+    own = set(re.findall(r'_error\(\s*"([a-z_]+)"', Path(startup_log.__file__).read_text()))
+    assert {"kv_cache_too_small", "mamba_cache_blocks_too_few"} <= own
+    for kind in sorted(set(RANKS) | own):
+        assert hint_for({"kind": kind, "exit_code": -9, "phase": "weights"}), kind
 
 
 # ----------------------------------------------------------------------------- native libraries
