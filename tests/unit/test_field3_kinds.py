@@ -93,6 +93,37 @@ def test_a_cuda_engine_is_not_judged_by_onecc(catalog):  # noqa: F811
     assert "gpu/xpu-dri-by-path" not in found(compose(service([*LOCAL, "-tp", "2"], WEIGHTS)), catalog)
 
 
+# the same family: fewer GPUs visible to the engine than its workers
+
+BY_PATH = "volumes: [\"/srv/models/m:/models/m:ro\", \"/dev/dri/by-path:/dev/dri/by-path:ro\"]\n"
+
+
+@pytest.mark.parametrize("image,extra", [
+    (XPU, "devices: [/dev/dri/card0, /dev/dri/renderD128]\ngroup_add: [\"992\"]\n"),   # one card, two nodes
+    (XPU, XPU_BASE + "environment: {ZE_AFFINITY_MASK: \"0\"}\n"),
+    (XPU, XPU_BASE + "environment: {ONEAPI_DEVICE_SELECTOR: \"level_zero:1\"}\n"),
+    (CUDA, "environment: {CUDA_VISIBLE_DEVICES: \"0\"}\n"),
+    (CUDA, "environment: [\"CUDA_VISIBLE_DEVICES=\"]\n"),
+], ids=["one-render-node", "ze-affinity-mask", "oneapi-selector", "cuda-visible", "cuda-visible-empty"])
+def test_fewer_gpus_visible_than_tensor_parallel(catalog, image, extra):  # noqa: F811
+    gpu = "gpus: all\n" if image == CUDA else ""
+    text = compose(service([*LOCAL, "-tp", "2"], BY_PATH + gpu + HEALTH + extra, image=image, gpu=False))
+    assert found(text, catalog).get("gpu/fewer-than-parallel") == "error"
+
+
+@pytest.mark.parametrize("image,extra", [
+    (XPU, "devices: [/dev/dri/card0, /dev/dri/renderD128, /dev/dri/card1, /dev/dri/renderD129]\n"
+          "group_add: [\"992\"]\n"),
+    (XPU, XPU_BASE + "environment: {ZE_AFFINITY_MASK: \"0,1\"}\n"),
+    (XPU, XPU_BASE + "environment: {ONEAPI_DEVICE_SELECTOR: \"level_zero:*\"}\n"),
+    (CUDA, "environment: {CUDA_VISIBLE_DEVICES: \"0,1\"}\n"),
+], ids=["two-render-nodes", "ze-affinity-two", "oneapi-all", "cuda-visible-two"])
+def test_enough_gpus_visible_clean_twins(catalog, image, extra):  # noqa: F811
+    gpu = "gpus: all\n" if image == CUDA else ""
+    text = compose(service([*LOCAL, "-tp", "2"], BY_PATH + gpu + HEALTH + extra, image=image, gpu=False))
+    assert bad(found(text, catalog)) == {}
+
+
 # ============================================================================ 44: the Hugging Face cache
 
 REPO = ["example/model-7b", "--max-model-len", "8192"]
