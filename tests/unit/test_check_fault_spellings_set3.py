@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from test_field3_cases import catalog  # noqa: F401  (the cases' image facts)
+from test_check_field_faults_set3 import catalog  # noqa: F401  (the cases' image facts)
 
 from servedeck.compose.check import check_compose_text
 from servedeck.compose.rules._context import CheckExpectations

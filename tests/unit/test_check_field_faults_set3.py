@@ -13,28 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
-from test_check_field_faults import _header, judge_case
+from test_check_field_faults import _header, case_catalog, judge_case
 
-from servedeck.model.catalog import Catalog, ImageFacts
+from servedeck.model.catalog import Catalog
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "cases" / "field-3"
-_DEVICE = {"nvidia": "cuda", "intel-xpu": "xpu", "intel": "xpu", "cpu": "cpu"}
 
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
-    cat = Catalog(tmp_path_factory.mktemp("cat") / "images.yaml")
-    for img in YAML(typ="safe").load((CASES / "images.yaml").read_text())["images"]:
-        repo, digest = img["ref"].split("@")
-        cat.add(digest, ImageFacts(repository=repo, launcher="vllm", vllm_version=img["vllm_version"],
-                                   device=_DEVICE[img["accelerator"]], entrypoint=img["entrypoint"],
-                                   cmd=img["cmd"], default_port=img["default_port"],
-                                   binaries=img["binaries"], env=img.get("env") or {},
-                                   user="" if img.get("user") == "root" else img.get("user"),
-                                   healthcheck=False))
-    return cat
+    # vLLM's images define no HEALTHCHECK (the cases' images.yaml: "binaries" only)
+    return case_catalog(tmp_path_factory.mktemp("cat") / "images.yaml", CASES / "images.yaml", healthcheck=False)
 
 
 CASE_FILES = sorted(p for p in CASES.glob("*.yml") if _header(p.read_text()).get("expect") in ("error", "warning", "clean"))
@@ -45,5 +35,5 @@ def test_the_check_cases_are_found() -> None:
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.name)
-def test_field3_case(path: Path, catalog: Catalog) -> None:
+def test_each_fault_gives_its_finding_and_each_clean_twin_none(path: Path, catalog: Catalog) -> None:
     judge_case(path, catalog)
