@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import zipfile
 
 import pytest
 
+from servedeck.compose.check import check_compose_text
+from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.vllm.facts import TABLES_DIR, load_facts
 
 TABLES = sorted(TABLES_DIR.glob("vllm-*.json"))
@@ -225,3 +228,41 @@ def test_the_render_spells_prefix_caching_off_as_each_release_documents_it():
     # a store_true flag has no off spelling; False is its default and is left out
     assert flag_tokens("disable_log_stats", False, table=_table((0, 32, 0))) == []
     assert flag_tokens("disable_log_stats", True, table=_table((0, 32, 0))) == ["--disable-log-stats"]
+
+
+def _sample_value(a) -> str | None:
+    """A value of the option's own type: its first choice, a number, an empty JSON object."""
+    if a.choices:
+        return str(a.choices[0])
+    return {"int": "1", "human_readable_int": "1k", "human_readable_int_or_auto": "auto", "float": "0.5",
+            "parse_dataclass": "{}", "loads": "{}", "union_dict_and_str": "{}", "str": "x",
+            "_optional_type": "None"}.get(a.type or "")
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_every_option_string_the_release_accepts_passes_the_flags_rules(tmp_path, version):
+    """No false alarm on a valid file of the release: each option string its parser accepts,
+    shown or hidden (``--no-enable-prefix-caching`` in 0.33), written with a value of its type,
+    gives no ``flags/*`` error or warning other than the release's own deprecation."""
+    from servedeck.vllm.facts import shipped_tables
+    table = shipped_tables()[tuple(int(x) for x in version.split("."))]
+    digest = "sha256:" + "7" * 64
+    cat = Catalog(tmp_path / "images.yaml")
+    cat.add(digest, ImageFacts(repository="example/vllm", launcher="vllm", vllm_version=version, device="cuda",
+                               entrypoint=["vllm", "serve"]))
+    tried, wrong = 0, []
+    for a in table.serve_args:
+        if a.dest in ("model_tag", "model", "max_model_len", "help"):
+            continue
+        for option in a.options + a.hidden:
+            value = _sample_value(a) if a.takes_value else ""
+            if not option.startswith("--") or value is None:
+                continue
+            items = [option, value] if a.takes_value else [option]
+            text = (f"services:\n  llm:\n    image: example/vllm@{digest}\n    command: "
+                    f"{json.dumps(['/models/m', '--max-model-len', '4096', *items])}\n")
+            tried += 1
+            wrong += [(items, f.rule) for f in check_compose_text(text, catalog=cat)
+                      if f.rule.startswith("flags/") and f.rule != "flags/deprecated"
+                      and f.severity.value in ("error", "warning")]
+    assert tried > 250 and wrong == []
