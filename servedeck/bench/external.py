@@ -107,15 +107,20 @@ def _num(value: Any) -> float | None:
         return None
 
 
-def _guidellm_entry(index: int, bench: Any) -> BenchEntry:
-    """A guidellm benchmark's strategy (``config.strategy`` since 0.5, ``args.strategy``
-    before) as a :class:`BenchEntry`, labelled as guidellm prints it."""
-    strategy: dict[str, Any] = {}
+def guidellm_strategy(bench: Any) -> dict[str, Any]:
+    """A guidellm benchmark's strategy as the report holds it (``config.strategy`` since 0.5,
+    ``args.strategy`` before); {} when it has none."""
     if isinstance(bench, dict):
         for holder in (bench.get("config"), bench.get("args"), bench):
             if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
-                strategy = holder["strategy"]
-                break
+                return holder["strategy"]
+    return {}
+
+
+def guidellm_entry(index: int, bench: Any) -> BenchEntry:
+    """A guidellm benchmark's strategy (:func:`guidellm_strategy`) as a :class:`BenchEntry`,
+    labelled as guidellm prints it."""
+    strategy = guidellm_strategy(bench)
     kind = str(strategy.get("type_") or strategy.get("type") or "unknown")
     rate = _num(strategy.get("rate"))
     streams = strategy.get("streams") if kind == "concurrent" else strategy.get("max_concurrency")
@@ -179,7 +184,7 @@ def _guidellm_entries(report: dict[str, Any], path: str | Path) -> list[BenchEnt
     benches = report.get("benchmarks")
     if not isinstance(benches, list) or not benches:
         raise ServedeckError("the guidellm report holds no benchmark", file=str(path))
-    return [_guidellm_entry(i, b) for i, b in enumerate(benches, start=1)]
+    return [guidellm_entry(i, b) for i, b in enumerate(benches, start=1)]
 
 
 def choose(entries: list[BenchEntry], selector: str | None, *, path: str | Path = "") -> BenchEntry:
