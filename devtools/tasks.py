@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke import task
+from invoke.exceptions import Exit
 
 from servedeck.cli import cli_errors, current_project
 
@@ -34,7 +35,7 @@ def image_build(c, standin=False):
 
 @task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-4096 (after cpu-8192)",
             "prompt_tokens": "benchmark prompt length", "max_tokens": "output tokens",
-            "repetitions": "requests per phase",
+            "repetitions": "requests per phase of the variant's first look (the baseline takes at least 8)",
             "quality": "also the quality variant: cpu-fp32 (float32 instead of bfloat16) against cpu-4096"})
 @cli_errors
 def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitions=3, quality=False):
@@ -48,16 +49,41 @@ def demo(c, no_warm_redeploy=False, prompt_tokens=1024, max_tokens=96, repetitio
     print(format_timings(result))
     for path in result.runs:
         print(f"run: {path}")
+    if result.sampling:
+        print(result.sampling)
     print(f"A/B report: {result.report}")
     if result.quality_report:
         print(f"quality variant: {result.quality_run}\nquality A/B report: {result.quality_report}")
+    if result.verdict:
+        print(f"verdict (drafted): {result.verdict}")
     print("the last deployment keeps serving on http://127.0.0.1:9932 (stop it: invoke down --host local)")
 
 
-@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)"})
-def test(c, k=None, unit=False):
-    """Start the test services (dockerd, registry, sshd), then run the whole test suite."""
+def _lint(c) -> list[str]:
+    """Run ruff and mypy (both, whatever the first says); the names of those that failed."""
+    failed = []
+    for name, command in (("ruff", "python -m ruff check ."), ("mypy", "python -m mypy")):
+        if c.run(f"cd {ROOT} && {command}", pty=False, warn=True).failed:
+            failed.append(name)
+    return failed
+
+
+@task
+def lint(c):
+    """``ruff check`` over the repository and ``mypy`` over the package (settings in pyproject.toml)."""
+    failed = _lint(c)
+    if failed:
+        raise Exit(f"lint failed: {', '.join(failed)}", code=1)
+
+
+@task(help={"k": "pytest -k expression", "unit": "unit tests only (no services, no images)",
+            "lint": "run `invoke lint` first (on by default; --no-lint skips it)"})
+def test(c, k=None, unit=False, lint=True):
+    """Lint (ruff, mypy), start the test services (dockerd, registry, sshd), then run the whole test suite.
+
+    The suite runs whatever the lint says (so one run reports both); the task fails when either did."""
     root = ROOT
+    lint_failed = _lint(c) if lint else []
     if not unit:
         c.run(f"bash {root}/scripts/test-services up", pty=False)
         c.run(f"bash {root}/scripts/test-services clean", pty=False)  # what a killed run left deployed
@@ -66,4 +92,6 @@ def test(c, k=None, unit=False):
         args.append(str(root / "tests" / "unit"))
     if k:
         args += ["-k", repr(k)]
-    c.run(" ".join(args), pty=False)
+    c.run(" ".join(args), pty=False)  # a failing suite ends the task here, as before
+    if lint_failed:
+        raise Exit(f"lint failed: {', '.join(lint_failed)} (the tests passed)", code=1)

@@ -22,10 +22,14 @@ def chart_png(comparison: Comparison) -> bytes:
     import matplotlib.pyplot as plt
 
     panels: list[MetricComparison] = [m for m in comparison.bench
-                                      if (m.samples_a or m.samples_b) and m.phase in BENCH_PHASES]
+                                      if (m.samples_a or m.samples_b) and m.phase in BENCH_PHASES
+                                      and m.name not in LIMIT_PANELS]
     kv = comparison.metric("kv_cache_tokens")
     if kv and (kv.samples_a or kv.samples_b):
         panels.append(kv)
+    limits = [name for name in LIMIT_PANELS
+              if any(m.name == name and (m.samples_a or m.samples_b) for m in comparison.bench)]
+    panels += limits  # type: ignore[arg-type]  # drawn by _limit_panel
     if not panels:
         raise ServedeckError("nothing to chart: neither run has benchmark samples or a KV pool size")
     ncols = min(4, len(panels))
@@ -33,7 +37,10 @@ def chart_png(comparison: Comparison) -> bytes:
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.8 * nrows), squeeze=False)
     colors = ("#4c72b0", "#dd8452")
     for ax, m in zip(axes.flat, panels):
-        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
+        if isinstance(m, str):
+            _limit_panel(ax, comparison, m, colors)
+            continue
+        for i, (_arm, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
                                                       (comparison.arm_b, m.samples_b, m.b))):
             if median is not None:
                 ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)
@@ -59,6 +66,43 @@ def chart_png(comparison: Comparison) -> bytes:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
+
+
+#: The physical-limit metrics, each drawn in one panel of its own (cold and warm side by side,
+#: zero-based axis, unit on the axis) instead of the per-metric panels: title, axis label, and
+#: the 100 % line for a share of the ceiling.
+LIMIT_PANELS = {"decode_roofline_pct": ("decode vs memory-bandwidth ceiling", "share of ceiling (%)", 100.0),
+                "energy_j_per_token": ("energy per output token", "energy (J / output token)", None)}
+
+
+def _limit_panel(ax, comparison: Comparison, name: str, colors) -> None:
+    """One limit metric, cold and warm phases, both arms: samples as points, medians as lines,
+    y from 0 (a share of a ceiling and an energy are read as ratios to zero)."""
+    title, ylabel, ceiling = LIMIT_PANELS[name]
+    ticks, labels, top = [], [], 0.0
+    for k, phase in enumerate(("cold", "warm")):
+        m = comparison.metric(name, phase)
+        if m is None:
+            continue
+        for i, (samples, median) in enumerate(((m.samples_a, m.a), (m.samples_b, m.b))):
+            x = 2.5 * k + i
+            if samples:
+                jitter = [x + (j - (len(samples) - 1) / 2) * 0.06 for j in range(len(samples))]
+                ax.scatter(jitter, samples, color=colors[i], s=14, zorder=3)
+                top = max(top, *samples)
+            if median is not None:
+                ax.hlines(median, x - 0.3, x + 0.3, color=colors[i], linewidth=2.5, zorder=4)
+            ticks.append(x)
+            labels.append(f"{phase}\n{'AB'[i]}")
+    if ceiling is not None:
+        ax.axhline(ceiling, color="0.4", linestyle="--", linewidth=1)
+        ax.text(ax.get_xlim()[0], ceiling, " ceiling", va="bottom", fontsize=6, color="0.3")
+        top = max(top, ceiling)
+    ax.set_ylim(0, top * 1.15 or 1.0)
+    ax.set_xticks(ticks, labels)
+    ax.set_ylabel(ylabel, fontsize=7)
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=7)
 
 
 def render_chart(comparison: Comparison, path: Path) -> Path:

@@ -38,7 +38,6 @@ is no measurement in it.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -63,24 +62,26 @@ def load_documents(path: str | Path, what: str) -> list[Any]:
     Raises:
         ServedeckError: unreadable, or neither JSON nor JSON lines (names the line).
     """
-    p = Path(path)
+    from servedeck.fsutil import read_bounded
+    from servedeck.jsonio import JSON_LIMITS, JsonRefused, parse
+    try:  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
+        text = read_bounded(path, JSON_LIMITS.max_bytes, what=f"{what} result")
+    except FileNotFoundError as e:
+        raise ServedeckError(f"cannot read {what} result: file not found", file=str(path)) from e
     try:
-        text = p.read_text(encoding="utf-8-sig")  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
-    except (OSError, UnicodeDecodeError) as e:
-        raise ServedeckError(f"cannot read {what} result: {e}", file=str(path)) from e
-    try:
-        return [json.loads(text)]
-    except json.JSONDecodeError:
-        pass
+        return [parse(text)]
+    except JsonRefused as first:
+        if first.line is None:  # a bound, not a syntax error: no second reading
+            raise ServedeckError(f"{what} result refused: {first.message}", file=str(path)) from None
     docs = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            docs.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ServedeckError(f"not a JSON {what} result (line {number}: {e.msg})", file=str(path),
-                                 hint="a --append-result file holds one JSON object per line") from e
+            docs.append(parse(line))
+        except JsonRefused as e:
+            raise ServedeckError(f"not a JSON {what} result (line {number}: {e.message})", file=str(path),
+                                 hint="a --append-result file holds one JSON object per line") from None
     if not docs:
         raise ServedeckError(f"not a JSON {what} result (empty)", file=str(path))
     return docs

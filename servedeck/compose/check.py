@@ -68,8 +68,8 @@ from typing import Any
 from servedeck.model.catalog import Catalog
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules import (argv, cache, container, deps, devices, entrypoint, env, features, flags, gpu,
-                                     image, interpolation, launcher, paths, ports, resources, restart, schema, server,
-                                     vllm, yaml11)
+                                     image, interpolation, keys, launcher, paths, ports, resources, restart, schema,
+                                     server, vllm, yaml11)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._context import CheckExpectations, Ctx, services
 from servedeck.compose.service import Service
@@ -124,11 +124,15 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
         (the file's text, its findings sorted by line).
 
     Raises:
-        OSError / UnicodeDecodeError: ``path`` cannot be read as UTF-8 text.
+        FileNotFoundError: no such file.
+        ServedeckError: it cannot be read, is larger than servedeck reads
+            (:data:`servedeck.yamlio.LIMITS`) or is not UTF-8 (naming the line).
     """
     from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_bounded(path, LIMITS.max_bytes, what="compose")
     ctx = _document_context(text, file, catalog, None)
     if isinstance(ctx, list):
         return text, ctx
@@ -141,6 +145,7 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
 def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
     schema.check_schema(ctx)
+    keys.check_keys(ctx)
     yaml11.check_yaml11(ctx)
     interpolation.check_interpolation(ctx)
     svcs = services(ctx, known)
@@ -283,13 +288,13 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                          "run judges vLLM's own starts and launchers that print their final command")
                 continue
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
-    for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
-        mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
-        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
+    for ref, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4], job[5]) == (ref, start, mode)]
+        verdicts = judge(ref, [job[3] for job in mine], list(start) if start is not None else None, mode)
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:
-                ctx.info("inimage/accepted", path, f"vLLM in {image} accepts the command{how}")
+                ctx.info("inimage/accepted", path, f"vLLM in {ref} accepts the command{how}")
             else:
                 ctx.error("inimage/rejected", path,
                           f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -216,7 +216,7 @@ def extract_release_facts(image_ref: str, release_dir: Path, source: str, *, cli
     return VllmFacts.model_validate(raw)
 
 
-def introspect_facts(image_ref: str, *, release_dir: Path | None = None, parse: list[list[str]] = (),
+def introspect_facts(image_ref: str, *, release_dir: Path | None = None, parse: Sequence[list[str]] = (),
                      client: Any = None) -> dict[str, Any]:
     """The extractor's raw ``facts`` output (:mod:`servedeck.vllm.introspect`) for the image's
     own vLLM, or, with ``release_dir``, for the release unpacked there (as

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from ruamel.yaml import YAML
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
+from servedeck.fsutil import atomic_write, read_bounded
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
-from servedeck.yamlio import load_data
+from servedeck.yamlio import CATALOG_LIMITS, YAMLError, file_error, load_data, roundtrip
 
 
 _DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
@@ -135,9 +134,7 @@ class ImageFacts(BaseModel):
     @field_validator("launcher")
     @classmethod
     def _known_launcher(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def port(self) -> int:
@@ -188,20 +185,18 @@ class CatalogFile(BaseModel):
 
 
 def _load_catalog(path: Path) -> CatalogFile:
-    if not path.exists():
-        return CatalogFile()
     try:
-        raw = load_data(path.read_text(encoding="utf-8")) or {}
+        raw = load_data(read_bounded(path, CATALOG_LIMITS.max_bytes, what="YAML"), limits=CATALOG_LIMITS) or {}
         return CatalogFile.model_validate(raw)
+    except FileNotFoundError:
+        return CatalogFile()
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ServedeckError(err["msg"], file=str(path), field=loc,
                              hint="fix the image catalog entry") from None
-    except Exception as exc:  # ruamel parse errors
-        if isinstance(exc, ServedeckError):
-            raise
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+    except YAMLError as exc:
+        raise file_error(exc, path) from None
 
 
 class Catalog:
@@ -263,11 +258,9 @@ class Catalog:
             self.local_data.images[digest] = facts
         else:
             self.data.images[digest] = facts
-        y = YAML(typ="rt")
-        y.width = 4096
-        y.preserve_quotes = True
-        y.indent(mapping=2, sequence=2, offset=0)
-        doc = y.load(target.read_text(encoding="utf-8")) if target.exists() else None
+        y = roundtrip(width=4096, indent=(2, 2, 0), preserve_quotes=True, limits=CATALOG_LIMITS)
+        doc = (y.load(read_bounded(target, CATALOG_LIMITS.max_bytes, what="YAML")) if target.exists()
+               else None)
         if not doc:
             doc = y.load("# servedeck image catalog: facts per image digest (see servedeck/catalog.py).\n"
                          "images: {}\n")
@@ -325,6 +318,6 @@ def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     if "xpu" in (tag or "").lower() and device == "cuda":
         device = "xpu"
     return ImageFacts(repository=repository, launcher=launcher.name, vllm_version=version,
-                      device=device,  # type: ignore[arg-type]
+                      device=device,
                       entrypoint=list(launcher.start), default_port=launcher.default_port, inferred=True,
                       note=f"inferred from the repository and tag {tag or '(none)'}")

@@ -11,6 +11,8 @@ File format (YAML 1.2; JSON Schema ``schema/hosts.schema.json``)::
         ready_timeout_s: 1800             # optional, default 30 min
         container_name: b70               # optional: overrides the profile's container_name
         host_port: 9932                   # optional: overrides the profile's published port
+        card: arc-pro-b70                 # optional: the card (servedeck/model/cards.py table)
+        memory_bandwidth_gb_s: 560        # optional: overrides the card's (or a measured) figure
     groups:                               # optional: named sets of hosts (fleet commands)
       lab: [b70]
         sysfs_root: /sys                  # optional; where the card's hwmon power limit is
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servedeck.errors import ServedeckError
+from servedeck.grammar import HOST_NAME_RE, check_all
 from servedeck.model.ssh_target import SshTarget, read_inventory_data
 
 if TYPE_CHECKING:
@@ -57,6 +60,12 @@ class HostEntry(BaseModel):
         sysfs_root: where sysfs is mounted on the host (``/sys``); the card's power limit is
             read and set under it (:mod:`servedeck.host.power`). Tests point it at a stand-in
             tree, since the test machine has no GPU.
+        card: the host's card, an id of the shipped table (:mod:`servedeck.model.cards`,
+            ``arc-pro-b70``, ``rtx-4090``, ``cpu``): the roofline's ceilings. None: recognised
+            from ``nvidia-smi``, else matched by the device kind and the memory the startup log
+            states.
+        memory_bandwidth_gb_s / matrix_fp16_tflops / matrix_int8_tops: this host's own
+            figures (GB/s, dense TFLOPS / TOPS), overriding the card table's and a measured one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -70,6 +79,21 @@ class HostEntry(BaseModel):
     container_name: str | None = None
     host_port: int | None = Field(default=None, ge=1, le=65535)
     sysfs_root: str = "/sys"
+    card: str | None = None
+    memory_bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    matrix_fp16_tflops: float | None = Field(default=None, gt=0)
+    matrix_int8_tops: float | None = Field(default=None, gt=0)
+
+    @field_validator("card")
+    @classmethod
+    def _known_card(cls, v: str | None) -> str | None:
+        if v is not None:
+            from servedeck.model.cards import card
+            try:
+                card(v)
+            except KeyError as exc:
+                raise ValueError(exc.args[0]) from None
+        return v
 
     @model_validator(mode="after")
     def _port_follows_host_port(self) -> "HostEntry":
@@ -84,9 +108,18 @@ class HostEntry(BaseModel):
     def place(self, profile: "Profile", image: str | None = None) -> "Profile":
         """``profile`` as this host runs it: with ``image`` (a deploy's ``--image``, a
         digest-pinned reference) in place of its own, and this host's ``container_name`` /
-        ``host_port`` overrides applied (the same object when nothing is replaced)."""
+        ``host_port`` overrides applied (the same object when nothing is replaced).
+
+        Raises:
+            ServedeckError: ``image`` is not a digest-pinned reference.
+        """
         if image:
-            profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+            try:
+                profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+            except ValidationError as exc:
+                raise ServedeckError(f"--image {image[:200]!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}",
+                                     field="image", hint="give a digest-pinned reference: "
+                                                         "REPOSITORY[:TAG]@sha256:<64 hex>") from None
         container: dict = {}
         if self.container_name is not None:
             container["container_name"] = self.container_name
@@ -112,6 +145,12 @@ class Inventory(BaseModel):
     hosts: dict[str, HostEntry] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, v: dict[str, HostEntry]) -> dict[str, HostEntry]:
+        return check_all(HOST_NAME_RE, v, "host name", "letters, digits, '.', '_', '-', starting with a "
+                         "letter or digit (it names run records and files)")
+
     @model_validator(mode="after")
     def _group_members_exist(self) -> "Inventory":
         for group, members in self.groups.items():
@@ -119,6 +158,27 @@ class Inventory(BaseModel):
             if unknown:
                 raise ValueError(f"group {group!r} names unknown host(s) {', '.join(unknown)}")
         return self
+
+
+def shared_deployments(hosts: dict[str, HostEntry]) -> list[str]:
+    """Findings for inventory hosts that are one deployment under two names: the same SSH
+    target (alias or hostname, port, user, ssh config) and the same working directory, hence the
+    same Compose project (:func:`servedeck.grammar.compose_project_name`) on the same engine: a
+    deploy to one replaces the other's server. Different working directories never share a
+    project. One message per pair, naming both hosts and the project."""
+    from servedeck.grammar import compose_project_name
+    seen: dict[tuple, str] = {}
+    out = []
+    for name, entry in hosts.items():
+        s = entry.ssh
+        key = (s.alias or s.hostname, s.port, s.user, s.ssh_config, compose_project_name(entry.workdir))
+        if key in seen:
+            out.append(f"hosts {seen[key]} and {name} are one deployment: the same SSH target and "
+                       f"working directory {entry.workdir} (Compose project {key[-1]}); a deploy to "
+                       f"one replaces the other's server")
+        else:
+            seen[key] = name
+    return out
 
 
 def load_inventory(path: str | Path, raw: Any = None) -> Inventory:

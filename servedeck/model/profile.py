@@ -23,9 +23,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 from servedeck.errors import ServedeckError
+from servedeck.grammar import (CONTAINER_NAME_RE, ENV_NAME_RE, PROFILE_NAME_RE, SERVICE_NAME_RE,
+                               VOLUME_NAME_RE, check, check_all)
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings
-from servedeck.model.catalog import ImageRef
+from servedeck.model.catalog import Device, ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -33,7 +35,8 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_RE = re.compile(
     r"^(?P<repository>[a-z0-9][a-z0-9._\-/:]*?[a-z0-9])(?::(?P<tag>[\w][\w.\-]{0,127}))?"
     r"@(?P<digest>sha256:[0-9a-f]{64})$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+NAME_RE = PROFILE_NAME_RE
+ENV_NAME_RULE = "letters, digits, '_', '.', '-', not starting with a digit"
 
 ENGINE_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
                 "kv_cache_dtype", "enable_prefix_caching", "dtype")
@@ -79,9 +82,7 @@ class LauncherSpec(_Strict):
     @field_validator("kind")
     @classmethod
     def _known(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def runs(self) -> Launcher:
@@ -263,6 +264,13 @@ class Volume(_Strict):
         """True for a named volume (source is not a path)."""
         return not self.source.startswith(("/", ".", "~", "$"))
 
+    @model_validator(mode="after")
+    def _named_volume_is_a_name(self) -> "Volume":
+        if self.is_named:
+            check(VOLUME_NAME_RE, self.source, "named volume", "letters, digits, '_', '.', '-' "
+                  "(a path starts with '/', '.' or '~')")
+        return self
+
 
 ModelSpec.model_rebuild()
 
@@ -305,7 +313,7 @@ class Container(_Strict):
     compose_extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def device(self) -> str:
+    def device(self) -> Device:
         """The device these settings give the server: ``xpu`` with ``/dev/dri``, ``cuda`` with an
         NVIDIA request (a CDI ``nvidia.com/...`` device; in ``compose_extra``: ``gpus``,
         ``runtime: nvidia``, or a ``deploy.resources.reservations.devices`` entry with the
@@ -319,7 +327,8 @@ class Container(_Strict):
         nvidia = isinstance(node, list) and any(
             isinstance(r, dict) and (r.get("driver") == "nvidia" or "gpu" in (r.get("capabilities") or []))
             for r in node)
-        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" or any(d.startswith("nvidia.com/") for d in self.devices):
+        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" \
+                or any(d.startswith("nvidia.com/") for d in self.devices):
             return "cuda"
         return "cpu"
 
@@ -333,6 +342,22 @@ class Container(_Strict):
             raise ValueError(f"compose_extra repeats modelled keys {clash}: set them in their "
                              "own fields")
         return v
+
+    @field_validator("service")
+    @classmethod
+    def _service(cls, v: str) -> str:
+        return check(SERVICE_NAME_RE, v, "service name", "letters, digits, '.', '_', '-' (Compose)")
+
+    @field_validator("container_name")
+    @classmethod
+    def _container_name(cls, v: str | None) -> str | None:
+        return v if v is None else check(CONTAINER_NAME_RE, v, "container name",
+                                         "a letter or digit, then letters, digits, '_', '.', '-' (Compose)")
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @field_validator("restart")
     @classmethod
@@ -398,6 +423,16 @@ class Profile(_Strict):
         if not NAME_RE.match(v):
             raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_', '-'")
         return v
+
+    @field_validator("extends")
+    @classmethod
+    def _extends(cls, v: str | None) -> str | None:
+        return v if v is None else check(PROFILE_NAME_RE, v, "parent profile", "a profile name")
+
+    @field_validator("launcher_env")
+    @classmethod
+    def _launcher_env_names(cls, v: dict[str, str | None]) -> dict[str, str | None]:
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @model_validator(mode="after")
     def _what_the_launcher_reads(self) -> "Profile":
@@ -555,8 +590,14 @@ class ProfileStore:
         """The file of profile ``name``.
 
         Raises:
-            ServedeckError: when there is no such profile (with the closest names).
+            ServedeckError: ``name`` is not a profile name (:data:`NAME_RE`: checked before any
+                file is opened, so ``../x`` never reaches outside the directory), or there is no
+                such profile (with the closest names).
         """
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ServedeckError(f"{name!r} is not a profile name: lower-case letters, digits, '.', "
+                                 "'_' and '-', starting with a letter or digit", file=str(self.directory),
+                                 hint=f"profiles here: {', '.join(self.names()) or '(none)'}")
         p = self.directory / f"{name}.yaml"
         if not p.exists():
             close = difflib.get_close_matches(name, self.names(), n=3)
@@ -600,7 +641,8 @@ class ProfileStore:
             try:
                 parent = self._load(parent_name, seen + (name,))
             except ServedeckError as exc:
-                if exc.field is None and "no profile named" in exc.message:
+                if exc.field is None and ("no profile named" in exc.message
+                                          or "is not a profile name" in exc.message):
                     raise ServedeckError(exc.message, file=str(path), field="extends",
                                          hint=exc.hint) from None
                 raise

@@ -13,11 +13,10 @@ import json
 from pathlib import Path
 
 import jsonschema
-from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.model.project import Project
-from servedeck.yamlio import load_data
+from servedeck.yamlio import read_yaml_file
 
 
 def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
@@ -33,9 +32,9 @@ def validate_profile_files(paths: list[Path], project: Project) -> list[str]:
     problems: list[str] = []
     for path in paths:
         try:
-            data = load_data(path.read_text(encoding="utf-8"))
-        except (OSError, YAMLError) as exc:
-            problems.append(f"{path}: {exc}")
+            data = read_yaml_file(path)
+        except ServedeckError as exc:
+            problems.append(exc.render())
             continue
         for err in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
             where = ".".join(str(p) for p in err.absolute_path) or "(top level)"

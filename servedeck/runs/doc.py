@@ -33,7 +33,8 @@ only module that knows these names); the content of each file is validated again
 `<sequence>` is a zero-padded 4-digit counter over the runs directory
 (`0001`, `0002`, ...); the run id is the directory name, e.g. `0003-batch-8192-b70`.
 Beside the run directories, `runs/` holds `{index}` (a listing cache, safe to delete),
-`{reports}/<A>_vs_<B>/` (A/B reports) and `{noise}/<host>-<digest>.json` (A/A noise floors).
+`{reports}/<A>_vs_<B>/` (A/B reports), `{noise}/<host>-<digest>.json` (A/A noise floors) and
+`{ceilings}/<host>.json` (a host's measured bandwidth and matrix rate, `servedeck ceilings --measure`).
 
 Run references (`invoke show`, `invoke ab`, `invoke bench --run`): a run id, a sequence number,
 `latest` / `latest:PROFILE` (the newest run that **served and was benchmarked**: what an A/B
@@ -108,7 +109,7 @@ def _model_section(title: str, model: Any, seen: set[Any]) -> list[str]:
     elif isinstance(model, type) and issubclass(model, BaseModel):
         out.append(field_table(model))
         nested = [m for f in model.model_fields.values() for m in _models_in(f.annotation)]
-    elif dataclasses.is_dataclass(model):
+    elif isinstance(model, type) and dataclasses.is_dataclass(model):
         keys = ", ".join(f"`{f.name}`" for f in dataclasses.fields(model))
         out.append(f"`{model.__module__}.{model.__qualname__}`: {keys}.")
     for sub in dict.fromkeys(nested):
@@ -129,7 +130,8 @@ def render() -> str:
         if f.model:
             model = f.model_class()
             sections += _model_section(f"## `{f}` (`{model.__name__}`)", model, seen)
-    text = HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR)
+    text = HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR,
+                         ceilings=store.CEILINGS_DIR)
     return text + "\n".join(files) + "\n\n" + "\n\n".join(sections) + "\n"
 
 

@@ -120,20 +120,20 @@ class _Compiler:
         if "$ref" in node:
             return self._ref(node["$ref"], depth)
         if "const" in node:
-            return Literal[node["const"]]  # type: ignore[valid-type]
+            return Literal[node["const"]]
         if "enum" in node:
             return self._enum(node)
         for key in ("anyOf", "oneOf"):
             if key in node:
                 members = tuple(self.compile(n, depth + 1) for n in node[key])
-                return Union[members] if len(members) > 1 else members[0]  # type: ignore[return-value]
+                return Union[members] if len(members) > 1 else members[0]
         if "allOf" in node:
             parts = node["allOf"]
             return self.compile(parts[0], depth + 1) if len(parts) == 1 else Any
         kind = node.get("type")
         if isinstance(kind, list):
             members = tuple(self.compile({**node, "type": k}, depth + 1) for k in kind)
-            return Union[members] if len(members) > 1 else members[0]  # type: ignore[return-value]
+            return Union[members] if len(members) > 1 else members[0]
         if kind is None and "properties" in node:
             kind = "object"
         return self._typed(kind, node, depth)
@@ -177,7 +177,7 @@ class _Compiler:
         fields = {name: (Required if name in required else NotRequired)[self.compile(sub, depth + 1)]
                   for name, sub in props.items()}
         self.count += 1
-        td = TypedDict(f"{_TAG}{self.count}", fields)  # type: ignore[operator]
+        td = TypedDict(f"{_TAG}{self.count}", fields)  # type: ignore[misc]
         forbid = extra is False or self.forbid_ignored and "additionalProperties" not in node
         return with_config(ConfigDict(extra="forbid" if forbid else "ignore"))(td)
 
@@ -188,11 +188,11 @@ class _Compiler:
             base = {"int": enum.IntEnum, "str": str}.get(info.get("base"), None)
             members = dict(zip(info["names"], values, strict=True))
             if base is enum.IntEnum and all(isinstance(v, int) for v in values):
-                return enum.IntEnum("E", members)  # type: ignore[misc]
+                return enum.IntEnum("E", members)
             if base is str and all(isinstance(v, str) for v in values):
-                return enum.Enum("E", members, type=str)  # type: ignore[misc]
-            return enum.Enum("E", members)  # type: ignore[misc]
-        return Literal[tuple(values)]  # type: ignore[valid-type]
+                return enum.Enum("E", members, type=str)
+            return enum.Enum("E", members)
+        return Literal[tuple(values)]
 
     def _ref(self, ref: str, depth: int) -> Any:
         name = ref.rsplit("/", 1)[-1]

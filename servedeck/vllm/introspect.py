@@ -321,7 +321,7 @@ def _strip(node):
 
 
 _PROBE_STRINGS = ("auto", "none", "None", "", "servedeck-probe")
-_PROBE_OTHERS = (0, 1, -1, 2 ** 31, 0.5, True, False, None, [], {})
+_PROBE_OTHERS: tuple = (0, 1, -1, 2 ** 31, 0.5, True, False, None, [], {})
 
 
 def _probe_values(field_schema, defs):

@@ -136,3 +136,38 @@ def test_vllm_in_the_image_is_the_last_judge_and_the_deployment_keeps_serving(cp
     assert "argument --structured-outputs-config" in (meta.failure or "")
     assert host.read_file("docker-compose.yml") == compose
     assert _models() == before
+
+
+def test_roofline_of_the_real_cpu_server_against_a_bandwidth_measured_on_this_host(cpu_project):
+    """The real vLLM CPU server that serves (reused): the host's read bandwidth is measured in its
+    container, kept, and the bench's roofline uses it with the tiny model's bytes (its weight
+    files, config.json): decode is below 100 % of that ceiling, and the record says so."""
+    from servedeck.bench.client import Workload
+    from servedeck.bench.limits import format_roofline, read_roofline
+    from servedeck.bench.record import bench_deployed
+    from servedeck.deploy.ops import status
+    from servedeck.host.ceilings import measure_ceilings
+    from servedeck.runs.history import newest_served
+    from servedeck.runs.store import read_host_ceilings, utcnow, write_host_ceilings
+    project, host, entry = cpu_project
+    if _models() is None:  # run alone: put the baseline up first
+        assert _deploy(project, host, entry, "cpu-4096").outcome == "ready"
+    container = status(host, entry)["container"]["name"]
+    measured = measure_ceilings(host, container, buffer_mib=128, repeats=3, matmul_n=512)
+    assert measured["device"] == "cpu" and measured["memory_bandwidth_gb_s"] > 0.5
+    write_host_ceilings(project.runs_dir,
+                        {**measured, "host": "local", "container": container, "measured_at": utcnow()})
+    assert read_host_ceilings(project.runs_dir, "local").memory_bandwidth_gb_s == measured["memory_bandwidth_gb_s"]
+    run_dir = newest_served(project.runs_dir, "local")
+    bench_deployed(run_dir, host, entry, Workload(prompt_tokens=256, max_tokens=64, repetitions=2),
+                   runs_dir=project.runs_dir)
+    roof = read_roofline(run_dir)
+    c, m = roof.ceilings, roof.model
+    assert c.memory_bandwidth_gb_s == measured["memory_bandwidth_gb_s"]
+    assert c.bandwidth_source.startswith("measured on local")
+    assert c.card == "cpu" and "weight files in ./models/qwen3-tiny" in m.weights_source
+    assert 1e6 < m.weights_bytes < 2e7 and m.kv_bytes_per_token == 1024  # 2 layers × 2 heads × 128 × 2 B
+    warm = roof.phases["warm"]
+    assert 0 < warm.decode_share < 1 and not [p for p in roof.problems if "above 100 %" in p]
+    lines = format_roofline(roof)
+    assert any(ln.startswith("  warm decode") and "% of the" in ln for ln in lines), lines

@@ -35,7 +35,8 @@ def compose(*services: str) -> str:
 
 def found(text: str, cat: Catalog, **expect) -> dict[str, str]:
     out: dict[str, str] = {}
-    for f in check_compose_text(text, file="t.yml", catalog=cat, expect=CheckExpectations(**expect) if expect else None):
+    expectations = CheckExpectations(**expect) if expect else None
+    for f in check_compose_text(text, file="t.yml", catalog=cat, expect=expectations):
         if f.rule != "image/unknown-digest":
             out.setdefault(f.rule, f.severity.value)
     return out
@@ -68,7 +69,8 @@ def test_several_intel_gpu_workers_need_the_by_path_links(catalog, flags, extra)
 
 
 def test_separate_render_nodes_are_still_no_links(catalog):  # noqa: F811
-    devices = "devices: [/dev/dri/renderD128, /dev/dri/renderD129, /dev/dri/card1, /dev/dri/card2]\ngroup_add: [\"992\"]\n"
+    devices = ("devices: [/dev/dri/renderD128, /dev/dri/renderD129, /dev/dri/card1, /dev/dri/card2]\n"
+               "group_add: [\"992\"]\n")
     text = compose(service([*LOCAL, "-tp", "2"], devices + WEIGHTS, image=XPU))
     assert found(text, catalog).get("gpu/xpu-dri-by-path") == "error"
 
@@ -145,7 +147,8 @@ def test_offline_repo_id_whose_cache_is_not_where_hub_looks(catalog, extra):  # 
 
 @pytest.mark.parametrize("command", [
     [*LOCAL, "--tokenizer", "example/tokenizer"],
-    [*LOCAL, "--speculative-config", '{"method": "draft_model", "model": "example/draft-1b", "num_speculative_tokens": 3}'],
+    [*LOCAL, "--speculative-config",
+     '{"method": "draft_model", "model": "example/draft-1b", "num_speculative_tokens": 3}'],
 ], ids=["tokenizer", "draft-model"])
 def test_every_repo_id_the_server_loads_counts(catalog, command):  # noqa: F811
     text = compose(service(command, WEIGHTS + "environment: {HF_HUB_OFFLINE: \"1\"}\n"))
@@ -283,7 +286,8 @@ def test_depends_on_an_undefined_service_a_server_to_exit_and_a_cycle(catalog): 
     assert found(text, catalog).get("deps/unknown-service") == "error"
     text = compose(service(LOCAL, WEIGHTS + HEALTH), WEBUI.format(condition="service_completed_successfully", more=""))
     assert found(text, catalog).get("deps/waits-for-server-to-exit") == "error"
-    text = compose(service(LOCAL, WEIGHTS + HEALTH + "depends_on: [webui]\n"), WEBUI.format(condition="service_started", more=""))
+    text = compose(service(LOCAL, WEIGHTS + HEALTH + "depends_on: [webui]\n"),
+                   WEBUI.format(condition="service_started", more=""))
     assert found(text, catalog).get("deps/cycle") == "error"
 
 
@@ -335,7 +339,8 @@ def test_replicas_names_and_the_host_network(catalog):  # noqa: F811
     a = service(LOCAL, WEIGHTS + HEALTH + "container_name: vllm\n")
     b = service(LOCAL, WEIGHTS + HEALTH + "container_name: vllm\n", name="llm2").replace("8000:8000", "8001:8000")
     assert found(compose(a, b), catalog).get("container/name-conflict") == "error"
-    host = service(LOCAL, WEIGHTS + HEALTH + "network_mode: host\n", name="llm2").replace("    ports: [\"8000:8000\"]\n", "")
+    host = service(LOCAL, WEIGHTS + HEALTH + "network_mode: host\n", name="llm2").replace(
+        "    ports: [\"8000:8000\"]\n", "")
     assert found(compose(service(LOCAL, WEIGHTS + HEALTH), host), catalog).get("ports/host-port-conflict") == "error"
 
 

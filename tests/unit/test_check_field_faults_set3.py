@@ -27,7 +27,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     return case_catalog(tmp_path_factory.mktemp("cat") / "images.yaml", CASES / "images.yaml", healthcheck=False)
 
 
-CASE_FILES = sorted(p for p in CASES.glob("*.yml") if _header(p.read_text()).get("expect") in ("error", "warning", "clean"))
+CASE_FILES = sorted(p for p in CASES.glob("*.yml")
+                    if _header(p.read_text()).get("expect") in ("error", "warning", "clean"))
 
 
 def test_the_check_cases_are_found() -> None:

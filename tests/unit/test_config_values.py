@@ -136,7 +136,8 @@ def test_dotted_sub_key_flags_are_options_of_the_release(catalog, version):
                "--compilation-config.cudagraph_capture_sizes+", "1,2,4", "--speculative-confg.method", "ngram"]
     items = "".join(f"      - '{c}'\n" for c in command)
     text = f"services:\n  llm:\n    image: example/llm@{DIGESTS[version]}\n    command:\n      - m\n{items}"
-    flagged = [f.message for f in check_compose_text(text, file="t.yml", catalog=catalog) if f.rule.startswith("flags/")]
+    flagged = [f.message for f in check_compose_text(text, file="t.yml", catalog=catalog)
+               if f.rule.startswith("flags/")]
     assert len(flagged) == 1 and "--speculative-confg.method" in flagged[0]
 
 

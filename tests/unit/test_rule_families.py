@@ -254,7 +254,8 @@ def test_json_wrong_type(catalog):
     found = check(svc(["--compilation-config", '{"max_cudagraph_capture_size":"many"}']), catalog)
     f = next(f for f in found if f.rule == "json/bad-value")
     assert f.severity.value == "error" and "max_cudagraph_capture_size" in f.message
-    for spelling in ('{"method":"ngram","num_speculative_tokens":3}', '{"method":"ngram","num_speculative_tokens":"3"}'):
+    for spelling in ('{"method":"ngram","num_speculative_tokens":3}',
+                     '{"method":"ngram","num_speculative_tokens":"3"}'):
         assert check(svc(["--speculative-config", spelling]), catalog) == []
 
 

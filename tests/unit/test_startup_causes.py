@@ -301,7 +301,8 @@ def test_the_root_cause_is_ranked_over_every_start():
     assert "start 1: killed_by_signal" in dict(summarize(f))["root cause"]
 
 
-@pytest.mark.parametrize("name", ["vllm-0.10.2-cuda.log", "vllm-0.24-cuda.log", "vllm-0.33-xpu.log", "vllm-0.14-xpu.log"])
+@pytest.mark.parametrize("name", ["vllm-0.10.2-cuda.log", "vllm-0.24-cuda.log", "vllm-0.33-xpu.log",
+                                  "vllm-0.14-xpu.log"])
 def test_clean_starts_have_no_cause(name):
     f = parse_startup_log_file(LOGS / name)
     assert f.ready and f.error is None and f.causes == [] and f.root_cause is None

@@ -83,7 +83,7 @@ def repo_ids(svc: Service) -> list[tuple[str, str, Path]]:
         out.append(("tokenizer", tok.value.strip(), tok.path))
     spec = svc.effective.get("speculative_config")
     draft = spec.value.get("model") if spec is not None and isinstance(spec.value, dict) else None
-    if isinstance(draft, str) and _REPO_ID.match(draft.strip()):
+    if spec is not None and isinstance(draft, str) and _REPO_ID.match(draft.strip()):
         out.append(("draft model", draft.strip(), spec.path))
     return out
 

@@ -92,26 +92,27 @@ def _depends_on(ctx: Ctx, svcs: list[Service], by_name: dict[str, Service]) -> N
                           "use condition: service_healthy (with a healthcheck) or service_started")
 
 
+def _cycle_from(graph: dict[str, list[str]], node: str, stack: list[str]) -> list[str] | None:
+    """The first dependency cycle reached from ``node`` (its services, the first repeated at the
+    end), with ``stack`` the path that led to it; None when there is none."""
+    if node in stack:
+        return stack[stack.index(node):] + [node]
+    if node not in graph:
+        return None
+    stack.append(node)
+    for nxt in graph[node]:
+        found = _cycle_from(graph, nxt, stack)
+        if found:
+            return found
+    stack.pop()
+    return None
+
+
 def _cycles(ctx: Ctx, svcs: list[Service]) -> None:
     graph = {s.name: [d for d, *_ in dependencies(s)] for s in svcs}
     reported: set[frozenset[str]] = set()
     for start in graph:
-        stack: list[str] = []
-
-        def visit(node: str) -> list[str] | None:
-            if node in stack:
-                return stack[stack.index(node):] + [node]
-            if node not in graph:
-                return None
-            stack.append(node)
-            for nxt in graph[node]:
-                found = visit(nxt)
-                if found:
-                    return found
-            stack.pop()
-            return None
-
-        cycle = visit(start)
+        cycle = _cycle_from(graph, start, [])
         if cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
             svc = next(s for s in svcs if s.name == cycle[0])

@@ -118,7 +118,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
         if dot and facts.option(base) is not None:
             continue  # --OPTION.KEY VALUE: vLLM gathers these into one JSON value of --OPTION (json/*)
         action = facts.option(flag.name)
-        if action is None and j.maybe_added(lambda f: f.option(flag.name)):
+        if action is None and j.maybe_added(lambda f: f.option(flag.name)):  # noqa: B023 - called at once
             continue  # known to the next newer release: may have been added in between
         if action is None and flag.token.s.startswith("--") and "." not in flag.name:
             full = facts.abbreviated(flag.name)
@@ -173,7 +173,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"write e.g. --{flag.name} 8192")
         if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") \
                 and not _in_choices(action, text) \
-                and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):
+                and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):  # noqa: B023 - called at once
             close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
             report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
@@ -244,18 +244,18 @@ def check_json_values(ctx: Ctx, svc: Service) -> None:
         elif action.dest in configs and isinstance(value, dict):
             _judge(ctx, j, action.dest, value, lambda p, at=where: at, f"--{base}", partial=False)
     for dest, items in dotted.items():
-        value: dict[str, Any] = {}
+        gathered: dict[str, Any] = {}
         for flag, sub in items:
             if sub.endswith("+"):  # KEY+ A,B: a list of the texts, appended to a list given before
-                _merge(value, _nested(sub[:-1].split("."), (flag.value or "").split(",")))
+                _merge(gathered, _nested(sub[:-1].split("."), (flag.value or "").split(",")))
             else:
-                _merge(value, _nested(sub.split("."), _dotted_value(flag.value or "")))
+                _merge(gathered, _nested(sub.split("."), _dotted_value(flag.value or "")))
         first = {sub.rstrip("+").split(".")[0]: flag.token.path for flag, sub in reversed(items)}
         name, at = "--" + dest.replace("_", "-"), items[0][0].token.path
         if dest in _FREE_DICTS:
-            _foreign_keys(ctx, name, dest, value, configs, at)
+            _foreign_keys(ctx, name, dest, gathered, configs, at)
         elif dest in configs:
-            _judge(ctx, j, dest, value, lambda p, by=first, at=at: by.get(str(p[0]) if p else "", at),
+            _judge(ctx, j, dest, gathered, lambda p, by=first, at=at: by.get(str(p[0]) if p else "", at),
                    f"{name}.KEY flags", partial=False)
     for s in svc.launch.edits:  # exl3xpu --set vllm.DEST[.KEY...]=VALUE
         parts = s.key.split(".")
@@ -407,7 +407,8 @@ def _foreign_keys(ctx: Ctx, given: str, dest: str, value: dict[str, Any], config
     for owner, keys in by_flag.items():
         flag = "--" + owner.replace("_", "-")
         ctx.warning("json/key-of-another-flag", where,
-                    f"{given} holds {', '.join(repr(k) for k in keys)}, which {'are keys' if len(keys) > 1 else 'is a key'} "
+                    f"{given} holds {', '.join(repr(k) for k in keys)}, which "
+                    f"{'are keys' if len(keys) > 1 else 'is a key'} "
                     f"of {flag}; vLLM hands {dest} to platform plugins as it is and never reads "
                     f"{'them' if len(keys) > 1 else 'it'} as {flag} settings",
                     f"move {', '.join(keys)} into {flag}")

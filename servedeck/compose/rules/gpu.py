@@ -187,7 +187,7 @@ def visible_gpus(svc: Service, env: dict[str, str]) -> tuple[int, str] | None:
                 ("level_zero:", "ext_oneapi_level_zero:", "*:")) and ":" in sel]
             if not lists or any(x.strip() in ("*", "gpu") for lst in lists for x in lst.split(",")):
                 continue
-            items = {x.strip().split(".")[0] for lst in lists for x in lst.split(",") if x.strip()}
+            items = sorted({x.strip().split(".")[0] for lst in lists for x in lst.split(",") if x.strip()})
         else:
             if text.strip() in ("", "-1") and var == "CUDA_VISIBLE_DEVICES":
                 counts.append((0, f"{var}={text!r}"))

@@ -224,12 +224,14 @@ def argv_paths(svc: Service) -> list[tuple[str, str, str, bool, Path]]:
             out.append((f"--{dest.replace('_', '-')}", e.value, what, must, e.path))
     e = svc.effective.get("lora_modules")
     if e is not None:
-        for name, path in _lora_paths(e.value):
-            if _is_path(path, repo_ids=True):
-                out.append((f"--lora-modules {name}=", path, f"LoRA adapter {name!r}", True, e.path))
+        for name, adapter in _lora_paths(e.value):
+            if _is_path(adapter, repo_ids=True):
+                out.append((f"--lora-modules {name}=", adapter, f"LoRA adapter {name!r}", True, e.path))
     for dest, keys, what, must in JSON_PATHS:
         e = svc.effective.get(dest)
-        value = _dig(e.value, keys) if e is not None else None
+        if e is None:
+            continue
+        value = _dig(e.value, keys)
         if isinstance(value, str) and _is_path(value, repo_ids=keys[-1] in ("model", "tokenizer")):
             out.append((f"--{dest.replace('_', '-')} {'.'.join(keys)}", value, what, must, e.path))
     return out
@@ -245,7 +247,8 @@ def check_argv_paths(ctx: Ctx, svc: Service) -> None:
         _judge(ctx, flag, text, what, must, path, ms, workdir)
 
 
-def _judge(ctx: Ctx, flag: str, text: str, what: str, must: bool, path: Path, ms: list[MountItem], workdir: str) -> None:
+def _judge(ctx: Ctx, flag: str, text: str, what: str, must: bool, path: Path, ms: list[MountItem],
+           workdir: str) -> None:
     raw = text.strip()
     if raw.startswith("~"):
         return  # the shell's ~ is not expanded in an exec-form command: vLLM sees it literally

@@ -97,9 +97,9 @@ def host_bindings(svc: Service) -> list[HostBinding]:
         out.append(HostBinding(svc.name, getattr(port, "host_ip", None) or None, lo, hi,
                                str(getattr(port, "protocol", None) or "tcp"), svc.path + ("ports", i)))
     if svc.data.get("network_mode") == "host" and svc.launcher is not None:
-        port = server_port(svc)
-        if port is not None:
-            out.append(HostBinding(svc.name, None, port, port, "tcp", svc.path + ("network_mode",)))
+        listen = server_port(svc)
+        if listen is not None:
+            out.append(HostBinding(svc.name, None, listen, listen, "tcp", svc.path + ("network_mode",)))
     return out
 
 

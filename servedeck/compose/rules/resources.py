@@ -13,24 +13,28 @@ daemon_unix.go``). vLLM raises its open-file limit to 65535 (``vllm/utils/system
 
 from __future__ import annotations
 
+from typing import Any
+
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import int_setting, server_environment
 from servedeck.compose.rules.gpu import GIB, parse_size
 
 
-def _limit(svc: Service, key: str, deploy_key: str) -> tuple[int | None, Path | None]:
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _limit(svc: Service, key: str, deploy_key: str) -> tuple[int | None, Path]:
     """(bytes, document path) of a memory setting: ``mem_limit`` / ``deploy.resources.limits
     .memory`` (``mem_reservation`` / ``...reservations.memory``); the deploy form wins, as
-    Compose merges them."""
-    deploy = svc.data.get("deploy") if isinstance(svc.data.get("deploy"), dict) else {}
-    res = deploy.get("resources") if isinstance(deploy.get("resources"), dict) else {}
-    part = res.get(deploy_key) if isinstance(res.get(deploy_key), dict) else {}
+    Compose merges them. (None, the service's path) when it is not set."""
+    part = _mapping(_mapping(_mapping(svc.data.get("deploy")).get("resources")).get(deploy_key))
     if part.get("memory") is not None:
         return parse_size(part["memory"]), svc.path + ("deploy", "resources", deploy_key, "memory")
     if svc.data.get(key) is not None:
         return parse_size(svc.data[key]), svc.path + (key,)
-    return None, None
+    return None, svc.path
 
 
 #: host memory (GiB) each vLLM process holds before any weights (torch, the device runtime and
@@ -106,8 +110,7 @@ def check_limits(ctx: Ctx, svc: Service) -> None:
                     f"pids_limit {pids} counts threads: vLLM's processes run hundreds of them (torch, "
                     f"tokenizers, one set per worker) and fail with \"can't start new thread\"",
                     "raise pids_limit to 4096 or more, or leave it out")
-    ulimits = svc.data.get("ulimits") if isinstance(svc.data.get("ulimits"), dict) else {}
-    nofile = ulimits.get("nofile")
+    nofile = _mapping(svc.data.get("ulimits")).get("nofile")
     hard = nofile.get("hard") if isinstance(nofile, dict) else nofile
     if isinstance(hard, int) and not isinstance(hard, bool) and 0 < hard < 65535:
         ctx.warning("resources/nofile-low", svc.path + ("ulimits", "nofile"),
