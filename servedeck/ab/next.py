@@ -105,6 +105,8 @@ class NextPlan(BaseModel):
     noise_source: str | None = None
     ready_s: float | None = None
     request_s: float | None = None
+    signals: list[str] = Field(default_factory=list)
+    """What the baseline's load, roofline and energy records said (:mod:`servedeck.ab.signals`)."""
     candidates: list[Candidate]
     statement: str
 
@@ -361,7 +363,8 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
                  f"the ±{margin * 100:g} % margin within {max_requests} requests per arm at this host's noise")
     return NextPlan(profile=str(profile.get("name")), host=host, baseline_run=baseline.name if baseline else None,
                     margin=margin, noise={k: round(v, 5) for k, v in noise.items()}, noise_source=noise_source,
-                    ready_s=ready_s, request_s=request_s, candidates=out, statement=statement)
+                    ready_s=ready_s, request_s=request_s, signals=[sig.text for sig in signals],
+                    candidates=out, statement=statement)
 
 
 def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position, single, noise, margin, alpha,
@@ -510,6 +513,7 @@ def format_plan(plan: NextPlan) -> str:
     lines = [f"next experiments for profile {plan.profile} on host {plan.host}"
              + (f" (baseline {plan.baseline_run})" if plan.baseline_run else " (no benchmarked baseline yet)"),
              f"noise: {plan.noise_source or 'unknown (no A/A noise floor, no baseline samples)'}"]
+    lines += [f"measured: {text}" for text in plan.signals]
     for i, c in enumerate(plan.candidates, 1):
         gain = f"{_pct(c.expected_gain)} on {c.metric}" if c.expected_gain is not None and c.metric else "unknown"
         cost = f"~{c.cost_s / 60:.1f} min" if c.cost_s else "cost unknown"

@@ -164,6 +164,8 @@ def test_next_proposes_what_relieves_the_measured_capacity_bound(tmp_path):
     plan = propose(profile, "local", run.parent, effective={}, facts=arm.facts, baseline=run)
     fp8 = _cand(plan, "kv-dtype", "fp8")
     assert (fp8.metric, fp8.expected_gain, fp8.clears_noise) == ("capacity", 1.0, True)
+    from servedeck.ab.next import format_plan
+    assert "measured: at c=4 the load is bound by the KV pool" in format_plan(plan)
     assert _cand(plan, "max-seqs", 4).expected_gain == 0
 
 
