@@ -275,9 +275,9 @@ WARM_INIT_RATIO = 0.6
 
 def _env_of(run_dir: Path) -> list[str]:
     """``NAME=VALUE`` of the recorded compose file's first service environment."""
-    from ruamel.yaml import YAML
     from servedeck.runs import store
-    doc = YAML(typ="safe", pure=True).load(store.read(run_dir, store.COMPOSE, required=True)) or {}
+    from servedeck.yamlio import load_data
+    doc = load_data(store.read(run_dir, store.COMPOSE, required=True)) or {}
     svc = next(iter((doc.get("services") or {}).values()), {}) or {}
     env = svc.get("environment") or {}
     return [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else [str(e) for e in env]

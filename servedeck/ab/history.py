@@ -10,13 +10,14 @@ measured costs; the series document and the MLflow export list a profile's recor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import read_json_file
 from servedeck.runs import store
 
 EXPERIMENT_FILE = "experiment.json"
@@ -82,7 +83,8 @@ class ExperimentRecord(BaseModel):
 
 def save_experiment(report_dir: Path, record: ExperimentRecord) -> Path:
     """Write ``record`` as ``experiment.json`` into the report's directory (atomically)."""
-    return atomic_write(Path(report_dir) / EXPERIMENT_FILE, record.model_dump_json(indent=2) + "\n")
+    return atomic_write(Path(report_dir) / EXPERIMENT_FILE, record.model_dump_json(indent=2) + "\n",
+                        mode=store.RUN_FILE_MODE)
 
 
 def load_experiments(runs_dir: Path, *, host: str | None = None, profile: str | None = None) -> list[ExperimentRecord]:
@@ -95,8 +97,8 @@ def load_experiments(runs_dir: Path, *, host: str | None = None, profile: str | 
     out = []
     for path in paths:
         try:
-            rec = ExperimentRecord.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError):
+            rec = ExperimentRecord.model_validate(read_json_file(path))
+        except (OSError, ValueError, ValidationError, ServedeckError):
             continue
         if host is not None and rec.host != host:
             continue
@@ -122,22 +124,11 @@ def r_ids(rec: ExperimentRecord) -> tuple[str, ...]:
 def bench_seconds(run_dir: Path) -> float | None:
     """Wall time of a run's benchmark (``bench.json`` ``finished_at - started_at``), or None."""
     from servedeck.errors import ServedeckError
-    from servedeck.fleet.sweep import _iso_s  # one ISO reader
     try:
         doc = store.read(run_dir, store.BENCH_SUMMARY)
     except ServedeckError:  # a cost is context
         return None
     if doc is None:
         return None
-    start, end = _iso_s(doc.started_at), _iso_s(doc.finished_at)
+    start, end = store.iso_seconds(doc.started_at), store.iso_seconds(doc.finished_at)
     return end - start if start is not None and end is not None and end >= start else None
-
-
-def meta_or_none(run_dir: Path):
-    """``run.json`` of a run, typed (:class:`servedeck.runs.records.RunMeta`), or None when it is
-    missing or invalid (for context that must not fail a decision)."""
-    from servedeck.errors import ServedeckError
-    try:
-        return store.read_meta(Path(run_dir))
-    except ServedeckError:
-        return None

@@ -52,6 +52,7 @@ from servedeck.ab.next import dotted_get
 from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import read_json_file
 from servedeck.runs import store
 
 TUNE_DIR = "tune"
@@ -163,7 +164,7 @@ def load_state(runs_dir: Path, name: str) -> TuneState | None:
     if not path.exists():
         return None
     try:
-        return TuneState.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return TuneState.model_validate(read_json_file(path))
     except (ValueError, ValidationError) as exc:
         loc = ".".join(str(p) for p in exc.errors()[0]["loc"]) if isinstance(exc, ValidationError) else None
         raise ServedeckError(f"invalid tune state: {exc}", file=str(path), field=loc,
@@ -173,7 +174,8 @@ def load_state(runs_dir: Path, name: str) -> TuneState | None:
 def save_state(runs_dir: Path, state: TuneState) -> Path:
     """Write the state atomically."""
     state.updated_at = store.utcnow()
-    return atomic_write(tune_dir(runs_dir, state.spec.name) / STATE_FILE, state.model_dump_json(indent=2, by_alias=True) + "\n")
+    return atomic_write(tune_dir(runs_dir, state.spec.name) / STATE_FILE,
+                        state.model_dump_json(indent=2, by_alias=True) + "\n", mode=store.RUN_FILE_MODE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +332,8 @@ def run_tune(runs_dir: Path, state: TuneState, ops: TuneOps, *, judge: Callable[
             save()
         _do_step(runs_dir, state, open_step, ops, save, judge)
         if open_step.kept:
-            state.best, state.best_profile, state.best_run = dict(open_step.overrides), open_step.profile, open_step.run_b
+            state.best, state.best_profile = dict(open_step.overrides), open_step.profile
+            state.best_run = open_step.run_b
         ops.say(f"experiment {open_step.n}: {open_step.action}, {'kept' if open_step.kept else 'reverted'} "
                 f"(measured {_pct(open_step.measured_gain)} on {spec.metric})")
         save()
@@ -368,6 +371,7 @@ def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, sav
         step.status = "judged"
         return
     if step.status == "benched":
+        assert step.run_a is not None and step.run_b is not None  # a benched step has both runs
         out_dir = tune_dir(runs_dir, state.spec.name) / store.REPORTS_DIR / f"{step.n:02d}-{step.run_a}_vs_{step.run_b}"
         outcome = judge(Path(runs_dir), Path(runs_dir) / step.run_a, Path(runs_dir) / step.run_b,
                         out_dir / "report.md")

@@ -22,7 +22,7 @@ from servedeck.ab.experiment import compare_runs
 from servedeck.ab.next import propose
 from servedeck.ab.quality import GateReason, QualityGate
 from servedeck.ab.signals import Signal, comparison_signals, read_signals
-from servedeck.ab.stats import compare_metrics
+from servedeck.ab.comparison import compare_metrics
 from servedeck.bench.loadresult import LoadSummary
 from servedeck.runs import store
 
