@@ -335,14 +335,14 @@ def verdict(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBa
     under_load = next((s for s in signals or [] if s.kind == "capacity" and s.verdict is not None), None)
     # gains and losses beside speed: energy per token (judged) and capacity under the SLO (decided)
     energy = _energy(c)
-    more = [cite_energy(m) for m in energy if m.verdict == "faster"]
-    less = [cite_energy(m) for m in energy if m.verdict == "slower"]
+    better = [cite_energy(m) for m in energy if m.verdict == "faster"]
+    worse = [cite_energy(m) for m in energy if m.verdict == "slower"]
     if under_load is not None and under_load.verdict in ("higher", "lower"):
-        (more if under_load.verdict == "higher" else less).append(under_load.text)
-    reasons_cost = [cl.text.split(": ", 1)[-1].rstrip(".") for cl in costs] + less
+        (better if under_load.verdict == "higher" else worse).append(under_load.text)
+    reasons_cost = [cl.text.split(": ", 1)[-1].rstrip(".") for cl in costs] + worse
     cites = ([m.key for m in gains + losses + energy] + [k for cl in costs for k in cl.cites]
              + (["capacity"] if under_load is not None and under_load.verdict in ("higher", "lower") else []))
-    gained = [cite(m) for m in gains] + more
+    gained = [cite(m) for m in gains] + better
     caveat = None
     if knob is not None and knob.load_dependent and single_stream(run_b) and under_load is None:
         caveat = "unless a multi-request workload shows otherwise"
@@ -354,7 +354,7 @@ def verdict(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBa
             text += f", whatever its speed ({'; '.join(gained)})"
         return DraftVerdict(action="revert", text=text + ".", cites=cites + [s.name for s in gate],
                             short=f"Revert {back}: quality gate failed")
-    if (losses or less) and not gained:
+    if (losses or worse) and not gained:
         if losses:
             text = f"Revert {back}: B is measurably slower ({'; '.join(cite(m) for m in losses)})"
             if reasons_cost:
@@ -373,7 +373,7 @@ def verdict(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBa
         return DraftVerdict(action="revert", text=text, cites=cites + [m.key for m in speed[:2]], caveat=caveat,
                             short=f"Revert {back}: no speed gain at {b_text}, cost {cost_short}"
                                   + (f" ({caveat})" if caveat else ""))
-    if gained and not losses and not costs and not less:
+    if gained and not losses and not costs and not worse:
         return DraftVerdict(action="keep", text=(f"Keep {keep}: {'; '.join(gained)}, with no "
                                                  "measured loss and no capacity cost."), cites=cites,
                             short=f"Keep {keep}: " + ", ".join(

@@ -336,7 +336,7 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         signals = read_signals(baseline) if baseline is not None else []
     roof = {s.metric: s for s in signals if s.kind == "roofline" and s.metric and s.headroom is not None}
     bound = bound_of(signals)
-    throttled = power_limited(signals)
+    throttled: Signal | bool | None = power_limited(signals)
     if throttled is None and any(s.kind == "energy" for s in signals):
         throttled = False  # telemetry measured, and the card never throttled at its power limit
     wanted = {kb.by_id(k).id for k in only} if only else None

@@ -229,8 +229,9 @@ def bound_of(signals: list[Signal]) -> Signal | None:
 def comparison_signals(c) -> list[Signal]:
     """What a comparison (:class:`servedeck.ab.stats.Comparison`) decided beside its judged
     metrics: the quality gate on the candidate arm (``gate`` when B is the candidate, ``gate A``
-    with ``--quality-reference B``; ``passed`` False when it blocks; none when not checked) and the capacity verdict under the SLO (``verdict`` ``higher``/``lower``:
-    B holds more/less load than A)."""
+    with ``--quality-reference B``; ``passed`` False when it blocks; none when not checked) and
+    the capacity verdict under the SLO (``verdict`` ``higher``/``lower``: B holds more/less load
+    than A)."""
     out: list[Signal] = []
     quality = getattr(c, "quality", None)
     gate = getattr(quality, "gate", None)
