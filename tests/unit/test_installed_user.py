@@ -130,7 +130,7 @@ def test_profiles_lists_every_profile_and_reports_every_bad_one(tmp_path):
     names = [line.split()[0] for line in res.stdout.splitlines()[1:]]
     assert {"speed", "quality", "two-bad", "open-quote", "child-of-bad"} <= set(names)
     assert "gpu_memory_utilisation" in res.stderr and "max_num_seqs" in res.stderr
-    assert "open-quote.yaml: line 2: not valid YAML" in res.stderr
+    assert "open-quote.yaml:2: not valid YAML" in res.stderr
 
 
 def test_check_all_goes_on_and_reports_each_problem_once(tmp_path):
@@ -210,7 +210,7 @@ def test_an_unterminated_quote_is_reported_where_it_opened(tmp_path):
         read_yaml_file(f)
     except ServedeckError as exc:
         assert exc.line == 2 and "opened on line 2 is never closed" in exc.message
-        assert exc.render().startswith(f"{f}: line 2: not valid YAML")
+        assert exc.render().startswith(f"{f}:2: not valid YAML")
     else:
         raise AssertionError("parsed")
     [finding] = check_compose_text("services:\n  a:\n    image: 'x\n    command: [1]\n", file="c.yml")
@@ -245,7 +245,7 @@ def test_placeholder_hint_names_no_development_task_in_an_installed_servedeck(mo
 def test_clip_keeps_the_start_and_cuts_between_words():
     import pytest
 
-    from servedeck.safetext import clip
+    from servedeck.textfmt import clip
     line = "WARNING 12-03 10:00:01 Using a large max_num_seqs can cause fd limit errors like too many open files"
     out = clip(line, 60)
     assert out.startswith("WARNING 12-03 10:00:01 Using") and out.endswith("…") and len(out) <= 60
@@ -322,7 +322,7 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     from servedeck.deploy.ops import _rollback_target, _same_compose, format_status
     from servedeck.host import history as hist
     from servedeck.host.remote import HostState
-    a, b = "a" * 64, "b" * 64
+    a, b = "a" * 64, "b" * 64  # compose hashes (the history refuses a line whose hash is not one)
     records = _revision(1, a, "speed") + _revision(2, b, "base") + _revision(3, a, "speed")
     state = HostState("acquired", compose_sha256=a, good={a, b}, history=records)
     revs = hist.revisions(records)
@@ -419,22 +419,3 @@ def test_every_json_option_prints_json_on_an_error(tmp_path):
     assert "error: nowhere.log: file not found" in res.stderr  # the text stays on stderr
     res = _servedeck("startup-facts", "--log", "nowhere.log", cwd=tmp_path, state=tmp_path / "state")
     assert res.stdout == ""  # without --json: text only
-
-
-def test_the_introspection_of_an_image_without_vllm_tells_what_the_image_can(tmp_path):
-    """image-facts on a stand-in (no vLLM inside): the introspection script answers with the
-    image's own facts and ``vllm_missing`` instead of failing on ``import vllm``."""
-    from servedeck.vllm.facts import VllmFacts
-    (tmp_path / "models" / "tiny").mkdir(parents=True)
-    (tmp_path / "models" / "tiny" / "model.yaml").write_text("vllm: {max_model_len: 1024}\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    probe = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, env=env, check=False)
-    if probe.returncode == 0:
-        import pytest
-        pytest.skip("vLLM imports here")
-    res = subprocess.run([sys.executable, str(ROOT / "servedeck" / "vllm" / "introspect.py"), "facts"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    raw = json.loads(res.stdout.split("@@SERVEDECK@@", 1)[1])
-    assert raw["vllm_missing"] and raw["vllm_version"] == "unknown"
-    assert raw["launcher_configs"] == {"models/tiny": "vllm: {max_model_len: 1024}\n"}
-    assert VllmFacts.model_validate(raw).serve_args == []
