@@ -130,7 +130,7 @@ def test_profiles_lists_every_profile_and_reports_every_bad_one(tmp_path):
     names = [line.split()[0] for line in res.stdout.splitlines()[1:]]
     assert {"speed", "quality", "two-bad", "open-quote", "child-of-bad"} <= set(names)
     assert "gpu_memory_utilisation" in res.stderr and "max_num_seqs" in res.stderr
-    assert "open-quote.yaml:2: not valid YAML" in res.stderr
+    assert "open-quote.yaml: line 2: not valid YAML" in res.stderr
 
 
 def test_check_all_goes_on_and_reports_each_problem_once(tmp_path):
@@ -210,7 +210,7 @@ def test_an_unterminated_quote_is_reported_where_it_opened(tmp_path):
         read_yaml_file(f)
     except ServedeckError as exc:
         assert exc.line == 2 and "opened on line 2 is never closed" in exc.message
-        assert exc.render().startswith(f"{f}:2: not valid YAML")
+        assert exc.render().startswith(f"{f}: line 2: not valid YAML")
     else:
         raise AssertionError("parsed")
     [finding] = check_compose_text("services:\n  a:\n    image: 'x\n    command: [1]\n", file="c.yml")
