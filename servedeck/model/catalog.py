@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write, read_bounded, state_dir
+from servedeck.fsutil import atomic_write, read_bounded
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import CATALOG_LIMITS, YAMLError, file_error, load_data, roundtrip
