@@ -245,7 +245,7 @@ def test_placeholder_hint_names_no_development_task_in_an_installed_servedeck(mo
 def test_clip_keeps_the_start_and_cuts_between_words():
     import pytest
 
-    from servedeck.textfmt import clip
+    from servedeck.safetext import clip
     line = "WARNING 12-03 10:00:01 Using a large max_num_seqs can cause fd limit errors like too many open files"
     out = clip(line, 60)
     assert out.startswith("WARNING 12-03 10:00:01 Using") and out.endswith("…") and len(out) <= 60
