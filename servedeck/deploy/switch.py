@@ -124,9 +124,8 @@ class _CountedInterrupts:
             signal.signal(sig, old)
         self._old = {}
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.restore()
-        return False
 
     def act(self, host: RemoteHost, revision: int, out: SwitchOutcome, reporter: Reporter) -> None:
         """Act on each interrupt counted and not yet acted on (:func:`_interrupted`).
