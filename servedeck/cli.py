@@ -27,6 +27,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
+
+Justify = Literal["default", "left", "center", "right", "full"]
+"""How a table column is aligned (rich's ``JustifyMethod``)."""
 
 
 def _import_invoke_without_mock():
@@ -118,6 +122,8 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
+            if kwargs.get("json_") and not getattr(exc, "json_printed", False):
+                print(json.dumps(error_document(exc)))  # --json: JSON on stdout on every path
             from servedeck.safetext import printable
             print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
@@ -128,6 +134,16 @@ def cli_errors(fn):
 
 
 _cli = cli_errors
+
+
+def error_document(exc: ServedeckError) -> dict:
+    """A ``--json`` command's output when it fails: ``{"error": {"rule", "file", "line",
+    "field", "message", "hint"}, "errors": [one such object per problem]}`` (suggested
+    commands spelled as the user runs servedeck)."""
+    errors = [{"rule": f.rule, "file": f.file, "line": f.line, "field": f.path or None,
+               "message": as_typed(f.message), "hint": as_typed(f.hint) if f.hint else None}
+              for f in exc.findings()]
+    return {"error": errors[0], "errors": errors}
 
 
 @functools.lru_cache(maxsize=1)
@@ -152,8 +168,7 @@ def _load(name: str):
 
 @functools.lru_cache(maxsize=1)
 def _catalog():
-    from servedeck.model.catalog import Catalog
-    return Catalog(_project().catalog_path, local=_project().local_images)
+    return _project().catalog()
 
 
 def _render(name: str):
@@ -167,7 +182,7 @@ def _write_out(path: str, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: list[list[str]]) -> None:
     """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
     texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
     from rich.console import Console
@@ -201,7 +216,9 @@ def render(c, profile, out=None, flags=False):
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
                                   expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
-        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        from servedeck.compose.positions import profile_positions
+        findings = profile_positions(findings, _load(profile), rendered)
+        print(as_typed(format_findings([f for f in findings if f.severity is Severity.error])), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
     print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
@@ -242,24 +259,56 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
             from servedeck.host.inimage import judge
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
-                                            judge=judge(), catalog=_catalog())
+            print(f"judging {sum(t is not None for t in texts)} profile(s) with vLLM inside their images "
+                  "(one container per image; a first look at an image takes a while)…", file=sys.stderr)
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)
+                                             if text is not None], judge=judge(), catalog=_catalog())
     if json_:
-        print(findings_to_json(findings))
+        print(as_typed(findings_to_json(findings)))
     else:
-        print(format_findings(findings) if findings else "no findings")
+        print(as_typed(format_findings(findings)) if findings else "no findings")
+        if not compose:
+            _print_catalog_sources(names)
+    if any(f.rule in LOAD_RULES for f in findings):
+        raise Exit(code=2)  # a profile did not load: bad input, as a load error elsewhere
     if has_errors(findings):
         raise Exit(code=1)
 
 
+LOAD_RULES = ("profile/invalid", "profile/unknown-key", "profile/not-loaded", "yaml/syntax-profile")
+"""Rules of a profile that does not load (``check`` reports them as findings and goes on)."""
+
+
+def _print_catalog_sources(names: list[str]) -> None:
+    """Which catalog the image facts of the checked profiles come from, one line per digest
+    (stderr)."""
+    seen = set()
+    for name in names:
+        try:
+            digest = _load(name).profile.image_ref.digest
+        except ServedeckError:
+            continue
+        if digest in seen:
+            continue
+        seen.add(digest)
+        where = _catalog().describe_source(digest)
+        if where:
+            print(f"image facts of {digest[:19]}…: {where}", file=sys.stderr)
+
+
 def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
-    (the rendered compose text, its findings)."""
+    (the rendered compose text, its findings); a profile that does not load: (None, one finding
+    per problem, :data:`LOAD_RULES`)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    rendered = _render(name)
-    return rendered.compose_text, check_compose_text(
+    try:
+        rendered = _render(name)
+    except ServedeckError as exc:
+        return None, _load_findings(exc)
+    from servedeck.compose.positions import profile_positions
+    return rendered.compose_text, profile_positions(check_compose_text(
         rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
-        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))), _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)
@@ -282,11 +331,23 @@ PARALLEL_MIN_PROFILES = 48
 """``check --all`` over at least this many profiles runs in one worker process per CPU."""
 
 
-def _check_profiles(names: list[str]) -> tuple[list[str], list]:
+def _load_findings(exc: ServedeckError) -> list:
+    """A profile's load error as findings; a YAML syntax error keeps its line but gets a rule of
+    the profile (not the compose check's ``yaml/syntax``)."""
+    findings = exc.findings("profile/not-loaded")
+    for f in findings:
+        if f.rule == "yaml/syntax":
+            f.rule = "yaml/syntax-profile"
+        if f.line is not None and f.path == f"line {f.line}":
+            f.path = ""
+    return findings
+
+
+def _check_profiles(names: list[str]) -> tuple[list[str | None], list]:
     """(rendered compose texts of ``names``, their findings), in order. Many profiles: the first
     is checked here (loading the catalog, the shared parents, the templates and the Compose
     schema validator once), then the rest in forked worker processes that inherit all of that;
-    the first error (a bad profile) is raised as in a serial run."""
+    a profile that does not load has the text None and its problems as findings."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
         results = [_check_profile(name) for name in names]
@@ -301,7 +362,14 @@ def _check_profiles(names: list[str]) -> tuple[list[str], list]:
             results += pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4)))
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
-    return [text for text, _ in results], [f for _, found in results for f in found]
+    findings, seen = [], set()
+    for _, found in results:  # a bad parent is one problem, not one per variant
+        for f in found:
+            key = (f.rule, f.file, f.line, f.path, f.message) if f.rule in LOAD_RULES else id(f)
+            if key not in seen:
+                seen.add(key)
+                findings.append(f)
+    return [text for text, _ in results], findings
 
 
 @task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})
@@ -328,11 +396,20 @@ def diff(c, profile, against=None):
 def profiles(c):
     """List profiles with their parent and description."""
     store = _store()
-    rows = []
+    rows, bad = [], []
     for name in store.names():
-        p = store.load(name).profile
+        try:
+            p = store.load(name).profile
+        except ServedeckError as exc:
+            bad.append(exc)
+            rows.append([name, "", "(does not load: see below)"])
+            continue
         rows.append([name, p.extends or "", p.description or ""])
     print_table(None, [("profile", "left"), ("extends", "left"), ("description", "left")], rows)
+    for exc in bad:
+        print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+    if bad:
+        raise Exit(code=2)
 
 
 @task(help={"check": "fail when schema/ is stale instead of writing it"})
@@ -431,6 +508,7 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
     except ServedeckError as exc:
         if json_:
             print(json.dumps(deploy_document(host, profile, reporter.run_dir, error=exc)))
+            exc.json_printed = True
         raise
     differs = [ch.render() for ch in result.arg_checks if ch.status == "differs"]
     if json_:
@@ -618,10 +696,18 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
     """Read an image's facts from the image itself (config, vLLM argument surface, registries,
     VLLM_* variables, helper binaries, launcher configs) and record them in the catalog."""
     from servedeck.host.inimage import extract_facts
+    from servedeck.model.project import is_source_checkout
+    if table and not is_source_checkout():
+        raise ServedeckError("--table writes servedeck's own shipped tables (servedeck/vllm/tables/), "
+                             "a development step in a checkout of servedeck; an installed servedeck "
+                             "never writes inside its package",
+                             hint=f"drop --table: `{PROGRAM} image-facts IMAGE` records the image's "
+                                  "vLLM facts beside your project's catalog, and check reads them there")
+    print(f"reading {image} (pulled when missing; its vLLM asked in one container)…", file=sys.stderr)
     digest, facts, vf = extract_facts(None, image)
     if not no_record:
         _catalog().add_with_vllm_facts(digest, facts, vf)
-        print(f"recorded {digest} in {_project().catalog_path}", file=sys.stderr)
+        print(f"recorded {digest} in {_catalog()._target(digest)}", file=sys.stderr)
     if table:
         from servedeck.vllm.facts import write_table
         print(f"wrote {write_table(vf)}", file=sys.stderr)
@@ -698,7 +784,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After either kind of
     benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
     standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
     during the benchmark (telemetry.json) and each request is set against the card's ceilings
@@ -757,7 +843,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load)
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
@@ -843,17 +929,22 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, profile, slo_, search) -> None:
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
+                tasks=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``): print the level table."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table and the probes."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    if probes:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
@@ -926,7 +1017,8 @@ def runs(c, profile=None, limit=50):
     if limit < 0:
         raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
     if limit and len(rows) > limit:
-        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)",
+              file=sys.stderr)
         rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
@@ -935,7 +1027,8 @@ def runs(c, profile=None, limit=50):
                        ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s),
+                  cell(r.cold_ttft_s)]
                  for r in rows])
 
 
@@ -1263,7 +1356,8 @@ def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_mar
         err = exc.errors()[0]
         name = str(err["loc"][0])
         raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
-                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+                             hint="margins and agreements are fractions (0.01 = 1 %); "
+                                  "--quality-reference is A or B") from None
 
 
 def _project_profiles() -> list[dict]:
@@ -1406,7 +1500,8 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
                    margin=float(margin) if margin is not None else DEFAULT_MARGIN,
                    max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
                    only=list(only) if only else None,
-                   alternatives=profile_alternatives(_project_profiles(), like=rendered.profile.model_dump(mode="json")))
+                   alternatives=profile_alternatives(_project_profiles(),
+                                                     like=rendered.profile.model_dump(mode="json")))
 
 
 @task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
@@ -1423,7 +1518,7 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
 @_cli
 def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
          keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
-    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
     from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
     from servedeck.fleet.sweep import parse_vary
     variables = parse_vary(vary or [])

@@ -137,13 +137,13 @@ def capacity_claim(c: Comparison) -> Claim | None:
     """The KV pool and concurrency change as a cost (smaller) or a gain (larger), with the whole
     number of full-length requests each arm holds when that changed; None when neither changed."""
     kv, conc = _fact(c, "kv_cache_tokens"), _fact(c, "max_concurrency")
-    if kv is None or not kv.a or abs(kv.b / kv.a - 1) < KV_COST_FRACTION:
+    if kv is None or not kv.a or kv.b is None or abs(kv.b / kv.a - 1) < KV_COST_FRACTION:
         return None
     cost = kv.b < kv.a
     text = (f"{'Real cost paid' if cost else 'Capacity gained'}: KV pool {fmt_signed(kv.difference)} tokens "
             f"({fmt_num(kv.a)} \u2192 {fmt_num(kv.b)})")
     cites = ["kv_cache_tokens"]
-    if conc is not None:
+    if conc is not None and conc.a is not None and conc.b is not None:
         per = _tokens_per_request(c)
         at = f" at {fmt_num(per)} tokens/request" if per else ""
         text += f", max concurrency{at} {conc.a:.2f}\u00d7 \u2192 {conc.b:.2f}\u00d7"
@@ -154,7 +154,8 @@ def capacity_claim(c: Comparison) -> Claim | None:
             text += (f": this configuration can {'no longer' if cost else 'now'} hold {_count(n)} concurrent "
                      f"full-context requests ({fmt_num(per)} tokens each)")
     peak = _fact(c, "peak_activation_gib")
-    if peak is not None and peak.b != peak.a and cost == (peak.b > peak.a):
+    if peak is not None and peak.a is not None and peak.b is not None and peak.b != peak.a \
+            and cost == (peak.b > peak.a):
         text += f"; peak activation {fmt_num(peak.a)} \u2192 {fmt_num(peak.b)} GiB"
         cites.append("peak_activation_gib")
     return Claim(kind="cost" if cost else "gain", text=text + ".", cites=cites)
@@ -163,12 +164,13 @@ def capacity_claim(c: Comparison) -> Claim | None:
 def capacity_short(c: Comparison) -> str | None:
     """``KV pool −28,376 tokens, max concurrency 2.02× → 1.80×`` (None when unchanged)."""
     kv, conc = _fact(c, "kv_cache_tokens"), _fact(c, "max_concurrency")
-    if kv is None or not kv.a or abs(kv.b / kv.a - 1) < KV_COST_FRACTION:
+    if kv is None or not kv.a or kv.b is None or abs(kv.b / kv.a - 1) < KV_COST_FRACTION:
         return None
     text = f"KV pool {fmt_signed(kv.difference)} tokens"
-    if conc is not None:
+    if conc is not None and conc.a is not None and conc.b is not None:
         per = _tokens_per_request(c)
-        text += f", max concurrency {conc.a:.2f}\u00d7 \u2192 {conc.b:.2f}\u00d7" + (f" at {fmt_num(per)} tokens" if per else "")
+        text += (f", max concurrency {conc.a:.2f}\u00d7 \u2192 {conc.b:.2f}\u00d7"
+                 + (f" at {fmt_num(per)} tokens" if per else ""))
     return text
 
 
@@ -264,7 +266,8 @@ def findings(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeB
         out.append(comp)
     mech = [m for m in c.bench if m.name in MECHANISM_METRICS and m.verdict != "missing"]
     if mech:
-        out.append(Claim(kind="mechanism", text="Speculative acceptance length: " + "; ".join(cite(m) for m in mech) + ".",
+        out.append(Claim(kind="mechanism",
+                         text="Speculative acceptance length: " + "; ".join(cite(m) for m in mech) + ".",
                          cites=[m.key for m in mech]))
     for s in signals or []:
         out.append(Claim(kind=s.kind, text=f"{s.kind.capitalize()}: {s.text}.", cites=[s.name]))
@@ -331,7 +334,8 @@ def verdict(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBa
     if gains and not losses and not costs:
         return DraftVerdict(action="keep", text=(f"Keep {keep}: {'; '.join(cite(m) for m in gains)}, with no "
                                                  "measured loss and no capacity cost."), cites=cites,
-                            short=f"Keep {keep}: " + ", ".join(f"{m.key} {(m.ratio - 1) * 100:+.1f} %" for m in gains))
+                            short=f"Keep {keep}: " + ", ".join(f"{m.key} {((m.ratio or 1.0) - 1) * 100:+.1f} %"
+                                                               for m in gains))
     if gains:
         against = [cite(m) for m in losses] + reasons_cost
         return DraftVerdict(action="trade-off", text=(
@@ -369,9 +373,11 @@ def hypothesis(diff: ArmDiff, c: Comparison, run_a: Path, *, knowledge: Knowledg
     parts = []
     warned = [w for w in c.warnings if w.text_a is not None and knob is not None and w.id in knob.addresses_warnings]
     for w in warned:
-        parts.append(f"{name}'s startup log warned: {short_warning(w.text_a)} ({w.text_a[:160].rstrip()}"
-                     f"{'…' if len(w.text_a) > 160 else ''}).")
-    change = f"{var.name} {fmt_value(var.a) if var.present_a else '(unset)'} \u2192 {fmt_value(var.b) if var.present_b else '(unset)'}"
+        text = w.text_a or ""  # not None: warned keeps the warnings A logged
+        parts.append(f"{name}'s startup log warned: {short_warning(text)} ({text[:160].rstrip()}"
+                     f"{'…' if len(text) > 160 else ''}).")
+    change = (f"{var.name} {fmt_value(var.a) if var.present_a else '(unset)'} \u2192 "
+              f"{fmt_value(var.b) if var.present_b else '(unset)'}")
     if knob is not None:
         d = knob.direction(var.a, var.b) or knob.raise_
         parts.append(f"Changing {change} should give {d.expect}; watch {d.watch}.")
@@ -393,7 +399,8 @@ def hypothesis(diff: ArmDiff, c: Comparison, run_a: Path, *, knowledge: Knowledg
     return " ".join(parts)
 
 
-def recommendations(diff: ArmDiff, c: Comparison, v: DraftVerdict, candidates: list | None) -> tuple[list[str], list[str]]:
+def recommendations(diff: ArmDiff, c: Comparison, v: DraftVerdict,
+                    candidates: list | None) -> tuple[list[str], list[str]]:
     """(speed variant, quality variant) lines (module docstring)."""
     speed: list[str] = []
     var = diff.single_variable

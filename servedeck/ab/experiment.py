@@ -9,7 +9,8 @@ from typing import Sequence
 
 from servedeck.ab.compare import ArmDiff, compare_arms, guard
 from servedeck.ab.noise import NoiseFloor, load_noise_floor, noise_floor, save_noise_floor
-from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN, Comparison, compare_metrics
+from servedeck.ab.comparison import compare_metrics
+from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN, Comparison
 from servedeck.runs import store
 
 
@@ -154,8 +155,7 @@ def experiment_record(runs_dir: Path, report: Path, diff: ArmDiff, comparison: C
     from servedeck.ab.knowledge import load_knowledge
     var = diff.single_variable
     knob = load_knowledge().for_variable(var.name) if var is not None else None
-    from servedeck.ab.history import meta_or_none
-    meta_a, meta_b = meta_or_none(runs_a[0]), meta_or_none(runs_b[0])
+    meta_a, meta_b = store.meta_or_none(runs_a[0]), store.meta_or_none(runs_b[0])
     startup_b = comparison.startup_b or {}
     try:
         rel = str(Path(report).relative_to(runs_dir))

@@ -124,22 +124,11 @@ def r_ids(rec: ExperimentRecord) -> tuple[str, ...]:
 def bench_seconds(run_dir: Path) -> float | None:
     """Wall time of a run's benchmark (``bench.json`` ``finished_at - started_at``), or None."""
     from servedeck.errors import ServedeckError
-    from servedeck.fleet.sweep import _iso_s  # one ISO reader
     try:
         doc = store.read(run_dir, store.BENCH_SUMMARY)
     except ServedeckError:  # a cost is context
         return None
     if doc is None:
         return None
-    start, end = _iso_s(doc.started_at), _iso_s(doc.finished_at)
+    start, end = store.iso_seconds(doc.started_at), store.iso_seconds(doc.finished_at)
     return end - start if start is not None and end is not None and end >= start else None
-
-
-def meta_or_none(run_dir: Path):
-    """``run.json`` of a run, typed (:class:`servedeck.runs.records.RunMeta`), or None when it is
-    missing or invalid (for context that must not fail a decision)."""
-    from servedeck.errors import ServedeckError
-    try:
-        return store.read_meta(Path(run_dir))
-    except ServedeckError:
-        return None

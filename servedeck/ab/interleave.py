@@ -103,8 +103,8 @@ def trends(positions: Sequence[Position], metrics: Sequence[str]) -> list[Trend]
     for key in metrics:
         by_arm: dict[str, list[float]] = {}
         for p in positions:
-            if p.medians.get(key) is not None:
-                by_arm.setdefault(p.arm, []).append(p.medians[key])
+            if (median := p.medians.get(key)) is not None:
+                by_arm.setdefault(p.arm, []).append(median)
         centre = {arm: statistics.median(v) for arm, v in by_arm.items()}
         xs, ys = [], []
         for p in positions:
@@ -117,12 +117,12 @@ def trends(positions: Sequence[Position], metrics: Sequence[str]) -> list[Trend]
                              reading="too few distinct runs to see a trend"))
             continue
         res = spearmanr(xs, ys)
-        rho, p = float(res.statistic), float(res.pvalue)
-        if p <= TREND_ALPHA:
+        rho, p_value = float(res.statistic), float(res.pvalue)
+        if p_value <= TREND_ALPHA:
             reading = f"drift: the metric {'rises' if rho > 0 else 'falls'} across positions"
         else:
             reading = "no trend detected"
-        out.append(Trend(metric=key, rho=rho, p=p, reading=reading))
+        out.append(Trend(metric=key, rho=rho, p=p_value, reading=reading))
     return out
 
 

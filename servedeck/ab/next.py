@@ -33,12 +33,12 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from servedeck.ab.draft import single_stream
-from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experiments, meta_or_none
+from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experiments
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge, order
 from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
 from servedeck.ab.signals import Signal, read_signals
@@ -46,6 +46,9 @@ from servedeck.ab.stats import (
     ALPHA, BENCH_METRICS, BENCH_PHASES, DECIDED_VERDICTS, DEFAULT_MARGIN, pooled_log_sd, samples_needed,
 )
 from servedeck.runs import store
+
+if TYPE_CHECKING:
+    from servedeck.runs.records import FactsRecord
 
 DRAFT_STEP_COST = 0.1
 """The cost of one speculative draft position relative to one target-model step (an MTP head
@@ -249,8 +252,8 @@ def _noise(runs_dir: Path, host: str, digest: str | None, baseline: Path | None)
 
 def _costs(runs_dir: Path, host: str, baseline: Path | None) -> tuple[float | None, float | None, float | None]:
     """(time to ready s, seconds per bench request, cold compile s) from the host's records."""
-    from servedeck.fleet.sweep import host_history
-    hist = host_history(Path(runs_dir), [host]).get(host, {})
+    from servedeck.runs.history import host_timings
+    hist = host_timings(Path(runs_dir), [host])[0].get(host, {})
     ready = statistics.median(hist["ready_s"]) if hist.get("ready_s") else None
     request_s = compile_s = None
     if baseline is not None:
@@ -271,7 +274,8 @@ def _costs(runs_dir: Path, host: str, baseline: Path | None) -> tuple[float | No
 # Ranking
 # --------------------------------------------------------------------------------------------
 
-def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None = None, facts: dict | None = None,
+def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None = None,
+            facts: FactsRecord | dict | None = None,
             baseline: Path | None = None, knowledge: KnowledgeBase | None = None,
             margin: float = DEFAULT_MARGIN, alpha: float = ALPHA, max_requests: int = DEFAULT_MAX_REQUESTS,
             only: list[str] | None = None, signals: list[Signal] | None = None,
@@ -312,7 +316,7 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
         facts = facts.model_dump(mode="json")
     digest = ((facts or {}).get("image") or {}).get("digest")
     if digest is None and baseline is not None:
-        meta = meta_or_none(baseline)
+        meta = store.meta_or_none(baseline)
         digest = meta.image.digest if meta is not None and meta.image else None
     if history is None:
         history = load_experiments(runs_dir, host=host) if runs_dir.is_dir() else []
@@ -473,8 +477,10 @@ def format_plan(plan: NextPlan) -> str:
     for i, c in enumerate(plan.candidates, 1):
         gain = f"{_pct(c.expected_gain)} on {c.metric}" if c.expected_gain is not None and c.metric else "unknown"
         cost = f"~{c.cost_s / 60:.1f} min" if c.cost_s else "cost unknown"
-        mark = "clears the noise floor" if c.clears_noise else ("quality variant" if c.favours_quality else "below the noise floor")
-        lines.append(f"{i:2d}. [{c.category}] {c.title}: {c.change()}: expected {gain} ({c.gain_source or 'no source'}); "
+        mark = ("clears the noise floor" if c.clears_noise
+                else "quality variant" if c.favours_quality else "below the noise floor")
+        lines.append(f"{i:2d}. [{c.category}] {c.title}: {c.change()}: expected {gain} "
+                     f"({c.gain_source or 'no source'}); "
                      f"{c.samples_needed or '?'} requests per arm; {cost}; {mark}")
         lines += [f"      - {w}" for w in c.why]
     lines.append(plan.statement)

@@ -170,7 +170,7 @@ def agreement_sentence(agr, reference: str, candidate: str) -> str:
 def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
     """The Quality table: ``(check, A, B, B against the reference)`` per row."""
     q = comparison.quality
-    ref, cand = q.settings.reference, q.gate.arm
+    ref = q.settings.reference
     rows = []
     m = q.likelihood
     if m is not None:
@@ -189,7 +189,9 @@ def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
                      check.summary or ("same fault in both" if check.shared else "nothing new")))
     for t in q.tasks:
         rows.append((t.name, fmt_num(t.a), fmt_num(t.b), t.verdict))
-    return [tuple(cell.replace("|", "\\|").replace("\n", " ") for cell in row) for row in rows]
+    def escaped(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+    return [(escaped(c), escaped(a), escaped(b), escaped(v)) for c, a, b, v in rows]
 
 
 def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:
@@ -335,7 +337,7 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
 
     Args:
         diff: from :func:`servedeck.ab.compare.compare_arms` (already passed :func:`servedeck.ab.compare.guard`).
-        comparison: from :func:`servedeck.ab.compare.compare_metrics`.
+        comparison: from :func:`servedeck.ab.comparison.compare_metrics`.
         run_a, run_b: the run directories (baseline, variant); their ``docker-compose.yml`` is
             appended verbatim, ``run.json``/``args_verification.json`` add context when present.
         hypothesis, verdict: user text; None leaves a placeholder (``_Verdict: to be written_``).
@@ -418,7 +420,7 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
     out_path = Path(out_path)
     chart_path: Path | None = out_path.with_suffix(".png")
     try:
-        render_chart(comparison, chart_path)
+        render_chart(comparison, out_path.with_suffix(".png"))
     except ServedeckError:
         chart_path = None
     load_chart: Path | None = None

@@ -411,7 +411,7 @@ def bench_against(baseline: Path, run_dir: Path, *, max_requests: int = DEFAULT_
     n_a = requests_per_phase(samples_a)
     if not n_a:
         raise ServedeckError(f"run {baseline.name} holds no bench samples to compare against",
-                             hint=f"benchmark it first, or pick a benchmarked run (latest:PROFILE)")
+                             hint="benchmark it first, or pick a benchmarked run (latest:PROFILE)")
     design = SequentialDesign(alpha=alpha, margin=margin, spending=spending, max_requests_a=n_a,
                               max_requests_b=max_requests, max_seconds=max_seconds)
     monitor = Monitor(SequentialRecord(design=design, runs_a=[baseline.name], runs_b=[Path(run_dir).name]),

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servedeck.ab.compare import fmt_value
-from servedeck.ab.history import ExperimentRecord, load_experiments, meta_or_none
+from servedeck.ab.history import ExperimentRecord, load_experiments
 from servedeck.ab.stats import BENCH_METRICS, BENCH_PHASES, STARTUP_FACTS
 from servedeck.errors import ServedeckError
 from servedeck.numfmt import fmt_num
@@ -61,7 +61,7 @@ def family(runs_dir: Path, profile: str) -> list[str]:
     them: ``run.json`` ``parent_profile``), first the profile itself."""
     parents: dict[str, str | None] = {}
     for _, d in store.run_dirs(runs_dir):
-        meta = meta_or_none(d)
+        meta = store.meta_or_none(d)
         if meta is not None and meta.profile:
             parents.setdefault(meta.profile, meta.parent_profile)
     out = [profile]
@@ -117,7 +117,7 @@ def build_series(runs_dir: Path, profile: str, *, host: str | None = None) -> Se
     names = family(runs_dir, profile)
     runs = []
     for _, d in store.run_dirs(runs_dir):
-        meta = meta_or_none(d)
+        meta = store.meta_or_none(d)
         if meta is not None and meta.profile in names and (host is None or meta.host == host):
             runs.append(_series_run(d, meta))
     if not runs:
@@ -144,7 +144,8 @@ def render_series(series: Series) -> str:
     lines = [f"# Series of {series.profile}", "",
              f"Profiles: {', '.join(series.profiles)}. {len(series.runs)} runs, {len(series.experiments)} experiments.",
              "", "## Runs", "",
-             "| run | profile | host | started | outcome | warm decode tok/s | cold TTFT s | KV pool tokens | ready s |",
+             "| run | profile | host | started | outcome | warm decode tok/s | cold TTFT s | KV pool tokens "
+             "| ready s |",
              "|---|---|---|---|---|---:|---:|---:|---:|"]
     for r in series.runs:
         lines.append(f"| #{r.sequence} `{r.run_id}` | {r.profile or '–'} | {r.host or '–'} | {r.started_at or '–'} | "
@@ -161,9 +162,10 @@ def render_series(series: Series) -> str:
             seq_a, seq_b = store.sequence_of(Path(e.runs_a[0])), store.sequence_of(Path(e.runs_b[0]))
             var = (f"`{e.variable}` {fmt_value(e.a)} → {fmt_value(e.b)}" if e.variable
                    else f"{len(e.variables)} variables" if e.variables else "none (A/A)")
-            moved = [(k, m) for k, m in e.metrics.items() if m.ratio and m.verdict in ("faster", "slower", "higher", "lower")]
-            big = max(moved, key=lambda km: abs(km[1].ratio - 1), default=None)
-            change = f"{big[0]} {(big[1].ratio - 1) * 100:+.1f} % ({big[1].verdict})" if big else "none decided"
+            moved = [(k, m.ratio, m.verdict) for k, m in e.metrics.items()
+                     if m.ratio and m.verdict in ("faster", "slower", "higher", "lower")]
+            big = max(moved, key=lambda kr: abs(kr[1] - 1), default=None)
+            change = f"{big[0]} {(big[1] - 1) * 100:+.1f} % ({big[2]})" if big else "none decided"
             lines.append(f"| {i} | #{seq_a} → #{seq_b} | {var} | {e.action}{' (user)' if e.user_verdict else ''} | "
                          f"{change} | {_cost(e)} | {e.report} |")
         lines += ["", "## Verdicts", ""]
@@ -195,7 +197,8 @@ def _metric_key(key: str) -> str:
     return key.replace(" ", "_")
 
 
-def export_mlflow(series: Series, runs_dir: Path, tracking_uri: str, *, experiment: str | None = None) -> dict[str, str]:
+def export_mlflow(series: Series, runs_dir: Path, tracking_uri: str, *,
+                  experiment: str | None = None) -> dict[str, str]:
     """Export the series to MLflow (module docstring).
 
     Args:

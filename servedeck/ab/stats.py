@@ -47,7 +47,7 @@ from typing import Any, Collection, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.bench.limits import LIMIT_METRICS, limit_metrics
+from servedeck.bench.limits import LIMIT_METRICS
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
@@ -114,7 +114,7 @@ METRIC_SOURCES: list = []
 
 
 def register_metric_source(source: MetricSource) -> MetricSource:
-    """Register a stage's metric source (usable as a decorator): :func:`compare_metrics` judges
+    """Register a stage's metric source (usable as a decorator): :func:`servedeck.ab.comparison.compare_metrics` judges
     its metrics with the bench metrics, in the same Holm family (a sequential comparison, at
     its last look). Register each metric's direction with :func:`register_metric`."""
     if source not in METRIC_SOURCES:
@@ -333,7 +333,7 @@ def rank_test(x: Sequence[float], y: Sequence[float], alternative: str = "two-si
     return rank_tests([(x, y)], alternative)[0]
 
 
-def rank_tests(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+def rank_tests(pairs: Sequence[tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]],
                alternative: str = "two-sided") -> list[tuple[float, str]]:
     """:func:`rank_test` for many ``(x, y)`` pairs at once. Pairs without ties get the exact
     permutation distribution of U (:func:`_u_counts`, the distribution
@@ -533,13 +533,16 @@ def judge_bench(metrics: Sequence[MetricSamples], *,
         m.p, m.method = two_sided[i]
         m.p_equivalence = max(upper[i][0], lower[i][0]) if margin > 0 else 1.0
         m.noise = pooled_log_sd(m.samples_a, m.samples_b)
+        assert m.ratio is not None  # judged: positive samples, so a positive ratio (_describe_bench)
         m.samples_needed = samples_needed(m.noise, math.log(m.ratio), margin, alpha, len(judged))
         m.margin, m.alpha = margin, alpha
         m.level, m.level_equivalence = level_d, level_e
         if intervals:
             m.ci_low, m.ci_high = ratio_interval(m.samples_a, m.samples_b)
-    for m, p_adj, q_adj in zip(judged, holm([m.p for m in judged]),
-                               holm([m.p_equivalence for m in judged])):
+    ps = [m.p for m in judged if m.p is not None]
+    qs = [m.p_equivalence for m in judged if m.p_equivalence is not None]
+    assert len(ps) == len(qs) == len(judged)  # both tests ran for each judged metric (above)
+    for m, p_adj, q_adj in zip(judged, holm(ps), holm(qs)):
         m.p_adjusted, m.p_equivalence_adjusted = p_adj, q_adj
         if m.key in settled:
             m.reason = "decided at an earlier look"
@@ -549,45 +552,49 @@ def judge_bench(metrics: Sequence[MetricSamples], *,
 
 
 def _decide(m: MetricComparison, family: int) -> None:
-    level_d = m.level if m.level is not None else m.alpha
-    level_e = m.level_equivalence if m.level_equivalence is not None else m.alpha
+    alpha, margin, ratio, p_adj, q_adj = m.alpha, m.margin, m.ratio, m.p_adjusted, m.p_equivalence_adjusted
+    assert alpha is not None and margin is not None and ratio is not None  # a judged metric (judge_bench)
+    assert p_adj is not None and q_adj is not None
+    level_d = m.level if m.level is not None else alpha
+    level_e = m.level_equivalence if m.level_equivalence is not None else alpha
     first_step = level_d / family
     n_a, n_b = len(m.samples_a), len(m.samples_b)
-    pct = f"{m.margin * 100:g} %"
-    at = "" if level_d == m.alpha else f" ≤ {level_d:.2g}"
-    if m.p_adjusted <= level_d:
-        if m.ci_low is None:
+    pct = f"{margin * 100:g} %"
+    at = "" if level_d == alpha else f" ≤ {level_d:.2g}"
+    if p_adj <= level_d:
+        if m.ci_low is None or m.ci_high is None:
             m.ci_low, m.ci_high = ratio_interval(m.samples_a, m.samples_b)
-        beyond = abs(math.log(m.ratio)) >= math.log1p(m.margin)
-        if (m.ci_low > 1.0 or m.ci_high < 1.0) and beyond:
-            higher = m.ratio > 1.0
+        lo, hi = m.ci_low, m.ci_high
+        beyond = abs(math.log(ratio)) >= math.log1p(margin)
+        if (lo > 1.0 or hi < 1.0) and beyond:
+            higher = ratio > 1.0
             if m.lower_is_better is None:
                 m.verdict = "higher" if higher else "lower"
             else:
                 m.verdict = "slower" if higher == m.lower_is_better else "faster"
-            m.reason = f"p={m.p_adjusted:.2g} (Holm){at} and the ratio is beyond ±{pct}"
-        elif m.ci_low > 1.0 or m.ci_high < 1.0:
+            m.reason = f"p={p_adj:.2g} (Holm){at} and the ratio is beyond ±{pct}"
+        elif lo > 1.0 or hi < 1.0:
             m.verdict = "within margin"
-            m.reason = (f"a difference is detected (p={m.p_adjusted:.2g}, Holm{at}) but it is smaller "
+            m.reason = (f"a difference is detected (p={p_adj:.2g}, Holm{at}) but it is smaller "
                         f"than ±{pct}")
         else:
             m.verdict = "no verdict"
-            m.reason = f"the rank test (p={m.p_adjusted:.2g}, Holm{at}) and the bootstrap interval disagree"
-    elif m.p_equivalence_adjusted <= level_e:
+            m.reason = f"the rank test (p={p_adj:.2g}, Holm{at}) and the bootstrap interval disagree"
+    elif q_adj <= level_e:
         m.verdict = "equivalent"
-        at_e = "" if level_e == m.alpha else f" ≤ {level_e:.2g}"
-        m.reason = f"within ±{pct} (equivalence p={m.p_equivalence_adjusted:.2g}, Holm{at_e})"
+        at_e = "" if level_e == alpha else f" ≤ {level_e:.2g}"
+        m.reason = f"within ±{pct} (equivalence p={q_adj:.2g}, Holm{at_e})"
     else:
         m.verdict = "no verdict"
         floor = smallest_p(n_a, n_b)
         if level_d <= 0:
-            m.reason = f"p={m.p_adjusted:.2g} (Holm), and this look has no alpha left to spend"
+            m.reason = f"p={p_adj:.2g} (Holm), and this look has no alpha left to spend"
         elif floor > first_step:
-            of = f"{m.alpha:g}" if level_d == m.alpha else f"this look's {level_d:.2g}"
+            of = f"{alpha:g}" if level_d == alpha else f"this look's {level_d:.2g}"
             m.reason = (f"{n_a} vs {n_b} samples cannot reach p ≤ {first_step:.2g} ({of} over {family} "
                         f"metrics): the smallest exact p is {floor:.2g}")
         else:
-            m.reason = f"p={m.p_adjusted:.2g} (Holm{at}), and equivalence within ±{pct} is not shown"
+            m.reason = f"p={p_adj:.2g} (Holm{at}), and equivalence within ±{pct} is not shown"
 
 
 def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCacheState:
@@ -602,11 +609,12 @@ def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCa
     run_dir = Path(run_dir)
     if startup is None:
         try:
-            startup = _startup_facts(run_dir)
+            startup = startup_facts(run_dir)
         except ServedeckError:  # a state is context, never a reason to fail
             startup = {}
     hit = startup.get("compile_cache_hit")
-    ranges = ", ".join(f"{r.get('graph') or 'graph'} {tuple(r['range']) if isinstance(r.get('range'), list) else r.get('range')}"
+    ranges = ", ".join(f"{r.get('graph') or 'graph'} "
+                       f"{tuple(r['range']) if isinstance(r.get('range'), list) else r.get('range')}"
                        for r in startup.get("compile_ranges") or [] if isinstance(r, dict))
     if hit is True:
         return CompileCacheState(state="loaded", evidence="its log shows compiled graphs loaded from vLLM's compile "
@@ -614,14 +622,13 @@ def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCa
     if hit is False:
         return CompileCacheState(state="compiled", evidence="its log shows a fresh compile"
                                                             + (f" of {ranges}" if ranges else ""))
-    from servedeck.ab.history import meta_or_none
-    meta = meta_or_none(run_dir)
+    meta = store.meta_or_none(run_dir)
     if meta is not None:
         digest = meta.image.digest if meta.image else None
         for other_seq, other in reversed(store.run_dirs(run_dir.parent)):
             if other_seq >= meta.sequence:
                 continue
-            om = meta_or_none(other)
+            om = store.meta_or_none(other)
             if om is not None and om.host == meta.host and (om.image.digest if om.image else None) == digest and (
                     om.served or om.ready_at):
                 return CompileCacheState(
@@ -682,11 +689,12 @@ def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
     return [WarningChange(id=i, text_a=wa.get(i), text_b=wb.get(i)) for i in dict.fromkeys([*wa, *wb])]
 
 
-def _as_list(runs: Path | Sequence[Path]) -> list[Path]:
+def as_runs(runs: Path | Sequence[Path]) -> list[Path]:
+    """One run directory or several, as a list."""
     return [Path(runs)] if isinstance(runs, (str, Path)) else [Path(r) for r in runs]
 
 
-def _startup_facts(run_dir: Path) -> dict:
+def startup_facts(run_dir: Path) -> dict:
     """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
     parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
@@ -709,62 +717,3 @@ def bench_metrics(samples_a: list, samples_b: list) -> list[MetricSamples]:
             if a or b:
                 wanted.append((metric, phase, a, b))
     return wanted
-
-
-def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path], *,
-                    alpha: float = ALPHA, margin: float = DEFAULT_MARGIN, sequential=None,
-                    quality: Any = None) -> Comparison:
-    """Compare startup facts, bench metrics and warnings of two arms.
-
-    Args:
-        runs_a, runs_b: one run directory per arm, or several (an interleaved experiment: their
-            samples are pooled per arm; startup facts come from each arm's first run).
-        alpha, margin: see :func:`judge_bench`.
-        sequential: the :class:`servedeck.ab.sequential.SequentialRecord` the arms were sampled
-            under: the bench verdicts are then those of its looks (its design's alpha and
-            margin replace ``alpha`` and ``margin``); None: fixed n.
-        quality: the quality gate's margins and reference arm
-            (:class:`servedeck.ab.quality.QualityGateSettings`; default when None).
-
-    Reads ``startup.json`` (gaps filled from ``startup.log`` when the run keeps it) and
-    ``bench.jsonl`` through :mod:`servedeck.runs.store`; a missing
-    file gives ``missing`` verdicts rather than an error. Bench metrics are compared for the
-    ``cold`` and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has
-    samples. Startup timings are ``not comparable`` when the arms' compile caches differed
-    (:func:`compile_cache_state`). When both arms ran a load benchmark (``load.jsonl``), each
-    level's per-request ``ttft_s``/``tpot_s``/``e2e_s`` join the judged metrics (phase = the
-    level, ``c=4``) and ``load`` holds the curves and the capacity verdict
-    (:func:`servedeck.ab.load.compare_load`). Metrics of registered sources
-    (:func:`register_metric_source`) are judged beside the bench metrics.
-
-    Raises:
-        ServedeckError: a JSON file is invalid, or the sequential record does not fit the runs.
-        ValueError: alpha or margin out of range.
-    """
-    from servedeck.ab.quality import compare_quality
-    la, lb = _as_list(runs_a), _as_list(runs_b)
-    sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
-    cache_a, cache_b = compile_cache_state(la[0], sa), compile_cache_state(lb[0], sb)
-    differ = compile_cache_comparable(cache_a, cache_b)
-    startup = [compare_startup_fact(n, sa.get(n), sb.get(n),
-                                    not_comparable=differ if n in COMPILE_TIMED_FACTS else None)
-               for n in STARTUP_FACTS]
-    samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
-    samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
-    from servedeck.ab.load import compare_load, load_metrics
-    extra = [*load_metrics(la, lb), *limit_metrics(la, lb),  # roofline share and energy per token (bench.limits)
-             *(m for source in METRIC_SOURCES for m in source(la, lb))]
-    if sequential is not None:
-        from servedeck.ab.sequential import replay
-        alpha, margin = sequential.design.alpha, sequential.design.margin
-        bench = replay(sequential, samples_a, samples_b, extra=extra)
-    else:
-        bench = judge_bench([*bench_metrics(samples_a, samples_b), *extra], alpha=alpha, margin=margin)
-
-    def label(runs: list[Path]) -> str:
-        return runs[0].name if len(runs) == 1 else f"{runs[0].name} (+{len(runs) - 1})"
-    return Comparison(arm_a=label(la), arm_b=label(lb), startup=startup, bench=bench,
-                      warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb,
-                      alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb],
-                      compile_cache_a=cache_a, compile_cache_b=cache_b, sequential=sequential,
-                      load=compare_load(la, lb, alpha=alpha), quality=compare_quality(la, lb, quality))

@@ -171,8 +171,8 @@ def load_state(runs_dir: Path, name: str) -> TuneState | None:
 def save_state(runs_dir: Path, state: TuneState) -> Path:
     """Write the state atomically."""
     state.updated_at = store.utcnow()
-    return atomic_write(tune_dir(runs_dir, state.spec.name) / STATE_FILE, state.model_dump_json(indent=2, by_alias=True) + "\n",
-                        mode=store.RUN_FILE_MODE)
+    return atomic_write(tune_dir(runs_dir, state.spec.name) / STATE_FILE,
+                        state.model_dump_json(indent=2, by_alias=True) + "\n", mode=store.RUN_FILE_MODE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,7 +329,8 @@ def run_tune(runs_dir: Path, state: TuneState, ops: TuneOps, *, judge: Callable[
             save()
         _do_step(runs_dir, state, open_step, ops, save, judge)
         if open_step.kept:
-            state.best, state.best_profile, state.best_run = dict(open_step.overrides), open_step.profile, open_step.run_b
+            state.best, state.best_profile = dict(open_step.overrides), open_step.profile
+            state.best_run = open_step.run_b
         ops.say(f"experiment {open_step.n}: {open_step.action}, {'kept' if open_step.kept else 'reverted'} "
                 f"(measured {_pct(open_step.measured_gain)} on {spec.metric})")
         save()
@@ -367,6 +368,7 @@ def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, sav
         step.status = "judged"
         return
     if step.status == "benched":
+        assert step.run_a is not None and step.run_b is not None  # a benched step has both runs
         out_dir = tune_dir(runs_dir, state.spec.name) / store.REPORTS_DIR / f"{step.n:02d}-{step.run_a}_vs_{step.run_b}"
         outcome = judge(Path(runs_dir), Path(runs_dir) / step.run_a, Path(runs_dir) / step.run_b,
                         out_dir / "report.md")

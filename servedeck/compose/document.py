@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 
 from servedeck.errors import ServedeckError
 from servedeck.vllm.argv import ASSIGNMENT
-from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, yaml_error_line
+from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, syntax_error_at
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
 
@@ -599,9 +599,10 @@ def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = 
             return None
         if isinstance(spec, dict) and isinstance(spec.get("file"), str):
             doc = files.get(spec["file"])
-            pool = doc.get("services") if isinstance(doc, dict) else None
-            if not isinstance(pool, dict):
+            other = doc.get("services") if isinstance(doc, dict) else None
+            if not isinstance(other, dict):
                 return None
+            pool = other
         found = pool.get(name)
         return (found, name, pool) if isinstance(found, dict) else None
 
@@ -800,7 +801,7 @@ class ServiceDefinition:
             elif key == "environment":
                 svc.environment = Environment.parse(value)
             elif key in ("ports", "volumes", "devices"):
-                kind = {"ports": Port, "volumes": Mount, "devices": Device}[key]
+                kind: Any = {"ports": Port, "volumes": Mount, "devices": Device}[key]
                 items = []
                 for i, item in enumerate(value or []):
                     try:
@@ -890,8 +891,8 @@ def parse_document(source: str | dict[str, Any], file: str | None = None) -> Doc
         try:
             data = load_data(source)
         except YAMLError as exc:
-            line = yaml_error_line(exc)
-            raise ServedeckError(f"compose file is not valid YAML: {getattr(exc, 'problem', None) or exc}",
+            line, problem = syntax_error_at(exc)
+            raise ServedeckError(f"compose file is not valid YAML: {problem}", line=line,
                                  file=file, field=f"line {line}" if line else None,
                                  hint="fix the YAML syntax") from None
     else:

@@ -556,8 +556,8 @@ def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: 
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
     cache = hf_hub_cache(svc.environment.values)
-    entries = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
-    entries = [(j, v, e) for j, v, e in entries if e is not None]
+    read = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
+    entries = [(j, v, e) for j, v, e in read if e is not None]
     if model_arg is not None and not model_arg.startswith(("/", "~")):
         # a relative path is read from the server's working directory: vLLM (transformers) takes
         # the model as a local directory when one exists there, else as a Hugging Face repo id
@@ -572,6 +572,7 @@ def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: 
     holder = None if hub or model_arg is None else _model_mount(model_arg, entries)
     for j, v, entry in entries:
         if holder is not None and j == holder[0]:
+            assert model_arg is not None  # a holder is looked for only for a model argument
             rel = holder[1]
             model_dir = posixpath.normpath(model_arg) if rel else entry["target"]
             model.update(weights_dir=posixpath.join(entry["source"], rel) if rel else entry["source"],

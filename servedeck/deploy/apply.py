@@ -42,7 +42,6 @@ from servedeck.host import history as hist
 from servedeck.host.docker import preload
 from servedeck.host.lock import held_error, unwritable_error
 from servedeck.host.remote import HostState, HostUnreachable, RemoteHost
-from servedeck.model.catalog import Catalog
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile
 from servedeck.model.project import Project
@@ -76,7 +75,7 @@ class DeployResult:
     run: RunRecord | None
     readiness: Readiness | None = None
     rollback: Readiness | None = None
-    timings_s: dict[str, float] = field(default_factory=dict)
+    timings_s: dict[str, float | None] = field(default_factory=dict)
     startup: dict[str, Any] | None = None
     arg_checks: list[Any] = field(default_factory=list)
     compose_sha256: str | None = None
@@ -168,7 +167,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
         reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
-        catalog = Catalog(project.catalog_path, local=project.local_images)
+        catalog = project.catalog()
         reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
         rendered = render(profile, catalog, project, entry.workdir)
         if catalog.lookup(profile.image_ref.digest) is not None:
@@ -290,8 +289,8 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     return facts, state
 
 
-_FAILURE_PHASE = {"compose-up": "start", "no-container": "start", "exited": "crash", "gone": "crash", "restarting": "crash",
-                  "not-ready": "timeout"}
+_FAILURE_PHASE = {"compose-up": "start", "no-container": "start", "exited": "crash", "gone": "crash",
+                  "restarting": "crash", "not-ready": "timeout"}
 """Readiness diagnosis → ``failure_phase`` (others, e.g. ``unreachable``, ``api-key``: ``readiness``)."""
 
 
@@ -305,7 +304,7 @@ class _Deploy:
         self.run = RunWriter(None)
         self.plan: DeployPlan | None = None
         self.result = DeployResult(outcome="failed", run=None)
-        self.timings: dict[str, float] = {}
+        self.timings: dict[str, float | None] = {}
         self.revision = 0
         self.switched = False       # the old server may be stopped from here on
         self.kvp: KvPowerPlan | None = None       # KV prediction + power cap judged in preflight
@@ -389,9 +388,9 @@ class _Deploy:
         t = self.timings
         t["container_start_to_ready_s"] = round(server_s, 3) if server_s is not None else None
         t["up_to_ready_s"] = round(r.ready_at - t_up, 3)
-        t["deploy_total_s"] = round(r.ready_at - self.t0, 3)
+        t["deploy_total_s"] = total_s = round(r.ready_at - self.t0, 3)
         if server_s is not None:
-            t["overhead_s"] = round(t["deploy_total_s"] - t.get("pull_s", 0.0) - server_s, 3)
+            t["overhead_s"] = round(total_s - (t.get("pull_s") or 0.0) - server_s, 3)
         self.result.timings_s = t
         self.result.outcome = "ready"
         self.lines.append({**self.base_line(), "outcome": "ready", "ended": utcnow()})
@@ -557,8 +556,8 @@ class _Deploy:
         p = self.plan
         assert p is not None
         mnbt = p.effective.get("max_num_batched_tokens")
-        seen = {r.record.get("max_num_batched_tokens") for r in hist.revisions(p.state.history)
-                if r.good and r.record.get("max_num_batched_tokens") is not None}
+        seen = {v for r in hist.revisions(p.state.history)
+                if r.good and (v := r.record.get("max_num_batched_tokens")) is not None}
         if mnbt is not None and seen and mnbt not in seen:
             self.reporter.warn(f"compile range (1, {mnbt}) was never served on this host (seen: "
                                f"{sorted(seen)}): expect a cold compile (minutes on the real card)")

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 from servedeck.safetext import printable
 
@@ -57,7 +61,7 @@ class ConsoleReporter(Reporter):
         self._console = None  # made at the first line on a terminal
         self._stderr = stderr
         self._lock = threading.Lock()
-        self._status = None
+        self._status: Status | None = None
         self._last_plain = 0.0
         self._terminal: bool | None = None
         self.run_dir = None
@@ -112,7 +116,8 @@ class ConsoleReporter(Reporter):
             self._plain(f"  warning {printable(text)}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        line = printable(f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}")
+        from servedeck.textfmt import clip
+        line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
             from rich.markup import escape
             if self._status is None:

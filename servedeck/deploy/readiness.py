@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from servedeck.deploy.console import Reporter
-from servedeck.host.docker import ContainerGone
+from servedeck.host.docker import Container, ContainerGone
 from servedeck.host.remote import RemoteHost
 from servedeck.safetext import printable
 
@@ -91,7 +91,7 @@ class _Watcher(threading.Thread):
         self.serving = threading.Event()           # set by a serving line (cleared by the waiter)
         self.serving_seen_at: float | None = None  # epoch seconds of the last serving line
         self.stop = threading.Event()
-        self._container = None
+        self._container: Container | None = None
         self._follower: threading.Thread | None = None
 
     def run(self) -> None:

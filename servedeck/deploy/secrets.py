@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +117,7 @@ class Secrets:
         return None
 
 
-def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str] | None) -> Secrets:
+def find_secrets(argv: list[str], environment: Mapping[str, str | None] | list[str] | None) -> Secrets:
     """The secrets in a server argv (any launcher; shell strings in it included) and a container
     environment (mapping or ``NAME=VALUE`` list). Names: ``--api-key`` (the occurrence vLLM
     uses: the last), ``--api-key #2`` for a second key after it, ``--api-key (earlier)`` for an
@@ -125,10 +126,10 @@ def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str]
     for tokens in _token_lists([str(t) for t in argv]):
         _argv_secrets(tokens, found)
     pairs: list[tuple[str, Any]]
-    if isinstance(environment, dict):
+    if isinstance(environment, Mapping):
         pairs = list(environment.items())
     else:
-        pairs = [tuple(e.split("=", 1)) if "=" in e else (e, None) for e in environment or []]
+        pairs = [(name, value if eq else None) for name, eq, value in (e.partition("=") for e in environment or [])]
     for name, value in pairs:
         if value and SECRET_ENV_RE.search(str(name)):
             found[f"environment.{name}"] = str(value)

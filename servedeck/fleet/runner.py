@@ -91,10 +91,9 @@ class _Stop:
                 self.old[sig] = signal.signal(sig, self._request)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         for sig, handler in self.old.items():
             signal.signal(sig, handler)
-        return False
 
     def _request(self, signum: int, frame: Any) -> None:
         if self.requested_at is None:

@@ -36,7 +36,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from servedeck.fleet.runner import ProgressFn, run_playbook
 from servedeck.fsutil import atomic_write
 from servedeck.jsonio import read_json_file
 from servedeck.model.project import Project
+from servedeck.runs.history import TIMING_RUNS, host_timings
 from servedeck.yamlio import YAMLError, load_data
 
 #: seconds a deploy command needs around its own work (Ansible's task dispatch, interpreter
@@ -76,7 +76,7 @@ _STEPS = {"bench arm": "bench_step_s", "A/B report": "ab_s", "start": "start_s",
 #: time to ready / bench time assumed for a host without any recorded run
 DEFAULT_READY_S = 60.0
 DEFAULT_BENCH_S = 30.0
-HISTORY_RUNS = 5
+HISTORY_RUNS = TIMING_RUNS
 VARY_RE = re.compile(r"^(?P<key>[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)=(?P<values>.+)$")
 SWEEP_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -306,49 +306,15 @@ def plan_experiments(project: Project, base: str, variables: dict[str, list[Any]
     return experiments
 
 
-def _iso_s(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[float]]]:
     """Per host, the last :data:`HISTORY_RUNS` measured times to ready (run.json
     ``timings_s.deploy_total_s``) and bench durations (bench.json ``finished_at - started_at``),
     read from the run records (layout ``docs/run-record.md``)."""
-    from servedeck.errors import ServedeckError
-    from servedeck.runs import store
-    out = {h: {"ready_s": [], "bench_s": [], "command_s": [], **{k: [] for k in _STEPS.values()}}
-           for h in hosts}
+    timings, ready_by_run = host_timings(runs_dir, hosts, HISTORY_RUNS)
+    out: dict[str, dict[str, list[float]]] = {
+        h: {**timings[h], "command_s": [], **{k: [] for k in _STEPS.values()}} for h in hosts}
     if not runs_dir.exists():
         return out
-    ready_by_run: dict[str, float] = {}
-    for _, path in sorted(store.run_dirs(runs_dir), reverse=True):
-        try:
-            meta = store.read(path, store.RUN_META)
-        except ServedeckError:
-            continue
-        if meta is None or meta.host not in out or not meta.served:
-            continue
-        host = meta.host
-        ready = meta.timings_s.get("deploy_total_s")
-        if ready is not None:
-            ready_by_run[path.name] = float(ready)
-        if ready is not None and len(out[host]["ready_s"]) < HISTORY_RUNS:
-            out[host]["ready_s"].append(float(ready))
-        if len(out[host]["bench_s"]) < HISTORY_RUNS:
-            try:
-                bench = store.read(path, store.BENCH_SUMMARY)
-            except ServedeckError:
-                continue
-            if bench is None:
-                continue
-            start, end = _iso_s(bench.started_at), _iso_s(bench.finished_at)
-            if start is not None and end is not None and end >= start:
-                out[host]["bench_s"].append(end - start)
     # rollouts (servedeck/fleet/rollout.py summary.json): the command's wall time per host
     for summary in sorted((runs_dir / "rollouts").glob("*/summary.json"), reverse=True):
         try:
@@ -567,7 +533,7 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     load (``--workload``/``--load``/``--slo``) each arm's capacity under the SLO and the
     capacity verdict (:mod:`servedeck.ab.load`), and the quality gate on arm B (``gate``:
     ``pass``, ``gated: RULES``, ``not checked``; None without probes)."""
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     from servedeck.runs import store
     rows = []
     for exp in plan.experiments:

@@ -143,7 +143,7 @@ def revisions(records: list[dict[str, Any]]) -> list[Revision]:
 def next_revision(records: list[dict[str, Any]]) -> int:
     """The number the next revision gets: one more than any revision the history shows,
     damaged lines included (1 on a host with no history)."""
-    seen: list[int] = [n for r in records if isinstance(n := r.get("revision_seen"), int)]
+    seen = [n for r in records if isinstance(n := r.get("revision_seen"), int)]
     return max([r.number for r in revisions(records)] + seen, default=0) + 1
 
 
@@ -156,8 +156,9 @@ def known_good(records: list[dict[str, Any]], stored: set[str] | None = None) ->
     out: list[Revision] = []
     seen: set[str] = set()
     for rev in reversed(revisions(records)):
-        if rev.good and rev.compose_sha256 not in seen and (stored is None or rev.compose_sha256 in stored):
-            seen.add(rev.compose_sha256)
+        sha = rev.compose_sha256
+        if rev.good and sha and sha not in seen and (stored is None or sha in stored):
+            seen.add(sha)
             out.append(rev)
     return out
 

@@ -34,8 +34,8 @@ from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, 
 from servedeck.host.ssh import (DEFAULT_TIMEOUT_S, HostUnreachable, ResolvedTarget, Result,
                                 SshTarget, SshTransport)
 
-__all__ = ["RemoteHost", "HostState", "SwitchStatus", "SWITCH_NOT_STARTED", "SWITCH_COMPOSE_MARK", "SshTarget", "LockInfo", "Result", "ResolvedTarget",
-           "HostUnreachable", "COMPOSE"]
+__all__ = ["RemoteHost", "HostState", "SwitchStatus", "SWITCH_NOT_STARTED", "SWITCH_COMPOSE_MARK", "SshTarget",
+           "LockInfo", "Result", "ResolvedTarget", "HostUnreachable", "COMPOSE"]
 
 COMPOSE = "docker-compose.yml"
 """The deployed compose file, ``<workdir>/docker-compose.yml``."""
@@ -101,7 +101,7 @@ echo "==good"
 ls "$sd/good" 2>/dev/null || true
 echo "==history"
 cat "$sd/history.jsonl" 2>/dev/null || true
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 SWITCH_NOT_STARTED = (3, 4, 6)
 """Exit statuses of the switch script that mean it changed nothing: the file could not be
@@ -164,7 +164,7 @@ wait "$pid"; rc=$?
 printf '%s %s\n' "$rev" "$rc" > "$sd/switch.done" 2>/dev/null
 rm -f "$sd/switch.pid"
 exit $rc
-""".replace("$SWITCH_MARK", SWITCH_COMPOSE_MARK)
+""".replace("$SWITCH_MARK", SWITCH_COMPOSE_MARK)  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 revision. Prints what the host knows of that revision's switch: "running",
 # "done STATUS", "installed" (its history line was written and nothing records compose's end:
@@ -181,13 +181,13 @@ for attempt in 1 2; do
 done
 echo "$state"
 if [ -f "$1/docker-compose.yml" ]; then sha256sum < "$1/docker-compose.yml" | cut -d' ' -f1; else echo; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 revision: SIGTERM to that revision's running compose step.
 _SWITCH_STOP_SCRIPT = r"""
 sd=$1/.servedeck
 if [ -f "$sd/switch.pid" ] && read -r r p < "$sd/switch.pid" && [ "$r" = "$2" ]; then kill -TERM "$p" 2>/dev/null && echo stopping; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 history line, $3 good sha to store ("" none), $4 lock JSON to release ("" keep),
 # $5 history lines to keep, then the good hashes to keep. Prints the lock release status.
@@ -219,7 +219,7 @@ if [ -z "$mine" ]; then echo kept
 elif [ ! -f "$lock" ]; then echo absent
 elif [ "$(cat "$lock")" = "$mine" ]; then rm -f "$lock"; echo released
 else echo other; cat "$lock"; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 
 @dataclass(frozen=True)
@@ -729,7 +729,8 @@ class RemoteHost:
         res = self.run_script(script, args, timeout=60)
         facts_text, _, state_text = ("\n" + res.stdout).partition("\n==lock\n")  # the state's first section
         state_text, _, snapshot = ("==lock\n" + state_text).partition("\n==snapshot\n")
-        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
+        # an unreadable file is left out: read_file reports it later
+        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))
         state = self._parse_state(state_text, lock_owner)
         facts = parse_facts(self.name, self.workdir, facts_text, port, [(p, self.abspath(p)) for p in paths])
         if state.holder is not None:

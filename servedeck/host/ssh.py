@@ -667,6 +667,7 @@ class _Session:
         # to give the lock back and roll back
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, start_new_session=True)
+        assert self.proc.stdin is not None  # stdin=PIPE
         os.set_blocking(self.proc.stdin.fileno(), False)
         try:
             while not self._line(deadline).endswith(self.nonce + b" ready"):
@@ -705,7 +706,8 @@ class _Session:
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 try:
-                    stream.close()
+                    if stream is not None:
+                        stream.close()
                 except OSError:
                     pass
             for stop, wait_s in ((None, 0.2), (proc.terminate, 0.5), (proc.kill, None)):

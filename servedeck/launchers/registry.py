@@ -136,5 +136,5 @@ def of_repository(repository: str) -> tuple[Launcher, str] | None:
     return None
 
 
-__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of", "of_image",
-           "of_arguments", "of_repository", "of_repository_name"]
+__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of",
+           "of_image", "of_arguments", "of_repository", "of_repository_name"]

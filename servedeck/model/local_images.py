@@ -40,7 +40,7 @@ def split_reference(image: str) -> tuple[str, str | None]:
 
 def is_placeholder(image: str | None) -> bool:
     """True when ``image`` pins the all-zero placeholder digest."""
-    return bool(image) and split_reference(image)[1] == PLACEHOLDER_DIGEST
+    return image is not None and split_reference(image)[1] == PLACEHOLDER_DIGEST
 
 
 class LocalImages:
@@ -106,7 +106,7 @@ class LocalImages:
 
     def resolve(self, image: str | None) -> str | None:
         """The local reference for a placeholder ``image`` of a recorded repository, else None."""
-        if not is_placeholder(image):
+        if image is None or not is_placeholder(image):
             return None
         return self.load().get(split_reference(image)[0])
 

@@ -22,7 +22,7 @@ imports its models from here, never the other way round. ``startup.json`` and
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
@@ -308,8 +308,8 @@ class KvRecord(Record):
 # The benchmark (servedeck.bench.client writes these)
 # --------------------------------------------------------------------------------------------
 
-CHAT_ENDPOINT = "/v1/chat/completions"
-COMPLETIONS_ENDPOINT = "/v1/completions"
+CHAT_ENDPOINT: Final = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT: Final = "/v1/completions"
 
 
 def _tag_prefix(v: str) -> str:
@@ -358,8 +358,9 @@ class ServerDelta(Record):
     ttft_s: float | None = Field(None, description="Δsum/Δcount of `vllm:time_to_first_token_seconds`")
     ttft_count: int = Field(0, description="Δcount of `vllm:time_to_first_token_seconds`")
     spec_accept_len: float | None = Field(None, description="1 + Δaccepted / Δdrafts (speculative decoding)")
-    spec_per_position: list[float] = Field(default_factory=list,
-                                           description="Δ`vllm:spec_decode_num_accepted_tokens_per_pos_total` per position / Δdrafts")
+    spec_per_position: list[float] = Field(
+        default_factory=list,
+        description="Δ`vllm:spec_decode_num_accepted_tokens_per_pos_total` per position / Δdrafts")
     spec_drafts: int = Field(0, description="Δ`vllm:spec_decode_num_drafts_total`")
     spec_draft_tokens: int = Field(0, description="Δ`vllm:spec_decode_num_draft_tokens_total`")
     spec_accepted_tokens: int = Field(0, description="Δ`vllm:spec_decode_num_accepted_tokens_total`")
@@ -369,8 +370,10 @@ class ServerDelta(Record):
     requests_finished: int = Field(0, description="Δ`vllm:request_success_total`")
     prompt_tokens: int = Field(0, description="Δ`vllm:prompt_tokens_total`")
     generation_tokens: int = Field(0, description="Δ`vllm:generation_tokens_total`")
-    prefill_s: float | None = Field(None, description="Δ`vllm:request_prefill_time_seconds_sum` (null when no request finished)")
-    decode_s: float | None = Field(None, description="Δ`vllm:request_decode_time_seconds_sum` (null when no request finished)")
+    prefill_s: float | None = Field(
+        None, description="Δ`vllm:request_prefill_time_seconds_sum` (null when no request finished)")
+    decode_s: float | None = Field(
+        None, description="Δ`vllm:request_decode_time_seconds_sum` (null when no request finished)")
     decode_tok_s: float | None = Field(
         None, description="(Δgeneration tokens - finished requests) / decode_s: engine-side decode rate")
 

@@ -271,6 +271,17 @@ def utcnow() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def iso_seconds(text: str | None) -> float | None:
+    """A record's ISO 8601 time (:func:`utcnow`'s ``Z`` form, or with an offset) as Unix
+    seconds; None when absent or not a time."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def git_commit(path: Path) -> str | None:
     """The git commit of the repository holding ``path`` (``+dirty`` when profiles changed),
     or None outside a git repository."""
@@ -312,7 +323,7 @@ def _invalid(file: RunFile[Any], path: Path, exc: Any, verb: str, line: int | No
                                f"(servedeck.runs.records.{file.model})")
 
 
-def encode(file: RunFile[M], value: M | Any, *, path: Path | None = None) -> Any:
+def encode(file: RunFile[M], value: Any, *, path: Path | None = None) -> Any:
     """``value`` (the file's model, or data that validates as it) as JSON data, validated
     against ``file``'s model (for ``jsonl``: a list of such items; for ``run.json``: the fields
     that were set).
@@ -362,7 +373,7 @@ class RunRecord:
     def run_id(self) -> str:
         return self.path.name
 
-    def write(self, file: RunFile[M], value: M | Any, *, scrub: Any = None) -> Path:
+    def write(self, file: RunFile[M], value: Any, *, scrub: Any = None) -> Path:
         """Write ``file`` atomically: for a JSON file ``value`` validated against its model
         (:func:`encode`), ``scrub`` (a function over the JSON data, e.g. a deployment's
         :meth:`~servedeck.deploy.secrets.Secrets.scrub`) applied, and secrets redacted; text is
@@ -608,11 +619,17 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
 # --------------------------------------------------------------------------------------------
 
 @overload
+def read(run_dir: Path, file: RunFile[str], *, required: Literal[True]) -> str: ...
+@overload
 def read(run_dir: Path, file: RunFile[str], *, required: bool = False) -> str | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[bytes], *, required: bool = False) -> bytes | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[Sample], *, required: bool = False) -> list[Sample]: ...
+@overload
+def read(run_dir: Path, file: RunFile[RequestRecord], *, required: bool = False) -> list[RequestRecord]: ...
+@overload
+def read(run_dir: Path, file: RunFile[M], *, required: Literal[True]) -> M: ...
 @overload
 def read(run_dir: Path, file: RunFile[M], *, required: bool = False) -> M | None: ...
 def read(run_dir: Path, file: RunFile[Any], *, required: bool = False) -> Any:  # noqa: E302
@@ -677,6 +694,15 @@ def read_meta(run_dir: Path) -> RunMeta:
     if not (Path(run_dir) / RUN_META).is_file():
         raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
     return read(run_dir, RUN_META, required=True)
+
+
+def meta_or_none(run_dir: Path) -> RunMeta | None:
+    """``run.json`` of a run directory, or None when it is missing or invalid (context that must
+    not fail a listing or a decision)."""
+    try:
+        return read_meta(run_dir)
+    except ServedeckError:
+        return None
 
 
 def open_run(path: Path) -> RunRecord:

@@ -203,7 +203,8 @@ def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin,
     assert _models() == ["Qwen3.8-27B"]
     assert _revisions(host) == [(1, "deploy", "good", "ready"), (2, "deploy", "bad", "failed"),
                                 (3, "rollback", "good", "ready")]
-    bad_run = json.loads((sorted(d for d in project.runs_dir.iterdir() if "-bad-" in d.name)[-1] / "run.json").read_text())
+    bad_dir = sorted(d for d in project.runs_dir.iterdir() if "-bad-" in d.name)[-1]
+    bad_run = json.loads((bad_dir / "run.json").read_text())
     assert (bad_run["outcome"], bad_run["failure_phase"]) == ("rolled-back", phase)
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None

@@ -21,7 +21,7 @@ from servedeck.ab.experiment import compare_runs
 from servedeck.ab.knowledge import load_knowledge, order
 from servedeck.ab.next import propose
 from servedeck.ab.signals import Signal
-from servedeck.ab.stats import compare_metrics
+from servedeck.ab.comparison import compare_metrics
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
 A = RUNS / "0002-base-b70"

@@ -278,7 +278,8 @@ def test_estimate_takes_bench_ab_and_ansible_steps_from_earlier_sweeps(project):
     """Ansible's task times of an earlier sweep (ansible-runner job events) replace the
     defaults for the bench command's cost, the ab command and Ansible's own steps."""
     _run(project, 1, "fleet-1", 10.0, 2.0)
-    events = project.runs_dir / "sweeps" / "base-1234" / "ansible" / "20261130T100000Z" / "artifacts" / "x" / "job_events"
+    events = (project.runs_dir / "sweeps" / "base-1234" / "ansible" / "20261130T100000Z" / "artifacts" / "x"
+              / "job_events")
     events.mkdir(parents=True)
     steps = [("fleet-1", "e01-x-2-r1: start", 0.1), ("fleet-1", "e01-x-2-r1: deploy arm A (a)", 13.0),
              ("fleet-1", "e01-x-2-r1: bench arm A", 5.0), ("fleet-1", "e01-x-2-r1: bench arm B", 6.0),
@@ -333,7 +334,8 @@ def test_a_rollout_reads_each_hosts_outcome_and_run_from_its_deploy_json(tmp_pat
     played = PlaybookResult(rc=2, status="failed", tasks=[
         TaskResult("fleet-1", f"{DEPLOY_TASK} new", "ok", 14.5, {"stdout": json.dumps(ok) + "\n", "stderr": ""}),
         TaskResult("fleet-2", f"{DEPLOY_TASK} new", "failed", 12.0,
-                   {"stdout": json.dumps(failed), "stderr": "  preflight ...\nerror: deploy of new failed: not ready"})])
+                   {"stdout": json.dumps(failed),
+                    "stderr": "  preflight ...\nerror: deploy of new failed: not ready"})])
     assert _outcome("fleet-1", played) == HostOutcome("fleet-1", "ready", "0001-new-fleet-1", 14.5)
     two = _outcome("fleet-2", played)
     assert (two.outcome, two.run_id, two.message) == ("rolled-back", run.run_id, "deploy of new failed: not ready")

@@ -184,7 +184,8 @@ def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_
     assert len(nvidia) >= 4 and not errors and nvidia[0][1:] == (70.5, 2040.0, 4)
     assert list(tel.iterdir()) == []
     for _ in range(50):  # a stopped process's last child (the stand-in's `date`) may take a moment
-        running = subprocess.run(["sh", "-c", f"ps -eo args | grep -c '[s]d-telemetry-abc123\\|{bin_dir}/[n]vidia-smi'"],
+        count = f"ps -eo args | grep -c '[s]d-telemetry-abc123\\|{bin_dir}/[n]vidia-smi'"
+        running = subprocess.run(["sh", "-c", count],
                                  capture_output=True, text=True).stdout.strip()
         if running == "0":
             break

@@ -15,7 +15,8 @@ from servedeck.ab.sequential import (
     Look, Monitor, SequentialDesign, SequentialRecord, bench_against, interleave_monitor, judge_looks,
     load_record, replay, requests_per_phase, spent_alpha,
 )
-from servedeck.ab.stats import compare_metrics, compile_cache_state, judge_bench
+from servedeck.ab.comparison import compare_metrics
+from servedeck.ab.stats import compile_cache_state, judge_bench
 from servedeck.errors import ServedeckError
 
 RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"

@@ -106,7 +106,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
     for e in items:
         if not e.key.startswith("VLLM_") or e.key in known or e.key in _NOT_ENVS_PY:
             continue
-        if j.maybe_added(lambda f: e.key in (f.env_vars or [])):
+        if j.maybe_added(lambda f: e.key in (f.env_vars or [])):  # noqa: B023 - called at once
             continue  # read by the next newer release: may have been added in between
         extra = ""
         if e.key == "VLLM_USE_V1" and v1_only:
