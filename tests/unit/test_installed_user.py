@@ -346,7 +346,7 @@ def test_chart_axes_start_at_zero_carry_units_and_no_offset_label(monkeypatch):
     import matplotlib.pyplot as plt
 
     from servedeck.ab.chart import chart_png
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     runs = ROOT / "tests" / "fixtures" / "runs-cpu"
     c = compare_metrics(runs / "0001-cpu-4096-local", runs / "0002-cpu-8192-local")
     figures = []
