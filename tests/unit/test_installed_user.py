@@ -322,7 +322,7 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     from servedeck.deploy.ops import _rollback_target, _same_compose, format_status
     from servedeck.host import history as hist
     from servedeck.host.remote import HostState
-    a, b = "a" * 64, "b" * 64  # the history keeps only values that are SHA-256 digests
+    a, b = "a" * 64, "b" * 64  # compose hashes (the history refuses a line whose hash is not one)
     records = _revision(1, a, "speed") + _revision(2, b, "base") + _revision(3, a, "speed")
     state = HostState("acquired", compose_sha256=a, good={a, b}, history=records)
     revs = hist.revisions(records)
