@@ -340,7 +340,12 @@ def _rollback_target(host: RemoteHost, state: HostState, to: int | None) -> hist
                           hint="known-good revisions: " + (", ".join(f"{r.number} ({r.profile})"
                                                                      for r in good) or "none"))
     others = [r for r in good if r.compose_sha256 != state.compose_sha256]
-    current_good = any(r.compose_sha256 == state.compose_sha256 for r in good)
+    # the installed file serves as far as the history knows when the revision that installed it
+    # last ended ready; after a failed or interrupted switch (a rollback that met a Compose left
+    # half-done included) the same known-good file is the one to restore
+    installed_by = next((r for r in reversed(hist.revisions(state.history))
+                         if r.event in ("deploy", "rollback") and r.compose_sha256 == state.compose_sha256), None)
+    current_good = installed_by is not None and installed_by.good
     candidates = others if current_good else good
     if not candidates:
         raise DeployError(f"host {host.name} has no known-good deployment to roll back to "

@@ -20,10 +20,11 @@ module's loop waits for it, so that:
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from servedeck.deploy.console import Reporter
 from servedeck.errors import DeployError, ServedeckError
@@ -85,6 +86,61 @@ def run_switch(host: RemoteHost, compose_args: list[str], line: dict[str, Any], 
         SwitchAbandoned: a third interrupt while it ran.
         ServedeckError: a host-key or authentication failure (not a transport fault).
     """
+    with _CountedInterrupts() as counted:
+        try:
+            out = _run_switch(host, compose_args, line, data=data, good_sha=good_sha, reporter=reporter,
+                              phase=phase, deadline_s=deadline_s, counted=counted)
+        finally:
+            counted.restore()
+        counted.act(host, int(line["revision"]), out, reporter)  # any that came as it ended
+    return out
+
+
+class _CountedInterrupts:
+    """While a switch runs, interrupts (SIGINT, SIGTERM; main thread only) are counted by their
+    signal handler instead of raised wherever the main thread happens to be: a KeyboardInterrupt
+    raised between two waits (while the status line is drawn, or a probe's answer is read) left
+    the switch's loop as if nothing had started, while Compose went on to switch. The loop acts
+    on them (:meth:`act`) at its next turn, within 0.25 s."""
+
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.handled = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Self:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old = signal.getsignal(sig)
+                if old is not None:  # None: a handler not set from Python, which could not be put back
+                    self._old[sig] = signal.signal(sig, self._count)
+        return self
+
+    def _count(self, signum, frame) -> None:
+        self.arrived += 1
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def act(self, host: RemoteHost, revision: int, out: SwitchOutcome, reporter: Reporter) -> None:
+        """Act on each interrupt counted and not yet acted on (:func:`_interrupted`).
+
+        Raises:
+            SwitchAbandoned: the third.
+        """
+        while self.handled < self.arrived:
+            self.handled += 1
+            _interrupted(host, revision, out, reporter)
+
+
+def _run_switch(host: RemoteHost, compose_args: list[str], line: dict[str, Any], *, data: bytes | None,
+                good_sha: str | None, reporter: Reporter, phase: str, deadline_s: float,
+                counted: _CountedInterrupts) -> SwitchOutcome:
     revision = int(line["revision"])
     t0 = time.monotonic()
     box: dict[str, Any] = {}
@@ -112,6 +168,7 @@ def run_switch(host: RemoteHost, compose_args: list[str], line: dict[str, Any], 
         except KeyboardInterrupt:
             _interrupted(host, revision, out, reporter)
             continue
+        counted.act(host, revision, out, reporter)
         now = time.monotonic()
         reporter.waiting(phase, now - t0, f"docker compose up on {host.name} (deadline {deadline_s:.0f} s)")
         if now - t0 > deadline_s:
@@ -136,6 +193,7 @@ def run_switch(host: RemoteHost, compose_args: list[str], line: dict[str, Any], 
     if not ended.is_set():
         host.transport.abort_session()  # unblocks the thread: its session ends
         _settle(ended, 10.0)
+    counted.act(host, revision, out, reporter)
     result, error = box.get("result"), box.get("error")
     if result is not None and not out.link_lost:
         out.started = SWITCH_COMPOSE_MARK in result.stdout or result.returncode not in SWITCH_NOT_STARTED
@@ -154,11 +212,11 @@ def run_switch(host: RemoteHost, compose_args: list[str], line: dict[str, Any], 
     reporter.warn(f"lost the connection to {host.name} during the switch: asking the host what it did "
                   f"(deadline {deadline_s:.0f} s from the switch's start)")
     host.reconnect()
-    return _resolve(host, revision, out, reporter, phase, t0, deadline_s)
+    return _resolve(host, revision, out, reporter, phase, t0, deadline_s, counted)
 
 
 def _resolve(host: RemoteHost, revision: int, out: SwitchOutcome, reporter: Reporter, phase: str,
-             t0: float, deadline_s: float) -> SwitchOutcome:
+             t0: float, deadline_s: float, counted: _CountedInterrupts) -> SwitchOutcome:
     """Ask the host, over fresh connections, until it says how revision ``revision``'s switch
     ended, or the deadline passes."""
     last: SwitchStatus | None = None
@@ -171,6 +229,7 @@ def _resolve(host: RemoteHost, revision: int, out: SwitchOutcome, reporter: Repo
         except KeyboardInterrupt:
             _interrupted(host, revision, out, reporter)
             continue
+        counted.act(host, revision, out, reporter)
         if last is not None and last.state != "running":
             break
         reporter.waiting(phase, time.monotonic() - t0,

@@ -54,7 +54,8 @@ sd_append() {
   # $1 file, $2 text (one or more lines without the last line break): a torn last line (no
   # final line break) is ended first, then the text is appended in one write; owner-only.
   if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then printf '\n' >> "$1"; fi
-  printf '%s\n' "$2" >> "$1" && chmod 600 "$1"
+  # one write by cat (dash's printf would report a failed write as "I/O error", cat names the cause)
+  printf '%s\n' "$2" | cat >> "$1" && chmod 600 "$1"
 }
 """
 """POSIX sh function ``sd_append FILE TEXT`` used by every script that writes the history."""

@@ -82,7 +82,9 @@ if [ -n "$SD_LOCK" ]; then
   tmp=
   if ! err=$(mkdir -p "$sd" 2>&1); then echo unwritable; echo "$err"
   elif ! tmp=$(mktemp "$lock.XXXXXX" 2>&1); then echo unwritable; echo "$tmp"; tmp=
-  elif ! err=$( { printf '%s' "$SD_LOCK" > "$tmp"; } 2>&1 ) || [ "$(cat "$tmp" 2>/dev/null)" != "$SD_LOCK" ]; then
+  # written by cat, not printf: dash's printf reports any failed write as "I/O error", cat names
+  # the cause ("No space left on device")
+  elif ! err=$( { printf '%s' "$SD_LOCK" | cat > "$tmp"; } 2>&1 ) || [ "$(cat "$tmp" 2>/dev/null)" != "$SD_LOCK" ]; then
     echo unwritable; echo "${err:-writing $tmp came out short}"
   elif err=$(ln "$tmp" "$lock" 2>&1); then echo acquired
   elif [ ! -e "$lock" ]; then echo unwritable; echo "$err"

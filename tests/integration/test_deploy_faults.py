@@ -342,19 +342,19 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
     good = _profile(project, "good")
     _fill(wd)
     with pytest.raises(DeployError) as exc:
-        _deploy(project, small_card, good, standin)
+        _deploy(project, small_card, good, standin, min_free_gib=0)
     assert "No space left on device" in exc.value.message and "nothing was changed" in exc.value.message
     assert not _lock_file(wd).exists() and not list(Path(wd, ".servedeck").glob("deploy.lock*"))
     assert status(host, entry)["lock"] is None
     assert not project.runs_dir.exists()  # refused before any run record
 
     os.unlink(f"{wd}/fill")
-    assert _deploy(project, small_card, good, standin).outcome == "ready"
+    assert _deploy(project, small_card, good, standin, min_free_gib=0).outcome == "ready"
 
     subprocess.run(["mount", "-o", "remount,ro", wd], check=True)
     try:
         with pytest.raises(DeployError) as exc:
-            _deploy(project, small_card, good, standin)
+            _deploy(project, small_card, good, standin, min_free_gib=0)
         assert "Read-only file system" in exc.value.message
     finally:
         subprocess.run(["mount", "-o", "remount,rw", wd], check=True)
@@ -363,7 +363,7 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
     new = _profile(project, "new")
     reporter = _FillAt(wd, "switch")
     with pytest.raises(DeployError) as exc:
-        _deploy(project, small_card, new, standin, reporter)
+        _deploy(project, small_card, new, standin, reporter, min_free_gib=0)
     msg = exc.value.message
     assert "the switch changed nothing" in msg and "No space left on device" in msg and "not touched" in msg
     assert "rollback" not in msg and not any("[rollback]" in line for line in reporter.lines)
@@ -383,11 +383,11 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
 
     _lock_file(wd).write_bytes(b"")  # an older version's lock write on a full disk
     with pytest.raises(DeployError) as exc:
-        _deploy(project, small_card, new, standin)
+        _deploy(project, small_card, new, standin, min_free_gib=0)
     assert "damaged (empty" in exc.value.message and "--force-unlock" in exc.value.hint
     st = status(host, entry)
     assert st["lock"] == {"damaged": "(empty)"} and "no command holds it" in st["lock_stale"]
-    assert _deploy(project, small_card, new, standin, force_unlock=True).outcome == "ready"
+    assert _deploy(project, small_card, new, standin, force_unlock=True, min_free_gib=0).outcome == "ready"
     _assert_host_is_clean(host, wd, "new")
 
 

@@ -42,3 +42,25 @@ def test_a_revision_recorded_failed_while_its_file_serves_is_named():
 def test_a_ready_revision_whose_file_was_replaced_is_named():
     (line,) = contradictions(_rev(1, "ready", A), B, serving=True, containers=[("sd", "running")])
     assert "revision 1 (deploy of p) serves" in line and B[:12] in line and A[:12] in line
+
+
+def _state(history: list[dict], installed: str):
+    from servedeck.host.remote import HostState
+    return HostState(lock="acquired", compose_sha256=installed, good={A, B}, history=history)
+
+
+class _Host:
+    name = "b70"
+
+
+def test_rollback_restores_the_installed_known_good_file_when_its_last_switch_did_not_end_ready():
+    """The issue's case: deploy B interrupted, the automatic rollback to A met a half-done
+    Compose and failed; A is installed and nothing serves. ``rollback`` restores A (it refused:
+    "none other than the current one served")."""
+    from servedeck.deploy.ops import _rollback_target
+    history = _rev(1, "ready", A, profile="good") + _rev(2, "interrupted", B, profile="new") \
+        + _rev(3, "failed", A, "rollback", profile="good")
+    assert _rollback_target(_Host(), _state(history, A), None).number == 1
+    # A installed and serving (its revision ended ready): the other known-good file, B
+    history = _rev(1, "ready", B) + _rev(2, "ready", A) + _rev(3, "failed", B)  # 3 changed nothing
+    assert _rollback_target(_Host(), _state(history, A), None).number == 1

@@ -133,3 +133,31 @@ def test_a_file_the_script_could_not_install_is_no_switch():
     assert (out.started, out.ok) == (False, False) and "compose said no" in out.detail
     host = FakeHost(takes_s=0.0, rc=4, marked=True, statuses=[SwitchStatus("done", 4, None)])
     assert _run(host).started  # compose itself exited 4 after the mark: it ran
+
+
+def test_an_interrupt_between_two_waits_is_counted_and_the_switch_still_awaited():
+    """The soak's case: the interrupt lands while the status line is drawn (not in the wait):
+    it escaped the loop as a KeyboardInterrupt, the deploy said "nothing serving was changed",
+    and Compose went on to switch. Now it is counted, acted on at the next turn, and the
+    outcome is the host's."""
+    class _InterruptWhileDrawn(QuietReporter):
+        sent = False
+
+        def waiting(self, phase, elapsed_s, last_line):
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def as_deploy_does(signum, frame):  # deploy's own SIGTERM handler
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, as_deploy_does)
+    try:
+        host = FakeHost(takes_s=0.8, statuses=[SwitchStatus("running", None, None)])
+        t0 = time.monotonic()
+        out = switch.run_switch(host, ["up"], {"revision": 7}, data=b"x", reporter=_InterruptWhileDrawn())
+        assert time.monotonic() - t0 >= 0.8
+        assert (out.started, out.ok, out.interrupts) == (True, True, 1)
+        assert signal.getsignal(signal.SIGTERM) is as_deploy_does  # put back as it was
+    finally:
+        signal.signal(signal.SIGTERM, old)
