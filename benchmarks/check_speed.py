@@ -79,14 +79,13 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
     """(load seconds, render seconds per call, check seconds per call), imports included in load."""
     t = time.perf_counter()
     sys.path.insert(0, str(ROOT))
-    from servedeck.model.catalog import Catalog
     from servedeck.compose.check import CheckExpectations, check_compose_text
     from servedeck.model.profile import ProfileStore
     from servedeck.model.project import Project
     from servedeck.compose.render import render_profile
     project = Project(ROOT)
     loaded = ProfileStore(project.profiles_dir).load(profile)
-    catalog = Catalog(project.catalog_path)
+    catalog = project.catalog()
     load_s = time.perf_counter() - t
     render_s, check_s = [], []
     for _ in range(n + 1):  # the first call is a warm-up (template compile, rule tables)

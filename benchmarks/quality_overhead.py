@@ -118,7 +118,7 @@ def main() -> int:
                 return 1
             run_dir = res.run.path
 
-            def one(probes: bool, wl: Workload) -> float:
+            def one(probes: bool, wl: Workload, run_dir: Path = run_dir) -> float:
                 clear_bench(run_dir)
                 t0 = time.perf_counter()
                 bench_deployed(run_dir, host, entry, wl, probes=probes, telemetry=False, runs_dir=project.runs_dir)

@@ -7,6 +7,7 @@ from a checkout; the ``servedeck`` console script does not have them.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import task
@@ -31,6 +32,20 @@ def image_build(c, standin=False):
           f"{ref.split('@')[0]}@sha256:000… load with it)")
     if standin:
         print(build_standin_image(progress=True))
+
+
+def _build_images_first() -> None:
+    """Build (or find cached) the CPU vLLM and stand-in images before pytest runs, with progress
+    lines (the build step and its elapsed time; plain lines in a CI log): inside pytest's
+    fixtures the same builds are silent for minutes. A failed build is reported here and left to
+    the tests that need the image, so the rest of the suite still runs."""
+    from devtools.imagebuild import build_cpu_vllm_image, build_standin_image
+    from servedeck.errors import ServedeckError
+    for build in (build_cpu_vllm_image, build_standin_image):
+        try:
+            build(progress=True)
+        except ServedeckError as exc:
+            print(f"warning: {exc.render()}\n  (the tests that need this image will fail)", file=sys.stderr)
 
 
 @task(help={"no_warm_redeploy": "skip the warm redeploy of cpu-4096 (after cpu-8192)",
@@ -87,6 +102,7 @@ def test(c, k=None, unit=False, lint=True):
     if not unit:
         c.run(f"bash {root}/scripts/test-services up", pty=False)
         c.run(f"bash {root}/scripts/test-services clean", pty=False)  # what a killed run left deployed
+        _build_images_first()
     args = ["python", "-m", "pytest", "-ra", "--durations=30"]  # where CI time goes, in its log
     if unit:
         args.append(str(root / "tests" / "unit"))

@@ -122,6 +122,8 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
+            if kwargs.get("json_") and not getattr(exc, "json_printed", False):
+                print(json.dumps(error_document(exc)))  # --json: JSON on stdout on every path
             from servedeck.safetext import printable
             print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
@@ -132,6 +134,16 @@ def cli_errors(fn):
 
 
 _cli = cli_errors
+
+
+def error_document(exc: ServedeckError) -> dict:
+    """A ``--json`` command's output when it fails: ``{"error": {"rule", "file", "line",
+    "field", "message", "hint"}, "errors": [one such object per problem]}`` (suggested
+    commands spelled as the user runs servedeck)."""
+    errors = [{"rule": f.rule, "file": f.file, "line": f.line, "field": f.path or None,
+               "message": as_typed(f.message), "hint": as_typed(f.hint) if f.hint else None}
+              for f in exc.findings()]
+    return {"error": errors[0], "errors": errors}
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,8 +168,7 @@ def _load(name: str):
 
 @functools.lru_cache(maxsize=1)
 def _catalog():
-    from servedeck.model.catalog import Catalog
-    return Catalog(_project().catalog_path, local=_project().local_images)
+    return _project().catalog()
 
 
 def _render(name: str):
@@ -205,7 +216,9 @@ def render(c, profile, out=None, flags=False):
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
                                   expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
-        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        from servedeck.compose.positions import profile_positions
+        findings = profile_positions(findings, _load(profile), rendered)
+        print(as_typed(format_findings([f for f in findings if f.severity is Severity.error])), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
     print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
@@ -246,24 +259,56 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
             from servedeck.host.inimage import judge
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
-                                            judge=judge(), catalog=_catalog())
+            print(f"judging {sum(t is not None for t in texts)} profile(s) with vLLM inside their images "
+                  "(one container per image; a first look at an image takes a while)…", file=sys.stderr)
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)
+                                             if text is not None], judge=judge(), catalog=_catalog())
     if json_:
-        print(findings_to_json(findings))
+        print(as_typed(findings_to_json(findings)))
     else:
-        print(format_findings(findings) if findings else "no findings")
+        print(as_typed(format_findings(findings)) if findings else "no findings")
+        if not compose:
+            _print_catalog_sources(names)
+    if any(f.rule in LOAD_RULES for f in findings):
+        raise Exit(code=2)  # a profile did not load: bad input, as a load error elsewhere
     if has_errors(findings):
         raise Exit(code=1)
 
 
+LOAD_RULES = ("profile/invalid", "profile/unknown-key", "profile/not-loaded", "yaml/syntax-profile")
+"""Rules of a profile that does not load (``check`` reports them as findings and goes on)."""
+
+
+def _print_catalog_sources(names: list[str]) -> None:
+    """Which catalog the image facts of the checked profiles come from, one line per digest
+    (stderr)."""
+    seen = set()
+    for name in names:
+        try:
+            digest = _load(name).profile.image_ref.digest
+        except ServedeckError:
+            continue
+        if digest in seen:
+            continue
+        seen.add(digest)
+        where = _catalog().describe_source(digest)
+        if where:
+            print(f"image facts of {digest[:19]}…: {where}", file=sys.stderr)
+
+
 def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
-    (the rendered compose text, its findings)."""
+    (the rendered compose text, its findings); a profile that does not load: (None, one finding
+    per problem, :data:`LOAD_RULES`)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    rendered = _render(name)
-    return rendered.compose_text, check_compose_text(
+    try:
+        rendered = _render(name)
+    except ServedeckError as exc:
+        return None, _load_findings(exc)
+    from servedeck.compose.positions import profile_positions
+    return rendered.compose_text, profile_positions(check_compose_text(
         rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
-        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))), _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)
@@ -286,11 +331,23 @@ PARALLEL_MIN_PROFILES = 48
 """``check --all`` over at least this many profiles runs in one worker process per CPU."""
 
 
-def _check_profiles(names: list[str]) -> tuple[list[str], list]:
+def _load_findings(exc: ServedeckError) -> list:
+    """A profile's load error as findings; a YAML syntax error keeps its line but gets a rule of
+    the profile (not the compose check's ``yaml/syntax``)."""
+    findings = exc.findings("profile/not-loaded")
+    for f in findings:
+        if f.rule == "yaml/syntax":
+            f.rule = "yaml/syntax-profile"
+        if f.line is not None and f.path == f"line {f.line}":
+            f.path = ""
+    return findings
+
+
+def _check_profiles(names: list[str]) -> tuple[list[str | None], list]:
     """(rendered compose texts of ``names``, their findings), in order. Many profiles: the first
     is checked here (loading the catalog, the shared parents, the templates and the Compose
     schema validator once), then the rest in forked worker processes that inherit all of that;
-    the first error (a bad profile) is raised as in a serial run."""
+    a profile that does not load has the text None and its problems as findings."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
         results = [_check_profile(name) for name in names]
@@ -305,7 +362,14 @@ def _check_profiles(names: list[str]) -> tuple[list[str], list]:
             results += pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4)))
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
-    return [text for text, _ in results], [f for _, found in results for f in found]
+    findings, seen = [], set()
+    for _, found in results:  # a bad parent is one problem, not one per variant
+        for f in found:
+            key = (f.rule, f.file, f.line, f.path, f.message) if f.rule in LOAD_RULES else id(f)
+            if key not in seen:
+                seen.add(key)
+                findings.append(f)
+    return [text for text, _ in results], findings
 
 
 @task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})
@@ -332,11 +396,20 @@ def diff(c, profile, against=None):
 def profiles(c):
     """List profiles with their parent and description."""
     store = _store()
-    rows = []
+    rows, bad = [], []
     for name in store.names():
-        p = store.load(name).profile
+        try:
+            p = store.load(name).profile
+        except ServedeckError as exc:
+            bad.append(exc)
+            rows.append([name, "", "(does not load: see below)"])
+            continue
         rows.append([name, p.extends or "", p.description or ""])
     print_table(None, [("profile", "left"), ("extends", "left"), ("description", "left")], rows)
+    for exc in bad:
+        print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+    if bad:
+        raise Exit(code=2)
 
 
 @task(help={"check": "fail when schema/ is stale instead of writing it"})
@@ -435,6 +508,7 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
     except ServedeckError as exc:
         if json_:
             print(json.dumps(deploy_document(host, profile, reporter.run_dir, error=exc)))
+            exc.json_printed = True
         raise
     differs = [ch.render() for ch in result.arg_checks if ch.status == "differs"]
     if json_:
@@ -622,10 +696,18 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
     """Read an image's facts from the image itself (config, vLLM argument surface, registries,
     VLLM_* variables, helper binaries, launcher configs) and record them in the catalog."""
     from servedeck.host.inimage import extract_facts
+    from servedeck.model.project import is_source_checkout
+    if table and not is_source_checkout():
+        raise ServedeckError("--table writes servedeck's own shipped tables (servedeck/vllm/tables/), "
+                             "a development step in a checkout of servedeck; an installed servedeck "
+                             "never writes inside its package",
+                             hint=f"drop --table: `{PROGRAM} image-facts IMAGE` records the image's "
+                                  "vLLM facts beside your project's catalog, and check reads them there")
+    print(f"reading {image} (pulled when missing; its vLLM asked in one container)…", file=sys.stderr)
     digest, facts, vf = extract_facts(None, image)
     if not no_record:
         _catalog().add_with_vllm_facts(digest, facts, vf)
-        print(f"recorded {digest} in {_project().catalog_path}", file=sys.stderr)
+        print(f"recorded {digest} in {_catalog()._target(digest)}", file=sys.stderr)
     if table:
         from servedeck.vllm.facts import write_table
         print(f"wrote {write_table(vf)}", file=sys.stderr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from servedeck.errors import ServedeckError
@@ -58,6 +59,7 @@ def _depth_over(value: Any, max_depth: int) -> bool:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):
@@ -77,13 +79,14 @@ def parse(text: str | bytes, limits: JsonLimits = JSON_LIMITS) -> Any:
         JsonRefused: not valid JSON, not UTF-8, or a bound exceeded (``line`` when known).
     """
     if isinstance(text, bytes):
-        if len(text) > limits.max_bytes:
-            raise JsonRefused(f"the text is {len(text):,} bytes, more than {limits.max_bytes:,}")
+        data = text
+        if len(data) > limits.max_bytes:
+            raise JsonRefused(f"the text is {len(data):,} bytes, more than {limits.max_bytes:,}")
         try:
-            text = text.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JsonRefused(f"not UTF-8 at byte {exc.start}",
-                              line=text.count(b"\n", 0, exc.start) + 1) from None
+                              line=data.count(b"\n", 0, exc.start) + 1) from None
     elif len(text) > limits.max_bytes // 4 and len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
         raise JsonRefused(f"the text is larger than {limits.max_bytes:,} bytes")
     values = text.count(",") + text.count("[") + text.count("{") + 1

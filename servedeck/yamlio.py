@@ -47,9 +47,9 @@ from ruamel.yaml.resolver import VersionedResolver
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import read_bounded
 
-__all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file", "load_roundtrip",
-           "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
-           "to_plain", "flatten", "yaml_error_line", "file_error", "styled", "is_styled",
+__all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file",
+           "load_roundtrip", "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
+           "to_plain", "flatten", "yaml_error_line", "syntax_error_at", "file_error", "styled", "is_styled",
            "rewrite_scalars"]
 
 
@@ -255,6 +255,31 @@ def _parse(text: str, limits: Limits, version: tuple[int, int] | None, step: str
     return getattr(_pure("safe", limits, version), step)(text)
 
 
+def syntax_error_at(exc: Exception) -> tuple[int | None, str]:
+    """Where a YAML syntax error must be edited and what it is: (1-based line or None, text).
+
+    ruamel's scanner reports an unterminated construct (a quoted scalar, a flow ``[``/``{``)
+    where it gave up, often the end of the file; the line to edit is the one where it opened
+    (the error's ``context_mark``). Every other error is at its ``problem_mark``. The text
+    names both when they differ: ``a quoted scalar opened on line 3 is never closed (found
+    unexpected end of stream at line 8)``.
+    """
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    context = getattr(exc, "context", None) or ""
+    unterminated = context_mark is not None and (
+        "end of stream" in problem or "document" in problem or context.startswith("while scanning a quoted"))
+    if unterminated and (problem_mark is None or context_mark.line != problem_mark.line):
+        what = context.removeprefix("while scanning ").removeprefix("while parsing ") or "a construct"
+        where = f" at line {problem_mark.line + 1}" if problem_mark is not None else ""
+        return context_mark.line + 1, f"{what} opened on line {context_mark.line + 1} is never closed ({problem}{where})"
+    mark = problem_mark or context_mark
+    if context:
+        problem = f"{context}; {problem}"
+    return (mark.line + 1 if mark is not None else None), problem
+
+
 def rewrite_scalars(text: str, fn: Any, *, limits: Limits = LIMITS) -> str:
     """``text`` with every scalar (keys included) whose value ``fn(value)`` changes written
     again: as a double-quoted scalar of the new value (a block scalar ``|``/``>``: ``fn`` applied
@@ -296,20 +321,21 @@ def rewrite_scalars(text: str, fn: Any, *, limits: Limits = LIMITS) -> str:
 
 
 def yaml_error_line(exc: YAMLError) -> int | None:
-    """The 1-based line a YAML error points at (its problem mark, else its context mark)."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    return mark.line + 1 if mark is not None else None
+    """The 1-based line to edit for a YAML error (:func:`syntax_error_at`: where an
+    unterminated quote opened, else the problem mark, else the context mark)."""
+    return syntax_error_at(exc)[0]
 
 
 def file_error(exc: YAMLError, path: str | Path) -> ServedeckError:
     """The user-facing error for a YAML error ``exc`` in file ``path``: the problem, the file
     and ``line N`` (a bound exceeded says "refused" and hints at simplifying the file)."""
-    line = yaml_error_line(exc)
     refused = isinstance(exc, LimitError)
-    return ServedeckError(f"{'refused' if refused else 'not valid YAML'}: "
-                          f"{getattr(exc, 'problem', None) or exc}", file=str(path),
-                          field=f"line {line}" if line else None,
-                          hint="split or simplify the file" if refused else "fix the YAML syntax")
+    line, problem = syntax_error_at(exc)
+    if refused:
+        problem = getattr(exc, 'problem', None) or str(exc)
+    return ServedeckError(f"{'refused' if refused else 'not valid YAML'}: {problem}", file=str(path),
+                          field=f"line {line}" if line else None, line=line, rule="yaml/syntax",
+                          hint="split or simplify the file" if refused else "fix the YAML syntax at this line")
 
 
 def read_yaml_file(path: str | Path, *, plain: bool = True, limits: Limits = LIMITS) -> Any:
@@ -318,8 +344,8 @@ def read_yaml_file(path: str | Path, *, plain: bool = True, limits: Limits = LIM
 
     Raises:
         ServedeckError: missing (message ``file not found``) or unreadable file, larger than
-            ``limits.max_bytes``, not UTF-8, a syntax error or a bound exceeded (field =
-            ``line N``).
+            ``limits.max_bytes``, not UTF-8, a syntax error or a bound exceeded (``line`` and field
+            ``line N``: where to edit, :func:`syntax_error_at`).
     """
     path = Path(path)
     try:

@@ -9,7 +9,6 @@ of runs on the same host and image cite it beside their own verdicts.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 

@@ -27,7 +27,6 @@ is no measurement in it.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path

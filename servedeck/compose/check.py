@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.model.catalog import Catalog
+from servedeck.errors import ServedeckError
 from servedeck.findings import Finding, Severity
 from servedeck.compose.rules import (argv, devices, entrypoint, env, features, flags, gpu, image, interpolation, keys,
                                      launcher, paths, ports, restart, schema, server, vllm, yaml11)
@@ -220,10 +221,8 @@ def check_in_image(text: str, *, judge: Judge, file: str | None = None,
         ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
         service with an image and a list-form command; ``inimage/skipped`` (info) for a service
         whose ``entrypoint:`` does not start vLLM directly or whose launcher is not judged in the
-        image.
-
-    Raises:
-        ServedeckError: no Docker engine, or an image cannot be pulled or run.
+        image; ``inimage/not-judged`` (error, with the reason) when the image cannot be had
+        (no Docker engine, not present and not pullable, cannot be run).
     """
     return check_in_image_each([(text, file)], judge=judge, catalog=catalog)
 
@@ -232,7 +231,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                         catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
-    number of documents (``check --all --in-image``). Findings in document order."""
+    number of documents (``check --all --in-image``). An image the judge cannot get (not
+    present, not pullable: a ServedeckError) leaves its commands ``inimage/not-judged`` (error)
+    and the other images are still judged. Findings in document order."""
     from servedeck.compose.service import read_services
     from servedeck.launchers import registry
     from servedeck.vllm.argv import wrapper_length
@@ -274,7 +275,13 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
     for ref, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
         mine = [job for job in jobs if (job[2], job[4], job[5]) == (ref, start, mode)]
-        verdicts = judge(ref, [job[3] for job in mine], list(start) if start is not None else None, mode)
+        try:
+            verdicts = judge(ref, [job[3] for job in mine], list(start) if start is not None else None, mode)
+        except ServedeckError as exc:  # one image it cannot get: the others are still judged
+            for ctx, path, *_ in mine:
+                ctx.error("inimage/not-judged", path, f"not judged in the image: {exc.message}",
+                          exc.hint or "make the image available to this Docker engine, then check again")
+            continue
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 
 from servedeck.errors import ServedeckError
 from servedeck.vllm.argv import ASSIGNMENT
-from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, yaml_error_line
+from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, syntax_error_at
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
 
@@ -891,8 +891,8 @@ def parse_document(source: str | dict[str, Any], file: str | None = None) -> Doc
         try:
             data = load_data(source)
         except YAMLError as exc:
-            line = yaml_error_line(exc)
-            raise ServedeckError(f"compose file is not valid YAML: {getattr(exc, 'problem', None) or exc}",
+            line, problem = syntax_error_at(exc)
+            raise ServedeckError(f"compose file is not valid YAML: {problem}", line=line,
                                  file=file, field=f"line {line}" if line else None,
                                  hint="fix the YAML syntax") from None
     else:

@@ -42,7 +42,6 @@ from servedeck.host import history as hist
 from servedeck.host.docker import preload
 from servedeck.host.lock import held_error, unwritable_error
 from servedeck.host.remote import HostState, HostUnreachable, RemoteHost
-from servedeck.model.catalog import Catalog
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile
 from servedeck.model.project import Project
@@ -168,7 +167,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
         reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
-        catalog = Catalog(project.catalog_path, local=project.local_images)
+        catalog = project.catalog()
         reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
         rendered = render(profile, catalog, project, entry.workdir)
         if catalog.lookup(profile.image_ref.digest) is not None:

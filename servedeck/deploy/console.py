@@ -116,7 +116,8 @@ class ConsoleReporter(Reporter):
             self._plain(f"  warning {printable(text)}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        line = printable(f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}")
+        from servedeck.textfmt import clip
+        line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
             from rich.markup import escape
             if self._status is None:

@@ -59,6 +59,12 @@ def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]
     return out
 
 
+def _same_compose(revs: list[hist.Revision], newest: hist.Revision) -> list[int]:
+    """Older known-good revisions with ``newest``'s compose file (listed once, under the newest)."""
+    return [r.number for r in revs if r.good and r.number != newest.number
+            and r.compose_sha256 == newest.compose_sha256]
+
+
 def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     """What runs on the host and how it compares with the deployed compose file.
 
@@ -69,7 +75,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         against the compose file, and where the records contradict the host:
         :func:`contradictions`), "lock": {...}|None,
         "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
-        "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
+        "profile", "compose_sha256", "ended", "same_as": [older good revisions deployed with this
+        very compose file]}] newest first, "unfinished": [revision numbers],
         "lock_stale": why the lock looks stale | None, "project": the Compose project servedeck
         deploys this working directory as, "history_damaged": history lines that could not be read}``.
     """
@@ -82,7 +89,8 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
                               else {"damaged": state.holder_raw} if state.lock == "held" else None),
         "last_deploy": revs[-1].record if revs else None,
         "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
-                        "ended": r.record.get("ended")} for r in state.known_good()],
+                        "ended": r.record.get("ended"), "same_as": _same_compose(revs, r)}
+                       for r in state.known_good()],
         "unfinished": [r.number for r in hist.unfinished(state.history)],
         "lock_stale": (state.holder.stale_reason() if state.holder
                        else "the lock file is damaged: no command holds it" if state.lock == "held" else None),
@@ -192,7 +200,9 @@ def format_status(st: dict[str, Any]) -> str:
                      f"by {d.get('who')}")
     if st.get("known_good"):
         lines.append("  known-good revisions (rollback --to N): " + ", ".join(
-            f"{g['revision']} {g['profile']}" for g in st["known_good"]))
+            f"{g['revision']} {g['profile']}"
+            + (f" (the same compose file as revision {', '.join(map(str, g['same_as']))})" if g.get("same_as") else "")
+            for g in st["known_good"]))
     if format_power_status(st.get("power")):
         lines.append(f"  {format_power_status(st['power'])}")
     if st.get("lock") and "damaged" in st["lock"]:
@@ -322,8 +332,9 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
 def _rollback_target(host: RemoteHost, state: HostState, to: int | None) -> hist.Revision:
     good = state.known_good()
     if to is not None:
-        for rev in good:
-            if rev.number == to:
+        same = {r.compose_sha256 for r in hist.revisions(state.history) if r.number == to and r.good}
+        for rev in good:  # an older revision of a compose file deployed again: its newest revision
+            if rev.number == to or rev.compose_sha256 in same:
                 return rev
         raise DeployError(f"revision {to} of host {host.name} is not a known-good deployment",
                           hint="known-good revisions: " + (", ".join(f"{r.number} ({r.profile})"

@@ -271,8 +271,18 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     if problems:  # the catalog must tell the truth about a digest
         raise DeployError("the image catalog is wrong about " + digest[:19] + ": "
                           + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
+                          hint=_wrong_entry_hint(catalog, profile.image_ref.digest, catalog_path))
     return ImageInfo(known, raw, pulled, False, pull_s)
+
+
+def _wrong_entry_hint(catalog: Catalog, digest: str, catalog_path: Path) -> str:
+    """What to do about a catalog entry the image contradicts: correct (or remove) it in the
+    user's catalog; a shipped entry is not edited but replaced by one in the user's catalog."""
+    found = catalog.source(digest)
+    if found is not None and found[0] == catalog.shipped_path:
+        return (f"the entry is the shipped catalog's ({found[0]}): record the image's own facts in "
+                f"{catalog_path} (`invoke image-facts IMAGE`); an entry there replaces the shipped one")
+    return f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)"
 
 
 def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],

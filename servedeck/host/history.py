@@ -142,7 +142,7 @@ def revisions(records: list[dict[str, Any]]) -> list[Revision]:
 def next_revision(records: list[dict[str, Any]]) -> int:
     """The number the next revision gets: one more than any revision the history shows,
     damaged lines included (1 on a host with no history)."""
-    seen = [r.get("revision_seen") for r in records if isinstance(r.get("revision_seen"), int)]
+    seen = [n for r in records if isinstance(n := r.get("revision_seen"), int)]
     return max([r.number for r in revisions(records)] + seen, default=0) + 1
 
 

@@ -34,8 +34,8 @@ from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, 
 from servedeck.host.ssh import (DEFAULT_TIMEOUT_S, HostUnreachable, ResolvedTarget, Result,
                                 SshTarget, SshTransport)
 
-__all__ = ["RemoteHost", "HostState", "SwitchStatus", "SWITCH_NOT_STARTED", "SWITCH_COMPOSE_MARK", "SshTarget", "LockInfo", "Result", "ResolvedTarget",
-           "HostUnreachable", "COMPOSE"]
+__all__ = ["RemoteHost", "HostState", "SwitchStatus", "SWITCH_NOT_STARTED", "SWITCH_COMPOSE_MARK", "SshTarget",
+           "LockInfo", "Result", "ResolvedTarget", "HostUnreachable", "COMPOSE"]
 
 COMPOSE = "docker-compose.yml"
 """The deployed compose file, ``<workdir>/docker-compose.yml``."""
@@ -99,7 +99,7 @@ echo "==good"
 ls "$sd/good" 2>/dev/null || true
 echo "==history"
 cat "$sd/history.jsonl" 2>/dev/null || true
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 SWITCH_NOT_STARTED = (3, 4, 6)
 """Exit statuses of the switch script that mean it changed nothing: the file could not be
@@ -162,7 +162,7 @@ wait "$pid"; rc=$?
 printf '%s %s\n' "$rev" "$rc" > "$sd/switch.done" 2>/dev/null
 rm -f "$sd/switch.pid"
 exit $rc
-""".replace("$SWITCH_MARK", SWITCH_COMPOSE_MARK)
+""".replace("$SWITCH_MARK", SWITCH_COMPOSE_MARK)  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 revision. Prints what the host knows of that revision's switch: "running",
 # "done STATUS", "installed" (its history line was written and nothing records compose's end:
@@ -179,13 +179,13 @@ for attempt in 1 2; do
 done
 echo "$state"
 if [ -f "$1/docker-compose.yml" ]; then sha256sum < "$1/docker-compose.yml" | cut -d' ' -f1; else echo; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 revision: SIGTERM to that revision's running compose step.
 _SWITCH_STOP_SCRIPT = r"""
 sd=$1/.servedeck
 if [ -f "$sd/switch.pid" ] && read -r r p < "$sd/switch.pid" && [ "$r" = "$2" ]; then kill -TERM "$p" 2>/dev/null && echo stopping; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 history line, $3 good sha to store ("" none), $4 lock JSON to release ("" keep),
 # $5 history lines to keep, then the good hashes to keep. Prints the lock release status.

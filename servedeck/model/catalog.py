@@ -187,34 +187,79 @@ def _load_catalog(path: Path) -> CatalogFile:
 
 
 class Catalog:
-    """The image catalog loaded from a YAML file.
+    """The image catalog loaded from a YAML file, optionally over the shipped catalog.
+
+    Layers, first match wins, entry by entry: ``path`` (the project's, the one written),
+    locally built images, then ``shipped`` (read only). An entry of the user's replaces the
+    shipped entry of the same digest as a whole; every other shipped entry stays known.
 
     Args:
         path: ``deploy/images.yaml``; a missing file is an empty catalog.
         local: locally built images (:mod:`servedeck.model.local_images`): their facts are read
             from and written to ``.servedeck/images.yaml`` (untracked) instead of ``path``.
+        shipped: the catalog shipped with servedeck (:meth:`servedeck.model.project.Project.catalog`),
+            read under the others and never written; None: no shipped layer.
 
     Raises:
-        ServedeckError: when the file is not valid YAML or does not match :class:`CatalogFile`.
+        ServedeckError: when a file is not valid YAML or does not match :class:`CatalogFile`.
     """
 
-    def __init__(self, path: str | Path, local=None) -> None:
+    def __init__(self, path: str | Path, local=None, shipped: str | Path | None = None) -> None:
         self.path = Path(path)
         self.local = local
         self.data = _load_catalog(self.path)
         self.local_data = _load_catalog(local.catalog_path) if local is not None else CatalogFile()
+        self.shipped_path = Path(shipped) if shipped is not None else None
+        self.shipped_data = _load_catalog(self.shipped_path) if self.shipped_path is not None else CatalogFile()
+
+    def _layers(self) -> list[tuple[Path | None, CatalogFile]]:
+        return [(self.path, self.data),
+                (self.local.catalog_path if self.local is not None else None, self.local_data),
+                (self.shipped_path, self.shipped_data)]
 
     def lookup(self, digest: str | None) -> ImageFacts | None:
         """Facts for ``sha256:<hex>``, or None when the digest is unknown."""
+        found = self.source(digest)
+        return found[1] if found is not None else None
+
+    def source(self, digest: str | None) -> tuple[Path, ImageFacts] | None:
+        """(the catalog file whose entry is used, the facts) for ``digest``, or None."""
         if not digest:
             return None
-        return self.data.images.get(digest) or self.local_data.images.get(digest)
+        for path, data in self._layers():
+            facts = data.images.get(digest)
+            if facts is not None and path is not None:
+                return path, facts
+        return None
+
+    def describe_source(self, digest: str | None) -> str | None:
+        """Which catalog the facts of ``digest`` come from, as a user reads it: ``the shipped
+        catalog (PATH)``, ``the project's catalog (PATH)``, ``your per-user catalog (PATH)``,
+        ``the catalog of local builds (PATH)``; None when
+        the digest is unknown."""
+        found = self.source(digest)
+        if found is None:
+            return None
+        path = found[0]
+        from servedeck.model.project import state_dir
+        if path == self.shipped_path:
+            kind = "the shipped catalog"
+        elif self.local is not None and path == self.local.catalog_path:
+            kind = "the catalog of local builds"
+        elif path.parent == state_dir():
+            kind = "your per-user catalog"
+        else:
+            kind = "the project's catalog"
+        return f"{kind} ({path})"
 
     def vllm_facts_path(self, digest: str | None) -> Path | None:
         """The file of the extracted vLLM facts of ``digest`` (read by
-        :func:`servedeck.vllm.facts.image_vllm_facts`), or None when none were extracted."""
-        entry = self.lookup(digest)
-        return self.path.parent / entry.vllm_facts if entry is not None and entry.vllm_facts else None
+        :func:`servedeck.vllm.facts.image_vllm_facts`), relative to the catalog file the entry
+        comes from, or None when none were extracted."""
+        found = self.source(digest)
+        if found is None or not found[1].vllm_facts:
+            return None
+        return found[0].parent / found[1].vllm_facts
 
     def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
         """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog
@@ -224,7 +269,7 @@ class Catalog:
             OSError: when a file cannot be written.
         """
         rel = f"image-facts/{digest.replace(':', '-')}.json"
-        out = self.path.parent / rel
+        out = self._target(digest).parent / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, vllm.model_dump_json(indent=1, by_alias=True) + "\n")
         self.add(digest, facts.model_copy(update={"vllm_facts": rel}))
@@ -239,9 +284,8 @@ class Catalog:
         Raises:
             OSError: when the file cannot be written.
         """
-        target = self.path
-        if self.local is not None and self.local.owns(digest):
-            target = self.local.catalog_path
+        target = self._target(digest)
+        if target != self.path:
             self.local_data.images[digest] = facts
         else:
             self.data.images[digest] = facts
@@ -257,6 +301,13 @@ class Catalog:
         buf = io.StringIO()
         y.dump(doc, buf)
         atomic_write(target, buf.getvalue())
+
+    def _target(self, digest: str) -> Path:
+        """The file an entry for ``digest`` is written to: ``.servedeck/images.yaml`` for a
+        local build, else :attr:`path` (never the shipped catalog)."""
+        if self.local is not None and self.local.owns(digest):
+            return self.local.catalog_path
+        return self.path
 
 
 # ----------------------------------------------------------------------------- first contact

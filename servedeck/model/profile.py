@@ -545,8 +545,10 @@ def _model_for(model: type[BaseModel], key: str) -> type[BaseModel] | None:
 
 
 def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
-                prefix: tuple[str, ...] = ()) -> None:
-    """Reject unknown keys with "did you mean", before merging, so the file is named."""
+                prefix: tuple[str, ...] = ()) -> list[ServedeckError]:
+    """Every unknown key (with "did you mean"), found before merging so the file is named;
+    empty when all keys are known."""
+    problems: list[ServedeckError] = []
     for key, value in raw.items():
         if key not in model.model_fields:
             close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
@@ -556,13 +558,14 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
             hint = (f"did you mean {'.'.join(prefix + (close[0],))}?" if close
                     else f"did you mean {elsewhere[0]}?" if elsewhere
                     else f"known keys here: {', '.join(model.model_fields)}")
-            raise ServedeckError(f"unknown key {key!r} (value {value!r})", file=str(file),
-                                 field=".".join(prefix + (key,)), hint=hint)
+            problems.append(ServedeckError(f"unknown key {key!r} (value {value!r})", file=str(file),
+                                           field=".".join(prefix + (key,)), hint=hint,
+                                           rule="profile/unknown-key"))
+            continue
         sub = _model_for(model, key)
-        if sub is not None and isinstance(value, dict) and sub is not Speculative:
-            _check_keys(value, sub, file, prefix + (key,))
-        elif sub is Speculative and isinstance(value, dict):
-            _check_keys(value, Speculative, file, prefix + (key,))
+        if sub is not None and isinstance(value, dict):
+            problems += _check_keys(value, sub, file, prefix + (key,))
+    return problems
 
 
 class ProfileStore:
@@ -629,7 +632,7 @@ class ProfileStore:
             raise ServedeckError(f"name {raw['name']!r} differs from the file name",
                                  file=str(path), field="name",
                                  hint=f"rename the file or drop the name key (it defaults to {name!r})")
-        _check_keys(raw, Profile, path)
+        unknown = _check_keys(raw, Profile, path)
         parent: LoadedProfile | None = None
         merged: dict[str, Any]
         origin: dict[tuple[str, ...], Path]
@@ -662,16 +665,33 @@ class ProfileStore:
         try:
             profile = Profile.model_validate(merged)
         except ValidationError as exc:
-            raise _validation_error(exc, merged, origin, path) from None
+            raise ServedeckError.several(unknown + _validation_errors(exc, merged, origin, path, unknown)) from None
+        if unknown:
+            raise ServedeckError.several(unknown)
         loaded = LoadedProfile(profile=profile, chain=chain, merged=merged, parent=parent,
                              origin=origin)
         self._loaded[name] = loaded
         return loaded
 
 
-def _validation_error(exc: ValidationError, merged: dict[str, Any],
+def _validation_errors(exc: ValidationError, merged: dict[str, Any], origin: dict[tuple[str, ...], Path],
+                       path: Path, reported: list[ServedeckError] = ()) -> list[ServedeckError]:
+    """One error per bad field of ``exc``: pydantic's errors of the branches of a union at one
+    field (``int`` or ``"auto"``) are folded into the first one; unknown keys already in
+    ``reported`` are not repeated."""
+    out: list[ServedeckError] = []
+    seen = {p.field for p in reported}
+    for err in exc.errors():
+        problem = _validation_error(err, merged, origin, path)
+        if problem.field in seen:
+            continue
+        seen.add(problem.field)
+        out.append(problem)
+    return out
+
+
+def _validation_error(err: Any, merged: dict[str, Any],
                       origin: dict[tuple[str, ...], Path], path: Path) -> ServedeckError:
-    err = exc.errors()[0]
     loc = tuple(str(p) for p in err["loc"])
     # pydantic may add a union-member tag to the location; keep the user's path
     user_loc = tuple(p for p in loc if not p[0].isupper() and not p.startswith("function-"))
@@ -697,7 +717,7 @@ def _validation_error(exc: ValidationError, merged: dict[str, Any],
     elif err["type"] == "missing":
         hint = "add it here or in a parent profile"
     text = f"{msg} (value: {value!r})" if value is not None and err["type"] != "missing" else msg
-    return ServedeckError(text, file=str(file), field=field_path, hint=hint)
+    return ServedeckError(text, file=str(file), field=field_path, hint=hint, rule="profile/invalid")
 
 
 # --------------------------------------------------------------------------- diffs

@@ -143,7 +143,8 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory, shared_compile_c
 @pytest.fixture(scope="session")
 def shared_compile_cache() -> Iterator:
     """Function ``share(workdir)``: the Compose project of ``workdir`` (as servedeck names it,
-    :func:`servedeck.grammar.compose_project_name`) gets its compile-cache volume (that of :func:`_cpu_compile_cache`) bound to
+    :func:`servedeck.grammar.compose_project_name`) gets its compile-cache volume (that of
+    :func:`_cpu_compile_cache`) bound to
     :data:`COMPILE_CACHE_DIR`. The volume is created beforehand with the labels Compose gives
     its own volumes, so Compose and servedeck see the project's ordinary named volume; the
     volumes are removed at the end of the session (the directory stays)."""

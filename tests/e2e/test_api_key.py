@@ -173,11 +173,13 @@ def test_an_interrupt_during_the_switch_of_the_real_server_rolls_back_to_one_ser
         deploy(project, host, entry, ProfileStore(project.profiles_dir).load("keyed-next"), DeployOptions(),
                QuietReporter())
     assert f"rolled back: revision {prev.number} (keyed-envfile) serves again" in exc.value.message
-    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project.working_dir={host.workdir}",
+    out = subprocess.run(["docker", "ps", "-a",
+                          "--filter", f"label=com.docker.compose.project.working_dir={host.workdir}",
                           "--format", "{{.Names}} {{.State}}"], capture_output=True, text=True).stdout.split("\n")
     assert [ln.split()[1] for ln in out if ln] == ["running"]
     assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code == 401  # its key again
-    last = [(r.event, r.profile, r.outcome) for r in hist.revisions(hist.history_records(host.read_file(host.history_path)))][-2:]
+    records = hist.history_records(host.read_file(host.history_path))
+    last = [(r.event, r.profile, r.outcome) for r in hist.revisions(records)][-2:]
     assert last == [("deploy", "keyed-next", "interrupted"), ("rollback", "keyed-envfile", "ready")]
     assert host.read_lock() is None
     assert json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())["outcome"] == "interrupted"

@@ -510,7 +510,8 @@ def test_two_working_directories_with_one_name_are_two_projects(project, standin
         # an older servedeck's deployment in the second directory: Compose's default project name
         second = cards[1][0]
         second.upload_atomic("docker-compose.yml", (Path(dirs[0]) / "docker-compose.yml").read_bytes()
-                             .replace(b"9960", b"9961").replace(f"sd-same-{tag}-0".encode(), f"sd-same-{tag}-1".encode())
+                             .replace(b"9960", b"9961")
+                             .replace(f"sd-same-{tag}-0".encode(), f"sd-same-{tag}-1".encode())
                              .replace(b"\nname:", b"\nx-old-name:"))
         subprocess.run(["docker", "compose", "up", "-d"], cwd=dirs[1], check=True, capture_output=True)
         assert [c[2] for c in _containers(dirs[1])] == ["same"]

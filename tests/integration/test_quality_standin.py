@@ -97,7 +97,8 @@ def test_a_load_benchmark_probes_too_and_a_malformed_tool_call_is_gated(lab, san
     proc = _servedeck(project, "bench", "--host", HOST, "--workload", "chat", "--load", "concurrency:1",
                       "--requests", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "quality probes (" in proc.stdout and "tool_call (tool_call_parser=qwen3_xml): malformed BROKEN" in proc.stdout
+    assert "quality probes (" in proc.stdout
+    assert "tool_call (tool_call_parser=qwen3_xml): malformed BROKEN" in proc.stdout
     assert {"load.json", "quality.json"} <= {p.name for p in run.iterdir()}
     assert {f.name: f.status for f in read_quality(run).features}["tool_call"] == "malformed"
     gate = compare_quality([project.runs_dir / sane_run], [run]).gate

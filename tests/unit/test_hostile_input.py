@@ -57,7 +57,8 @@ def _in_limited_child(kind: str, path: Path) -> dict:
             except MemoryError:
                 out, code = {"error": "MemoryError"}, 3
             except Exception as exc:  # noqa: BLE001 - reported to the parent
-                out = {"error": type(exc).__name__, "message": getattr(exc, "render", lambda: str(exc))(),
+                render = getattr(exc, "render", None)
+                out = {"error": type(exc).__name__, "message": render() if render else str(exc),
                        "file": getattr(exc, "file", None)}
             os.write(write_fd, json.dumps(out).encode()[:60_000])
         finally:

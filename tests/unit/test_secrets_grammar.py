@@ -112,7 +112,8 @@ def _run_with_secret(runs: Path, source: Path, key: str) -> Path:
     for f in source.iterdir():
         if f.name not in (store.RUN_META, store.COMPOSE):
             shutil.copy(f, run.path / f.name)
-    text = store.read(source, store.COMPOSE).replace("    command:\n", f"    command:\n      - --api-key\n      - {key}\n", 1)
+    text = store.read(source, store.COMPOSE).replace("    command:\n",
+                                                     f"    command:\n      - --api-key\n      - {key}\n", 1)
     w = RunWriter(run, find_secrets(["--api-key", key], {}))
     w.save_compose(text, "0" * 64)
     return run.path

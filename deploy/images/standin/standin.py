@@ -26,7 +26,8 @@ port and the served model name. Once ready it serves:
   ``CHAT_TEMPLATE_TOKENS`` for the template), the answer is ``max_tokens`` copies of one word
   (``finish_reason`` ``length``), prefill sleeps ``STANDIN_PREFILL_S_PER_TOKEN`` per prompt token
   (a tenth of it for a prompt seen before: the prefix cache) and decode
-  ``STANDIN_DECODE_S_PER_TOKEN`` per output token. The request counters of ``/metrics``
+  ``STANDIN_DECODE_S_PER_TOKEN`` per output token (paced by deadlines from the first token, so
+  the time the stand-in takes to write a chunk does not add to its pace). The request counters of ``/metrics``
   (``vllm:request_success_total``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
   the TTFT, prefill and decode time sums) grow with every request, as vLLM's do
   (``vllm/v1/metrics/loggers.py``); request shapes follow vLLM's OpenAI server
@@ -828,12 +829,15 @@ def make_handler(cfg: dict, metrics: str):
                         obj["standin_sent_unix_s"] = time.time()
                     return f"data: {json.dumps(obj)}\n\n".encode()
                 t_first = time.perf_counter()
+                due = t_first  # decode steps are paced by deadlines: writing a chunk does not add to the next step
                 for k in range(1, max_tokens + 1):
                     if k > 1:
-                        time.sleep(engine.decode_s * pace * (load.factor() if load else 1.0))
+                        due += engine.decode_s * pace * (load.factor() if load else 1.0)
+                        time.sleep(max(0.0, due - time.perf_counter()))
                         while load and not load.step(ticket):
                             load.admit(ticket, front=True)  # preempted: wait, then recompute
                             time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
+                            due = time.perf_counter()
                     if stream:
                         self._stream_write(chunk(k, "length" if k == max_tokens else None))
                         self.wfile.flush()
@@ -863,6 +867,14 @@ def make_handler(cfg: dict, metrics: str):
             self._send(200, json.dumps(obj).encode(), "application/json")
 
     return Handler
+
+
+class Server(ThreadingHTTPServer):
+    """The HTTP server: a thread per connection, and uvicorn's listen backlog of 2048 (the
+    socketserver default of 5 drops the SYNs of a burst of connections, and a client's
+    requests then wait a second or more for the kernel to retry before the stand-in sees them)."""
+
+    request_queue_size = 2048
 
 
 def _env_float(name: str) -> float | None:
@@ -918,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("STANDIN_LOG_ESCAPES") == "1":
         say("INFO \x1b]0;owned\x07\x1b[2J\x1b[1;1Hstand-in log line with escapes\rhidden\u202eevil")
     replay(lines[:-1], cfg, total, pace)
-    server = ThreadingHTTPServer(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
+    server = Server(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
     ready_file = os.environ.get("STANDIN_READY_FILE")
     if ready_file:

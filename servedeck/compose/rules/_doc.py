@@ -18,7 +18,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from servedeck.findings import Finding, Severity
-from servedeck.yamlio import LimitError, compose_nodes
+from servedeck.yamlio import LimitError, compose_nodes, syntax_error_at
 
 Path = tuple[str | int, ...]
 
@@ -207,11 +207,7 @@ def parse(text: str, file: str | None = None) -> Doc:
                                hint="a compose file this deep or this repetitive is not one servedeck "
                                     "checks; simplify it")) from None
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        if exc.context:
-            problem = f"{exc.context}; {problem}"
+        line, problem = syntax_error_at(exc)
         raise DocError(Finding(severity=Severity.error, rule="yaml/syntax", message=f"not valid YAML: {problem}",
                                line=line, file=file, hint="fix the YAML syntax at this line")) from None
     except YAMLError as exc:

@@ -137,7 +137,8 @@ def check_schema(ctx: Ctx) -> None:
             path = tuple(sub.absolute_path)
             message = f"{_short(err.instance)} is not valid here: {sub.message}"
         elif len(message) > 240:
-            message = message[:237] + "..."
+            from servedeck.textfmt import clip
+            message = clip(message, 240)
         ctx.error(f"schema/{_kebab(keyword)}", path, message,
                   "see the Compose Specification (compose-spec.io) for this field", key=key)
     if valid:
