@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write, read_bounded
+from servedeck.fsutil import atomic_write, read_bounded, state_dir
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import CATALOG_LIMITS, YAMLError, file_error, load_data, roundtrip
@@ -241,7 +241,6 @@ class Catalog:
         if found is None:
             return None
         path = found[0]
-        from servedeck.model.project import state_dir
         if path == self.shipped_path:
             kind = "the shipped catalog"
         elif self.local is not None and path == self.local.catalog_path:
