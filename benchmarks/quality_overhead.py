@@ -19,8 +19,10 @@ rounds (telemetry off in both: no card here):
 * the demo's workload (``invoke demo``: 1,024 / 96, 3 + 3).
 
 Printed per profile and workload: the median wall time of the benchmark run with and without the
-probes, their ratio (target, issue 32: the probes add at most 15 %), the probes' own median time
-and its phases. Nothing is asserted.
+probes and their difference, the probes' own median time (timed inside the runs with probes) and
+its phases, and that time as a share of the run without probes (target, issue 32: the probes add
+at most 15 %; judged on the share, which does not carry the machine's noise twice as the
+difference of two medians does). Nothing is asserted.
 
 Usage (the machine is shared: run it under the services lock)::
 
@@ -134,11 +136,13 @@ def main() -> int:
                         for phase, s in q.durations_s.items():
                             phases.setdefault(phase, []).append(s)
                 on, off = statistics.median(walls[True]), statistics.median(walls[False])
-                added = on / off - 1
+                own = statistics.median(phases["probes"])
                 detail = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items() if k != "probes")
-                print(f"cpu-{mnbt}  {label:32s} bench run {off:6.2f} s, with probes {on:6.2f} s: "
-                      f"+{added * 100:.1f} %  (probes {statistics.median(phases['probes']):.2f} s: {detail})  "
-                      f"target <= +{TARGET * 100:.0f} %: {'pass' if added <= TARGET else 'MISS'}")
+                # the wall-time difference carries the machine's noise twice; the probes' own time
+                # (timed inside the runs with probes) over the run without them does not
+                print(f"cpu-{mnbt}  {label:32s} bench run {off:6.2f} s, with probes {on:6.2f} s "
+                      f"({(on / off - 1) * 100:+.1f} %); probes {own:.2f} s ({detail}) = {own / off * 100:.1f} % "
+                      f"of the run  target <= {TARGET * 100:.0f} %: {'pass' if own / off <= TARGET else 'MISS'}")
         return 0
     finally:
         host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 1; rm -rf {workdir}",
