@@ -15,7 +15,9 @@ SSH to the loopback card host of ``scripts/test-services``:
   host advances at 150 W, so the sampler has the files a B70 host has (energy, frequency,
   throttle status and reasons);
 * one deployment; the same run is benchmarked ``2 × -n`` times, alternately with and without
-  telemetry (ABBA), its bench files removed between rounds.
+  telemetry (ABBA), its bench files removed between rounds; the quality probes that ``invoke
+  bench`` runs after the speed bench are left out unless ``--quality`` (they take the same time
+  either way and would only dilute the ratio).
 
 Printed: each bench's wall time, the medians with and without telemetry and their ratio
 (target: at most 1.02), and the SSH round trips of one bench with telemetry and without, at two
@@ -86,7 +88,8 @@ def count_round_trips(host) -> list[int]:
 
 def clear_bench(run_dir: Path) -> None:
     from servedeck.runs import store
-    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE):
+    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
+                 store.QUALITY):
         (run_dir / name).unlink(missing_ok=True)
 
 
@@ -99,6 +102,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repetitions", type=int, default=4, help="requests per phase")
     ap.add_argument("--decode-s-per-token", type=float, default=0.01, help="the stand-in's decode pace")
+    ap.add_argument("--quality", action="store_true",
+                    help="run the quality probes after each bench too (invoke bench's default; they are the "
+                         "same with and without telemetry, so they dilute the ratio: off by default)")
     args = ap.parse_args()
     byte_compile()
     from devtools import imagebuild
@@ -142,7 +148,8 @@ def main() -> int:
             clear_bench(run_dir)
             before = trips[0]
             t0 = time.perf_counter()
-            bench_deployed(run_dir, host, entry, wl, telemetry=telemetry, runs_dir=project.runs_dir)
+            bench_deployed(run_dir, host, entry, wl, telemetry=telemetry, runs_dir=project.runs_dir,
+                           probes=args.quality)
             return time.perf_counter() - t0, trips[0] - before
 
         one(True)  # warm-up: imports, the first sizing of prompts

@@ -142,7 +142,8 @@ def test_bench_records_energy_per_token_of_each_request(project, card, standin):
     assert res.outcome == "ready"
     pid = start_load(host, root, 150.0)
     try:
-        result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2))
+        result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2),
+                                probes=False)
     finally:
         stop_load(host, pid)
     tel = read_telemetry(res.run.path)
