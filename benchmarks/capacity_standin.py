@@ -46,6 +46,10 @@ TARGET_PRECISION = 0.10
 TARGET_LEVELS = 8
 
 
+def _g(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truths", default="3,8,20,40", help="capacities to search for (concurrency)")
@@ -67,8 +71,9 @@ def main() -> int:
             good = abs(err) <= args.precision and cap.levels_run <= TARGET_LEVELS
             ok &= good
             doubling = math.floor(math.log2(truth)) + 2  # levels to bracket it: 1, 2, ..., 2^k > truth
+            answer = "none" if cap.capacity is None else f"{cap.capacity:.3g}"
             print(f"truth {truth:3d}: {cap.levels_run} levels ({', '.join(f'{st.value:g}' for st in cap.steps)}) in "
-                  f"{time.monotonic() - t0:.0f} s -> capacity {cap.capacity:.3g} (bracket {cap.lo:g}-{cap.hi:g}), "
+                  f"{time.monotonic() - t0:.0f} s -> capacity {answer} (bracket [{_g(cap.lo)}, {_g(cap.hi)})), "
                   f"error {err:+.1%}  {'pass' if good else 'MISS'}; peers: a doubling sweep brackets it in "
                   f"{doubling} levels to ±41 %, a step-by-one sweep needs {truth + 1} levels", flush=True)
             if cap.knee is not None or cap.saturation is not None:

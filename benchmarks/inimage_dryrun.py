@@ -67,7 +67,8 @@ def main() -> None:
         filed.append(time.perf_counter() - t0)
     print(f"image: {ref}")
     print(f"peer  docker run python3 -c pass   {_fmt(peer)}")
-    print(f"first dry run (launcher + vLLM)    {_fmt(first)}   = {statistics.median(first) / statistics.median(peer):.1f}x peer")
+    ratio = statistics.median(first) / statistics.median(peer)
+    print(f"first dry run (launcher + vLLM)    {_fmt(first)}   = {ratio:.1f}x peer")
     print(f"cached, same process (memory)      {_fmt(memo)}")
     print(f"cached, new process (file)         {_fmt(filed)}")
 

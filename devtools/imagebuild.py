@@ -152,13 +152,72 @@ def torch_source(env: dict[str, str] | None = None, pip_config_list: str | None 
 
 # --------------------------------------------------------------------------- progress / steps
 
+HEARTBEAT_S = 30.0
+"""Seconds between the plain progress lines of a running step (not a terminal: CI, a pipe)."""
+
+
+class PlainProgress:
+    """Progress of the build steps as plain lines, for an output that is not a terminal (a CI
+    log, ``invoke test``'s pipe), where rich's live display shows nothing until the end: a line
+    when a step starts, one every :data:`HEARTBEAT_S` seconds while it runs (elapsed time and the
+    step log's last line, cut between words), and one when it ends.
+
+    Args:
+        write: where a line goes (default: stderr, flushed).
+    """
+
+    def __init__(self, write=None, heartbeat_s: float = HEARTBEAT_S) -> None:
+        import sys
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.heartbeat_s = heartbeat_s
+
+    @contextlib.contextmanager
+    def running(self, label: str, log: Path) -> Iterator[None]:
+        import threading
+        from servedeck.textfmt import clip
+        t0 = time.monotonic()
+        stop = threading.Event()
+        self.write(f"{label}: running")
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_s):
+                last = _last_line(log)
+                self.write(f"{label}: running, {time.monotonic() - t0:.0f} s" + (f" | {clip(last, 100)}" if last else ""))
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        except BaseException:
+            stop.set()
+            self.write(f"{label}: failed after {time.monotonic() - t0:.0f} s (log: {log})")
+            raise
+        finally:
+            stop.set()
+            thread.join()
+        self.write(f"{label}: finished in {time.monotonic() - t0:.0f} s")
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a step log (its last 4 KiB), or ""."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln for ln in re.split(r"[\r\n]+", tail) if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 @dataclass
 class _Steps:
-    """Runs build steps with a rich progress line each (name, status, elapsed) and step logs."""
+    """Runs build steps with a rich progress line each (name, status, elapsed) and step logs;
+    with ``plain`` (no terminal), plain progress lines instead (:class:`PlainProgress`)."""
 
     image: str
     progress: Progress | None
     logs: Path = field(default_factory=lambda: CACHE_DIR / "logs")
+    plain: PlainProgress | None = None
 
     def log_path(self, step: str) -> Path:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -173,8 +232,11 @@ class _Steps:
         if self.progress is not None:
             task = self.progress.add_task(self._label(name, "running", what), total=1)
         state = _StepState(self, name, self.log_path(name))
+        plain = (self.plain.running(f"{self.image} {name} ({what})", state.log) if self.plain is not None
+                 else contextlib.nullcontext())
         try:
-            yield state
+            with plain:
+                yield state
         except ServedeckError:
             if task is not None:
                 self.progress.update(task, description=self._label(name, "[red]failed[/]", what))
@@ -210,18 +272,26 @@ class _StepState:
             fh.write(f"\n# {line}\n")
         if self.steps.progress is not None:
             self.steps.progress.console.print(f"[dim]{self.steps.image} {self.name}: {line}[/]")
+        elif self.steps.plain is not None:
+            self.steps.plain.write(f"{self.steps.image} {self.name}: {line}")
 
     def fail(self, why: str) -> None:
         raise ServedeckError(f"image build step '{self.name}' of {self.steps.image} failed: {why}",
                              file=str(self.log), hint=f"see the step log: less {self.log}")
 
 
-def _progress(progress: bool | Console) -> Progress | None:
+def _progress(progress: bool | Console | PlainProgress) -> tuple[Progress | None, PlainProgress | None]:
+    """(rich's live display on a terminal, else None; plain lines when the output is not a
+    terminal or ``progress`` is a :class:`PlainProgress`, else None)."""
     if progress is False:
-        return None
+        return None, None
+    if isinstance(progress, PlainProgress):
+        return None, progress
     console = progress if isinstance(progress, Console) else Console(stderr=True)
+    if not console.is_terminal:
+        return None, PlainProgress(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
     return Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), console=console)
+                    TimeElapsedColumn(), console=console), None
 
 
 @contextlib.contextmanager
@@ -528,7 +598,8 @@ def build_cpu_vllm_image(registry: str = DEFAULT_REGISTRY,
 
     Args:
         registry: ``host:port`` of the (insecure, loopback) registry to push to.
-        progress: ``True`` for a rich progress display on stderr, a ``Console`` to use, or
+        progress: ``True`` for a rich progress display on stderr (plain progress lines when
+            stderr is not a terminal), a ``Console`` to use, a :class:`PlainProgress`, or
             ``False`` for none.
 
     Returns:
@@ -546,9 +617,9 @@ def build_cpu_vllm_image(registry: str = DEFAULT_REGISTRY,
     for yaml_path in sorted((src / "models").glob("*/model.yaml")):
         files[str(yaml_path.relative_to(src))] = yaml_path
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    prog = _progress(progress)
+    prog, plain = _progress(progress)
     with prog if prog is not None else contextlib.nullcontext():
-        steps = _Steps("vllm-cpu", prog)
+        steps = _Steps("vllm-cpu", prog, plain=plain)
         base = _ensure_imported(
             steps, "vllm", _vllm_key(),
             lambda: _ensure_vllm_tarball(steps, _ensure_base_tarball(steps)))
@@ -581,9 +652,9 @@ def build_standin_image(registry: str = DEFAULT_REGISTRY,
     model_yaml = IMAGES_DIR / "cpu-vllm" / "models" / "qwen3-tiny" / "model.yaml"
     files["models/qwen3-tiny/model.yaml"] = model_yaml
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    prog = _progress(progress)
+    prog, plain = _progress(progress)
     with prog if prog is not None else contextlib.nullcontext():
-        steps = _Steps("vllm-standin", prog)
+        steps = _Steps("vllm-standin", prog, plain=plain)
         base = _ensure_imported(steps, "base", _base_key(), lambda: _ensure_base_tarball(steps))
         return _build_and_push(steps, base_tag=base, context_files=files,
                                dockerfile=STANDIN_DOCKERFILE, repo=STANDIN_REPO,

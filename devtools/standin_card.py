@@ -57,7 +57,7 @@ while True:
     if not os.path.exists(sys.argv[0] + ".ready"):
         open(sys.argv[0] + ".ready", "w").close()
     time.sleep(period)
-'''
+'''  # noqa: E501 - a Python program run on the host: its lines are the program's
 
 
 def make_card(host, root: str, *, current_w: float = 275, rated_max_w: float = 300, energy: bool = True) -> str:
@@ -66,7 +66,8 @@ def make_card(host, root: str, *, current_w: float = 275, rated_max_w: float = 3
     host.run_script(
         'set -e; r=$1; hw=$r/$2; fr=$r/$3\n'
         'mkdir -p "$hw" "$fr/throttle" "$r/class/drm/card0/device/hwmon/hwmon0"\n'
-        'printf "xe\\n" > "$hw/name"; printf "%s\\n" "$4" > "$hw/power1_max"; printf "%s\\n" "$5" > "$hw/power1_rated_max"\n'
+        'printf "xe\\n" > "$hw/name"; printf "%s\\n" "$4" > "$hw/power1_max"; '
+        'printf "%s\\n" "$5" > "$hw/power1_rated_max"\n'
         'printf "%s\\n" "$5" > "$hw/power1_cap"\n'
         '[ "$6" = 1 ] && printf "0\\n" > "$hw/energy1_input"\n'
         'printf "%s\\n" "$7" > "$fr/act_freq"; printf "%s\\n" "$7" > "$fr/rp0_freq"\n'

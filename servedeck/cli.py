@@ -27,6 +27,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
+
+Justify = Literal["default", "left", "center", "right", "full"]
+"""How a table column is aligned (rich's ``JustifyMethod``)."""
 
 
 def _import_invoke_without_mock():
@@ -103,6 +107,12 @@ def as_typed(text: str) -> str:
     return re.sub(rf"\b{other} (?=(?:{names})\b(?!-))", PROGRAM + " ", text)
 
 
+def _print_err(line: str) -> None:
+    """One progress line to stderr, its control characters written as escapes."""
+    from servedeck.safetext import printable
+    print(printable(line), file=sys.stderr)
+
+
 def cli_errors(fn):
     """Decorator for a task: turn ServedeckError into a clean message (its suggested commands
     spelled as the user runs servedeck, :func:`as_typed`) and its exit code, Ctrl-C into
@@ -112,7 +122,10 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ServedeckError as exc:
-            print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+            if kwargs.get("json_") and not getattr(exc, "json_printed", False):
+                print(json.dumps(error_document(exc)))  # --json: JSON on stdout on every path
+            from servedeck.safetext import printable
+            print(f"error: {printable(as_typed(exc.render()))}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -121,6 +134,16 @@ def cli_errors(fn):
 
 
 _cli = cli_errors
+
+
+def error_document(exc: ServedeckError) -> dict:
+    """A ``--json`` command's output when it fails: ``{"error": {"rule", "file", "line",
+    "field", "message", "hint"}, "errors": [one such object per problem]}`` (suggested
+    commands spelled as the user runs servedeck)."""
+    errors = [{"rule": f.rule, "file": f.file, "line": f.line, "field": f.path or None,
+               "message": as_typed(f.message), "hint": as_typed(f.hint) if f.hint else None}
+              for f in exc.findings()]
+    return {"error": errors[0], "errors": errors}
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,8 +168,7 @@ def _load(name: str):
 
 @functools.lru_cache(maxsize=1)
 def _catalog():
-    from servedeck.model.catalog import Catalog
-    return Catalog(_project().catalog_path, local=_project().local_images)
+    return _project().catalog()
 
 
 def _render(name: str):
@@ -160,7 +182,7 @@ def _write_out(path: str, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def print_table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: list[list[str]]) -> None:
     """Print a rich table to stdout: ``columns`` are ``(header, justify)`` pairs, ``rows`` cell
     texts. Not a terminal (a pipe, a test): no colour, no wrapping of cells, whatever the width."""
     from rich.console import Console
@@ -194,7 +216,9 @@ def render(c, profile, out=None, flags=False):
     findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
                                   expect=CheckExpectations(rendered=True), known=[rendered.service])
     if has_errors(findings):
-        print(format_findings([f for f in findings if f.severity is Severity.error]), file=sys.stderr)
+        from servedeck.compose.positions import profile_positions
+        findings = profile_positions(findings, _load(profile), rendered)
+        print(as_typed(format_findings([f for f in findings if f.severity is Severity.error])), file=sys.stderr)
         raise Exit("error: the rendered file does not pass the check; nothing was written", code=1)
     counts = {sev: sum(f.severity is sev for f in findings) for sev in Severity}
     print(f"checked: {counts[Severity.error]} errors, {counts[Severity.warning]} warnings, "
@@ -235,24 +259,56 @@ def check(c, profile=None, compose=None, json_=False, all_=False, in_image=False
         if in_image:  # one throw-away container per image for all the profiles
             from servedeck.compose.check import check_in_image_each
             from servedeck.host.inimage import judge
-            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)],
-                                            judge=judge(), catalog=_catalog())
+            print(f"judging {sum(t is not None for t in texts)} profile(s) with vLLM inside their images "
+                  "(one container per image; a first look at an image takes a while)…", file=sys.stderr)
+            findings += check_in_image_each([(text, f"profile:{name}") for name, text in zip(names, texts)
+                                             if text is not None], judge=judge(), catalog=_catalog())
     if json_:
-        print(findings_to_json(findings))
+        print(as_typed(findings_to_json(findings)))
     else:
-        print(format_findings(findings) if findings else "no findings")
+        print(as_typed(format_findings(findings)) if findings else "no findings")
+        if not compose:
+            _print_catalog_sources(names)
+    if any(f.rule in LOAD_RULES for f in findings):
+        raise Exit(code=2)  # a profile did not load: bad input, as a load error elsewhere
     if has_errors(findings):
         raise Exit(code=1)
 
 
+LOAD_RULES = ("profile/invalid", "profile/unknown-key", "profile/not-loaded", "yaml/syntax-profile")
+"""Rules of a profile that does not load (``check`` reports them as findings and goes on)."""
+
+
+def _print_catalog_sources(names: list[str]) -> None:
+    """Which catalog the image facts of the checked profiles come from, one line per digest
+    (stderr)."""
+    seen = set()
+    for name in names:
+        try:
+            digest = _load(name).profile.image_ref.digest
+        except ServedeckError:
+            continue
+        if digest in seen:
+            continue
+        seen.add(digest)
+        where = _catalog().describe_source(digest)
+        if where:
+            print(f"image facts of {digest[:19]}…: {where}", file=sys.stderr)
+
+
 def _check_profile(name: str) -> tuple[str, list]:
     """Render and check one profile of this process's project (also run in worker processes):
-    (the rendered compose text, its findings)."""
+    (the rendered compose text, its findings); a profile that does not load: (None, one finding
+    per problem, :data:`LOAD_RULES`)."""
     from servedeck.compose.check import CheckExpectations, check_compose_text
-    rendered = _render(name)
-    return rendered.compose_text, check_compose_text(
+    try:
+        rendered = _render(name)
+    except ServedeckError as exc:
+        return None, _load_findings(exc)
+    from servedeck.compose.positions import profile_positions
+    return rendered.compose_text, profile_positions(check_compose_text(
         rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
-        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name)))
+        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))), _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)
@@ -275,11 +331,23 @@ PARALLEL_MIN_PROFILES = 48
 """``check --all`` over at least this many profiles runs in one worker process per CPU."""
 
 
-def _check_profiles(names: list[str]) -> tuple[list[str], list]:
+def _load_findings(exc: ServedeckError) -> list:
+    """A profile's load error as findings; a YAML syntax error keeps its line but gets a rule of
+    the profile (not the compose check's ``yaml/syntax``)."""
+    findings = exc.findings("profile/not-loaded")
+    for f in findings:
+        if f.rule == "yaml/syntax":
+            f.rule = "yaml/syntax-profile"
+        if f.line is not None and f.path == f"line {f.line}":
+            f.path = ""
+    return findings
+
+
+def _check_profiles(names: list[str]) -> tuple[list[str | None], list]:
     """(rendered compose texts of ``names``, their findings), in order. Many profiles: the first
     is checked here (loading the catalog, the shared parents, the templates and the Compose
     schema validator once), then the rest in forked worker processes that inherit all of that;
-    the first error (a bad profile) is raised as in a serial run."""
+    a profile that does not load has the text None and its problems as findings."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if len(names) < PARALLEL_MIN_PROFILES or cpus < 2 or sys.platform != "linux":
         results = [_check_profile(name) for name in names]
@@ -294,7 +362,14 @@ def _check_profiles(names: list[str]) -> tuple[list[str], list]:
             results += pool.map(_check_profile, rest, chunksize=max(1, len(rest) // (workers * 4)))
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after an error: no work for nothing
-    return [text for text, _ in results], [f for _, found in results for f in found]
+    findings, seen = [], set()
+    for _, found in results:  # a bad parent is one problem, not one per variant
+        for f in found:
+            key = (f.rule, f.file, f.line, f.path, f.message) if f.rule in LOAD_RULES else id(f)
+            if key not in seen:
+                seen.add(key)
+                findings.append(f)
+    return [text for text, _ in results], findings
 
 
 @task(help={"profile": "the variant", "against": "compare with this profile instead of the parent"})
@@ -321,11 +396,20 @@ def diff(c, profile, against=None):
 def profiles(c):
     """List profiles with their parent and description."""
     store = _store()
-    rows = []
+    rows, bad = [], []
     for name in store.names():
-        p = store.load(name).profile
+        try:
+            p = store.load(name).profile
+        except ServedeckError as exc:
+            bad.append(exc)
+            rows.append([name, "", "(does not load: see below)"])
+            continue
         rows.append([name, p.extends or "", p.description or ""])
     print_table(None, [("profile", "left"), ("extends", "left"), ("description", "left")], rows)
+    for exc in bad:
+        print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+    if bad:
+        raise Exit(code=2)
 
 
 @task(help={"check": "fail when schema/ is stale instead of writing it"})
@@ -424,6 +508,7 @@ def deploy(c, host=None, profile=None, inventory=None, no_rollback=False, force_
     except ServedeckError as exc:
         if json_:
             print(json.dumps(deploy_document(host, profile, reporter.run_dir, error=exc)))
+            exc.json_printed = True
         raise
     differs = [ch.render() for ch in result.arg_checks if ch.status == "differs"]
     if json_:
@@ -468,7 +553,8 @@ def status(c, host, inventory=None, json_=False):
     from servedeck.deploy.ops import status as host_status
     remote, entry = _host(host, inventory)
     st = host_status(remote, entry)
-    print(json.dumps(st, indent=2) if json_ else format_status(st))
+    from servedeck.safetext import printable
+    print(json.dumps(st, indent=2) if json_ else printable(format_status(st)))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV, "follow": "stream until Ctrl-C",
@@ -524,7 +610,7 @@ def _fleet_deploy(hosts, profile, inventory, serial, max_fail, on_failure, image
         raise ServedeckError("give --profile NAME")
     result = rollout(_project(), _fleet(inventory), hosts, profile, serial=serial, max_fail=max_fail,
                      policy=on_failure, image=image, timeout_s=float(timeout) if timeout else None,
-                     progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                     progress=console_progress(_print_err))
     print(render_table(rollout_table(result)), end="")
     print(f"state: {result.state_dir} ({result.duration_s:.1f} s)")
     if not result.ok:
@@ -548,6 +634,9 @@ def hosts(c, inventory=None, json_=False):
     print(render_table(hosts_table(fleet)), end="")
     for group, members in fleet.groups.items():
         print(f"{group}: {', '.join(members) or '-'}")
+    from servedeck.model.inventory import shared_deployments
+    for finding in shared_deployments(fleet.hosts):
+        print(f"warning: {finding}", file=sys.stderr)
 
 
 @task(help={"base": "the base profile", "vary": "KEY=V1,V2[,...] (profile path, e.g. "
@@ -584,7 +673,7 @@ def sweep(c, base, hosts, vary=None, inventory=None, reps=1, plan=False, name=No
     if plan:
         return
     result = run_sweep(_project(), sweep_plan,
-                       progress=console_progress(lambda line: print(line, file=sys.stderr)))
+                       progress=console_progress(_print_err))
     print(render_table(sweep_table(result)), end="")
     for line in result.power_restored:
         print(line, file=sys.stderr)
@@ -607,10 +696,18 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
     """Read an image's facts from the image itself (config, vLLM argument surface, registries,
     VLLM_* variables, helper binaries, launcher configs) and record them in the catalog."""
     from servedeck.host.inimage import extract_facts
+    from servedeck.model.project import is_source_checkout
+    if table and not is_source_checkout():
+        raise ServedeckError("--table writes servedeck's own shipped tables (servedeck/vllm/tables/), "
+                             "a development step in a checkout of servedeck; an installed servedeck "
+                             "never writes inside its package",
+                             hint=f"drop --table: `{PROGRAM} image-facts IMAGE` records the image's "
+                                  "vLLM facts beside your project's catalog, and check reads them there")
+    print(f"reading {image} (pulled when missing; its vLLM asked in one container)…", file=sys.stderr)
     digest, facts, vf = extract_facts(None, image)
     if not no_record:
         _catalog().add_with_vllm_facts(digest, facts, vf)
-        print(f"recorded {digest} in {_project().catalog_path}", file=sys.stderr)
+        print(f"recorded {digest} in {_catalog()._target(digest)}", file=sys.stderr)
     if table:
         from servedeck.vllm.facts import write_table
         print(f"wrote {write_table(vf)}", file=sys.stderr)
@@ -644,7 +741,7 @@ def startup_facts(c, log, json_=False):
             "prompt_tokens": "prompt length in tokens (exact, sized with the server's /tokenize; "
                              "default: 32768, or what fits the deployed max_model_len)",
             "max_tokens": "output tokens per request (default: 256, or an eighth of a short max_model_len)",
-            "repetitions": "requests per phase (cold, warm)",
+            "repetitions": "requests per phase (cold, warm); with --against: of the first look",
             "import_file": "store results of `vllm bench serve --save-result` / guidellm beside the run",
             "workload": "a workload name (invoke workloads) or YAML file; chat, shared-prefix and full-context "
                         "workloads run under load",
@@ -668,22 +765,32 @@ def startup_facts(c, log, json_=False):
             "lm_eval_limit": "lm-eval documents per task",
             "lm_eval_backend": "local-chat-completions (default) or local-completions (log-likelihood tasks)",
             "no_telemetry": "do not sample energy, power, clocks and throttling on the host",
-            "telemetry_period_s": "seconds between the host's telemetry samples (default 0.1)"})
+            "telemetry_period_s": "seconds between the host's telemetry samples (default 0.1)",
+            "against": "sample until every metric is decided against this benchmarked run (arm A: a run "
+                       "id, sequence or latest:PROFILE), with sequential looks whose error rates hold",
+            "max_requests": "with --against: the sample budget, requests per phase (default 24)",
+            "batch": "with --against: requests per phase added between looks (default 2)",
+            "max_minutes": "with --against: the time budget in minutes",
+            "margin": "with --against: practical-equivalence margin, relative (default 0.03)",
+            "alpha": "with --against: family-wise error rate over all looks (default 0.05)"})
 @_cli
 def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens=None, repetitions=None,
           import_file=None, workload=None, load=None, slo=None, capacity=False, precision=None, max_levels=None,
           requests=None, export_vllm=None, import_curve=None, serve=None, no_quality=False, needle_tokens=None,
           lm_eval=None, lm_eval_include=None, lm_eval_limit=None, lm_eval_backend=None, no_telemetry=False,
-          telemetry_period_s=None):
+          telemetry_period_s=None, against=None, max_requests=None, batch=None, max_minutes=None, margin=None,
+          alpha=None):
     """Benchmark the deployed server: one stream (cold/warm TTFT, decode tok/s, MTP) or a workload under load.
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
     each load level (servedeck.bench.loadclient), or a capacity search finds the highest load
-    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After a single-stream
+    meeting the SLO; the run records load.jsonl, load.json (and capacity.json). After either kind of
     benchmark the quality probes run (quality.json; --no-quality skips them), and with --lm-eval
     standard tasks are scored (lm_eval.json). Energy, power, clocks and throttling are sampled on the host
     during the benchmark (telemetry.json) and each request is set against the card's ceilings
     (roofline.json).
+    With --against RUN the single stream samples until every metric is decided against that run
+    (sequential looks).
     """
     from servedeck.runs.history import resolve_run
     from servedeck.bench.record import import_external, latest_ready_run
@@ -715,6 +822,9 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         return
     if not host:
         raise ServedeckError("give --host NAME")
+    if against is None and any(v is not None for v in (max_requests, batch, max_minutes, margin, alpha)):
+        raise ServedeckError("--max-requests, --batch, --max-minutes, --margin and --alpha need --against RUN",
+                             hint="name the benchmarked run to decide against, e.g. --against latest:base")
     loaded = None
     if workload or load or slo or capacity:
         from servedeck.bench.workload import load_workload
@@ -726,10 +836,15 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     if loaded is not None and loaded.kind != "single-stream":  # settings checked before the host is asked
         under_load = _load_settings(loaded, load, slo, capacity, precision, max_levels, requests)
     quality, tasks = _quality_options(needle_tokens, lm_eval, lm_eval_include, lm_eval_limit, lm_eval_backend)
+    if against is not None and under_load is not None:
+        raise ServedeckError("--against samples the single-stream benchmark; under load give --interleave to "
+                             "invoke ab, or compare two load-benchmarked runs with invoke ab --slo",
+                             field="--against")
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load, telemetry=not no_telemetry,
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks,
+                    telemetry=not no_telemetry,
                     telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None)
         return
     from servedeck.bench.client import RichProgress, Workload
@@ -747,13 +862,35 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         int(max_tokens) if max_tokens else (base.max_tokens if base.max_tokens != default.max_tokens else None))
     workload_ = base.model_copy(update={"prompt_tokens": prompt, "max_tokens": out,
                                         "repetitions": int(repetitions) if repetitions else base.repetitions})
+    more = monitor = None
+    if against is not None:
+        from servedeck.ab.sequential import DEFAULT_BATCH, DEFAULT_MAX_REQUESTS, bench_against
+        from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
+        try:
+            more, monitor = bench_against(
+                resolve_run(runs_dir, against), run_dir,
+                max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
+                batch=int(batch) if batch is not None else DEFAULT_BATCH,
+                alpha=float(alpha) if alpha is not None else ALPHA,
+                margin=float(margin) if margin is not None else DEFAULT_MARGIN,
+                max_seconds=float(max_minutes) * 60 if max_minutes is not None else None)
+        except ValueError as exc:  # pydantic's range checks of the design
+            raise ServedeckError(f"invalid sequential design: {exc}",
+                                 hint="--alpha between 0 and 1, --margin between 0 and 1") from None
     from servedeck.bench.limits import format_roofline, format_telemetry, read_roofline, read_telemetry
     with RichProgress(f"bench {run_dir.name}") as progress:
-        result = bench_deployed(run_dir, remote, entry, workload_, progress=progress, probes=not no_quality,
-                                quality_settings=quality, lm_eval=tasks, telemetry=not no_telemetry,
-                                telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None,
-                                catalog=_catalog(), runs_dir=runs_dir)
+        try:
+            result = bench_deployed(run_dir, remote, entry, workload_, progress=progress, probes=not no_quality,
+                                    quality_settings=quality, lm_eval=tasks, telemetry=not no_telemetry,
+                                    telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None,
+                                    catalog=_catalog(), runs_dir=runs_dir, more=more)
+        except KeyboardInterrupt:
+            if monitor is not None:
+                monitor.interrupted()
+            raise
     print(format_table(result))
+    if monitor is not None:
+        _print_sequential(monitor)
     for line in [*format_roofline(read_roofline(run_dir)), *format_telemetry(read_telemetry(run_dir))]:
         print(line)
     if not no_quality:
@@ -761,6 +898,15 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         from servedeck.bench.table import format_quality
         print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
+
+
+def _print_sequential(monitor) -> None:
+    """How sequential sampling went and each judged metric's verdict (``bench --against``)."""
+    from servedeck.ab.sequential import describe_stop
+    print(describe_stop(monitor.record))
+    for m in monitor.metrics:
+        if m.judged:
+            print(f"  {m.key}: {m.verdict} ({len(m.samples_b)} vs {len(m.samples_a)} requests; {m.reason})")
 
 
 def _load_settings(workload, load, slo, capacity, precision, max_levels, requests):
@@ -785,22 +931,28 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     return workload, profile, slo_, search
 
 
-def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, telemetry=True,
-                telemetry_period_s=None) -> None:
+def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
+                tasks=None, telemetry=True, telemetry_period_s=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``): print the level table and each level's energy."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table, each level's
+    energy and the probes."""
     from servedeck.bench.client import RichProgress
     from servedeck.bench.limits import format_telemetry
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress, telemetry=telemetry, telemetry_period_s=telemetry_period_s)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks,
+                               telemetry=telemetry, telemetry_period_s=telemetry_period_s)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
     from servedeck.runs import store
     for line in format_telemetry(store.read(run_dir, store.LOAD_TELEMETRY)):
         print(line)
+    if probes:
+        from servedeck.ab.quality import read_quality
+        from servedeck.bench.table import format_quality
+        print(format_quality(read_quality(run_dir)))
     print(f"results in {run_dir}")
 
 
@@ -873,7 +1025,8 @@ def runs(c, profile=None, limit=50):
     if limit < 0:
         raise ServedeckError(f"--limit {limit} is negative", field="--limit", hint="give a count, or 0 for all runs")
     if limit and len(rows) > limit:
-        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)", file=sys.stderr)
+        print(f"{len(rows) - limit:,} older runs not shown ({len(rows):,} in all; --limit 0 lists all)",
+              file=sys.stderr)
         rows = rows[-limit:]
 
     def cell(v, fmt="{:.3g}"):
@@ -882,7 +1035,8 @@ def runs(c, profile=None, limit=50):
                        ("outcome", "left"), ("benched", "left"), ("kv_tokens", "right"), ("warm_dec_tok_s", "right"),
                        ("cold_ttft_s", "right")],
                 [[r.run_id, cell(r.started_at), cell(r.host), cell(r.profile), cell(r.outcome),
-                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s), cell(r.cold_ttft_s)]
+                  "yes" if r.benchmarked else "no", cell(r.kv_cache_tokens, "{:,.0f}"), cell(r.warm_decode_tok_s),
+                  cell(r.cold_ttft_s)]
                  for r in rows])
 
 
@@ -1081,7 +1235,12 @@ def roofline(c, run, inventory=None):
             "alpha": "family-wise error rate over the report's metrics (default 0.05)",
             "interleave": "RUN_A/RUN_B are profiles: deploy them alternately on --host and benchmark each",
             "host": "with --interleave: inventory host", "inventory": _INV,
-            "repetitions": "with --interleave: deployments per arm (default 2)",
+            "repetitions": "with --interleave: deployments per arm (default 2; with sequential looks, the "
+                           "most: default 4)",
+            "sequential": "with --interleave: stop once every metric is decided (looks after each pair of "
+                          "deployments; --no-sequential deploys every repetition; under --workload every "
+                          "repetition runs)",
+            "max_minutes": "with --interleave: the time budget in minutes",
             "order": "with --interleave: abba (default) or random",
             "requests": "with --interleave: requests per phase and deployment (default 3), or per load level "
                         "with --workload (default: the workload's)",
@@ -1097,9 +1256,10 @@ def roofline(c, run, inventory=None):
             "quality_reference": "quality: the reference arm, A (default) or B; the other arm is gated"})
 @_cli
 def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=None, aa=False,
-       margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=2,
-       order="abba", requests=None, workload=None, load=None, slo=None, ppl_margin=None, min_agreement=None,
-       min_generation_agreement=None, task_margin=None, quality_reference=None):
+       margin=None, alpha=None, interleave=False, host=None, inventory=None, repetitions=None,
+       order="abba", requests=None, sequential=True, max_minutes=None, workload=None, load=None, slo=None,
+       ppl_margin=None, min_agreement=None, min_generation_agreement=None, task_margin=None,
+       quality_reference=None):
     """Compare two runs (A/B or --aa) with verdicts the samples can carry, or --interleave two profiles."""
     from servedeck.ab.experiment import compare_runs, default_report_path
     from servedeck.ab.report import findings
@@ -1126,8 +1286,14 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
                                  field="--workload")
         under_load = _load_settings(loaded, load, slo, False, None, None, requests)
     if interleave:
-        runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, int(repetitions), order,
+        # sequential looks judge the single-stream benchmark; under load every repetition runs
+        sequential_ = sequential and under_load is None
+        reps = int(repetitions) if repetitions is not None else (4 if sequential_ else 2)
+        runs_a, runs_b, interleaving = _interleave(run_a, run_b, host, inventory, reps, order,
                                                    int(requests) if requests and not under_load else 3,
+                                                   {k: settings[k] for k in ("alpha", "margin")}
+                                                   if sequential_ else None,
+                                                   float(max_minutes) * 60 if max_minutes else None,
                                                    under_load)
     else:
         runs_a, runs_b = [resolve_run(runs_dir, run_a)], [resolve_run(runs_dir, run_b)]
@@ -1139,7 +1305,7 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
                               out=Path(out) if out else (default_report_path(runs_dir, runs_a[0], runs_b[0])
                                                          if interleave else None),
                               hypothesis=text(hypothesis), verdict=text(verdict),
-                              interleaving=interleaving, **settings)
+                              interleaving=interleaving, project_profiles=_project_profiles(), **settings)
     except ValueError as exc:
         raise ServedeckError(str(exc), hint="--alpha between 0 and 1, --margin between 0 and 1") from None
     print(f"A = {', '.join(r.name for r in result.runs_a)}\nB = {', '.join(r.name for r in result.runs_b)}")
@@ -1157,10 +1323,17 @@ def ab(c, run_a, run_b, allow_multi=False, out=None, hypothesis=None, verdict=No
         print("  order: " + " ".join(f"{p.arm}:{p.run_id}" for p in interleaving.positions))
         for t in interleaving.trends:
             print(f"  trend {t.metric}: {t.reading}")
+    if result.comparison.sequential is not None:
+        from servedeck.ab.sequential import describe_stop
+        print(f"  {describe_stop(result.comparison.sequential)}")
+    if result.draft is not None and not verdict:
+        print(f"verdict (drafted): {result.draft.verdict.text}")
     if result.noise_path:
         print(f"noise floor stored: {result.noise_path}")
     if result.report:
         print(f"report: {result.report}" + (f" (chart {result.chart})" if result.chart else ""))
+    if result.experiment:
+        print(f"experiment record: {result.experiment}")
 
 
 def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_margin, reference, alpha):
@@ -1191,11 +1364,24 @@ def _gate_settings(ppl_margin, min_agreement, min_generation_agreement, task_mar
         err = exc.errors()[0]
         name = str(err["loc"][0])
         raise ServedeckError(f"--{name.replace('_', '-')}: {err['msg']}", field=f"--{name.replace('_', '-')}",
-                             hint="margins and agreements are fractions (0.01 = 1 %); --quality-reference is A or B") from None
+                             hint="margins and agreements are fractions (0.01 = 1 %); "
+                                  "--quality-reference is A or B") from None
 
 
-def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, under_load=None):
-    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave); with
+def _project_profiles() -> list[dict]:
+    """The project's resolved profiles (for the drafted recommendations); [] when one does not
+    load (the comparison does not depend on them)."""
+    try:
+        store = _store()
+        return [store.load(n).profile.model_dump(mode="json") for n in store.names()]
+    except ServedeckError:
+        return []
+
+
+def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, sequential=None,
+                max_seconds=None, under_load=None):
+    """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave);
+    ``sequential`` (``{"alpha", "margin"}``): stop once every metric is decided; with
     ``under_load`` (``_load_settings``) every deployment runs that workload's load schedule."""
     from servedeck.ab.interleave import run_interleaved
     from servedeck.bench.client import Workload
@@ -1222,13 +1408,28 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
         prompt, out = size_workload(max_model_len_of(run_dir))
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
                                                         repetitions=requests), runs_dir=_project().runs_dir)
+    go_on = monitor = None
+    if sequential is not None:
+        from servedeck.ab.sequential import SequentialDesign, interleave_monitor
+        go_on, monitor = interleave_monitor(SequentialDesign(
+            **sequential, max_requests_a=repetitions * requests, max_requests_b=repetitions * requests,
+            max_seconds=max_seconds))
     from servedeck.deploy.power_series import power_series, varies_power_cap
     capped = varies_power_cap([_load(profile_a).profile, _load(profile_b).profile])
-    with power_series([(remote, entry)], series=f"ab --interleave {profile_a} {profile_b}", enabled=capped,
-                      report=lambda line: print(line, file=sys.stderr)):
-        return run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
-                               bench_fn=bench_fn, host=host,
-                               on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+    try:
+        with power_series([(remote, entry)], series=f"ab --interleave {profile_a} {profile_b}", enabled=capped,
+                          report=lambda line: print(line, file=sys.stderr)):
+            out = run_interleaved({"A": profile_a, "B": profile_b}, order, repetitions, deploy_fn=deploy_fn,
+                                  bench_fn=bench_fn, host=host, go_on=go_on,
+                                  on_step=lambda i, arm, name: reporter.phase("interleave", f"#{i} arm {arm}: {name}"))
+    except KeyboardInterrupt:
+        if monitor is not None:
+            monitor.interrupted()
+        raise
+    if monitor is not None:
+        from servedeck.ab.sequential import describe_stop
+        reporter.info(describe_stop(monitor.record))
+    return out
 
 
 @task(help={"profile": "the profile you would deploy (arm B)", "against": "the recorded run (arm A)",
@@ -1270,11 +1471,184 @@ def _ab_kv(run_dirs) -> None:
             print(f"  KV {d.name}: {line}")
 
 
+@task(name="next", help={"profile": "the profile to improve (the baseline of the experiments)",
+                         "host": "inventory host the experiments would run on", "inventory": _INV,
+                         "only": "consider only these knobs (id or profile path; repeat)",
+                         "margin": "practical-equivalence margin, relative (default 0.03)",
+                         "max_requests": "the sample budget per arm (default 24)",
+                         "json": "print JSON"}, iterable=["only"])
+@_cli
+def next_(c, profile, host, inventory=None, only=None, margin=None, max_requests=None, json_=False):
+    """Rank the single-variable experiments worth running next on a host, with expected gain, cost and why."""
+    plan = _next_plan(profile, host, inventory, only or None, margin, max_requests)
+    if json_:
+        print(plan.model_dump_json(indent=2))
+        return
+    from servedeck.ab.next import format_plan
+    print(format_plan(plan))
+
+
+def _next_plan(profile, host, inventory, only, margin, max_requests):
+    """servedeck.ab.next.propose for a profile of the project on an inventory host."""
+    from servedeck.ab.next import profile_alternatives, propose
+    from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
+    from servedeck.ab.stats import DEFAULT_MARGIN
+    from servedeck.runs import store as run_store
+    from servedeck.runs.history import list_runs
+    _host(host, inventory)  # the host must exist
+    rendered = _render(profile)
+    runs_dir = _project().runs_dir
+    baseline = None
+    if runs_dir.is_dir():
+        rows = [r for r in list_runs(runs_dir, profile=profile) if r.host == host and r.comparable]
+        baseline = rows[-1].path if rows else None
+    return propose(rendered.profile.model_dump(mode="json"), host, runs_dir,
+                   effective=rendered.service.settings(),
+                   facts=run_store.read(baseline, run_store.FACTS) if baseline else None, baseline=baseline,
+                   margin=float(margin) if margin is not None else DEFAULT_MARGIN,
+                   max_requests=int(max_requests) if max_requests is not None else DEFAULT_MAX_REQUESTS,
+                   only=list(only) if only else None,
+                   alternatives=profile_alternatives(_project_profiles(),
+                                                     like=rendered.profile.model_dump(mode="json")))
+
+
+@task(help={"base": "the profile to start from", "host": "inventory host to tune on", "inventory": _INV,
+            "vary": "KEY=V1,V2[,...]: a profile path and its ladder of values, in order (repeat per variable)",
+            "name": "tune name (default: derived from base, host and --vary; the same command resumes)",
+            "max_experiments": "the experiment budget (default 8)",
+            "max_minutes": "the time budget in minutes",
+            "keep_winner": "leave the best setting serving (default: restore what the host served before)",
+            "metric": "the objective, 'phase metric' (default 'warm decode_tok_s')",
+            "margin": "practical-equivalence margin, relative (default 0.03)",
+            "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
+            "max_requests": "a variant's sample budget, requests per phase (default 24)"}, iterable=["vary"],
+      auto_shortflags=False)
+@_cli
+def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
+         keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
+    """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
+    from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
+    from servedeck.fleet.sweep import parse_vary
+    variables = parse_vary(vary or [])
+    spec = TuneSpec(name=name or default_name(base, host, variables), base=base, host=host, variables=variables,
+                    metric=metric or DEFAULT_METRIC, max_experiments=int(max_experiments),
+                    max_seconds=float(max_minutes) * 60 if max_minutes else None,
+                    **{"finally": "keep-winner" if keep_winner else "restore"},
+                    **({"margin": float(margin)} if margin is not None else {}),
+                    prompt_tokens=int(prompt_tokens) if prompt_tokens else None,
+                    max_tokens=int(max_tokens) if max_tokens else None,
+                    **({"max_requests": int(max_requests)} if max_requests is not None else {}))
+    ops = _tune_ops(spec, inventory)
+    runs_dir = _project().runs_dir
+    state = start(runs_dir, spec, ops.profile_doc(base)["profile"], ops)
+    try:
+        state = run_tune(runs_dir, state, ops)
+    except KeyboardInterrupt:
+        print(f"interrupted: tune {spec.name} stopped; run the same command again to resume", file=sys.stderr)
+        raise Exit(code=130) from None
+    print(summary(state))
+
+
+def _tune_ops(spec, inventory):
+    """servedeck.ab.tune.TuneOps bound to this project's stages and the inventory host."""
+    from servedeck.ab.compare import plan_against
+    from servedeck.ab.sequential import bench_against, requests_per_phase
+    from servedeck.ab.tune import TuneOps
+    from servedeck.bench.client import Workload
+    from servedeck.bench.record import bench_deployed
+    from servedeck.bench.sizing import max_model_len_of, size_workload
+    from servedeck.compose.render import render_profile
+    from servedeck.deploy.apply import deploy as run_deploy
+    from servedeck.deploy.console import ConsoleReporter
+    from servedeck.deploy.ops import rollback, status
+    from servedeck.deploy.plan import DeployOptions
+    from servedeck.fleet.sweep import write_arm_profile
+    from servedeck.model.profile import ProfileStore
+    from servedeck.runs import store as run_store
+    from servedeck.runs.history import list_runs
+    project = _project()
+    remote, entry = _host(spec.host, inventory)
+    reporter = ConsoleReporter()
+
+    def rendered(name):
+        return render_profile(ProfileStore(project.profiles_dir).load(name), _catalog(), project.templates_dirs)
+
+    def profile_doc(name):
+        r = rendered(name)
+        return {"profile": r.profile.model_dump(mode="json"), "effective": r.service.settings(),
+                "compose_text": r.compose_text}
+
+    def deploy(name):
+        return run_deploy(project, remote, entry, ProfileStore(project.profiles_dir).load(name), DeployOptions(),
+                          reporter).run.path
+
+    def bench(run_dir, against):
+        prompt, out = size_workload(max_model_len_of(run_dir), spec.prompt_tokens, spec.max_tokens)
+        if against is None:
+            bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
+                                                            repetitions=spec.baseline_requests))
+            return
+        more, monitor = bench_against(against, run_dir, max_requests=spec.max_requests, batch=spec.batch,
+                                      alpha=spec.alpha, margin=spec.margin)
+        bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
+                                                        repetitions=min(3, spec.max_requests)), more=more)
+
+    def serving():
+        st = status(remote, entry)
+        last = st.get("last_deploy") or {}
+        if not st.get("serving"):
+            return None
+        return {"revision": last.get("revision"), "compose_sha256": st.get("compose_sha256"),
+                "run_id": last.get("run_id")}
+
+    def restore(original):
+        rollback(remote, entry, to=original.get("revision"), project=project, reporter=reporter)
+
+    def reuse(name):
+        doc = profile_doc(name)
+        views = {"profile": doc["profile"], "effective": doc["effective"], "compose_text": doc["compose_text"],
+                 "workload": None, "facts": None}
+        if not project.runs_dir.is_dir():
+            return None
+        for row in reversed([r for r in list_runs(project.runs_dir) if r.host == spec.host and r.comparable][-20:]):
+            try:
+                same = plan_against(views, row.path).is_identical
+            except ServedeckError:
+                continue
+            if same and requests_per_phase(run_store.read(row.path, run_store.BENCH_SAMPLES)) >= spec.baseline_requests:
+                return row.path
+        return None
+
+    return TuneOps(write_profile=lambda b, o, n: write_arm_profile(project, b, o, f"tune {n}"), deploy=deploy,
+                   bench=bench, serving=serving, restore=restore, profile_doc=profile_doc, reuse=reuse,
+                   say=lambda line: print(f"[tune] {line}", file=sys.stderr))
+
+
+@task(help={"profile": "the profile whose series to show (its parents and variants come along)",
+            "host": "only runs on this host", "out": "write the markdown here instead of printing it",
+            "mlflow": "also export the series to this MLflow tracking URI (the mlflow extra)",
+            "experiment": "the MLflow experiment name (default 'servedeck PROFILE')"})
+@_cli
+def series(c, profile, host=None, out=None, mlflow=None, experiment=None):
+    """A profile's runs and experiments in order (run #1 ... #N), each with its variable, verdict and cost."""
+    from servedeck.ab.series import build_series, export_mlflow, render_series
+    runs_dir = _project().runs_dir
+    doc = build_series(runs_dir, profile, host=host)
+    text = render_series(doc)
+    if out:
+        _write_out(out, text)
+    else:
+        sys.stdout.write(text)
+    if mlflow:
+        exported = export_mlflow(doc, runs_dir, mlflow, experiment=experiment)
+        print(f"exported {len(exported)} MLflow runs to {mlflow}", file=sys.stderr)
+
+
 # ----------------------------------------------------------------------------- program
 
 USER_TASKS = (render, check, diff, profiles, schema, import_, validate, deploy, status, logs,
               rollback, down, hosts, sweep, startup_facts, image_facts, bench, workloads, runs, show, ab, plan,
-              ceilings, roofline)
+              ceilings, roofline, next_, tune, series)
 
 
 def namespace() -> Collection:

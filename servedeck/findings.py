@@ -30,6 +30,10 @@ class Finding(BaseModel):
         hint: what to do about it.
         line: 1-based line in the source file when known.
         file: the file checked, when known.
+        profile_file, profile_line, profile_field: for a finding of a rendered profile, the
+            profile file, 1-based line and field whose value produced the rendered item (where
+            to edit; :mod:`servedeck.compose.positions`); ``file``/``line``/``path`` are then
+            the rendered compose file's.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,14 +45,22 @@ class Finding(BaseModel):
     hint: str | None = None
     line: int | None = None
     file: str | None = None
+    profile_file: str | None = None
+    profile_line: int | None = None
+    profile_field: str | None = None
 
     def render(self) -> str:
         """One line (plus an indented hint line) for terminal output."""
         loc = self.file or ""
         if self.line is not None:
             loc = f"{loc}:{self.line}" if loc else f"line {self.line}"
-        head = f"{self.severity.value.upper():7} {self.rule:34} {loc + ' ' if loc else ''}{self.path}".rstrip()
-        text = f"{head}\n        {self.message}"
+        path = self.path
+        rendered = ""
+        if self.profile_file is not None:  # where to edit first, the rendered item after
+            rendered = f"\n        rendered: {loc} {self.path}".rstrip()
+            loc, path = f"{self.profile_file}:{self.profile_line}", self.profile_field or ""
+        head = f"{self.severity.value.upper():7} {self.rule:34} {loc + ' ' if loc else ''}{path}".rstrip()
+        text = f"{head}{rendered}\n        {self.message}"
         if self.hint:
             text += f"\n        hint: {self.hint}"
         return text

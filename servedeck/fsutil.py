@@ -45,3 +45,56 @@ def cache_dir() -> Path:
     if base:
         return Path(base)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servedeck"
+
+
+def read_bounded_bytes(path: str | os.PathLike[str], max_bytes: int, *, what: str = "text") -> bytes:
+    """The bytes of ``path``, refused when it holds more than ``max_bytes`` (found from its size
+    before reading, and never reading more than ``max_bytes + 1`` bytes, so a file that grows or
+    a device cannot make it read more).
+
+    Raises:
+        FileNotFoundError: there is no such file (callers say what it means).
+        ServedeckError: unreadable or larger than ``max_bytes`` (naming the file).
+    """
+    from servedeck.errors import ServedeckError
+
+    name = str(path)
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = b"" if size > max_bytes else fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise ServedeckError(f"is a directory, not a {what} file", file=name) from None
+    except OSError as exc:
+        raise ServedeckError(f"cannot read the file: {exc.strerror or exc}", file=name) from None
+    if size > max_bytes or len(data) > max_bytes:
+        raise ServedeckError(f"the file is {max(size, len(data)):,} bytes; servedeck reads {what} files of at most "
+                             f"{max_bytes:,} bytes", file=name,
+                             hint="is this the file you meant? split it if it really is this large")
+    return data
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int, *, what: str = "text") -> str:
+    """The UTF-8 text of ``path`` (a leading byte-order mark dropped), within ``max_bytes``
+    (:func:`read_bounded_bytes`).
+
+    Raises:
+        FileNotFoundError: there is no such file (callers say what it means).
+        ServedeckError: unreadable, larger than ``max_bytes`` or not UTF-8 (naming the file,
+            and the line and column of the first bad byte).
+    """
+    from servedeck.errors import ServedeckError
+
+    name = str(path)
+    data = read_bounded_bytes(path, max_bytes, what=what)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ServedeckError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+                             f"({exc.reason})", file=name, field=f"line {line}",
+                             hint=f"save the file as UTF-8 (e.g. iconv -t UTF-8 {name})") from None
+    return text[1:] if text.startswith("\ufeff") else text

@@ -40,7 +40,7 @@ def chart_png(comparison: Comparison) -> bytes:
         if isinstance(m, str):
             _limit_panel(ax, comparison, m, colors)
             continue
-        for i, (label, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
+        for i, (_arm, samples, median) in enumerate(((comparison.arm_a, m.samples_a, m.a),
                                                       (comparison.arm_b, m.samples_b, m.b))):
             if median is not None:
                 ax.hlines(median, i - 0.3, i + 0.3, color=colors[i], linewidth=2.5, zorder=4)
@@ -53,10 +53,11 @@ def chart_png(comparison: Comparison) -> bytes:
         ax.set_title(f"{title}\n{m.verdict}", fontsize=8)
         ax.tick_params(labelsize=7)
         values = [*m.samples_a, *m.samples_b]
-        if values:
+        if values:  # zero-based when every value is >= 0: the gap between the arms reads as a ratio
             lo, hi = min(values), max(values)
             pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
-            ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+            ax.set_ylim(0.0 if lo >= 0 else lo - pad, hi + pad)
+        _units(ax, m.name)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(f"A = {comparison.arm_a}   B = {comparison.arm_b}   (points: samples, line: median, bar: min–max)",
@@ -66,6 +67,15 @@ def chart_png(comparison: Comparison) -> bytes:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
+
+
+def _units(ax, name: str) -> None:
+    """The unit of ``name`` on the y-axis (from its name: :func:`servedeck.ab.draft.unit`), the
+    arms on the x-axis, and plain tick labels (no ``1e6`` offset label above the axis)."""
+    from servedeck.ab.draft import unit
+    ax.set_ylabel(unit(name).strip() or ("%" if name.endswith("_pct") else "value"), fontsize=7)
+    ax.set_xlabel("arm", fontsize=7)
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
 
 
 #: The physical-limit metrics, each drawn in one panel of its own (cold and warm side by side,

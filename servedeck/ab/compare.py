@@ -19,7 +19,8 @@ Two *arms* are compared view by view; every view is flattened to ``{dotted path:
 * ``facts``     - ``facts.json`` (:class:`~servedeck.runs.records.FactsRecord`): the fields its
   model marks as compared (host name, kernel, docker/compose version, GPU power cap; image
   digest -> ``image``, ``vllm_version``),
-* ``workload``  - ``workload.json`` (``workload.<path>``).
+* ``workload``  - ``workload.json`` (``workload.<path>``; the request counts are not compared:
+  :data:`WORKLOAD_SAMPLE_SIZE`).
 
 One logical change shows up in several views (profile field, effective setting, argv token).
 Differences are collapsed to one :class:`Variable` per canonical name: vLLM dest names where a
@@ -66,6 +67,9 @@ PROFILE_NAMING_PATHS = frozenset({"container.container_name"})
 #: Compose service keys that only name things; they cannot change a result.
 COMPOSE_NAMING_KEYS = frozenset({"container_name", "labels", "hostname"})
 
+#: Workload fields that count requests (how many samples were taken) rather than define them:
+#: not a variable (sequential sampling takes as many as the verdicts need, arm by arm).
+WORKLOAD_SAMPLE_SIZE = frozenset({"workload.repetitions", "workload.cold_reps", "workload.warm_reps"})
 
 
 
@@ -342,7 +346,8 @@ def arm_views_flat(arm: ArmViews) -> dict[str, dict[str, Any] | None]:
         "compose": compose,
         "argv": argv,
         "facts": flatten_facts(arm.facts) if arm.facts is not None else None,
-        "workload": flatten(arm.workload, "workload") if arm.workload is not None else None,
+        "workload": ({k: v for k, v in flatten(arm.workload, "workload").items() if k not in WORKLOAD_SAMPLE_SIZE}
+                     if arm.workload is not None else None),
     }
 
 

@@ -103,8 +103,8 @@ def trends(positions: Sequence[Position], metrics: Sequence[str]) -> list[Trend]
     for key in metrics:
         by_arm: dict[str, list[float]] = {}
         for p in positions:
-            if p.medians.get(key) is not None:
-                by_arm.setdefault(p.arm, []).append(p.medians[key])
+            if (median := p.medians.get(key)) is not None:
+                by_arm.setdefault(p.arm, []).append(median)
         centre = {arm: statistics.median(v) for arm, v in by_arm.items()}
         xs, ys = [], []
         for p in positions:
@@ -117,12 +117,12 @@ def trends(positions: Sequence[Position], metrics: Sequence[str]) -> list[Trend]
                              reading="too few distinct runs to see a trend"))
             continue
         res = spearmanr(xs, ys)
-        rho, p = float(res.statistic), float(res.pvalue)
-        if p <= TREND_ALPHA:
+        rho, p_value = float(res.statistic), float(res.pvalue)
+        if p_value <= TREND_ALPHA:
             reading = f"drift: the metric {'rises' if rho > 0 else 'falls'} across positions"
         else:
             reading = "no trend detected"
-        out.append(Trend(metric=key, rho=rho, p=p, reading=reading))
+        out.append(Trend(metric=key, rho=rho, p=p_value, reading=reading))
     return out
 
 
@@ -138,17 +138,22 @@ def describe(experiment: str, host: str, order: str, arms: Sequence[str], runs: 
 def run_interleaved(profiles: dict[str, str], order: Order, repetitions: int, *,
                     deploy_fn: Callable[[str], Path], bench_fn: Callable[[Path], None],
                     host: str, seed: int = 0, on_step: Callable[[int, str, str], None] | None = None,
+                    go_on: Callable[[list[Path], list[Path], str], bool] | None = None,
                     ) -> tuple[list[Path], list[Path], Interleaving]:
     """Deploy and benchmark the arms in :func:`schedule` order.
 
     Args:
         profiles: ``{"A": profile name, "B": profile name}``.
-        order, repetitions, seed: see :func:`schedule`.
+        order, repetitions, seed: see :func:`schedule` (``repetitions``: the most deployments
+            per arm, when ``go_on`` may stop earlier).
         deploy_fn: deploys a profile by name and returns its (ready) run directory; the CLI
             passes :func:`servedeck.deploy.apply.deploy` bound to the project and host.
         bench_fn: benchmarks a run directory (:func:`servedeck.bench.record.bench_deployed`).
         host: the host name (for the report).
         on_step: called with ``(position, arm, profile)`` before each deployment.
+        go_on: sequential sampling: called with ``(runs of A, runs of B, experiment id)`` after
+            each complete pair of deployments (one per arm); False stops the experiment
+            (:class:`servedeck.ab.sequential.Monitor`). None: every deployment of the schedule.
 
     Returns:
         ``(runs of A, runs of B, Interleaving)``.
@@ -166,6 +171,14 @@ def run_interleaved(profiles: dict[str, str], order: Order, repetitions: int, *,
         store.open_run(run_dir).save_meta(experiment=experiment)
         bench_fn(run_dir)
         runs.append(run_dir)
-    runs_a = [r for arm, r in zip(arms, runs) if arm == "A"]
-    runs_b = [r for arm, r in zip(arms, runs) if arm == "B"]
-    return runs_a, runs_b, describe(experiment, host, order, arms, runs)
+        if go_on is not None and i % 2 == 0 and i < len(arms):
+            if not go_on(*_split(arms, runs), experiment):
+                break
+    runs_a, runs_b = _split(arms, runs)
+    if go_on is not None and len(runs) == len(arms):
+        go_on(runs_a, runs_b, experiment)  # the last look (the budget's)
+    return runs_a, runs_b, describe(experiment, host, order, arms[:len(runs)], runs)
+
+
+def _split(arms: Sequence[str], runs: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    return ([r for arm, r in zip(arms, runs) if arm == "A"], [r for arm, r in zip(arms, runs) if arm == "B"])

@@ -9,7 +9,7 @@ level exists in both; an arm's runs are pooled per level.
   and the TTFT/TPOT/E2E percentiles with their order-statistic intervals.
 * **Per-request latency at each level** (``ttft_s``, ``tpot_s``, ``e2e_s``, phase = the level,
   e.g. ``c=4``): judged by the report's own rules, in the report's one Holm family
-  (:func:`load_metrics` feeds them to :func:`servedeck.ab.stats.compare_metrics`:
+  (:func:`load_metrics` feeds them to :func:`servedeck.ab.comparison.compare_metrics`:
   Mann–Whitney U, Holm, bootstrap interval of the ratio of medians, the equivalence margin).
 * **Capacity** (:func:`compare_capacity`): arm X holds more load than arm Y when at some
   level X meets the SLO and Y misses it, each shown by its samples: an intersection–union test
@@ -155,7 +155,7 @@ def _slo_of(summary_a: LoadSummary | None, summary_b: LoadSummary | None, slo: S
 
 def load_metrics(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> list[tuple[str, str, list[float], list[float]]]:
     """``(metric, level label, samples_a, samples_b)`` of every level both arms ran, for the
-    report's judged metrics (:func:`servedeck.ab.stats.compare_metrics`); [] when either arm has
+    report's judged metrics (:func:`servedeck.ab.comparison.compare_metrics`); [] when either arm has
     no load benchmark."""
     _, la = _arm_levels(runs_a)
     _, lb = _arm_levels(runs_b)

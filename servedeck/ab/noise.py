@@ -9,14 +9,15 @@ of runs on the same host and image cite it beside their own verdicts.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from servedeck.ab.stats import POWER, Comparison
+from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import read_json_file
 from servedeck.runs import store
 
 
@@ -89,6 +90,6 @@ def load_noise_floor(runs_dir: Path, host: str | None, image_digest: str | None)
     if not host or not image_digest:
         return None
     try:
-        return NoiseFloor.model_validate(json.loads(noise_path(runs_dir, host, image_digest).read_text()))
-    except (OSError, ValueError, ValidationError):
+        return NoiseFloor.model_validate(read_json_file(noise_path(runs_dir, host, image_digest)))
+    except (OSError, ValueError, ValidationError, ServedeckError):
         return None

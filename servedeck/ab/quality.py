@@ -64,7 +64,6 @@ from servedeck.ab.stats import (
     holm,
 )
 from servedeck.bench.quality import GenerationItem, Likelihood, QualityResult
-from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
 DEFAULT_PPL_MARGIN = 0.01
@@ -284,7 +283,7 @@ def _sign_patterns(n: int) -> np.ndarray:
     return np.vstack([np.ones(n), rng.choice((-1.0, 1.0), size=(PERMUTATION_RESAMPLES, n))])
 
 
-def sign_flip_test(diffs: Sequence[float], alternative: str = "two-sided") -> float:
+def sign_flip_test(diffs: Sequence[float] | np.ndarray, alternative: str = "two-sided") -> float:
     """p of the paired sign-flip permutation test of ``sum(diffs)`` (H0: each item's difference
     is as likely positive as negative). Exact over all 2^n sign patterns up to
     :data:`EXACT_SIGN_FLIP_LIMIT` items, else 9,999 seeded random patterns plus the observed one.
@@ -306,7 +305,8 @@ def sign_flip_test(diffs: Sequence[float], alternative: str = "two-sided") -> fl
     return float(min(1.0, hits.mean()))
 
 
-def paired_interval(x: Sequence[float], y: Sequence[float], w: Sequence[float]) -> tuple[float, float]:
+def paired_interval(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray,
+                    w: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """95 % paired bootstrap interval (percentile, items resampled) of ``Σ(y − x) / Σ w``."""
     from scipy.stats import bootstrap
 
@@ -348,31 +348,34 @@ def _decide(m: MetricComparison, family: int, beyond: bool, excludes: bool, posi
             effect_positive: bool, n_items: int) -> None:
     """Verdict of a judged paired quality metric (the rules of :func:`servedeck.ab.stats._decide`,
     with ``better``/``worse`` for quality)."""
-    pct = f"{m.margin * 100:g} %" if m.name == "perplexity" else f"{m.margin:g}"
-    if m.p_adjusted <= m.alpha and excludes and beyond:
+    p_adj, margin, alpha = m.p_adjusted, m.margin, m.alpha
+    assert p_adj is not None and margin is not None and alpha is not None  # a judged metric (decide_family)
+    pct = f"{margin * 100:g} %" if m.name == "perplexity" else f"{margin:g}"
+    if p_adj <= alpha and excludes and beyond:
         m.verdict = "better" if effect_positive == positive_is_better else "worse"
-        m.reason = f"p={m.p_adjusted:.2g} (Holm) and the difference is beyond ±{pct}"
-    elif m.p_adjusted <= m.alpha and excludes:
+        m.reason = f"p={p_adj:.2g} (Holm) and the difference is beyond ±{pct}"
+    elif p_adj <= alpha and excludes:
         m.verdict = "within margin"
-        m.reason = f"a difference is detected (p={m.p_adjusted:.2g}, Holm) but it is smaller than ±{pct}"
-    elif m.p_adjusted <= m.alpha:
+        m.reason = f"a difference is detected (p={p_adj:.2g}, Holm) but it is smaller than ±{pct}"
+    elif p_adj <= alpha:
         m.verdict = "no verdict"
-        m.reason = f"the sign-flip test (p={m.p_adjusted:.2g}, Holm) and the bootstrap interval disagree"
-    elif m.p_equivalence_adjusted is not None and m.p_equivalence_adjusted <= m.alpha:
+        m.reason = f"the sign-flip test (p={p_adj:.2g}, Holm) and the bootstrap interval disagree"
+    elif m.p_equivalence_adjusted is not None and m.p_equivalence_adjusted <= alpha:
         m.verdict = "equivalent"
         m.reason = f"within ±{pct} (equivalence p={m.p_equivalence_adjusted:.2g}, Holm)"
     else:
         m.verdict = "no verdict"
         floor = smallest_sign_flip_p(n_items)
-        level = m.alpha / family
+        level = alpha / family
         if floor > level:
-            m.reason = (f"{n_items} paired items cannot reach p ≤ {level:.2g} ({m.alpha:g} over {family} "
+            m.reason = (f"{n_items} paired items cannot reach p ≤ {level:.2g} ({alpha:g} over {family} "
                         f"quality tests): the smallest exact p is {floor:.2g}")
         else:
-            m.reason = f"p={m.p_adjusted:.2g} (Holm), and equivalence within ±{pct} is not shown"
+            m.reason = f"p={p_adj:.2g} (Holm), and equivalence within ±{pct} is not shown"
 
 
-def compare_likelihood(a: Likelihood, b: Likelihood, margin: float, alpha: float) -> tuple[MetricComparison | None, list[str]]:
+def compare_likelihood(a: Likelihood, b: Likelihood, margin: float,
+                       alpha: float) -> tuple[MetricComparison | None, list[str]]:
     """Perplexity B vs A over the texts scored with the same tokens in both arms (see the module
     docstring); returns the (not yet decided) comparison and notes. None when no text pairs."""
     notes = []
@@ -419,8 +422,8 @@ def compare_task_metric(name: str, scores_a: dict[str, float], scores_b: dict[st
     ma = float(xa.mean()) if docs else None
     mb = float(xb.mean()) if docs else None
     m = MetricComparison(name=name, phase="task", a=ma, b=mb, samples_a=list(xa), samples_b=list(xb),
-                         difference=(mb - ma) if docs else None,
-                         ratio=(mb / ma) if docs and ma else None, lower_is_better=not higher_is_better,
+                         difference=(mb - ma) if mb is not None and ma is not None else None,
+                         ratio=(mb / ma) if mb is not None and ma else None, lower_is_better=not higher_is_better,
                          verdict="missing" if not docs else "no verdict", judged=len(docs) >= 2,
                          margin=margin, alpha=alpha)
     if not m.judged:
@@ -444,18 +447,25 @@ def decide_family(metrics: list[MetricComparison]) -> None:
     judged = [m for m in metrics if m.judged and m.p is not None]
     if not judged:
         return
-    for m, p_adj, q_adj in zip(judged, holm([m.p for m in judged]), holm([m.p_equivalence for m in judged])):
+    p = [m.p for m in judged if m.p is not None]
+    q = [m.p_equivalence for m in judged if m.p_equivalence is not None]
+    assert len(q) == len(judged)  # a judged metric has both tests (_judge_paired)
+    for m, p_adj, q_adj in zip(judged, holm(p), holm(q)):
         m.p_adjusted, m.p_equivalence_adjusted = p_adj, q_adj
+        margin, lo, hi = m.margin, m.ci_low, m.ci_high
+        assert margin is not None and lo is not None and hi is not None  # set by compare_* for a judged metric
         if m.name == "perplexity":
-            edge = math.log1p(m.margin)
-            beyond = abs(math.log(m.ratio)) >= edge
-            excludes = m.ci_low > 1.0 or m.ci_high < 1.0
-            _decide(m, len(judged), beyond, excludes, positive_is_better=False, effect_positive=m.ratio > 1.0,
+            ratio = m.ratio
+            assert ratio is not None  # perplexities are positive
+            edge = math.log1p(margin)
+            beyond = abs(math.log(ratio)) >= edge
+            excludes = lo > 1.0 or hi < 1.0
+            _decide(m, len(judged), beyond, excludes, positive_is_better=False, effect_positive=ratio > 1.0,
                     n_items=len(m.samples_a))
         else:
             diff = m.difference or 0.0
-            beyond = abs(diff) >= m.margin
-            excludes = m.ci_low > 0.0 or m.ci_high < 0.0
+            beyond = abs(diff) >= margin
+            excludes = lo > 0.0 or hi < 0.0
             _decide(m, len(judged), beyond, excludes, positive_is_better=not m.lower_is_better,
                     effect_positive=diff > 0, n_items=len(m.samples_a))
 
@@ -747,10 +757,12 @@ def _gate(out: QualityComparison, qa: QualityResult | None, qb: QualityResult | 
         if m is not None and m.ratio is not None:
             ratio = m.ratio if ref == "A" else 1.0 / m.ratio
             if ratio > 1.0 + s.ppl_margin:
+                assert m.ci_low is not None and m.ci_high is not None  # compare_likelihood sets the interval
                 lo, hi = (m.ci_low, m.ci_high) if ref == "A" else (1.0 / m.ci_high, 1.0 / m.ci_low)
+                held = f", Holm p={m.p_adjusted:.2g}" if m.p_adjusted is not None else ""
                 g.reasons.append(GateReason(rule="likelihood", text=(
-                    f"perplexity {(ratio - 1) * 100:+.2f} % against {ref} (ratio {ratio:.4f}, 95% CI {lo:.4f}–{hi:.4f}, "
-                    f"{m.method or 'not tested'}{f', Holm p={m.p_adjusted:.2g}' if m.p_adjusted is not None else ''}) "
+                    f"perplexity {(ratio - 1) * 100:+.2f} % against {ref} (ratio {ratio:.4f}, "
+                    f"95% CI {lo:.4f}–{hi:.4f}, {m.method or 'not tested'}{held}) "
                     f"beyond the +{s.ppl_margin * 100:g} % margin")))
         rl, cl = rq.likelihood, cq.likelihood
         if rl is not None and rl.items and cl is not None and cl.error:

@@ -59,6 +59,8 @@ def bench_sentence(m: MetricComparison) -> str:
                 f"not judged ({m.reason})")
     ci = f", 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}" if m.ci_low is not None else ""
     test = f"{m.method}, p={m.p:.2g}, Holm p={m.p_adjusted:.2g}"
+    if m.looks:
+        test += f", look {m.look} of {m.looks} (n={len(m.samples_b)} vs {len(m.samples_a)})"
     text = f"{base} (ratio {fmt_ratio(m.ratio)}{ci}; {test}): {m.verdict}: {m.reason}"
     if m.verdict == "no verdict" and m.samples_needed:
         n = (f"more than {m.samples_needed - 1}" if m.samples_needed >= 10000
@@ -168,7 +170,7 @@ def agreement_sentence(agr, reference: str, candidate: str) -> str:
 def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
     """The Quality table: ``(check, A, B, B against the reference)`` per row."""
     q = comparison.quality
-    ref, cand = q.settings.reference, q.gate.arm
+    ref = q.settings.reference
     rows = []
     m = q.likelihood
     if m is not None:
@@ -187,7 +189,9 @@ def quality_rows(comparison: Comparison) -> list[tuple[str, str, str, str]]:
                      check.summary or ("same fault in both" if check.shared else "nothing new")))
     for t in q.tasks:
         rows.append((t.name, fmt_num(t.a), fmt_num(t.b), t.verdict))
-    return [tuple(cell.replace("|", "\\|").replace("\n", " ") for cell in row) for row in rows]
+    def escaped(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+    return [(escaped(c), escaped(a), escaped(b), escaped(v)) for c, a, b, v in rows]
 
 
 def findings(comparison: Comparison, noise: NoiseFloor | None = None) -> list[str]:
@@ -328,12 +332,12 @@ def _percentile_cell(p) -> str:
 def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                   hypothesis: str | None, verdict: str | None, chart_path: Path | None,
                   *, templates_dir: Path | None = None, noise: NoiseFloor | None = None,
-                  interleaving=None, load_chart_path: Path | None = None) -> str:
+                  interleaving=None, draft=None, load_chart_path: Path | None = None) -> str:
     """Render the A/B report as markdown.
 
     Args:
         diff: from :func:`servedeck.ab.compare.compare_arms` (already passed :func:`servedeck.ab.compare.guard`).
-        comparison: from :func:`servedeck.ab.compare.compare_metrics`.
+        comparison: from :func:`servedeck.ab.comparison.compare_metrics`.
         run_a, run_b: the run directories (baseline, variant); their ``docker-compose.yml`` is
             appended verbatim, ``run.json``/``args_verification.json`` add context when present.
         hypothesis, verdict: user text; None leaves a placeholder (``_Verdict: to be written_``).
@@ -342,6 +346,9 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
         noise: the A/A noise floor of the runs' host and image, cited when given.
         interleaving: a :class:`servedeck.ab.interleave.Interleaving` (order and trends of an
             interleaved experiment), shown when given; ``run_a``/``run_b`` are then each arm's first run.
+        draft: the drafted hypothesis, findings, verdict and recommendations
+            (:class:`servedeck.ab.draft.Draft`); the user's ``hypothesis``/``verdict`` replace
+            the drafted ones. None: placeholders, and the generated findings only.
         load_chart_path: the curves of both arms under load (``comparison.load``), linked by file name.
 
     Raises:
@@ -375,8 +382,10 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
                     "evidence": _evidence(v)} for v in diff.differences],
         verification_b=_verification(run_b, names),
         hypothesis=hypothesis, verdict=verdict,
-        findings=findings(comparison, noise), noise=noise, interleaving=interleaving,
+        findings=findings(comparison, noise), noise=noise, interleaving=interleaving, draft=draft,
         quality=comparison.quality, quality_rows=quality_rows(comparison) if comparison.quality else [],
+        sequential=comparison.sequential,
+        stop=_describe_stop(comparison.sequential),
         pct=fmt_pct(comparison.margin), alpha=comparison.alpha,
         chart=Path(chart_path).name if chart_path else None,
         load=comparison.load, load_chart=Path(load_chart_path).name if load_chart_path else None,
@@ -389,9 +398,16 @@ def render_report(diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Pat
     return text
 
 
+def _describe_stop(record) -> str | None:
+    if record is None:
+        return None
+    from servedeck.ab.sequential import describe_stop
+    return describe_stop(record)
+
+
 def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: Path, run_b: Path,
                  hypothesis: str | None = None, verdict: str | None = None, *,
-                 noise: NoiseFloor | None = None, interleaving=None) -> tuple[Path, Path | None]:
+                 noise: NoiseFloor | None = None, interleaving=None, draft=None) -> tuple[Path, Path | None]:
     """Write the report to ``out_path`` and its chart beside it (``<stem>.png``; under load also
     ``<stem>-load.png``), all atomically.
 
@@ -404,7 +420,7 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
     out_path = Path(out_path)
     chart_path: Path | None = out_path.with_suffix(".png")
     try:
-        render_chart(comparison, chart_path)
+        render_chart(comparison, out_path.with_suffix(".png"))
     except ServedeckError:
         chart_path = None
     load_chart: Path | None = None
@@ -416,6 +432,6 @@ def write_report(out_path: Path, diff: ArmDiff, comparison: Comparison, run_a: P
         except ServedeckError:
             load_chart = None
     text = render_report(diff, comparison, run_a, run_b, hypothesis, verdict, chart_path,
-                         noise=noise, interleaving=interleaving, load_chart_path=load_chart)
+                         noise=noise, interleaving=interleaving, draft=draft, load_chart_path=load_chart)
     atomic_write(out_path, text)
     return out_path, chart_path

@@ -25,19 +25,30 @@ judged. Bench metrics (per phase ``cold``/``warm``) are judged from their per-re
 
 Anything else is ``no verdict`` with its reason. The simulation test over identical arms
 (``tests/unit/test_ab.py``) checks the family-wise false-positive rate.
+
+**Sequential sampling** (:mod:`servedeck.ab.sequential`) judges the same metrics at several
+looks; each look runs these tests at the level its alpha-spending function allots it
+(``levels`` of :func:`judge_bench`) instead of the full ``alpha``.
+
+**Startup timings and the compile cache**: ``torch_compile_total_s``, ``init_engine_s`` and
+``time_to_ready_s`` depend on what the compile caches held when the server started. When the
+two arms' compile-cache states differ (:func:`compile_cache_state`), those facts are ``not
+comparable`` instead of ``higher``/``lower``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from servedeck.bench.limits import LIMIT_METRICS, limit_metrics
+from servedeck.bench.limits import LIMIT_METRICS
+from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
 #: Startup facts compared, with "lower is better" flags (None: neither).
@@ -61,9 +72,10 @@ BENCH_METRICS: dict[str, bool] = {
     **LIMIT_METRICS,  # the physical limits: roofline share and energy per token, per request where measured
 }
 
-#: Direction of every judged metric (lower is better), the bench metrics' and those other
-#: measurements add (the load benchmark's per-level latencies, :mod:`servedeck.ab.load`).
-METRIC_DIRECTIONS: dict[str, bool] = {**BENCH_METRICS, "tpot_s": True, "e2e_s": True}
+#: Directions of every judged metric (lower is better; None: no preferred direction): the bench
+#: metrics' and those other measurements add (the load benchmark's per-level latencies,
+#: :mod:`servedeck.ab.load`; others through :func:`register_metric`).
+METRIC_DIRECTIONS: dict[str, bool | None] = {**BENCH_METRICS, "tpot_s": True, "e2e_s": True}
 
 BENCH_PHASES = ("cold", "warm")
 MIN_SAMPLES = 2
@@ -78,6 +90,43 @@ EXACT_PERMUTATION_LIMIT = 20000
 """Tied samples: enumerate every split when there are at most this many, else resample."""
 SEED = 20261017
 MAX_SAMPLES_NEEDED = 10000
+
+#: Startup facts that measure compile work: compared only when both arms started with the same
+#: compile-cache state (:func:`compile_cache_state`).
+COMPILE_TIMED_FACTS = ("torch_compile_total_s", "init_engine_s", "time_to_ready_s")
+
+#: Final verdicts: a metric that reached one is decided (sequential sampling stops for it).
+DECIDED_VERDICTS = frozenset({"faster", "slower", "higher", "lower", "within margin", "equivalent"})
+
+
+def lower_is_better(name: str) -> bool | None:
+    """The direction of a judged metric: True (lower is better, ``ttft_s``), False (higher is
+    better, ``decode_tok_s``), None (no preferred direction or an unregistered metric).
+    Register a new metric with :func:`register_metric`."""
+    return METRIC_DIRECTIONS.get(name)
+
+
+MetricSource = Any
+"""``(runs_a, runs_b) -> list[MetricSamples]``: the metrics a stage measures per run (load,
+quality, energy), read from its own run files."""
+
+METRIC_SOURCES: list = []
+
+
+def register_metric_source(source: MetricSource) -> MetricSource:
+    """Register a stage's metric source (usable as a decorator): :func:`servedeck.ab.comparison.compare_metrics` judges
+    its metrics with the bench metrics, in the same Holm family (a sequential comparison, at
+    its last look). Register each metric's direction with :func:`register_metric`."""
+    if source not in METRIC_SOURCES:
+        METRIC_SOURCES.append(source)
+    return source
+
+
+def register_metric(name: str, lower_is_better: bool | None) -> None:
+    """Register the direction of a metric judged through :func:`judge_bench` (load, quality and
+    energy metrics of other stages): its verdicts then read ``faster``/``slower`` (a direction)
+    or ``higher``/``lower`` (None)."""
+    METRIC_DIRECTIONS[name] = lower_is_better
 
 METHOD_EXACT = "Mann-Whitney U, exact"
 METHOD_TIES = "Mann-Whitney U, permutation (ties)"
@@ -105,6 +154,10 @@ class MetricComparison(BaseModel):
         noise: pooled standard deviation of the log samples (≈ coefficient of variation).
         samples_needed: per arm, for the verdict in reach at that noise (module docstring).
         reason: why the verdict is what it is, one clause.
+        level, level_equivalence: the family-wise level the difference and equivalence tests
+            were held to (``alpha`` at fixed n; a look's share of it under sequential sampling).
+        look, looks: sequential sampling: the look whose samples carry this verdict (its
+            deciding look, else the last) and how many looks were taken; None at fixed n.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -131,6 +184,15 @@ class MetricComparison(BaseModel):
     noise: float | None = None
     samples_needed: int | None = None
     reason: str | None = None
+    level: float | None = None
+    level_equivalence: float | None = None
+    look: int | None = None
+    looks: int | None = None
+
+    @property
+    def decided(self) -> bool:
+        """True when the verdict is final (:data:`DECIDED_VERDICTS`)."""
+        return self.verdict in DECIDED_VERDICTS
 
     @property
     def key(self) -> str:
@@ -161,6 +223,24 @@ class WarningChange(BaseModel):
         return short_warning(self.text_a if self.text_a is not None else self.text_b or self.id)
 
 
+class CompileCacheState(BaseModel):
+    """What a run's compile caches held when its server started.
+
+    Attributes:
+        state: ``loaded`` (the log shows compiled graphs loaded from vLLM's compile cache),
+            ``compiled`` (the log shows every graph compiled afresh), ``after-start`` (the log
+            does not say; an earlier start of the same image on the same host may have filled
+            the caches it uses, e.g. torch inductor's, which vLLM does not log),
+            ``first-start`` (the log does not say, and no earlier start of this image on this
+            host is recorded).
+        evidence: one clause saying why, for the report.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    state: str
+    evidence: str
+
+
 class Comparison(BaseModel):
     """Metric comparison of two arms: startup facts, bench metrics per phase, warnings.
 
@@ -182,6 +262,11 @@ class Comparison(BaseModel):
     margin: float = DEFAULT_MARGIN
     runs_a: list[str] = []
     runs_b: list[str] = []
+    compile_cache_a: CompileCacheState | None = None
+    compile_cache_b: CompileCacheState | None = None
+    sequential: Any = None
+    """The sequential record (:class:`servedeck.ab.sequential.SequentialRecord`) the bench
+    verdicts were replayed under, None at fixed n."""
     load: Any = None
     """The arms under load (:class:`servedeck.ab.load.LoadComparison`), when both ran a load benchmark."""
     quality: Any = None  # a servedeck.ab.quality.QualityComparison (it imports this module)
@@ -248,10 +333,13 @@ def rank_test(x: Sequence[float], y: Sequence[float], alternative: str = "two-si
     return rank_tests([(x, y)], alternative)[0]
 
 
-def rank_tests(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+def rank_tests(pairs: Sequence[tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]],
                alternative: str = "two-sided") -> list[tuple[float, str]]:
-    """:func:`rank_test` for many ``(x, y)`` pairs at once: pairs without ties that share their
-    sample sizes go through one vectorised ``scipy.stats.mannwhitneyu`` call."""
+    """:func:`rank_test` for many ``(x, y)`` pairs at once. Pairs without ties get the exact
+    permutation distribution of U (:func:`_u_counts`, the distribution
+    ``scipy.stats.mannwhitneyu(method="exact")`` uses; one array operation per sample-size pair,
+    which the sequential looks call thousands of times); tied pairs go through scipy's
+    permutation test."""
     from scipy.stats import PermutationMethod, mannwhitneyu
 
     out: list[tuple[float, str] | None] = [None] * len(pairs)
@@ -268,13 +356,46 @@ def rank_tests(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
             warnings.simplefilter("ignore")
             p = float(mannwhitneyu(ya, xa, alternative=alternative, method=method).pvalue)
         out[i] = (min(1.0, p), METHOD_TIES)
-    for idx in groups.values():
+    for (n_x, n_y), idx in groups.items():
         xs = np.stack([arrays[i][0] for i in idx])
         ys = np.stack([arrays[i][1] for i in idx])
-        ps = np.atleast_1d(mannwhitneyu(ys, xs, alternative=alternative, method="exact", axis=1).pvalue)
+        u_y = (ys[:, :, None] > xs[:, None, :]).sum(axis=(1, 2))  # U of y: pairs where y is larger
+        if alternative == "greater":
+            ps = _u_tail(u_y, n_y, n_x)
+        elif alternative == "less":
+            ps = _u_tail(n_x * n_y - u_y, n_y, n_x)
+        else:
+            ps = np.minimum(1.0, 2.0 * _u_tail(np.maximum(u_y, n_x * n_y - u_y), n_y, n_x))
         for i, p in zip(idx, ps):
             out[i] = (float(p), METHOD_EXACT)
     return out  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=4096)
+def _u_counts(m: int, n: int) -> np.ndarray:
+    """How many of the ``C(m+n, m)`` equally likely splits of ``m + n`` distinct values give
+    each U (0 … m·n) of the ``m`` sample: the exact null distribution of the Mann–Whitney U
+    statistic without ties, by the recurrence ``c(u; m, n) = c(u − n; m − 1, n) + c(u; m, n − 1)``
+    (the largest value belongs to the first sample or not; Mann & Whitney 1947, Ann. Math.
+    Statist. 18:50-60). Floats: exact up to 2**53, relative error 1e-16 beyond."""
+    if m == 0 or n == 0:
+        return np.ones(1)
+    out = np.zeros(m * n + 1)
+    out[n:] += _u_counts(m - 1, n)          # the largest value is in the first sample: it beats all n
+    out[: m * (n - 1) + 1] += _u_counts(m, n - 1)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _u_sf(m: int, n: int) -> np.ndarray:
+    """``P(U ≥ u)`` for u = 0 … m·n under the null (:func:`_u_counts`)."""
+    counts = _u_counts(m, n)
+    return np.cumsum(counts[::-1])[::-1] / counts.sum()
+
+
+def _u_tail(u: np.ndarray, m: int, n: int) -> np.ndarray:
+    """Exact one-sided p ``P(U ≥ u)`` of the U of an ``m`` sample against an ``n`` sample."""
+    return _u_sf(m, n)[np.asarray(u, dtype=int)]
 
 
 def smallest_p(n_a: int, n_b: int) -> float:
@@ -317,7 +438,7 @@ def samples_needed(noise: float | None, log_ratio: float, margin: float, alpha: 
         margin: practical-equivalence margin (relative).
         alpha, family: the report's level and number of judged metrics.
     """
-    from scipy.stats import norm
+    from statistics import NormalDist
 
     level = alpha / max(1, family)
     floor = 2
@@ -330,7 +451,7 @@ def samples_needed(noise: float | None, log_ratio: float, margin: float, alpha: 
         return floor
     if delta <= 1e-12:
         return MAX_SAMPLES_NEEDED
-    z = norm.ppf(1 - level / 2) + norm.ppf(POWER)
+    z = NormalDist().inv_cdf(1 - level / 2) + NormalDist().inv_cdf(POWER)
     n = 2 * (z * noise / delta) ** 2 / (3 / math.pi)
     return int(min(MAX_SAMPLES_NEEDED, max(floor, math.ceil(n))))
 
@@ -353,7 +474,7 @@ def _describe_bench(name: str, phase: str, a: list[float], b: list[float]) -> Me
     ma, mb = _median(a), _median(b)
     diff, ratio = _diff_ratio(ma, mb)
     common = dict(name=name, phase=phase, a=ma, b=mb, samples_a=list(a), samples_b=list(b),
-                  difference=diff, ratio=ratio, lower_is_better=METRIC_DIRECTIONS.get(name))
+                  difference=diff, ratio=ratio, lower_is_better=lower_is_better(name))
     if ma is None or mb is None:
         return MetricComparison(**common, verdict="missing", judged=False)
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or not ratio or ratio <= 0 or min(*a, *b) <= 0:
@@ -362,29 +483,44 @@ def _describe_bench(name: str, phase: str, a: list[float], b: list[float]) -> Me
     return MetricComparison(**common, verdict="no verdict", judged=True)
 
 
-def judge_bench(metrics: Sequence[tuple[str, str, Sequence[float], Sequence[float]]], *,
+MetricSamples = tuple[str, str, Sequence[float], Sequence[float]]
+"""``(name, phase, samples_a, samples_b)``: one metric of a report, what :func:`judge_bench` takes."""
+
+
+def judge_bench(metrics: Sequence[MetricSamples], *,
                 alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
-                intervals: bool = True) -> list[MetricComparison]:
+                intervals: bool = True, levels: tuple[float, float] | None = None,
+                settled: Collection[str] = ()) -> list[MetricComparison]:
     """Compare and judge the bench metrics of one report together.
 
     Args:
         metrics: ``(name, phase, samples_a, samples_b)`` per metric; every metric with at least
             :data:`MIN_SAMPLES` positive samples per arm joins the report's Holm family.
+            Directions come from :func:`lower_is_better` (register new metrics there).
         alpha: family-wise error rate of the report (0 < alpha < 1).
         margin: practical-equivalence margin, relative (0.03 = ±3 %).
         intervals: compute the bootstrap interval for every judged metric (False: only where a
             verdict needs it, as the simulation test does).
+        levels: ``(difference, equivalence)``: the family-wise levels this judgement is held
+            to, each at most ``alpha`` (one look of a sequential design,
+            :mod:`servedeck.ab.sequential`); default ``(alpha, alpha)``.
+        settled: metrics (``phase name``) decided at an earlier look: tested (their p values
+            stay in the Holm family) but not decided again (verdict ``no verdict``, reason
+            ``decided at an earlier look``).
 
     Returns:
         one :class:`MetricComparison` per input, in input order.
 
     Raises:
-        ValueError: alpha or margin out of range.
+        ValueError: alpha, margin or a level out of range.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     if not 0 <= margin < 1:
         raise ValueError(f"margin must be at least 0 and below 1, got {margin}")
+    level_d, level_e = levels if levels is not None else (alpha, alpha)
+    if not (0 <= level_d <= alpha and 0 <= level_e <= alpha):
+        raise ValueError(f"levels must lie between 0 and alpha={alpha}, got {levels}")
     out = [_describe_bench(name, phase, list(a), list(b)) for name, phase, a, b in metrics]
     judged = [m for m in out if m.judged]
     edge = math.log1p(margin)
@@ -397,53 +533,127 @@ def judge_bench(metrics: Sequence[tuple[str, str, Sequence[float], Sequence[floa
         m.p, m.method = two_sided[i]
         m.p_equivalence = max(upper[i][0], lower[i][0]) if margin > 0 else 1.0
         m.noise = pooled_log_sd(m.samples_a, m.samples_b)
+        assert m.ratio is not None  # judged: positive samples, so a positive ratio (_describe_bench)
         m.samples_needed = samples_needed(m.noise, math.log(m.ratio), margin, alpha, len(judged))
         m.margin, m.alpha = margin, alpha
+        m.level, m.level_equivalence = level_d, level_e
         if intervals:
             m.ci_low, m.ci_high = ratio_interval(m.samples_a, m.samples_b)
-    for m, p_adj, q_adj in zip(judged, holm([m.p for m in judged]),
-                               holm([m.p_equivalence for m in judged])):
+    ps = [m.p for m in judged if m.p is not None]
+    qs = [m.p_equivalence for m in judged if m.p_equivalence is not None]
+    assert len(ps) == len(qs) == len(judged)  # both tests ran for each judged metric (above)
+    for m, p_adj, q_adj in zip(judged, holm(ps), holm(qs)):
         m.p_adjusted, m.p_equivalence_adjusted = p_adj, q_adj
+        if m.key in settled:
+            m.reason = "decided at an earlier look"
+            continue
         _decide(m, len(judged))
     return out
 
 
 def _decide(m: MetricComparison, family: int) -> None:
-    level = m.alpha / family
+    alpha, margin, ratio, p_adj, q_adj = m.alpha, m.margin, m.ratio, m.p_adjusted, m.p_equivalence_adjusted
+    assert alpha is not None and margin is not None and ratio is not None  # a judged metric (judge_bench)
+    assert p_adj is not None and q_adj is not None
+    level_d = m.level if m.level is not None else alpha
+    level_e = m.level_equivalence if m.level_equivalence is not None else alpha
+    first_step = level_d / family
     n_a, n_b = len(m.samples_a), len(m.samples_b)
-    pct = f"{m.margin * 100:g} %"
-    if m.p_adjusted <= m.alpha:
-        if m.ci_low is None:
+    pct = f"{margin * 100:g} %"
+    at = "" if level_d == alpha else f" ≤ {level_d:.2g}"
+    if p_adj <= level_d:
+        if m.ci_low is None or m.ci_high is None:
             m.ci_low, m.ci_high = ratio_interval(m.samples_a, m.samples_b)
-        beyond = abs(math.log(m.ratio)) >= math.log1p(m.margin)
-        if (m.ci_low > 1.0 or m.ci_high < 1.0) and beyond:
-            higher = m.ratio > 1.0
+        lo, hi = m.ci_low, m.ci_high
+        beyond = abs(math.log(ratio)) >= math.log1p(margin)
+        if (lo > 1.0 or hi < 1.0) and beyond:
+            higher = ratio > 1.0
             if m.lower_is_better is None:
                 m.verdict = "higher" if higher else "lower"
             else:
                 m.verdict = "slower" if higher == m.lower_is_better else "faster"
-            m.reason = f"p={m.p_adjusted:.2g} (Holm) and the ratio is beyond ±{pct}"
-        elif m.ci_low > 1.0 or m.ci_high < 1.0:
+            m.reason = f"p={p_adj:.2g} (Holm){at} and the ratio is beyond ±{pct}"
+        elif lo > 1.0 or hi < 1.0:
             m.verdict = "within margin"
-            m.reason = f"a difference is detected (p={m.p_adjusted:.2g}, Holm) but it is smaller than ±{pct}"
+            m.reason = (f"a difference is detected (p={p_adj:.2g}, Holm{at}) but it is smaller "
+                        f"than ±{pct}")
         else:
             m.verdict = "no verdict"
-            m.reason = f"the rank test (p={m.p_adjusted:.2g}, Holm) and the bootstrap interval disagree"
-    elif m.p_equivalence_adjusted <= m.alpha:
+            m.reason = f"the rank test (p={p_adj:.2g}, Holm{at}) and the bootstrap interval disagree"
+    elif q_adj <= level_e:
         m.verdict = "equivalent"
-        m.reason = f"within ±{pct} (equivalence p={m.p_equivalence_adjusted:.2g}, Holm)"
+        at_e = "" if level_e == alpha else f" ≤ {level_e:.2g}"
+        m.reason = f"within ±{pct} (equivalence p={q_adj:.2g}, Holm{at_e})"
     else:
         m.verdict = "no verdict"
         floor = smallest_p(n_a, n_b)
-        if floor > level:
-            m.reason = (f"{n_a} vs {n_b} samples cannot reach p ≤ {level:.2g} ({m.alpha:g} over {family} "
+        if level_d <= 0:
+            m.reason = f"p={p_adj:.2g} (Holm), and this look has no alpha left to spend"
+        elif floor > first_step:
+            of = f"{alpha:g}" if level_d == alpha else f"this look's {level_d:.2g}"
+            m.reason = (f"{n_a} vs {n_b} samples cannot reach p ≤ {first_step:.2g} ({of} over {family} "
                         f"metrics): the smallest exact p is {floor:.2g}")
         else:
-            m.reason = f"p={m.p_adjusted:.2g} (Holm), and equivalence within ±{pct} is not shown"
+            m.reason = f"p={p_adj:.2g} (Holm{at}), and equivalence within ±{pct} is not shown"
 
 
-def compare_startup_fact(name: str, a: Any, b: Any) -> MetricComparison:
-    """Compare one startup fact (always one sample per arm: described, never judged)."""
+def compile_cache_state(run_dir: Path, startup: dict | None = None) -> CompileCacheState:
+    """The compile-cache state of a run (:class:`CompileCacheState`).
+
+    Reads the run's startup facts (``compile_cache_hit``, ``compile_ranges``: vLLM's own
+    "Directly load the compiled graph" / "Compiling a graph for" lines, parsed by
+    :mod:`servedeck.vllm.startup_log`); when they say nothing, the run history of its runs
+    directory (``run.json`` of the runs before it: same host and image digest, container
+    started). Never raises: an unreadable record reads as saying nothing.
+    """
+    run_dir = Path(run_dir)
+    if startup is None:
+        try:
+            startup = startup_facts(run_dir)
+        except ServedeckError:  # a state is context, never a reason to fail
+            startup = {}
+    hit = startup.get("compile_cache_hit")
+    ranges = ", ".join(f"{r.get('graph') or 'graph'} "
+                       f"{tuple(r['range']) if isinstance(r.get('range'), list) else r.get('range')}"
+                       for r in startup.get("compile_ranges") or [] if isinstance(r, dict))
+    if hit is True:
+        return CompileCacheState(state="loaded", evidence="its log shows compiled graphs loaded from vLLM's compile "
+                                                          "cache" + (f" ({ranges})" if ranges else ""))
+    if hit is False:
+        return CompileCacheState(state="compiled", evidence="its log shows a fresh compile"
+                                                            + (f" of {ranges}" if ranges else ""))
+    meta = store.meta_or_none(run_dir)
+    if meta is not None:
+        digest = meta.image.digest if meta.image else None
+        for other_seq, other in reversed(store.run_dirs(run_dir.parent)):
+            if other_seq >= meta.sequence:
+                continue
+            om = store.meta_or_none(other)
+            if om is not None and om.host == meta.host and (om.image.digest if om.image else None) == digest and (
+                    om.served or om.ready_at):
+                return CompileCacheState(
+                    state="after-start",
+                    evidence=f"its log does not say; it started after run {other.name} of the same image "
+                             f"on host {meta.host}, whose compile caches it may have reused")
+        return CompileCacheState(state="first-start",
+                                 evidence=f"its log does not say; no earlier start of this image on host "
+                                          f"{meta.host} is recorded")
+    return CompileCacheState(state="unknown", evidence="neither its log nor its record says")
+
+
+def compile_cache_comparable(a: CompileCacheState, b: CompileCacheState) -> str | None:
+    """None when startup timings of two runs with these states compare like with like, else
+    the reason they do not (both states with their evidence)."""
+    if a.state == b.state and a.state != "unknown":
+        return None
+    return f"compile caches differed at start: A {a.evidence}; B {b.evidence}"
+
+
+def compare_startup_fact(name: str, a: Any, b: Any, *, not_comparable: str | None = None) -> MetricComparison:
+    """Compare one startup fact (always one sample per arm: described, never judged).
+
+    ``not_comparable``: the reason the two values do not compare like with like (compile
+    caches in different states): the verdict is then ``not comparable`` with that reason."""
     fa = float(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else None
     fb = float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else None
     diff, ratio = _diff_ratio(fa, fb)
@@ -457,11 +667,14 @@ def compare_startup_fact(name: str, a: Any, b: Any) -> MetricComparison:
         verdict = "lower"
     else:
         verdict = "same"
+    reason = None
+    if not_comparable and fa is not None and fb is not None:
+        verdict, reason = "not comparable", not_comparable
     return MetricComparison(name=name, phase="startup", a=fa, b=fb,
                             samples_a=[fa] if fa is not None else [],
                             samples_b=[fb] if fb is not None else [],
                             difference=diff, ratio=ratio, lower_is_better=STARTUP_FACTS.get(name),
-                            verdict=verdict, judged=False)
+                            verdict=verdict, judged=False, reason=reason)
 
 
 def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
@@ -476,11 +689,12 @@ def compare_warnings(startup_a: dict, startup_b: dict) -> list[WarningChange]:
     return [WarningChange(id=i, text_a=wa.get(i), text_b=wb.get(i)) for i in dict.fromkeys([*wa, *wb])]
 
 
-def _as_list(runs: Path | Sequence[Path]) -> list[Path]:
+def as_runs(runs: Path | Sequence[Path]) -> list[Path]:
+    """One run directory or several, as a list."""
     return [Path(runs)] if isinstance(runs, (str, Path)) else [Path(r) for r in runs]
 
 
-def _startup_facts(run_dir: Path) -> dict:
+def startup_facts(run_dir: Path) -> dict:
     """``startup.json``, with the facts it lacks filled from ``startup.log`` by the current
     parser when the run keeps its log (records written by an earlier parser miss some)."""
     from servedeck.vllm.startup_log import record_facts
@@ -488,37 +702,12 @@ def _startup_facts(run_dir: Path) -> dict:
     return record_facts(stored.to_dict() if stored is not None else None, store.read(run_dir, store.STARTUP_LOG))
 
 
-def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path], *,
-                    alpha: float = ALPHA, margin: float = DEFAULT_MARGIN,
-                    quality: Any = None) -> Comparison:
-    """Compare startup facts, bench metrics and warnings of two arms.
-
-    Args:
-        runs_a, runs_b: one run directory per arm, or several (an interleaved experiment: their
-            samples are pooled per arm; startup facts come from each arm's first run).
-        alpha, margin: see :func:`judge_bench`.
-        quality: the quality gate's margins and reference arm
-            (:class:`servedeck.ab.quality.QualityGateSettings`; default when None).
-
-    Reads ``startup.json`` (gaps filled from ``startup.log`` when the run keeps it) and
-    ``bench.jsonl`` through :mod:`servedeck.runs.store`; a missing
-    file gives ``missing`` verdicts rather than an error. Bench metrics are compared for the
-    ``cold`` and ``warm`` phases (``warmup`` samples are excluded) whenever either arm has
-    samples. When both arms ran a load benchmark (``load.jsonl``), each level's per-request
-    ``ttft_s``/``tpot_s``/``e2e_s`` join the judged metrics (phase = the level, ``c=4``) and
-    ``load`` holds the curves and the capacity verdict (:func:`servedeck.ab.load.compare_load`).
-
-    Raises:
-        ServedeckError: a JSON file is invalid.
-        ValueError: alpha or margin out of range.
-    """
-    from servedeck.ab.quality import compare_quality
-    la, lb = _as_list(runs_a), _as_list(runs_b)
-    sa, sb = _startup_facts(la[0]), _startup_facts(lb[0])
-    startup = [compare_startup_fact(n, sa.get(n), sb.get(n)) for n in STARTUP_FACTS]
-    samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
-    samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
-    wanted = []
+def bench_metrics(samples_a: list, samples_b: list) -> list[MetricSamples]:
+    """The bench metrics of two arms' samples (``bench.jsonl`` rows,
+    :class:`servedeck.runs.records.Sample`), as :func:`judge_bench`
+    takes them: every metric of :data:`BENCH_METRICS` per phase of :data:`BENCH_PHASES` that
+    either arm measured (``warmup`` samples excluded)."""
+    wanted: list[MetricSamples] = []
     for phase in BENCH_PHASES:
         for metric in BENCH_METRICS:
             if metric in LIMIT_METRICS:
@@ -527,14 +716,4 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
             b = store.phase_samples(samples_b, phase, metric)
             if a or b:
                 wanted.append((metric, phase, a, b))
-    from servedeck.ab.load import compare_load, load_metrics
-    wanted += load_metrics(la, lb)
-    wanted += limit_metrics(la, lb)  # roofline share and energy per token, per request (bench.limits)
-    bench = judge_bench(wanted, alpha=alpha, margin=margin)
-
-    def label(runs: list[Path]) -> str:
-        return runs[0].name if len(runs) == 1 else f"{runs[0].name} (+{len(runs) - 1})"
-    return Comparison(arm_a=label(la), arm_b=label(lb), startup=startup, bench=bench,
-                      warnings=compare_warnings(sa, sb), startup_a=sa, startup_b=sb,
-                      alpha=alpha, margin=margin, runs_a=[r.name for r in la], runs_b=[r.name for r in lb],
-                      load=compare_load(la, lb, alpha=alpha), quality=compare_quality(la, lb, quality))
+    return wanted

@@ -137,7 +137,7 @@ class CapacitySearch:
                                      attainment=st.attainment.value if st else None,
                                      attainment_low=st.attainment.low if st else None,
                                      attainment_high=st.attainment.high if st else None,
-                                     phase=self._phase))  # type: ignore[arg-type]
+                                     phase=self._phase))
         if passed:
             self.lo = value if self.lo is None else max(self.lo, value)
         else:

@@ -622,7 +622,7 @@ def _sample(phase: str, rep: int, tag: str, w: Workload, st: StreamState, server
     if server.decode_s and decode_tokens > 0 and decode_s < 0.05 * server.decode_s:
         flags.append("burst")
     return Sample(
-        phase=phase, rep=rep, tag=tag, prompt_tokens=prompt_tokens,  # type: ignore[arg-type]
+        phase=phase, rep=rep, tag=tag, prompt_tokens=prompt_tokens,
         prompt_tokens_requested=w.prompt_tokens, output_tokens=st.tokens,
         first_chunk_tokens=st.first_tokens, ttft_s=ttft,
         prefill_tok_s=prompt_tokens / ttft if ttft > 0 else float("inf"),
@@ -655,7 +655,7 @@ class RichProgress:
         self._p.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._p.__exit__(*exc)
 
     def __call__(self, done: int, total: int, label: str) -> None:

@@ -227,14 +227,15 @@ def measure_windows(windows: Iterable[Window], energy: Sequence[EnergySeries], s
         fig = WindowFigures(label=w.label, phase=w.phase, index=w.index, duration_s=round(dur, 6),
                             output_tokens=w.output_tokens)
         if energy:
-            parts = [s.between(w.t0, w.t1) for s in energy]
-            if any(p is None for p in parts):
+            between = [s.between(w.t0, w.t1) for s in energy]
+            parts = [p for p in between if p is not None]
+            if len(parts) < len(between):
                 fig.problems.append("the window is not inside the telemetry readings")
-            elif not all(p[2] for p in parts):  # type: ignore[index]
+            elif not all(p[2] for p in parts):
                 fig.problems.append("an energy counter was reset inside the window: energy not measured")
             else:
-                est = sum(p[0] for p in parts)  # type: ignore[index]
-                err = sum(p[1] for p in parts)  # type: ignore[index]
+                est = sum(p[0] for p in parts)
+                err = sum(p[1] for p in parts)
                 power = est / dur if dur > 0 else None
                 if power is not None:
                     err += 2 * clock_uncertainty_s * power

@@ -27,7 +27,6 @@ is no measurement in it.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -44,19 +43,22 @@ __all__ = ["ExternalBench", "RequestCounts", "import_vllm_bench", "import_guidel
 
 
 def _load_json(path: str | Path, what: str) -> Any:
-    p = Path(path)
+    from servedeck.fsutil import read_bounded
+    from servedeck.jsonio import JSON_LIMITS, JsonRefused, parse
+    try:  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
+        text = read_bounded(path, JSON_LIMITS.max_bytes, what=f"{what} result")
+    except FileNotFoundError as e:
+        raise ServedeckError(f"cannot read {what} result: file not found", file=str(path)) from e
     try:
-        text = p.read_text(encoding="utf-8-sig")  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
-    except (OSError, UnicodeDecodeError) as e:
-        raise ServedeckError(f"cannot read {what} result: {e}", file=str(path)) from e
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return parse(text)
+    except JsonRefused as first:
+        if first.line is None:  # a bound, not a syntax error: no second reading
+            raise ServedeckError(f"{what} result refused: {first.message}", file=str(path)) from None
         # --append-result writes newline-separated objects: take the last one
         lines = [ln for ln in text.splitlines() if ln.strip()]
         try:
-            return json.loads(lines[-1])
-        except (IndexError, json.JSONDecodeError) as e:
+            return parse(lines[-1])
+        except (IndexError, JsonRefused) as e:
             raise ServedeckError(f"not a JSON {what} result", file=str(path)) from e
 
 

@@ -155,7 +155,8 @@ def _vllm_level(d: dict[str, Any], label: str | None = None) -> ExternalLevel:
     params = {k: d[k] for k in ("max_concurrency", "request_rate", "burstiness", "num_prompts", "run_number",
                                 "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps") if k in d}
     if label is None:
-        label = f"c={int(value)}" if kind == "concurrency" else (f"{value:g} req/s" if value else kind)
+        label = f"c={int(value)}" if kind == "concurrency" and value is not None else (
+            f"{value:g} req/s" if value else kind)
     return ExternalLevel(
         label=label, kind=kind, value=value, requests=d.get("num_prompts"), completed=completed, failed=failed,
         request_rps=d.get("request_throughput"), output_tok_s=d.get("output_throughput"),

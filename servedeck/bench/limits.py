@@ -13,12 +13,15 @@ record says what could not be measured.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servedeck.bench.energy import TelemetryRecord, Window, telemetry_record
 from servedeck.bench.roofline import Roofline, int8_prefill, model_cost, resolve_ceilings, roofline
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
+
+if TYPE_CHECKING:
+    from servedeck.host.telemetry import RawTelemetry, TelemetryHandle
 
 __all__ = ["BenchTelemetry", "record_roofline", "recompute_roofline", "read_telemetry", "read_roofline",
            "device_of", "format_roofline", "format_telemetry", "limit_samples", "limit_metrics", "limits_view",
@@ -40,8 +43,8 @@ class BenchTelemetry:
         self.host, self.entry, self.gpu = host, entry, gpu
         self.period_s = period_s or DEFAULT_PERIOD_S
         self.enabled = enabled
-        self.handle = None
-        self.raw = None
+        self.handle: TelemetryHandle | None = None
+        self.raw: RawTelemetry | None = None
         self.problem: str | None = None
 
     def start(self) -> None:
@@ -438,10 +441,10 @@ def limits_view(run_dir: Path) -> dict[str, Any]:
         view["problems"] += roof.problems
     if tel is not None:
         view["energy_source"] = tel.energy_source
-        for phase, p in tel.phases.items():
-            view["j_per_token"][phase] = p.j_per_token
-            view["mean_power_w"][phase] = p.mean_power_w
-            view["throttled"][phase] = p.throttled_fraction
-            view["freq_mhz"][phase] = p.freq_mhz_mean
+        for phase, fig in tel.phases.items():
+            view["j_per_token"][phase] = fig.j_per_token
+            view["mean_power_w"][phase] = fig.mean_power_w
+            view["throttled"][phase] = fig.throttled_fraction
+            view["freq_mhz"][phase] = fig.freq_mhz_mean
         view["problems"] += [p for p in tel.problems if "not measured" in p or "reset" in p]
     return view

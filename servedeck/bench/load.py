@@ -119,11 +119,11 @@ class LoadProfile(BaseModel):
                     raise ValueError("no levels given")
                 if any(not math.isfinite(v) for v in values):
                     raise ValueError("levels must be finite numbers")
-                levels = [LoadLevel(kind=kind, value=v, max_concurrency=cap) for v in values]  # type: ignore[arg-type]
+                levels = [LoadLevel(kind=kind, value=v, max_concurrency=cap) for v in values]
         except ValidationError as exc:
             msg = exc.errors()[0]["msg"]
             raise ServedeckError(f"invalid load profile {text!r}: {msg}", field="--load", hint=hint) from None
         except ValueError as exc:
             msg = str(exc)
             raise ServedeckError(f"invalid load profile {text!r}: {msg}", field="--load", hint=hint) from None
-        return cls(kind=kind, levels=levels)  # type: ignore[arg-type]
+        return cls(kind=kind, levels=levels)

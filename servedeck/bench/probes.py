@@ -14,6 +14,7 @@ token and the rank-1 token at each prompt position), ``return_token_ids``, ``cha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -424,7 +425,7 @@ def run_probes(base_url: str, served_model: str, *, settings: QualitySettings | 
                 if why:
                     result.skipped["needle"] = why
                 elif sentences:
-                    jobs += [lambda d=d: ask_needle(api, sentences, d, settings) for d in settings.needle_depths]
+                    jobs += [functools.partial(ask_needle, api, sentences, d, settings) for d in settings.needle_depths]
             else:
                 result.skipped["needle"] = "no needle depths"
             if not jobs:

@@ -95,8 +95,8 @@ def _visible(text: str | None) -> str:
     return (text or "").strip()
 
 
-def repetition_loop(units: list[Any], *, min_repeats: int = LOOP_MIN_REPEATS,
-                    max_period: int = LOOP_MAX_PERIOD, min_coverage: float = LOOP_MIN_COVERAGE) -> tuple[int, int] | None:
+def repetition_loop(units: list[Any], *, min_repeats: int = LOOP_MIN_REPEATS, max_period: int = LOOP_MAX_PERIOD,
+                    min_coverage: float = LOOP_MIN_COVERAGE) -> tuple[int, int] | None:
     """The loop at the end of ``units`` (token ids, or words): ``(period, repeats)`` of the
     shortest unit of 1..``max_period`` items that the output ends in at least ``min_repeats``
     times, covering at least ``min_coverage`` of the output; None when there is none."""
@@ -240,7 +240,7 @@ def classify_structured_output(message: dict[str, Any], finish_reason: str | Non
     content = message.get("content") or ""
     try:
         doc = json.loads(content)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         status = "truncated" if finish_reason == "length" else "invalid"
         return FeatureCheck(name="structured_output", setting=setting, status=status, broken=True,
                             detail=f"not JSON ({exc.msg} at char {exc.pos})"

@@ -73,9 +73,25 @@ def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     return meta.served and meta.compose_sha256 == run.meta.compose_sha256
 
 
+def _served_model(run: RunRecord) -> str:
+    """The served model name the requests of a benchmark of ``run`` carry (``run.json``).
+
+    Raises:
+        ServedeckError: the record names none (a rollback to a revision whose history line
+            predates it): the server cannot be asked for a model nobody named.
+    """
+    name = run.meta.served_model_name
+    if not name:
+        raise ServedeckError(f"run {run.run_id} names no served model, so its server cannot be benchmarked",
+                             file=str(run.path / store.RUN_META),
+                             hint="redeploy the profile (a new run records the name it serves under)")
+    return name
+
+
 def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, progress=None,
                    probes: bool = True, quality_settings=None, lm_eval=None, telemetry: bool = True,
-                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None):
+                   telemetry_period_s: float | None = None, catalog=None, runs_dir: Path | None = None,
+                   more=None):
     """Benchmark the server ``run_dir`` deployed and write the results into ``run_dir``.
 
     Besides the samples, the run gets ``telemetry.json`` (energy, power, clocks and throttling
@@ -92,13 +108,18 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
         catalog: the project's image catalog (the image's device and launcher defaults), when known.
         runs_dir: the project's runs directory (a host's measured ceilings are kept there);
             default: the run's parent directory.
+        more: sequential sampling (:mod:`servedeck.ab.sequential`): called with the results
+            so far (already written into ``run_dir``) after each batch; returns the workload of
+            the next batch (its requests are added to the same run: ``rep`` numbers continue,
+            no warm-up) or None to stop. None: one batch, ``workload``. Telemetry spans every
+            batch; the roofline and the probes follow the last.
 
     Returns:
-        the :class:`servedeck.bench.client.BenchResult`.
+        the :class:`servedeck.bench.client.BenchResult` (every batch's samples).
 
     Raises:
-        ServedeckError: the guard fails, or the server misbehaves, or lm-eval fails (the speed
-            and probe results are stored before).
+        ServedeckError: the guard fails, or the server misbehaves (the batches finished before
+            stay recorded), or lm-eval fails (the speed and probe results are stored before).
     """
     from servedeck.bench.client import run_bench
     from servedeck.bench.limits import BenchTelemetry, record_roofline
@@ -119,31 +140,60 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     tel = BenchTelemetry(host, entry, gpu=_gpu_of(run), period_s=telemetry_period_s, enabled=telemetry)
     tel.start()
     try:
-        result = run_bench(base_url, workload, served_model=run.meta.served_model_name,
+        result = run_bench(base_url, workload, served_model=_served_model(run),
                            progress=progress, client=client)
+        result.write(run.path)
+        while more is not None:
+            batch = more(result)
+            if batch is None:
+                break
+            result = append_result(result, run_bench(base_url, batch, served_model=_served_model(run),
+                                                     progress=progress, client=client))
+            result.write(run.path)
     finally:
         tel.stop()
         client.close()
-    result.write(run.path)
     samples = [s.model_dump(mode="json") for s in result.samples]
     tel.record(run, samples, timed.windows)
     record_roofline(run, host, entry, catalog=catalog, runs_dir=runs_dir or run.path.parent, gpu_name=tel.gpu_name)
-    if probes:
-        probe_run(run, base_url, quality_settings, api_key=key, progress=progress)
-    if lm_eval is not None:
-        from servedeck.bench.lmeval import run_lm_eval
-        scores = run_lm_eval(base_url, run.meta.served_model_name, lm_eval, api_key=key)
-        run.write(store.LM_EVAL, scores)
+    judge_output(run, base_url, key, probes=probes, quality_settings=quality_settings, lm_eval=lm_eval,
+                 progress=progress)
     run.save_meta(benched_at=result.finished_at)
     return result
 
 
-def _auth_headers(host: RemoteHost) -> dict[str, str]:
-    """The ``Authorization`` header the deployed server wants ({} without an API key); the key
-    is read from the host and never recorded."""
-    from servedeck.deploy.secrets import deployed_secrets
-    key = deployed_secrets(host).api_key
-    return {"Authorization": f"Bearer {key}"} if key else {}
+def judge_output(run: RunRecord, base_url: str, api_key: str | None, *, probes: bool = True,
+                 quality_settings=None, lm_eval=None, progress=None) -> None:
+    """After a benchmark of either kind (single stream or load): the quality probes
+    (:func:`probe_run`, ``quality.json``) and, with ``lm_eval``
+    (:class:`servedeck.bench.lmeval.LmEvalSettings`), lm-evaluation-harness (``lm_eval.json``).
+
+    Raises:
+        ServedeckError: the server is unreachable or serves another model, or lm-eval fails
+            (the probes' results are stored before).
+    """
+    if probes:
+        probe_run(run, base_url, quality_settings, api_key=api_key, progress=progress)
+    if lm_eval is not None:
+        from servedeck.bench.lmeval import run_lm_eval
+        run.write(store.LM_EVAL, run_lm_eval(base_url, _served_model(run), lm_eval, api_key=api_key))
+
+
+def append_result(first, extra):
+    """One :class:`~servedeck.bench.client.BenchResult` of two batches on the same server:
+    ``extra``'s samples after ``first``'s, their ``rep`` numbers continued per phase, the
+    workload's ``repetitions`` the total per phase, the times spanning both."""
+    counts: dict[str, int] = {}
+    for s in first.samples:
+        counts[s.phase] = max(counts.get(s.phase, 0), s.rep + 1)
+    moved = [s.model_copy(update={"rep": s.rep + counts.get(s.phase, 0)}) if s.phase != "warmup" else s
+             for s in extra.samples]
+    total = max((sum(1 for s in [*first.samples, *moved] if s.phase == ph) for ph in ("cold", "warm")),
+                default=first.workload.repetitions)
+    return type(first)(workload=first.workload.model_copy(update={"repetitions": total}),
+                       served_model=first.served_model, base_url=first.base_url,
+                       samples=[*first.samples, *moved], started_at=first.started_at,
+                       finished_at=extra.finished_at)
 
 
 def _gpu_of(run: RunRecord) -> int:
@@ -153,13 +203,16 @@ def _gpu_of(run: RunRecord) -> int:
 
 
 def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, profile=None, slo=None,
-                  capacity: dict[str, Any] | None = None, progress=None, telemetry: bool = True,
+                  capacity: dict[str, Any] | None = None, progress=None, probes: bool = True,
+                  quality_settings=None, lm_eval=None, telemetry: bool = True,
                   telemetry_period_s: float | None = None):
     """Run a load benchmark (``profile``) or a capacity search (``capacity``) against the server
     ``run_dir`` deployed and store it in ``run_dir`` (``load.jsonl``, ``load.json``,
-    ``capacity.json``), behind the same guard as :func:`bench_deployed`. Energy, power, clocks
-    and throttling are sampled on the host meanwhile and written per level into
-    ``load_telemetry.json`` (:meth:`servedeck.bench.limits.BenchTelemetry.record_load`;
+    ``capacity.json``), behind the same guard as :func:`bench_deployed`; then, as after a
+    single-stream benchmark, the quality probes and lm-eval (:func:`judge_output`; the probes
+    only when the run holds none yet: a single-stream benchmark of the same deployment probed it).
+    Energy, power, clocks and throttling are sampled on the host during the load and written per
+    level into ``load_telemetry.json`` (:meth:`servedeck.bench.limits.BenchTelemetry.record_load`;
     ``telemetry=False`` skips it; ``telemetry_period_s`` as for :func:`bench_deployed`).
 
     Args:
@@ -168,29 +221,33 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
         slo: a :class:`servedeck.runs.records.Slo` (judged per level; required for ``capacity``).
         capacity: ``{"start": LoadLevel, "precision", "max_levels"}`` for a capacity search; the
             run's KV prediction (``kv.json``) is checked against the levels.
+        probes, quality_settings, lm_eval: as for :func:`bench_deployed`.
 
     Returns:
         the :class:`servedeck.bench.loadclient.LoadRun`.
 
     Raises:
         ServedeckError: the guard fails, the run already holds a load benchmark, or the server
-            misbehaves (failed requests are recorded, not raised).
+            misbehaves (failed requests are recorded, not raised), or lm-eval fails.
     """
     from servedeck.bench.loadclient import run_capacity, run_load
+    from servedeck.deploy.secrets import deployed_secrets
     run = open_run(run_dir)
     base_url = guard_run_matches_host(run, host, entry)
     if store.is_load_benchmarked(run.path):
         raise ServedeckError(f"run {run.run_id} already holds load results", file=str(run.path / store.LOAD_SUMMARY),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
-    headers = _auth_headers(host)
-    model = run.meta.served_model_name
+    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    model = _served_model(run)
     from servedeck.bench.limits import BenchTelemetry
     tel = BenchTelemetry(host, entry, gpu=_gpu_of(run), period_s=telemetry_period_s, enabled=telemetry)
     tel.start()
     try:
         if capacity is not None:
             from servedeck.runs.kv_history import read_kv
-            kv = (read_kv(run.path) or {}).get("prediction")
+            kv_doc = read_kv(run.path)
+            kv = kv_doc.prediction if kv_doc is not None else None
             result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
                                   precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
                                   kv_prediction=kv, headers=headers, progress=progress)
@@ -201,8 +258,12 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
         tel.stop()
     result.write(run.path)
     tel.record_load(run, result.summary.levels, result.records)
+    judge_output(run, base_url, key, probes=probes and store.read(run.path, store.QUALITY) is None,
+                 quality_settings=quality_settings, lm_eval=lm_eval, progress=progress)
     run.save_meta(load_benched_at=result.summary.finished_at)
     return result
+
+
 def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | None = None, progress=None):
     """Run the quality probes against the server of ``run`` and write ``quality.json``.
 
@@ -224,7 +285,7 @@ def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | No
                                              max_model_len_of(run.path))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     with httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), headers=headers) as client:
-        quality = run_probes(base_url, run.meta.served_model_name, settings=settings, features=features,
+        quality = run_probes(base_url, _served_model(run), settings=settings, features=features,
                              client=client, progress=progress)
     run.write(store.QUALITY, quality)
     return quality

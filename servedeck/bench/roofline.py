@@ -109,7 +109,8 @@ def resolve_ceilings(entry: Any = None, *, host: str | None = None, device: str 
     bw_inv = getattr(entry, "memory_bandwidth_gb_s", None) if entry is not None else None
     measured = measured or {}
     if bw_inv:
-        out.memory_bandwidth_gb_s, out.bandwidth_source = float(bw_inv), f"inventory: hosts.{name}.memory_bandwidth_gb_s"
+        out.memory_bandwidth_gb_s = float(bw_inv)
+        out.bandwidth_source = f"inventory: hosts.{name}.memory_bandwidth_gb_s"
     elif measured.get("memory_bandwidth_gb_s"):
         out.memory_bandwidth_gb_s = float(measured["memory_bandwidth_gb_s"])
         out.bandwidth_source = (f"measured on {name} {measured.get('measured_at', '')} "
@@ -130,7 +131,8 @@ def resolve_ceilings(entry: Any = None, *, host: str | None = None, device: str 
         out.matrix_tflops, out.matrix_source = float(inv), f"inventory: hosts.{name}.{key}"
     elif measured_ok:
         out.matrix_tflops = float(measured["matrix_tflops"])
-        out.matrix_source = f"measured on {name} {measured.get('measured_at', '')} ({measured.get('matrix_dtype')} matmul)"
+        out.matrix_source = (f"measured on {name} {measured.get('measured_at', '')} "
+                             f"({measured.get('matrix_dtype')} matmul)")
     elif c is not None and getattr(c, key):
         out.matrix_tflops = getattr(c, key)
         out.matrix_source = f"card table: {c.name} dense {what}"
@@ -191,7 +193,8 @@ def _params(cfg: dict[str, Any]) -> tuple[float | None, str]:
 
 
 def _state_bytes(cfg: dict[str, Any], elem: int) -> tuple[float, str | None, list[str]]:
-    types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else []
+    layer_types = cfg.get("layer_types")
+    types = layer_types if isinstance(layer_types, list) else []
     n_lin = sum(1 for t in types if str(t) in _STATE_LAYER_TYPES)
     others = sorted({str(t) for t in types if str(t) in _NO_KV_LAYER_TYPES - _STATE_LAYER_TYPES})
     notes = [f"state of {', '.join(others)} layers not counted"] if others else []
@@ -312,7 +315,7 @@ def roofline(samples: Sequence[dict[str, Any]], cost: ModelCost, ceilings: Ceili
                 r.decode_share = r.decode_tok_s / r.decode_ceiling_tok_s
                 r.decode_gb_s = r.decode_tok_s / acc * r.bytes_per_step / 1e9
                 kind, text = _judge(r.decode_share, r.bytes_per_step / (bw * 1e9), OVERHEAD_STEP_S, "decode")
-                if kind:
+                if kind and text:
                     r.flags.append(text)
                     seen[("decode", kind)] = seen.get(("decode", kind), 0) + (r.phase != "warmup")
         cached = int(server.get("prompt_tokens_cached") or server.get("prefix_cache_hits") or 0)
@@ -325,13 +328,13 @@ def roofline(samples: Sequence[dict[str, Any]], cost: ModelCost, ceilings: Ceili
         if (cost.linear_params is not None and r.prefill_s and r.prefill_tokens > 0 and cost.attention_layers
                 and cost.attention_heads and cost.head_size):
             flops = (2 * cost.linear_params * r.prefill_tokens
-                     + cost.attention_layers * cost.attention_heads * (cost.head_size + (cost.head_size_v or cost.head_size))
-                     * (prompt ** 2 - cached ** 2))
+                     + cost.attention_layers * cost.attention_heads
+                     * (cost.head_size + (cost.head_size_v or cost.head_size)) * (prompt ** 2 - cached ** 2))
             r.prefill_tflops = flops / r.prefill_s / 1e12
             if peak:
                 r.prefill_share = r.prefill_tflops / peak
                 kind, text = _judge(r.prefill_share, flops / (peak * 1e12), OVERHEAD_PREFILL_S, "prefill")
-                if kind:
+                if kind and text:
                     r.flags.append(text)
                     seen[("prefill", kind)] = seen.get(("prefill", kind), 0) + (r.phase != "warmup")
         out.requests.append(r)

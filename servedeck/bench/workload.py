@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -92,6 +92,7 @@ class Lengths(BaseModel):
         if self.distribution == "uniform":
             return [int(x) for x in rng.integers(self.min, self.max + 1, size=n)]  # type: ignore[operator]
         import numpy as np
+        assert self.median is not None and self.sigma is not None  # a lognormal has both (_complete)
         raw = np.exp(np.log(self.median) + self.sigma * rng.standard_normal(n))
         lo = self.min or 1
         hi = self.max or int(raw.max()) + 1
@@ -127,6 +128,9 @@ class SingleStreamWorkload(_Common):
 
 class RequestWorkload(_Common):
     """Fields every multi-request workload shares (module docstring)."""
+
+    if TYPE_CHECKING:  # each kind of workload declares its own literal
+        kind: str
 
     requests: int = Field(32, ge=1, description="requests per load level")
     warmup_requests: int = Field(1, ge=0, description="throwaway requests before the first level")

@@ -55,8 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.model.catalog import Catalog
+from servedeck.errors import ServedeckError
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (argv, devices, entrypoint, env, features, flags, gpu, image, interpolation,
+from servedeck.compose.rules import (argv, devices, entrypoint, env, features, flags, gpu, image, interpolation, keys,
                                      launcher, paths, ports, restart, schema, server, vllm, yaml11)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._context import CheckExpectations, Ctx, services
@@ -111,11 +112,15 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
         (the file's text, its findings sorted by line).
 
     Raises:
-        OSError / UnicodeDecodeError: ``path`` cannot be read as UTF-8 text.
+        FileNotFoundError: no such file.
+        ServedeckError: it cannot be read, is larger than servedeck reads
+            (:data:`servedeck.yamlio.LIMITS`) or is not UTF-8 (naming the line).
     """
     from servedeck.compose.document import dotenv_variables, env_file_variables, extends_files
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_bounded(path, LIMITS.max_bytes, what="compose")
     ctx = _document_context(text, file, catalog, None)
     if isinstance(ctx, list):
         return text, ctx
@@ -128,6 +133,7 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
 def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
     """Every rule over a parsed document's context; its findings, sorted by line."""
     schema.check_schema(ctx)
+    keys.check_keys(ctx)
     yaml11.check_yaml11(ctx)
     interpolation.check_interpolation(ctx)
     svcs = services(ctx, known)
@@ -215,10 +221,8 @@ def check_in_image(text: str, *, judge: Judge, file: str | None = None,
         ``inimage/rejected`` (error, vLLM's own message) or ``inimage/accepted`` (info) per
         service with an image and a list-form command; ``inimage/skipped`` (info) for a service
         whose ``entrypoint:`` does not start vLLM directly or whose launcher is not judged in the
-        image.
-
-    Raises:
-        ServedeckError: no Docker engine, or an image cannot be pulled or run.
+        image; ``inimage/not-judged`` (error, with the reason) when the image cannot be had
+        (no Docker engine, not present and not pullable, cannot be run).
     """
     return check_in_image_each([(text, file)], judge=judge, catalog=catalog)
 
@@ -227,7 +231,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                         catalog: Catalog | None = None) -> list[Finding]:
     """:func:`check_in_image` of several compose documents (``(text, file)`` pairs): the
     commands not yet judged are judged in one throw-away container per image, whatever the
-    number of documents (``check --all --in-image``). Findings in document order."""
+    number of documents (``check --all --in-image``). An image the judge cannot get (not
+    present, not pullable: a ServedeckError) leaves its commands ``inimage/not-judged`` (error)
+    and the other images are still judged. Findings in document order."""
     from servedeck.compose.service import read_services
     from servedeck.launchers import registry
     from servedeck.vllm.argv import wrapper_length
@@ -267,13 +273,19 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                          "run judges vLLM's own starts and launchers that print their final command")
                 continue
             jobs.append((ctx, svc.path + ("command",), data["image"], command, start, mode))
-    for image, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
-        mine = [job for job in jobs if (job[2], job[4], job[5]) == (image, start, mode)]
-        verdicts = judge(image, [job[3] for job in mine], list(start) if start is not None else None, mode)
+    for ref, start, mode in dict.fromkeys((job[2], job[4], job[5]) for job in jobs):
+        mine = [job for job in jobs if (job[2], job[4], job[5]) == (ref, start, mode)]
+        try:
+            verdicts = judge(ref, [job[3] for job in mine], list(start) if start is not None else None, mode)
+        except ServedeckError as exc:  # one image it cannot get: the others are still judged
+            for ctx, path, *_ in mine:
+                ctx.error("inimage/not-judged", path, f"not judged in the image: {exc.message}",
+                          exc.hint or "make the image available to this Docker engine, then check again")
+            continue
         for (ctx, path, *_), res in zip(mine, verdicts):
             how = " (cached)" if res.cached else f" ({res.seconds:.1f} s)"
             if res.ok:
-                ctx.info("inimage/accepted", path, f"vLLM in {image} accepts the command{how}")
+                ctx.info("inimage/accepted", path, f"vLLM in {ref} accepts the command{how}")
             else:
                 ctx.error("inimage/rejected", path,
                           f"vLLM in the image rejects the command at {res.stage}{how}: {res.message}",

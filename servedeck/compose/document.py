@@ -21,7 +21,6 @@ verbatim in ``extra`` and dumped back unchanged, so parse then dump loses nothin
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
@@ -29,12 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from servedeck.errors import ServedeckError
 from servedeck.vllm.argv import ASSIGNMENT
-from servedeck.yamlio import to_plain
+from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, syntax_error_at
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
 
@@ -603,9 +599,10 @@ def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = 
             return None
         if isinstance(spec, dict) and isinstance(spec.get("file"), str):
             doc = files.get(spec["file"])
-            pool = doc.get("services") if isinstance(doc, dict) else None
-            if not isinstance(pool, dict):
+            other = doc.get("services") if isinstance(doc, dict) else None
+            if not isinstance(other, dict):
                 return None
+            pool = other
         found = pool.get(name)
         return (found, name, pool) if isinstance(found, dict) else None
 
@@ -804,7 +801,7 @@ class ServiceDefinition:
             elif key == "environment":
                 svc.environment = Environment.parse(value)
             elif key in ("ports", "volumes", "devices"):
-                kind = {"ports": Port, "volumes": Mount, "devices": Device}[key]
+                kind: Any = {"ports": Port, "volumes": Mount, "devices": Device}[key]
                 items = []
                 for i, item in enumerate(value or []):
                     try:
@@ -887,15 +884,16 @@ def parse_document(source: str | dict[str, Any], file: str | None = None) -> Doc
     """Parse compose text (or an already loaded mapping) into a :class:`Document`.
 
     Raises:
-        ServedeckError: not YAML (field = ``line N``), not a mapping, or no ``services``.
+        ServedeckError: not YAML or beyond :data:`servedeck.yamlio.LIMITS` (field = ``line N``),
+            not a mapping, or no ``services``.
     """
     if isinstance(source, str):
         try:
-            data = YAML(typ="rt").load(source)
+            data = load_data(source)
         except YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ServedeckError(f"compose file is not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                                 file=file, field=f"line {mark.line + 1}" if mark else None,
+            line, problem = syntax_error_at(exc)
+            raise ServedeckError(f"compose file is not valid YAML: {problem}", line=line,
+                                 file=file, field=f"line {line}" if line else None,
                                  hint="fix the YAML syntax") from None
     else:
         data = source
@@ -919,9 +917,10 @@ def load_document(path: str | Path) -> Document:
     Raises:
         ServedeckError: missing file, or see :func:`parse_document`.
     """
+    from servedeck.fsutil import read_bounded
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, LIMITS.max_bytes, what="compose")
     except FileNotFoundError:
         raise ServedeckError("file not found", file=str(path)) from None
     return parse_document(text, file=str(path))
@@ -931,13 +930,7 @@ def dump_yaml(value: Any, indent: int = 0) -> str:
     """Plain data → YAML 1.2 block text (ruamel; sequences indented under their key, strings
     quoted by :func:`yaml_string` unless already a ruamel scalar string), each line prefixed by
     ``indent`` spaces."""
-    y = YAML(typ="rt")
-    y.default_flow_style = False
-    y.width = 4096
-    y.indent(mapping=2, sequence=4, offset=2)
-    buf = io.StringIO()
-    y.dump(_quoted(value), buf)
-    text = buf.getvalue()
+    text = dump_block(_quoted(value), indent=(2, 4, 2))
     if indent:
         text = "".join(" " * indent + line if line.strip() else line
                        for line in text.splitlines(keepends=True))
@@ -959,11 +952,8 @@ def scalar_style(text: str, force: bool = False) -> str:
 
 def yaml_string(text: str, force: bool = False) -> str:
     """``text`` as a ruamel scalar string styled by :func:`scalar_style` (for :func:`dump_yaml`)."""
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
-
-    style = scalar_style(text, force)
-    return (text if style == "plain" else SingleQuotedScalarString(text) if style == "single"
-            else DoubleQuotedScalarString(text))
+    from servedeck.yamlio import styled
+    return styled(text, scalar_style(text, force))
 
 
 def scalar_text(text: str, force: bool = False) -> str:
@@ -978,12 +968,12 @@ def scalar_text(text: str, force: bool = False) -> str:
 
 
 def _quoted(value: Any) -> Any:
-    from ruamel.yaml.scalarstring import ScalarString
+    from servedeck.yamlio import is_styled
 
     if isinstance(value, dict):
         return {k: _quoted(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_quoted(v) for v in value]
-    if isinstance(value, str) and not isinstance(value, ScalarString):
+    if isinstance(value, str) and not is_styled(value):
         return yaml_string(value)
     return value

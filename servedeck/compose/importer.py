@@ -304,7 +304,9 @@ def _refuse_invalid(path: Path, file: str) -> None:
         ServedeckError: the first violation, naming its field.
     """
     from servedeck.compose.check import schema_findings
-    bad = [f for f in schema_findings(path.read_text(encoding="utf-8"), file=file)
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS
+    bad = [f for f in schema_findings(read_bounded(path, LIMITS.max_bytes, what="compose"), file=file)
            if f.rule.startswith("schema/") and f.severity.value == "error"]
     if bad:
         raise ServedeckError(f"Compose refuses this file: {bad[0].message}", file=file, field=bad[0].path,
@@ -554,8 +556,8 @@ def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: 
     model: dict[str, Any] = {}
     others: list[dict[str, Any]] = []
     cache = hf_hub_cache(svc.environment.values)
-    entries = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
-    entries = [(j, v, e) for j, v, e in entries if e is not None]
+    read = [(j, v, _volume_entry(v, f"{base}.volumes[{j}]", notes)) for j, v in enumerate(svc.volumes)]
+    entries = [(j, v, e) for j, v, e in read if e is not None]
     if model_arg is not None and not model_arg.startswith(("/", "~")):
         # a relative path is read from the server's working directory: vLLM (transformers) takes
         # the model as a local directory when one exists there, else as a Hugging Face repo id
@@ -570,6 +572,7 @@ def _model_and_volumes(svc: ServiceDefinition, model_arg: str | None, launcher: 
     holder = None if hub or model_arg is None else _model_mount(model_arg, entries)
     for j, v, entry in entries:
         if holder is not None and j == holder[0]:
+            assert model_arg is not None  # a holder is looked for only for a model argument
             rel = holder[1]
             model_dir = posixpath.normpath(model_arg) if rel else entry["target"]
             model.update(weights_dir=posixpath.join(entry["source"], rel) if rel else entry["source"],

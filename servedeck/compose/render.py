@@ -2,7 +2,9 @@
 
 Quoting follows the compose document model's one policy
 (:func:`servedeck.compose.document.scalar_style`): every value a YAML 1.1 or 1.2 reader could
-misread is quoted (ports, numeric or boolean-looking strings, GIDs); served model names are
+misread is quoted (ports, numeric or boolean-looking strings, GIDs), and so is every mapping key
+(the ``key`` filter: a name is one YAML scalar, never text spliced into the document, whatever it
+holds; the model checks names against :mod:`servedeck.grammar` first); served model names are
 always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
 list item; JSON-valued flags are compact JSON in one item; ports and volumes are printed by the
 document model's grammar. Service keys servedeck does not model (``container.compose_extra``:
@@ -101,6 +103,7 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False, bytecode_cache=bytecode_cache)
     env.filters["q"] = lambda v, force=False: yaml_scalar(v, force)
+    env.filters["key"] = lambda k: scalar_text(str(k))  # a mapping key is one scalar, never spliced text
     return env
 
 
@@ -118,8 +121,12 @@ def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
 
 
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
-                   templates_dir: Path | Sequence[Path]) -> Rendered:
+                   templates_dir: Path | Sequence[Path], *, compose_name: str | None = None) -> Rendered:
     """Render ``profile`` to compose text with ``docker-compose.yml.j2``.
+
+    ``compose_name``: the Compose project the file is deployed as (the host working directory's,
+    :func:`servedeck.grammar.compose_project_name`), written as the top-level ``name:``; None for
+    a file not placed on a host.
 
     Template variables: ``profile``, ``c`` (container settings), ``command``, ``ports``,
     ``volumes`` (short syntax, the model's mount first), ``named_volumes``, ``force_quote``
@@ -154,7 +161,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
         profile=profile, c=c, command=command, volumes=volumes,
         named_volumes=named, ports=ports,
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
-        compose_extra=extra)
+        compose_extra=extra, compose_name=compose_name)
     if not text.endswith("\n"):
         text += "\n"
     service = Service.read(c.service, _service_data(profile, command, ports, volumes), catalog=catalog)

@@ -265,7 +265,8 @@ def _launch(data: dict[str, Any], path: DocPath, facts: ImageFacts | None, image
     launch.shell_plain = script is not None and inner is not None
     launch.env_words = env_words
     # the start is known: written in the file, or the image's own (not guessed from its name)
-    launch.start_known = launcher is not None and (has_entry or bool(repeat) or (facts is not None and not facts.inferred))
+    launch.start_known = launcher is not None and (has_entry or bool(repeat)
+                                                   or (facts is not None and not facts.inferred))
     return launch
 
 

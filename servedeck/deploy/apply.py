@@ -27,21 +27,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
+from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter, Scrubbed
 from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
                                        record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    judge_in_image, published_port, render, render_and_check, resolve_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
 from servedeck.deploy.secrets import Secrets, deployed_secrets
+from servedeck.deploy.switch import SWITCH_DEADLINE_S, SwitchAbandoned, run_switch
 from servedeck.deploy.record import (RunWriter, git_commit_soon, mark_abandoned, record_plan,
                                      record_startup, start_run)
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
 from servedeck.host.docker import preload
-from servedeck.host.lock import held_error
+from servedeck.host.lock import held_error, unwritable_error
 from servedeck.host.remote import HostState, HostUnreachable, RemoteHost
-from servedeck.model.catalog import Catalog
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile
 from servedeck.model.project import Project
@@ -75,7 +75,7 @@ class DeployResult:
     run: RunRecord | None
     readiness: Readiness | None = None
     rollback: Readiness | None = None
-    timings_s: dict[str, float] = field(default_factory=dict)
+    timings_s: dict[str, float | None] = field(default_factory=dict)
     startup: dict[str, Any] | None = None
     arg_checks: list[Any] = field(default_factory=list)
     compose_sha256: str | None = None
@@ -90,6 +90,7 @@ class _Background(threading.Thread):
         self.fn, self.args = fn, args
         self.value: Any = None
         self.error: BaseException | None = None
+        self.ended = threading.Event()
         self.start()
 
     def run(self) -> None:
@@ -97,12 +98,26 @@ class _Background(threading.Thread):
             self.value = self.fn(*self.args)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             self.error = exc
+        finally:
+            self.ended.set()
 
     def result(self) -> Any:
-        self.join()
+        self.ended.wait()
         if self.error is not None:
             raise self.error
         return self.value
+
+    def settle(self) -> int:
+        """Wait until the thread has ended, whatever interrupts arrive meanwhile; return how many
+        arrived. (Not ``Thread.join``: in Python 3.11 an interrupted join returns at once and
+        marks the thread ended, while the round trip it waits for still reaches the host.)"""
+        interrupts = 0
+        while not self.ended.is_set():
+            try:
+                self.ended.wait(0.25)
+            except KeyboardInterrupt:
+                interrupts += 1
+        return interrupts
 
 
 class _Interrupt:
@@ -141,32 +156,55 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             states). ServedeckError for SSH/host-key problems.
     """
     options = options or DeployOptions()
-    reporter = reporter or Reporter()
+    holder: list[Any] = []  # the deploy, once it exists: its secrets scrub every text shown
+    reporter = Scrubbed(reporter or Reporter(), lambda text: holder[0].run.secrets.scrub_text(text)
+                        if holder else text)
     t0 = time.time()
     git_commit = git_commit_soon(project.profiles_dir) if options.record else (lambda: None)
     profile = entry.place(loaded.profile, options.image)  # the --image, the host's container_name / host_port
+    interrupt = _Interrupt().__enter__()  # SIGTERM is an interrupt from here on, preflight included
     pre = _Background(_preflight_and_lock, host, entry, profile, options, reporter)
-    reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
     checked = None
     try:  # the catalog, render + check locally while the preflight round trip runs
-        catalog = Catalog(project.catalog_path, local=project.local_images)
+        reporter.phase("preflight", f"host {host.name} ({host.workdir})")  # as its round trip runs
+        catalog = project.catalog()
         reporter.phase("render", f"profile {profile.name} -> docker-compose.yml")
-        rendered = render(profile, catalog, project)
+        rendered = render(profile, catalog, project, entry.workdir)
         if catalog.lookup(profile.image_ref.digest) is not None:
             checked = render_and_check(profile, catalog, project, entry, reporter, rendered=rendered)
         facts, state = pre.result()
         # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
         kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter)
     except BaseException as exc:
-        pre.join()
-        if host.holds_lock:
-            host.release_lock()  # the lock was taken and is given back: nothing changed
+        if isinstance(exc, KeyboardInterrupt) and not pre.ended.is_set():
+            reporter.warn("interrupted: waiting for the preflight round trip to come back (it takes the "
+                          "deploy lock on the host) before giving the lock back")
+        try:
+            pre.settle()
+            if host.holds_lock:
+                host.release_lock()  # the lock was taken and is given back: nothing changed
+        except KeyboardInterrupt:
+            interrupt.__exit__(None, None, None)
+            raise DeployError("deploy interrupted twice before it changed anything: the deploy lock taken "
+                              "by its preflight may be left on the host (a later command finds it stale)",
+                              hint=f"invoke status --host {host.name}") from None
+        except HostUnreachable as lost:
+            interrupt.__exit__(None, None, None)
+            if not isinstance(exc, KeyboardInterrupt):
+                raise
+            raise DeployError(f"deploy interrupted before it changed anything; giving the deploy lock back "
+                              f"failed ({lost.message}): it stays until a command with --force-unlock "
+                              "takes it over", hint=f"invoke status --host {host.name}") from None
+        interrupt.__exit__(None, None, None)
         if isinstance(exc, KeyboardInterrupt):
-            raise DeployError("deploy interrupted before it changed anything") from None
+            raise DeployError("deploy interrupted before it changed anything"
+                              + ("; the deploy lock its preflight took was given back" if pre.error is None
+                                 and pre.value is not None else "")) from None
         raise
     d = _Deploy(project, host, entry, options, reporter, t0)
     d.kvp = kvp
-    with _Interrupt():
+    holder.append(d)
+    try:
         try:
             d.run = (start_run(project.runs_dir, profile=profile.name, host=host.name,
                                kind="deploy", profiles_git_commit=git_commit(),
@@ -202,13 +240,20 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             d.warn_compile_range()
             d.apply()
         except KeyboardInterrupt:
-            d.interrupted()
+            try:
+                d.interrupted()
+            except SwitchAbandoned as exc:
+                d.abandoned(exc)
+        except SwitchAbandoned as exc:
+            d.abandoned(exc)
         except HostUnreachable as exc:
             d.transport_lost(exc)
         except ServedeckError as exc:
             d.failed(exc)
         finally:
             d.close()
+    finally:
+        interrupt.__exit__(None, None, None)
     return d.result
 
 
@@ -224,10 +269,13 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
                                   force_unlock=options.force_unlock, read=preflight_reads(profile),
                                   image=profile.image_ref.repo_digest, sysfs_root=entry.sysfs_root)
     host.api_version = facts.get("docker_api_version")
+    if state.lock == "unwritable":
+        err = unwritable_error(host.name, host.workdir, state.unwritable or "")
+        raise DeployError(f"preflight on host {host.name} failed: {err.message}", hint=err.hint)
     if state.lock == "held":
-        err = held_error(host.name, state.holder)
-        raise DeployError(f"another deploy holds the lock: {err.message}; nothing was changed",
-                          hint=err.hint)
+        err = held_error(host.name, state.holder, raw=state.holder_raw)
+        raise DeployError(f"{'another deploy holds the lock: ' if state.holder else ''}{err.message}; "
+                          "nothing was changed", hint=err.hint)
     if state.replaced is not None:
         reporter.warn(f"took over the lock of {state.replaced.owner} (pid {state.replaced.pid} on "
                       f"{state.replaced.host}, since {state.replaced.started_at.isoformat()})")
@@ -241,8 +289,8 @@ def _preflight_and_lock(host: RemoteHost, entry: HostEntry, profile, options: De
     return facts, state
 
 
-_FAILURE_PHASE = {"compose-up": "start", "no-container": "start", "exited": "crash", "gone": "crash", "restarting": "crash",
-                  "not-ready": "timeout"}
+_FAILURE_PHASE = {"compose-up": "start", "no-container": "start", "exited": "crash", "gone": "crash",
+                  "restarting": "crash", "not-ready": "timeout"}
 """Readiness diagnosis → ``failure_phase`` (others, e.g. ``unreachable``, ``api-key``: ``readiness``)."""
 
 
@@ -256,7 +304,7 @@ class _Deploy:
         self.run = RunWriter(None)
         self.plan: DeployPlan | None = None
         self.result = DeployResult(outcome="failed", run=None)
-        self.timings: dict[str, float] = {}
+        self.timings: dict[str, float | None] = {}
         self.revision = 0
         self.switched = False       # the old server may be stopped from here on
         self.kvp: KvPowerPlan | None = None       # KV prediction + power cap judged in preflight
@@ -283,18 +331,35 @@ class _Deploy:
         p = self.plan
         assert p is not None
         self.result.compose_sha256, self.result.revision = p.compose_sha256, self.revision
-        self.reporter.phase("switch", f"{self.host.compose_path} (revision {self.revision}); "
-                                      f"stop the old server, start service {p.service}")
+        self.reporter.phase("switch", f"{self.host.compose_path} (revision {self.revision}, deadline "
+                                      f"{SWITCH_DEADLINE_S:.0f} s); stop the old server, start service {p.service}")
         t_up = time.time()
         # what readiness (the docker SDK) and recording need imports while compose runs
         preload("servedeck.vllm.startup_log", "servedeck.vllm.verify")
-        self.switched = True
         self.phase = "start"
         self.power_change = apply_power(self.host, self.kvp, self.run.run, p.profile.name, self.reporter)
-        up = self.host.switch(UP_ARGS, {**self.base_line(), "outcome": "started", "time": utcnow()},
-                              data=p.compose_bytes)
-        if up.returncode != 0:
-            readiness = Readiness(False, "docker compose up failed: " + up.stderr.strip()[-500:],
+        sw = run_switch(self.host, UP_ARGS, {**self.base_line(), "outcome": "started", "time": utcnow()},
+                        data=p.compose_bytes, reporter=self.reporter)
+        self.switched = sw.started
+        if not sw.started:  # nothing changed: the running deployment serves on
+            if self.power_change:
+                restore_power(self.host, self.run.run, self.reporter)
+            if sw.interrupts:
+                raise KeyboardInterrupt
+            raise DeployError(f"the switch changed nothing on {self.host.name}: {sw.detail}; the running "
+                              "deployment was not touched",
+                              hint=f"free space on the host (df -h {self.host.workdir}) if it is full, "
+                                   f"then deploy again")
+        if not sw.known:  # the host stopped answering: what serves is unknown
+            raise HostUnreachable(f"the host stopped answering during the switch ({sw.detail}); whether "
+                                  f"revision {self.revision} or the old deployment serves is not known here")
+        if sw.link_lost:
+            self.reporter.warn(f"the connection was lost during the switch; the host says docker compose up "
+                               f"{'succeeded' if sw.ok else 'failed'}: going on from there")
+        if sw.interrupts:
+            raise KeyboardInterrupt  # the switch has ended on the host: now roll back (interrupted())
+        if not sw.ok:
+            readiness = Readiness(False, "docker compose up failed: " + sw.detail[-500:],
                                   "", None, None, 0.0, diagnosis="compose-up")
         else:
             self.reporter.phase("wait", f"{p.base_url}/health and /v1/models (timeout {p.timeout_s:g} s)")
@@ -323,9 +388,9 @@ class _Deploy:
         t = self.timings
         t["container_start_to_ready_s"] = round(server_s, 3) if server_s is not None else None
         t["up_to_ready_s"] = round(r.ready_at - t_up, 3)
-        t["deploy_total_s"] = round(r.ready_at - self.t0, 3)
+        t["deploy_total_s"] = total_s = round(r.ready_at - self.t0, 3)
         if server_s is not None:
-            t["overhead_s"] = round(t["deploy_total_s"] - t.get("pull_s", 0.0) - server_s, 3)
+            t["overhead_s"] = round(total_s - (t.get("pull_s") or 0.0) - server_s, 3)
         self.result.timings_s = t
         self.result.outcome = "ready"
         self.lines.append({**self.base_line(), "outcome": "ready", "ended": utcnow()})
@@ -367,12 +432,12 @@ class _Deploy:
                     "the failed one was stopped")
         self.reporter.phase("rollback", f"to revision {target.number} ({target.profile}), the last "
                                         "known-good deployment")
-        rb, lines, theirs = restore_revision(self.host, self.entry, target, self.revision + 1,
-                                             timeout_s=p.timeout_s if p else self.entry.ready_timeout_s,
-                                             reporter=self.reporter, who=owner(), run_id=self.run.run_id,
-                                             reason=f"automatic after {why} revision {self.revision}")
+        rb, theirs = restore_revision(self.host, self.entry, target, self.revision + 1,
+                                      timeout_s=p.timeout_s if p else self.entry.ready_timeout_s,
+                                      reporter=self.reporter, who=owner(), run_id=self.run.run_id,
+                                      reason=f"automatic after {why} revision {self.revision}",
+                                      lines=self.lines)
         self.run.secrets = self.run.secrets.including(theirs, f"revision {target.number}")
-        self.lines += lines
         self.result.rollback = rb
         self.run.save_meta(rollback={"revision": target.number, "ready": rb.ready, "reason": rb.reason})
         if rb.ready:
@@ -394,8 +459,9 @@ class _Deploy:
             self.lines.append({**self.base_line(), "outcome": "interrupted", "ended": utcnow()})
             try:
                 msg += "; " + self.roll_back("interrupted")
-            except KeyboardInterrupt:
-                msg += "; the rollback was interrupted too"
+            except KeyboardInterrupt:  # its final history line is written (restore_revision)
+                msg += ("; the rollback was interrupted too (its server may still be starting: "
+                        f"invoke status --host {self.host.name})")
         else:
             self.lines.append({**self.base_line(), "outcome": "interrupted", "ended": utcnow()})
             msg += ("; nothing serving was changed" if not self.switched
@@ -430,9 +496,21 @@ class _Deploy:
             self.run.save_meta(outcome="failed", failure=exc.message, failure_phase=self.phase, ended_at=utcnow())
         self.error = exc if isinstance(exc, DeployError) else DeployError(exc.message, hint=exc.hint)
 
+    def abandoned(self, exc: SwitchAbandoned) -> None:
+        """A third interrupt left a switch running on the host: record that; the lock and the
+        history stay as they are (the switch's own lines are the host's to finish)."""
+        self.result.outcome = "interrupted"
+        self.run.save_meta(outcome="interrupted", failure=exc.message, failure_phase="interrupt",
+                           ended_at=utcnow())
+        self.error = exc
+        self.leave_host = True
+
     def close(self) -> None:
         """Write the final host lines, keep the served file, prune, release the lock (one
         round trip; once more over a fresh connection if the first attempt fails)."""
+        if getattr(self, "leave_host", False):
+            self.host.close()
+            raise self.error  # type: ignore[misc]
         history = self.plan.state.history if self.plan else []
         if not self.lines:
             self.lines.append({**self.base_line(), "outcome": self.result.outcome, "ended": utcnow()})
@@ -443,6 +521,9 @@ class _Deploy:
                                           store_good=self.store_good, keep_good=keep)
                 if status == "other":
                     self.reporter.warn("the deploy lock was taken over by another command; left it")
+                if self.host.finish_problem:
+                    self.reporter.warn(f"{self.host.finish_problem} (the lock was released)")
+                    self.run.save_meta(host_state_written=False)
                 break
             except HostUnreachable as exc:
                 if attempt == 2:
@@ -452,7 +533,9 @@ class _Deploy:
                 self.host.reconnect()
         self.host.close()
         if self.error is not None:
-            raise self.error
+            scrub = self.run.secrets.scrub_text
+            raise type(self.error)(scrub(self.error.message), file=self.error.file, field=self.error.field,
+                                   hint=scrub(self.error.hint) if self.error.hint else None)
 
     def recover_abandoned(self, state: HostState) -> None:
         """Revisions that never finished belong to clients that died (we hold the lock now):
@@ -473,8 +556,8 @@ class _Deploy:
         p = self.plan
         assert p is not None
         mnbt = p.effective.get("max_num_batched_tokens")
-        seen = {r.record.get("max_num_batched_tokens") for r in hist.revisions(p.state.history)
-                if r.good and r.record.get("max_num_batched_tokens") is not None}
+        seen = {v for r in hist.revisions(p.state.history)
+                if r.good and (v := r.record.get("max_num_batched_tokens")) is not None}
         if mnbt is not None and seen and mnbt not in seen:
             self.reporter.warn(f"compile range (1, {mnbt}) was never served on this host (seen: "
                                f"{sorted(seen)}): expect a cold compile (minutes on the real card)")
@@ -485,16 +568,21 @@ class _Deploy:
 
 def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, revision: int, *,
                      timeout_s: float, reporter: Reporter, who: str, run_id: str | None,
-                     reason: str) -> tuple[Readiness, list[dict[str, Any]], Secrets]:
+                     reason: str, lines: list[dict[str, Any]]) -> tuple[Readiness, Secrets]:
     """Install the known-good file of ``target`` as revision ``revision``, restart, wait.
 
-    The wait sends the key the restored server wants: its own file's, as Compose reads it on
-    the host (:func:`~servedeck.deploy.secrets.deployed_secrets`), once the switch (which waits
-    out an unreachable host) has put it in place.
+    The switch is :func:`~servedeck.deploy.switch.run_switch` (interrupts wait for it; a lost
+    link is resolved by asking the host; a switch that never reached the host is tried again
+    over a fresh connection until the deadline). The wait sends the key the restored server
+    wants: its own file's, as Compose reads it on the host
+    (:func:`~servedeck.deploy.secrets.deployed_secrets`).
+
+    Appends the revision's final history line to ``lines`` however it ends (``ready``,
+    ``failed``, or ``interrupted`` when an interrupt ends the wait: it is raised on), so no
+    started revision is left without one.
 
     Returns:
-        the readiness, the final history line to write (the ``started`` line is written), and
-        the restored file's secrets (to scrub from a record).
+        the readiness and the restored file's secrets (to scrub from a record).
     """
     from servedeck.deploy.plan import api_base_url
     rec = target.record
@@ -504,41 +592,34 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
             "service": rec.get("service"), "port": rec.get("port"),
             "served_model_name": rec.get("served_model_name"),
             "max_num_batched_tokens": rec.get("max_num_batched_tokens"), "reason": reason}
-    up = _switch_retrying(host, {**line, "outcome": "started", "time": utcnow()},
-                          target.compose_sha256, retry_s=max(60.0, timeout_s))
     secrets = Secrets()
-    if up.returncode != 0:
-        rb = Readiness(False, f"docker compose up of revision {target.number} failed: "
-                              + up.stderr.strip()[-300:], "", None, None, 0.0, diagnosis="compose-up")
-    else:
-        try:
-            secrets = deployed_secrets(host)
-        except HostUnreachable:
-            pass  # readiness tells an unreachable host apart (a key it wants shows there)
-        rb = wait_ready(host, service=rec.get("service") or "vllm",
-                        base_url=api_base_url(host, entry, int(rec.get("port") or entry.port)),
-                        served_name=rec.get("served_model_name") or "", api_key=secrets.api_key,
-                        timeout_s=timeout_s, reporter=reporter, phase="rollback")
-    final = {**line, "outcome": "ready" if rb.ready else "failed", "ended": utcnow()}
-    if not rb.ready:
-        final["reason"] = rb.reason
-    return rb, [final], secrets
-
-
-def _switch_retrying(host: RemoteHost, line: dict[str, Any], good_sha: str | None, *,
-                     retry_s: float):
-    """:meth:`RemoteHost.switch` to a known-good file, over a fresh SSH connection each time the
-    host cannot be reached, for up to ``retry_s`` seconds (the switch is idempotent).
-
-    Raises:
-        HostUnreachable: the host stayed unreachable for ``retry_s`` seconds.
-    """
-    deadline = time.time() + retry_s
-    while True:
-        try:
-            return host.switch(UP_ARGS, line, good_sha=good_sha, timeout=max(30.0, retry_s))
-        except HostUnreachable:
-            if time.time() >= deadline:
-                raise
-            host.reconnect()
-            time.sleep(1.0)
+    final: dict[str, Any] = {**line, "outcome": "interrupted"}
+    try:
+        deadline = time.monotonic() + max(60.0, timeout_s)
+        while True:
+            sw = run_switch(host, UP_ARGS, {**line, "outcome": "started", "time": utcnow()},
+                            good_sha=target.compose_sha256, reporter=reporter, phase="rollback")
+            if sw.started or not sw.link_lost or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)  # it never reached the host: the same file again, over a fresh connection
+        if sw.interrupts:
+            raise KeyboardInterrupt
+        if not sw.started or not sw.ok or not sw.known:
+            rb = Readiness(False, f"docker compose up of revision {target.number} "
+                                  f"{'did not start' if not sw.started else 'failed'}: {sw.detail[-300:]}",
+                           "", None, None, 0.0, diagnosis="compose-up")
+        else:
+            try:
+                secrets = deployed_secrets(host)
+            except HostUnreachable:
+                pass  # readiness tells an unreachable host apart (a key it wants shows there)
+            rb = wait_ready(host, service=rec.get("service") or "vllm",
+                            base_url=api_base_url(host, entry, int(rec.get("port") or entry.port)),
+                            served_name=rec.get("served_model_name") or "", api_key=secrets.api_key,
+                            timeout_s=timeout_s, reporter=reporter, phase="rollback")
+        final = {**line, "outcome": "ready" if rb.ready else "failed"}
+        if not rb.ready:
+            final["reason"] = rb.reason
+        return rb, secrets
+    finally:
+        lines.append({**final, "ended": utcnow()})

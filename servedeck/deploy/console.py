@@ -9,23 +9,31 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.status import Status
+
+from servedeck.safetext import printable
 
 
 class Reporter:
     """Where deploy phases report. The default prints plain lines; the CLI passes a rich one.
 
     Methods receive short human text; ``waiting`` is called repeatedly during the readiness
-    wait with (phase, elapsed seconds, last server log line).
+    wait with (phase, elapsed seconds, last server log line). Text may carry what a host or a
+    container said: the printing reporters write its control characters as visible escapes
+    (:func:`servedeck.safetext.printable`).
     """
 
     def phase(self, name: str, text: str) -> None:
-        print(f"[{name}] {text}", flush=True)
+        print(printable(f"[{name}] {text}"), flush=True)
 
     def info(self, text: str) -> None:
-        print(f"  {text}", flush=True)
+        print(printable(f"  {text}"), flush=True)
 
     def warn(self, text: str) -> None:
-        print(f"  warning: {text}", flush=True)
+        print(printable(f"  warning: {text}"), flush=True)
 
     def recorded(self, run_dir) -> None:
         """The run record of this deploy or rollback was created in ``run_dir``."""
@@ -53,7 +61,7 @@ class ConsoleReporter(Reporter):
         self._console = None  # made at the first line on a terminal
         self._stderr = stderr
         self._lock = threading.Lock()
-        self._status = None
+        self._status: Status | None = None
         self._last_plain = 0.0
         self._terminal: bool | None = None
         self.run_dir = None
@@ -90,31 +98,33 @@ class ConsoleReporter(Reporter):
         self.done_waiting()
         if self.terminal:
             from rich.markup import escape
-            self.console.print(f"[bold cyan]{name:>9}[/] {escape(text)}", markup=True)
+            self.console.print(f"[bold cyan]{name:>9}[/] {escape(printable(text))}", markup=True)
         else:
-            self._plain(f"{name:>9} {text}")
+            self._plain(f"{name:>9} {printable(text)}")
 
     def info(self, text: str) -> None:
         if self.terminal:
-            self.console.print(f"          {text}", markup=False)
+            self.console.print(f"          {printable(text)}", markup=False)
         else:
-            self._plain(f"          {text}")
+            self._plain(f"          {printable(text)}")
 
     def warn(self, text: str) -> None:
         if self.terminal:
             from rich.markup import escape
-            self.console.print(f"[yellow]  warning[/] {escape(text)}", markup=True)
+            self.console.print(f"[yellow]  warning[/] {escape(printable(text))}", markup=True)
         else:
-            self._plain(f"  warning {text}")
+            self._plain(f"  warning {printable(text)}")
 
     def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
-        line = f"{phase} {elapsed_s:6.1f} s | {last_line[-110:]}"
+        from servedeck.textfmt import clip
+        line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
+            from rich.markup import escape
             if self._status is None:
-                self._status = self.console.status(line)
+                self._status = self.console.status(escape(line))
                 self._status.start()
             else:
-                self._status.update(line)
+                self._status.update(escape(line))
         elif elapsed_s - self._last_plain >= 10:
             self._last_plain = elapsed_s
             self._plain(f"          {line}")
@@ -140,3 +150,31 @@ class QuietReporter(Reporter):
 
     def warn(self, text: str) -> None:
         self.lines.append(f"warning: {text}")
+
+
+class Scrubbed(Reporter):
+    """A reporter passing every text through ``scrub`` (a deployment's
+    :meth:`~servedeck.deploy.secrets.Secrets.scrub_text`, looked up at each call: the secrets
+    grow as the deploy reads them) before ``inner`` shows it: a server log line or an error that
+    quotes a key never reaches the terminal with it."""
+
+    def __init__(self, inner: Reporter, scrub) -> None:
+        self.inner, self.scrub = inner, scrub
+
+    def phase(self, name: str, text: str) -> None:
+        self.inner.phase(name, self.scrub(text))
+
+    def info(self, text: str) -> None:
+        self.inner.info(self.scrub(text))
+
+    def warn(self, text: str) -> None:
+        self.inner.warn(self.scrub(text))
+
+    def recorded(self, run_dir) -> None:
+        self.inner.recorded(run_dir)
+
+    def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
+        self.inner.waiting(phase, elapsed_s, self.scrub(last_line))
+
+    def done_waiting(self) -> None:
+        self.inner.done_waiting()

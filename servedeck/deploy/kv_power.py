@@ -214,8 +214,8 @@ def power_status(host: RemoteHost, sysfs_root: str = "/sys") -> dict[str, Any] |
     if limit is None and state is None:
         return None
     return {"current_w": limit.current_w if limit else None, "max_w": limit.max_w if limit else None,
-            "interface": limit.interface if limit else state.get("interface"),
-            "device": limit.device if limit else state.get("device"), "set_by": state}
+            "interface": limit.interface if limit else (state or {}).get("interface"),
+            "device": limit.device if limit else (state or {}).get("device"), "set_by": state}
 
 
 def format_power_status(p: dict[str, Any] | None) -> str | None:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from servedeck.deploy.apply import restore_revision
+from servedeck.deploy.switch import SwitchAbandoned
 from servedeck.deploy.console import Reporter
 from servedeck.deploy.kv_power import format_power_status, power_status, restore_power
 from servedeck.deploy.plan import api_base_url, owner
@@ -19,11 +20,12 @@ from servedeck.deploy.readiness import Readiness
 from servedeck.deploy.record import RunWriter, mark_abandoned, record_restored, start_run
 from servedeck.errors import DeployError, ServedeckError
 from servedeck.host import history as hist
-from servedeck.host.lock import held_error
+from servedeck.host.lock import held_error, unwritable_error
 from servedeck.host.remote import HostState, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.project import Project
 from servedeck.runs.store import git_commit, utcnow
+from servedeck.safetext import printable
 
 
 def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]:
@@ -57,29 +59,43 @@ def drift(container_attrs: dict[str, Any], service: dict[str, Any]) -> list[str]
     return out
 
 
+def _same_compose(revs: list[hist.Revision], newest: hist.Revision) -> list[int]:
+    """Older known-good revisions with ``newest``'s compose file (listed once, under the newest)."""
+    return [r.number for r in revs if r.good and r.number != newest.number
+            and r.compose_sha256 == newest.compose_sha256]
+
+
 def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     """What runs on the host and how it compares with the deployed compose file.
 
     Returns:
         ``{"host", "workdir", "compose_present", "compose_sha256", "service", "container":
         {name, state, running, restarting, exit_code, started_at, uptime_s, restart_count,
-        image, image_digests} | None, "serving": bool|None, "drift": [str], "lock": {...}|None,
+        image, image_digests} | None, "serving": bool|None, "drift": [str] (the container
+        against the compose file, and where the records contradict the host:
+        :func:`contradictions`), "lock": {...}|None,
         "last_deploy": {...}|None (the newest history revision), "known_good": [{"revision",
-        "profile", "compose_sha256", "ended"}] newest first, "unfinished": [revision numbers],
-        "lock_stale": why the lock looks stale | None}``.
+        "profile", "compose_sha256", "ended", "same_as": [older good revisions deployed with this
+        very compose file]}] newest first, "unfinished": [revision numbers],
+        "lock_stale": why the lock looks stale | None, "project": the Compose project servedeck
+        deploys this working directory as, "history_damaged": history lines that could not be read}``.
     """
     state = host.state()
     revs = hist.revisions(state.history)
     out: dict[str, Any] = {
         "host": host.name, "workdir": host.workdir, "compose_present": state.compose_sha256 is not None,
         "compose_sha256": state.compose_sha256, "service": None, "container": None, "serving": None,
-        "drift": [], "lock": state.holder.model_dump(mode="json") if state.holder else None,
+        "drift": [], "lock": (state.holder.model_dump(mode="json") if state.holder
+                              else {"damaged": state.holder_raw} if state.lock == "held" else None),
         "last_deploy": revs[-1].record if revs else None,
         "known_good": [{"revision": r.number, "profile": r.profile, "compose_sha256": r.compose_sha256,
-                        "ended": r.record.get("ended")} for r in state.known_good()],
+                        "ended": r.record.get("ended"), "same_as": _same_compose(revs, r)}
+                       for r in state.known_good()],
         "unfinished": [r.number for r in hist.unfinished(state.history)],
-        "lock_stale": state.holder.stale_reason() if state.holder else None,
-        "power": power_status(host, entry.sysfs_root)}
+        "lock_stale": (state.holder.stale_reason() if state.holder
+                       else "the lock file is damaged: no command holds it" if state.lock == "held" else None),
+        "power": power_status(host, entry.sysfs_root), "project": host.project,
+        "history_damaged": hist.damaged(state.history)}
     if state.compose_sha256 is None:
         return out
     norm = host.normalised_service()
@@ -89,13 +105,15 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     service, svc = norm
     out["service"] = service
     try:
+        found = [(c.name, c.state(reload=False)["status"]) for c in host.engine.containers(host.workdir)]
         container = host.engine.container(host.workdir, service)
         if container is None:
             out["drift"].append("no container: the deployment is down")
+            out["drift"] += contradictions(state.history, state.compose_sha256, serving=None, containers=found)
             return out
         attrs = container.attrs
         st = container.state(reload=False)
-        digests = host.engine.image_digests(attrs.get("Image"))
+        digests = host.engine.image_digests(attrs.get("Image", ""))
         out["container"] = {
             "name": container.name, "state": st["status"], "running": st["running"],
             "restarting": st["restarting"], "exit_code": st["exit_code"],
@@ -104,14 +122,57 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
             "restart_count": st["restart_count"], "image": (attrs.get("Config") or {}).get("Image"),
             "image_digests": digests}
         out["drift"] = drift(attrs, svc)
+        running_as = ((attrs.get("Config") or {}).get("Labels") or {}).get("com.docker.compose.project")
+        if running_as != host.project:
+            out["drift"].append(f"the container runs as Compose project {running_as!r}, not {host.project!r} "
+                                "(started before servedeck named projects per working directory, or by "
+                                "hand): the next deploy or rollback replaces it")
         ports = list(svc.get("ports") or [])
         port = int(ports[0]["published"]) if ports else entry.port
         if st["running"]:
             out["serving"] = host.server_api(api_base_url(host, entry, port)).get("/health").status == 200
         else:
             out["serving"] = False
+        out["drift"] += contradictions(state.history, state.compose_sha256, serving=out["serving"],
+                                       containers=found)
     finally:
         host.close()
+    return out
+
+
+def contradictions(history: list[dict[str, Any]], compose_sha256: str | None, *, serving: bool | None,
+                   containers: list[tuple[str, str]]) -> list[str]:
+    """Where servedeck's records and what the host runs disagree (each a line for ``status``).
+
+    Args:
+        history: the host's history records, oldest first.
+        compose_sha256: sha256 of the installed ``docker-compose.yml`` (None: none).
+        serving: whether the server answers ``/health`` (None: not asked: no running container).
+        containers: (name, state) of every container of the working directory.
+
+    Returns:
+        human-readable lines, empty when the records agree with the host: more than one
+        container (a switch raced another: Compose leaves a ``<id>_<name>`` container), the
+        newest deploy or rollback recorded ``ready`` while another file is installed, or
+        recorded failed/interrupted/abandoned while its own file is installed and serves.
+    """
+    out: list[str] = []
+    if len(containers) > 1:
+        out.append(f"{len(containers)} containers of this working directory ("
+                   + ", ".join(f"{name} {state}" for name, state in sorted(containers))
+                   + "): one is expected; remove the extra ones (docker rm NAME) or deploy again")
+    revs = [r for r in hist.revisions(history) if r.event in ("deploy", "rollback") and r.compose_sha256]
+    if not revs or compose_sha256 is None:
+        return out
+    last = revs[-1]
+    theirs = last.compose_sha256 or ""
+    what = f"revision {last.number} ({last.event} of {last.profile})"
+    if last.outcome == "ready" and theirs != compose_sha256:
+        out.append(f"the history says {what} serves, but another compose file is installed "
+                   f"(sha256 {compose_sha256[:12]}, not {theirs[:12]}): changed by hand?")
+    elif last.outcome in ("failed", "interrupted", "abandoned") and theirs == compose_sha256 and serving:
+        out.append(f"the history says {what} ended {last.outcome}, but its compose file is installed and "
+                   "serves, never verified: deploy it again or roll back")
     return out
 
 
@@ -128,7 +189,10 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"  image {c['image']}  digests {', '.join(c['image_digests']) or '-'}")
         lines.append(f"  serving: {'yes' if st['serving'] else 'no'}")
     if st.get("compose_sha256"):
-        lines.append(f"  compose sha256 {st['compose_sha256']}")
+        lines.append(f"  compose sha256 {st['compose_sha256']}, Compose project {st.get('project')}")
+    if st.get("history_damaged"):
+        lines.append(f"  history: {st['history_damaged']} damaged line(s) skipped (a torn write; later "
+                     "lines and revision numbers are unaffected)")
     if st.get("last_deploy"):
         d = st["last_deploy"]
         lines.append(f"  last revision {d.get('revision')}: {d.get('event', 'deploy')} "
@@ -136,10 +200,15 @@ def format_status(st: dict[str, Any]) -> str:
                      f"by {d.get('who')}")
     if st.get("known_good"):
         lines.append("  known-good revisions (rollback --to N): " + ", ".join(
-            f"{g['revision']} {g['profile']}" for g in st["known_good"]))
+            f"{g['revision']} {g['profile']}"
+            + (f" (the same compose file as revision {', '.join(map(str, g['same_as']))})" if g.get("same_as") else "")
+            for g in st["known_good"]))
     if format_power_status(st.get("power")):
         lines.append(f"  {format_power_status(st['power'])}")
-    if st.get("lock"):
+    if st.get("lock") and "damaged" in st["lock"]:
+        lines.append(f"  LOCK FILE DAMAGED ({st['lock']['damaged'][:80]}): no command holds it "
+                     "(--force-unlock removes it)")
+    elif st.get("lock"):
         lines.append(f"  LOCKED by {st['lock'].get('owner')} since {st['lock'].get('started_at')}"
                      + (f"; looks stale: {st['lock_stale']} (--force-unlock takes it over)"
                         if st.get("lock_stale") else ""))
@@ -158,8 +227,11 @@ def _lock(host: RemoteHost, what: str, force_unlock: bool, reporter: Reporter) -
         DeployError: held by another command (says whether stale; hint --force-unlock).
     """
     state = host.state(lock_owner=f"{owner()}: {what}", force_unlock=force_unlock)
+    if state.lock == "unwritable":
+        err = unwritable_error(host.name, host.workdir, state.unwritable or "")
+        raise DeployError(f"cannot {what}: {err.message}", hint=err.hint)
     if state.lock == "held":
-        err = held_error(host.name, state.holder)
+        err = held_error(host.name, state.holder, raw=state.holder_raw)
         raise DeployError(f"cannot {what}: {err.message}", hint=err.hint)
     if state.replaced is not None:
         reporter.warn(f"took over the lock of {state.replaced.owner} (pid {state.replaced.pid})")
@@ -198,6 +270,7 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
     run = RunWriter(None)
     lines: list[dict[str, Any]] = []
     rb: Readiness | None = None
+    leave = False
     revision = hist.next_revision(state.history)
     try:
         if record and project is None:
@@ -218,30 +291,37 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
             reporter.recorded(run.path)
         reporter.phase("rollback", f"to revision {target.number} ({target.profile}) as revision {revision}")
         restore_power(host, run.run, reporter)  # the limit the current deployment replaced
-        rb, lines, run.secrets = restore_revision(host, entry, target, revision,
-                                                  timeout_s=timeout_s or entry.ready_timeout_s,
-                                                  reporter=reporter, who=owner(), run_id=run.run_id,
-                                                  reason="invoke rollback")
-        if run.run is not None:
-            restored = host.read_file(host.good_file(target.compose_sha256), missing_ok=True)
+        rb, run.secrets = restore_revision(host, entry, target, revision,
+                                           timeout_s=timeout_s or entry.ready_timeout_s,
+                                           reporter=reporter, who=owner(), run_id=run.run_id,
+                                           reason="invoke rollback", lines=lines)
+        sha = target.compose_sha256
+        assert sha is not None  # a known-good revision has its compose file (Revision.good)
+        if run.run is not None and project is not None:
+            restored = host.read_file(host.good_file(sha), missing_ok=True)
             record_restored(run, project.runs_dir, target.record.get("run_id"),
-                            restored.decode("utf-8") if restored is not None else None,
-                            target.compose_sha256, rb)
+                            restored.decode("utf-8") if restored is not None else None, sha, rb)
         run.save_meta(revision=revision, compose_sha256=target.compose_sha256,
                       outcome="ready" if rb.ready else "failed",
                       **({"ready_at": utcnow()} if rb.ready else {"failure": rb.reason, "ended_at": utcnow()}))
     except KeyboardInterrupt:
-        lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
+        if not lines:
+            lines.append({"revision": revision, "event": "rollback", "outcome": "interrupted", "ended": utcnow()})
         run.save_meta(outcome="interrupted", ended_at=utcnow())
         raise DeployError("rollback interrupted", hint=f"invoke status --host {host.name}") from None
+    except SwitchAbandoned:
+        run.save_meta(outcome="interrupted", ended_at=utcnow())
+        leave = True  # the switch runs on: its lock and history stay for the next command to judge
+        raise
     except ServedeckError as exc:
         if run.outcome() == "started":
             run.save_meta(outcome="failed", failure=exc.message, ended_at=utcnow())
         raise
     finally:
-        host.finish(run.secrets.scrub(lines) or [{"revision": revision, "event": "rollback",
-                                                 "outcome": "failed", "ended": utcnow()}],
-                    keep_good=hist.keep_hashes(state.history + lines))
+        if not leave:
+            host.finish(run.secrets.scrub(lines) or [{"revision": revision, "event": "rollback",
+                                                     "outcome": "failed", "ended": utcnow()}],
+                        keep_good=hist.keep_hashes(state.history + lines))
         host.close()
     if not rb.ready:
         raise DeployError(f"rollback on {host.name} did not become ready: {rb.reason}")
@@ -252,8 +332,9 @@ def rollback(host: RemoteHost, entry: HostEntry, *, to: int | None = None,
 def _rollback_target(host: RemoteHost, state: HostState, to: int | None) -> hist.Revision:
     good = state.known_good()
     if to is not None:
-        for rev in good:
-            if rev.number == to:
+        same = {r.compose_sha256 for r in hist.revisions(state.history) if r.number == to and r.good}
+        for rev in good:  # an older revision of a compose file deployed again: its newest revision
+            if rev.number == to or rev.compose_sha256 in same:
                 return rev
         raise DeployError(f"revision {to} of host {host.name} is not a known-good deployment",
                           hint="known-good revisions: " + (", ".join(f"{r.number} ({r.profile})"
@@ -314,8 +395,8 @@ def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = 
             raise DeployError(f"no container for service {service!r} on {host.name}")
         if follow:
             for text in container.follow(tail=tail):
-                write(text.rstrip("\n"))
+                write(printable(text).rstrip("\n"))
         else:
-            write(container.logs(tail=tail).rstrip("\n"))
+            write(printable(container.logs(tail=tail)).rstrip("\n"))
     finally:
         host.close()

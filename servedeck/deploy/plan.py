@@ -179,10 +179,14 @@ def owner() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def render(profile: Profile, catalog: Catalog, project: Project) -> Rendered:
-    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`)."""
+def render(profile: Profile, catalog: Catalog, project: Project, workdir: str | None = None) -> Rendered:
+    """``profile`` rendered with the project's templates (:func:`servedeck.compose.render.render_profile`),
+    named as the Compose project of host working directory ``workdir`` when given
+    (:func:`servedeck.grammar.compose_project_name`)."""
     from servedeck.compose.render import render_profile
-    return render_profile(profile, catalog, project.templates_dirs)
+    from servedeck.grammar import compose_project_name
+    return render_profile(profile, catalog, project.templates_dirs,
+                          compose_name=compose_project_name(workdir) if workdir else None)
 
 
 def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry: HostEntry,
@@ -195,7 +199,7 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
             inventory's.
     """
     from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
-    rendered = rendered if rendered is not None else render(profile, catalog, project)
+    rendered = rendered if rendered is not None else render(profile, catalog, project, entry.workdir)
     findings = check_compose_text(
         rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
         expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
@@ -235,8 +239,9 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     from servedeck.host.docker import PullFailed
     from servedeck.host.images import read_image_facts
     t = time.time()
-    repo_digest = profile.image_ref.repo_digest
-    known = catalog.lookup(profile.image_ref.digest)
+    repo_digest, digest = profile.image_ref.repo_digest, profile.image_ref.digest
+    assert digest is not None  # a profile's image is pinned by digest (Profile._pinned)
+    known = catalog.lookup(digest)
     pulled = False
     attrs = inspected if inspected and repo_digest in (inspected.get("RepoDigests") or []) else None
     if attrs is None:  # not seen by the preflight: ask the Engine, pull when missing
@@ -258,16 +263,26 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     deep = known is None or pulled
     facts, raw = read_image_facts(host.engine if deep else None, repo_digest, profile, deep=deep, attrs=attrs)
     if known is None:
-        reporter.info(f"added {profile.image_ref.digest[:19]} to the image catalog "
+        reporter.info(f"added {digest[:19]} to the image catalog "
                       f"(launcher {facts.launcher}, vLLM {facts.vllm_version})")
-        catalog.add(profile.image_ref.digest, facts)
+        catalog.add(digest, facts)
         return ImageInfo(facts, raw, pulled, True, pull_s)
     problems = known.differences(facts, profile.launcher.config)
     if problems:  # the catalog must tell the truth about a digest
-        raise DeployError("the image catalog is wrong about " + profile.image_ref.digest[:19] + ": "
+        raise DeployError("the image catalog is wrong about " + digest[:19] + ": "
                           + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)")
+                          hint=_wrong_entry_hint(catalog, profile.image_ref.digest, catalog_path))
     return ImageInfo(known, raw, pulled, False, pull_s)
+
+
+def _wrong_entry_hint(catalog: Catalog, digest: str, catalog_path: Path) -> str:
+    """What to do about a catalog entry the image contradicts: correct (or remove) it in the
+    user's catalog; a shipped entry is not edited but replaced by one in the user's catalog."""
+    found = catalog.source(digest)
+    if found is not None and found[0] == catalog.shipped_path:
+        return (f"the entry is the shipped catalog's ({found[0]}): record the image's own facts in "
+                f"{catalog_path} (`invoke image-facts IMAGE`); an entry there replaces the shipped one")
+    return f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)"
 
 
 def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from servedeck.deploy.console import Reporter
-from servedeck.host.docker import ContainerGone
+from servedeck.host.docker import Container, ContainerGone
 from servedeck.host.remote import RemoteHost
+from servedeck.safetext import printable
 
 HEALTH_POLL_S = 0.1
 FAST_POLL_S = 0.01
@@ -90,7 +91,7 @@ class _Watcher(threading.Thread):
         self.serving = threading.Event()           # set by a serving line (cleared by the waiter)
         self.serving_seen_at: float | None = None  # epoch seconds of the last serving line
         self.stop = threading.Event()
-        self._container = None
+        self._container: Container | None = None
         self._follower: threading.Thread | None = None
 
     def run(self) -> None:
@@ -138,7 +139,7 @@ class _Watcher(threading.Thread):
             buf = ""
             partial = ""
             try:
-                for text in container.follow():
+                for text in map(printable, container.follow()):
                     self.log_chunks.append(text)
                     buf = (buf + text)[-4000:]
                     lines = [ln for ln in buf.replace("\r", "\n").split("\n") if ln.strip()]
@@ -165,7 +166,7 @@ class _Watcher(threading.Thread):
             try:
                 c = self._container or self.host.engine.container(self.host.workdir, self.service)
                 if c is not None:
-                    out.append(c.logs())
+                    out.append(printable(c.logs()))
             except Exception:  # noqa: BLE001
                 pass
 

@@ -58,7 +58,7 @@ class RunWriter:
         text's sha256 and which secrets were replaced."""
         if not self.run:
             return
-        clean = self.secrets.scrub_text(compose_text)
+        clean = self.secrets.scrub_yaml(compose_text)
         self.run.save_compose(clean)
         self.run.save_meta(compose_sha256=deployed_sha256, compose_redacted=clean != compose_text,
                            redacted=self.secrets.names)
@@ -156,7 +156,7 @@ def record_restored(w: RunWriter, runs_dir: Path, source_run_id: str | None, com
         return
     if compose_text is not None:
         w.save_compose(compose_text, compose_sha256)
-    source = Path(runs_dir) / source_run_id if source_run_id else None
+    source = store.recorded_run(runs_dir, source_run_id)  # a value from the host's history
     if source is not None and source != w.path and store.is_run_dir(source):
         for file in RESTORED_VIEWS:
             try:
@@ -173,10 +173,8 @@ def record_restored(w: RunWriter, runs_dir: Path, source_run_id: str | None, com
 def mark_abandoned(runs_dir: Path, run_id: str | None, reason: str) -> bool:
     """Give a run whose client died (still ``started``) its final state ``abandoned``.
     Returns whether a local run record was updated."""
-    if not run_id:
-        return False
-    path = runs_dir / run_id
-    if not (path / store.RUN_META).exists():
+    path = store.recorded_run(runs_dir, run_id)  # a value from the host's history
+    if path is None:
         return False
     run = open_run(path)
     if run.meta.outcome != "started":

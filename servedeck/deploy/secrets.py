@@ -1,41 +1,58 @@
 """Secrets of a deployment: where they are, the API key the server wants, and scrubbing.
 
-A secret is the value of a vLLM flag that carries one (``--api-key``, ``--hf-token``), in
-any argv shape (``--api-key VALUE`` as two items, ``--api-key=VALUE`` as one), or of an
-environment variable whose name says it is one (``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
-``*PASSWORD*``: ``VLLM_API_KEY``, ``HF_TOKEN``, ...) in mapping or ``NAME=VALUE`` list form.
-Scrubbing is by value: every occurrence of a secret value in any string of any record
-(compose text, argv, profile dumps, diffs, startup logs, history lines) becomes ``***``, so a
-shape nobody listed cannot leak it either.
+A secret is found the way the server reads it, through the one argv grammar
+(:mod:`servedeck.vllm.argv`): the value of a vLLM option whose argparse dest carries one
+(:data:`SECRET_DESTS`: ``api_key``, ``hf_token``) in every spelling vLLM accepts (``--api-key
+KEY``, ``--api_key KEY``, ``--api-key=KEY``, several keys after one ``--api-key``), in the exl3xpu
+launcher's passthrough, as a launcher ``--set vllm.api_key=KEY`` or ``--set env.NAME=KEY``, and
+inside a shell string (``sh -c "vllm serve ... --api-key KEY"``, split as ``sh`` splits it); or the
+value of an environment variable whose name says it holds one (:data:`SECRET_ENV_RE`:
+``VLLM_API_KEY``, ``HF_TOKEN``, ``S3_SECRET_ACCESS_KEY``; not ``..._TOKENS`` or
+``..._TOKEN_THRESHOLD``) in mapping or ``NAME=VALUE`` list form; the variables an ``env_file``
+gives are read as Compose reads them on the host (:func:`deployed_secrets`). Scrubbing is by
+value: every occurrence of a secret value in any string of any record (compose text, argv,
+profile dumps, diffs, startup logs, history lines, messages) becomes ``***``, so a shape nobody
+listed cannot leak it either; in YAML text a scalar that held one is written again as a
+double-quoted scalar (:meth:`Secrets.scrub_yaml`), so the record stays the document it was
+(``- ***`` would be an alias).
 
 vLLM reads its API key from ``--api-key`` or ``VLLM_API_KEY`` (``vllm/entrypoints/openai/
 cli_args.py`` and ``vllm/envs.py``, v0.11). A profile's values are literal: the renderer writes
 every ``$`` as ``$$`` (:func:`servedeck.compose.render.yaml_scalar`), so a key written
 ``${NAME}`` reaches the server as those very characters, and servedeck sends exactly that. The
 secrets of a file that is already on a host are read as Compose reads them there
-(:func:`deployed_secrets`: ``docker compose config`` substitutes its variables).
+(:func:`deployed_secrets`: ``docker compose config`` substitutes its variables and merges
+``env_file``).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from servedeck.host.remote import RemoteHost
 
-SECRET_FLAGS = ("--api-key", "--hf-token")
-"""vLLM flags whose value is a secret."""
-SECRET_ENV_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.I)
+SECRET_DESTS = {"api_key": "--api-key", "hf_token": "--hf-token"}
+"""vLLM argparse dests whose value is a secret -> the name a record gives the secret."""
+SECRET_FLAGS = tuple(SECRET_DESTS.values())
+"""vLLM flags whose value is a secret (as vLLM spells them)."""
+SECRET_ENV_RE = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY_ID)$"
+                           r"|(?:^|_)(?:SECRET|PASSWORD|PASSWD)(?:_|$)", re.I)
 """Environment variable names that hold secrets."""
 REDACTED = "***"
+MIN_SECRET_CHARS = 4
+"""Values shorter than this are not scrubbed (they would mangle text; no key is that short)."""
 
 
 @dataclass(frozen=True)
 class Secrets:
     """The secrets of one deployment: ``where`` (``--api-key``, ``environment.HF_TOKEN``) →
-    value. Values shorter than 4 characters are not scrubbed (they would mangle text)."""
+    value. Values shorter than :data:`MIN_SECRET_CHARS` are not scrubbed (they would mangle
+    text)."""
 
     values: dict[str, str] = field(default_factory=dict)
 
@@ -47,7 +64,7 @@ class Secrets:
     def _needles(self) -> list[str]:
         # each value also as a compose file writes it: the renderer and `docker compose config`
         # print a literal $ as $$
-        values = {v for v in self.values.values() if len(v) >= 4}
+        values = {v for v in self.values.values() if len(v) >= MIN_SECRET_CHARS}
         return sorted(values | {v.replace("$", "$$") for v in values}, key=len, reverse=True)
 
     def scrub_text(self, text: str) -> str:
@@ -55,6 +72,16 @@ class Secrets:
         for needle in self._needles():
             text = text.replace(needle, REDACTED)
         return text
+
+    def scrub_yaml(self, text: str) -> str:
+        """YAML ``text`` with every secret value replaced, still the same YAML document: a
+        scalar that held a secret is written again as a double-quoted scalar holding ``***``
+        (:func:`servedeck.yamlio.rewrite_scalars`; every other byte kept), then what is left
+        (a comment) is scrubbed as text. Text that is not YAML is scrubbed as text."""
+        if not self.values:
+            return text
+        from servedeck.yamlio import rewrite_scalars
+        return self.scrub_text(rewrite_scalars(text, self.scrub_text))
 
     def scrub(self, obj: Any) -> Any:
         """A copy of a JSON-like object (dicts, lists, tuples, strings, scalars) with every
@@ -81,30 +108,78 @@ class Secrets:
 
     @property
     def api_key(self) -> str | None:
-        """The key the server wants (``--api-key`` first, then ``VLLM_API_KEY``), as the
-        server gets it; None without one."""
-        return self.values.get("--api-key") or self.values.get("environment.VLLM_API_KEY")
+        """The key the server wants, as the server gets it (the last ``--api-key``, which the
+        exl3xpu launcher passes after its ``--set vllm.api_key``, then ``VLLM_API_KEY``); None
+        without one."""
+        for where in ("--api-key", "--set vllm.api_key", "--set vllm.api-key", "environment.VLLM_API_KEY"):
+            if self.values.get(where):
+                return self.values[where]
+        return None
 
 
-def find_secrets(argv: list[str], environment: dict[str, str | None] | list[str] | None) -> Secrets:
-    """The secrets in a server argv and a container environment (mapping or ``NAME=VALUE``
-    list)."""
+def find_secrets(argv: list[str], environment: Mapping[str, str | None] | list[str] | None) -> Secrets:
+    """The secrets in a server argv (any launcher; shell strings in it included) and a container
+    environment (mapping or ``NAME=VALUE`` list). Names: ``--api-key`` (the occurrence vLLM
+    uses: the last), ``--api-key #2`` for a second key after it, ``--api-key (earlier)`` for an
+    occurrence a later one replaces, ``--set vllm.api_key``, ``environment.NAME``."""
     found: dict[str, str] = {}
-    for i, item in enumerate(argv):
-        for flag in SECRET_FLAGS:
-            if item == flag and i + 1 < len(argv):
-                found[flag] = argv[i + 1]
-            elif item.startswith(flag + "="):
-                found[flag] = item.split("=", 1)[1]
+    for tokens in _token_lists([str(t) for t in argv]):
+        _argv_secrets(tokens, found)
     pairs: list[tuple[str, Any]]
-    if isinstance(environment, dict):
+    if isinstance(environment, Mapping):
         pairs = list(environment.items())
     else:
-        pairs = [tuple(e.split("=", 1)) if "=" in e else (e, None) for e in environment or []]
+        pairs = [(name, value if eq else None) for name, eq, value in (e.partition("=") for e in environment or [])]
     for name, value in pairs:
         if value and SECRET_ENV_RE.search(str(name)):
             found[f"environment.{name}"] = str(value)
     return Secrets(found)
+
+
+def _token_lists(argv: list[str]) -> list[list[str]]:
+    """``argv`` and, for each item holding white space (a shell script, or a command Compose was
+    given as one string), that item split as ``sh`` splits it."""
+    out = [argv]
+    for item in argv:
+        if any(c.isspace() for c in item):
+            try:
+                out.append(shlex.split(item))
+            except ValueError:  # unbalanced quotes: split on white space
+                out.append(item.split())
+    return out
+
+
+def _argv_secrets(tokens: list[str], found: dict[str, str]) -> None:
+    from servedeck.launchers import registry
+    from servedeck.launchers.base import ArgvError, Token
+    from servedeck.vllm.argv import parse_vllm
+    # vLLM's flags read as vLLM reads them, wherever they stand (a `vllm serve` argv, or a
+    # launcher's passthrough after its `--`, which the vLLM reading skips)
+    occurrences = [a for a in parse_vllm(tokens) if a.is_flag and a.dest in SECRET_DESTS and a.values]
+    count: dict[str, int] = {}
+    for arg in reversed(occurrences):  # the last occurrence is the one argparse keeps
+        where = SECRET_DESTS[arg.dest or ""]
+        n = count[where] = count.get(where, 0) + 1
+        label = where if n == 1 else f"{where} (earlier{'' if n == 2 else f' {n - 1}'})"
+        for i, value in enumerate(arg.values):
+            found.setdefault(label if i == 0 else f"{label} #{i + 1}", value)
+    # a launcher's edits of its own config (exl3xpu: --set vllm.api_key=K, --set env.NAME=K)
+    for launcher in registry.launchers():
+        if not launcher.edit_option:
+            continue
+        try:
+            launch = launcher.read([Token(t, ()) for t in tokens])
+        except ArgvError:
+            continue
+        for edit in launch.edits:
+            target = launcher.edit_target(edit)
+            if edit.raw is None or target is None or not target[1]:
+                continue
+            kind, path = target
+            if kind == "engine" and path[0].replace("-", "_") in SECRET_DESTS:
+                found[f"{launcher.edit_option} {edit.key}"] = edit.raw
+            elif kind == "env" and SECRET_ENV_RE.search(path[0]):
+                found[f"environment.{path[0]}"] = edit.raw
 
 
 def deployed_secrets(host: "RemoteHost") -> Secrets:

@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.grammar import HOST_NAME_RE
 from servedeck.model.inventory import HostEntry, Inventory, load_inventory
-from servedeck.yamlio import load_data
+from servedeck.yamlio import dump_block, read_yaml_file
 
 #: host variables that carry servedeck's host entry fields (besides ``ssh``)
 HOST_VAR_PREFIX = "servedeck_"
@@ -149,12 +148,7 @@ class Fleet:
 
 
 def _dump_yaml(doc: Any, header: str) -> str:
-    import io
-    yaml = YAML()
-    yaml.default_flow_style = False
-    buf = io.StringIO()
-    yaml.dump(doc, buf)
-    return f"# {header}\n" + buf.getvalue()
+    return f"# {header}\n" + dump_block(doc, width=80)
 
 
 def _manager(sources: list[Path]):
@@ -167,10 +161,7 @@ def _is_servedeck_file(path: Path) -> bool:
     """A YAML file whose top level is servedeck's (``hosts:`` entries with ``workdir``)."""
     if path.is_dir() or path.suffix.lower() not in (".yaml", ".yml"):
         return False
-    try:
-        raw = load_data(path.read_text(encoding="utf-8"))
-    except YAMLError as exc:
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+    raw = read_yaml_file(path)  # within servedeck's bounds, before Ansible reads it
     if not isinstance(raw, dict) or not set(raw) <= {"hosts", "groups"}:
         return False
     hosts = raw.get("hosts") or {}
@@ -206,6 +197,10 @@ def host_entry_from_vars(name: str, hostvars: dict[str, Any], source: Path) -> H
             entry[key[len(HOST_VAR_PREFIX):]] = _plain(value)
     if entry.get("render_gid") is not None:
         entry["render_gid"] = str(entry["render_gid"])
+    if not HOST_NAME_RE.match(name):
+        raise ServedeckError(f"host name {name!r} is not valid: letters, digits, '.', '_', '-', starting "
+                             "with a letter or digit (it names run records and files)", file=str(source),
+                             field=name)
     if "workdir" not in entry:
         raise ServedeckError(f"host {name!r} has no servedeck_workdir variable", file=str(source),
                              field=f"{name}.servedeck_workdir",

@@ -91,10 +91,9 @@ class _Stop:
                 self.old[sig] = signal.signal(sig, self._request)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         for sig, handler in self.old.items():
             signal.signal(sig, handler)
-        return False
 
     def _request(self, signum: int, frame: Any) -> None:
         if self.requested_at is None:
@@ -126,6 +125,25 @@ class _Stop:
 
 ProgressFn = Callable[[str, str, str, TaskResult | None], None]
 """``progress(host, task, phase, result)``: phase ``start`` (result None) or the status."""
+
+
+def ansible_playbook() -> str:
+    """The ``ansible-playbook`` to run: the one installed beside the running interpreter (the
+    same virtualenv's ``bin``, which need not be on ``PATH`` when ``servedeck`` is started by
+    its full path), else whatever ``PATH`` finds.
+
+    Raises:
+        ServedeckError: neither exists (with the command that installs it).
+    """
+    import shutil
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if found:
+        return found
+    raise ServedeckError(f"ansible-playbook is not installed beside {sys.executable} nor on PATH",
+                         hint=f"{sys.executable} -m pip install 'servedeck[fleet]' (ansible-core)")
 
 
 def run_playbook(name: str, *, inventory: Path, extravars: dict[str, Any], private_dir: Path,
@@ -174,9 +192,12 @@ def run_playbook(name: str, *, inventory: Path, extravars: dict[str, Any], priva
 
     private_dir.mkdir(parents=True, exist_ok=True)
     vars_ = {"ansible_python_interpreter": sys.executable, **extravars}
+    playbook_bin = ansible_playbook()
     envvars = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "1",
                "ANSIBLE_RETRY_FILES_SAVE_PATH": str(private_dir), "ANSIBLE_LOCALHOST_WARNING": "0",
-               "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles")}
+               "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles"),
+               # ansible-runner starts `ansible-playbook` by name: the one found here comes first
+               "PATH": os.pathsep.join([str(Path(playbook_bin).parent), os.environ.get("PATH", "")])}
     try:
         with stop:
             runner = ansible_runner.run(private_data_dir=str(private_dir),

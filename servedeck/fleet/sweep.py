@@ -36,18 +36,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from servedeck.errors import ServedeckError
 from servedeck.fleet.inventory import Fleet
 from servedeck.fleet.runner import ProgressFn, run_playbook
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import read_json_file
 from servedeck.model.project import Project
+from servedeck.runs.history import TIMING_RUNS, host_timings
+from servedeck.yamlio import YAMLError, load_data
 
 #: seconds a deploy command needs around its own work (Ansible's task dispatch, interpreter
 #: and imports, exit) when no rollout of the host has measured it. Loopback fleet
@@ -76,7 +76,7 @@ _STEPS = {"bench arm": "bench_step_s", "A/B report": "ab_s", "start": "start_s",
 #: time to ready / bench time assumed for a host without any recorded run
 DEFAULT_READY_S = 60.0
 DEFAULT_BENCH_S = 30.0
-HISTORY_RUNS = 5
+HISTORY_RUNS = TIMING_RUNS
 VARY_RE = re.compile(r"^(?P<key>[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)=(?P<values>.+)$")
 SWEEP_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -208,7 +208,6 @@ def parse_vary(specs: list[str]) -> dict[str, list[Any]]:
         raise ServedeckError("give at least one --vary KEY=V1,V2", field="vary",
                              hint="e.g. --vary engine.max_num_batched_tokens=4096,8192")
     out: dict[str, list[Any]] = {}
-    yaml = YAML(typ="safe", pure=True)
     for spec in specs:
         m = VARY_RE.match(spec.strip())
         if not m:
@@ -220,7 +219,7 @@ def parse_vary(specs: list[str]) -> dict[str, list[Any]]:
         values = []
         for text in m["values"].split(","):
             try:
-                values.append(yaml.load(text.strip()))
+                values.append(load_data(text.strip()))
             except YAMLError as exc:
                 raise ServedeckError(f"--vary {key}: value {text!r} is not a YAML scalar: {exc}",
                                      field="vary") from None
@@ -307,54 +306,20 @@ def plan_experiments(project: Project, base: str, variables: dict[str, list[Any]
     return experiments
 
 
-def _iso_s(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def host_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, list[float]]]:
     """Per host, the last :data:`HISTORY_RUNS` measured times to ready (run.json
     ``timings_s.deploy_total_s``) and bench durations (bench.json ``finished_at - started_at``),
     read from the run records (layout ``docs/run-record.md``)."""
-    from servedeck.errors import ServedeckError
-    from servedeck.runs import store
-    out = {h: {"ready_s": [], "bench_s": [], "command_s": [], **{k: [] for k in _STEPS.values()}}
-           for h in hosts}
+    timings, ready_by_run = host_timings(runs_dir, hosts, HISTORY_RUNS)
+    out: dict[str, dict[str, list[float]]] = {
+        h: {**timings[h], "command_s": [], **{k: [] for k in _STEPS.values()}} for h in hosts}
     if not runs_dir.exists():
         return out
-    ready_by_run: dict[str, float] = {}
-    for _, path in sorted(store.run_dirs(runs_dir), reverse=True):
-        try:
-            meta = store.read(path, store.RUN_META)
-        except ServedeckError:
-            continue
-        if meta is None or meta.host not in out or not meta.served:
-            continue
-        host = meta.host
-        ready = meta.timings_s.get("deploy_total_s")
-        if ready is not None:
-            ready_by_run[path.name] = float(ready)
-        if ready is not None and len(out[host]["ready_s"]) < HISTORY_RUNS:
-            out[host]["ready_s"].append(float(ready))
-        if len(out[host]["bench_s"]) < HISTORY_RUNS:
-            try:
-                bench = store.read(path, store.BENCH_SUMMARY)
-            except ServedeckError:
-                continue
-            if bench is None:
-                continue
-            start, end = _iso_s(bench.started_at), _iso_s(bench.finished_at)
-            if start is not None and end is not None and end >= start:
-                out[host]["bench_s"].append(end - start)
     # rollouts (servedeck/fleet/rollout.py summary.json): the command's wall time per host
     for summary in sorted((runs_dir / "rollouts").glob("*/summary.json"), reverse=True):
         try:
-            doc = json.loads(summary.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = read_json_file(summary)
+        except (OSError, ServedeckError):
             continue
         for row in doc.get("hosts") or []:
             host, run_id, took = row.get("host"), row.get("run_id"), row.get("duration_s")
@@ -377,8 +342,8 @@ def sweep_step_history(runs_dir: Path, hosts: list[str]) -> dict[str, dict[str, 
     for run in runs:
         for path in run.glob("artifacts/*/job_events/*.json"):
             try:
-                event = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                event = read_json_file(path)
+            except (OSError, ServedeckError):
                 continue
             data = event.get("event_data") or {}
             name = str(data.get("task", "")).split(": ", 1)[-1].split(" (")[0]
@@ -458,7 +423,7 @@ def plan_sweep(project: Project, fleet: Fleet, pattern: str, base: str, vary: li
     directory = project.runs_dir / "sweeps" / name
     plan_file = directory / "plan.json"
     if plan_file.exists():
-        old = json.loads(plan_file.read_text(encoding="utf-8"))
+        old = read_json_file(plan_file)
         if old.get("base") != base or old.get("variables") != variables or old.get("reps") != reps:
             raise ServedeckError(f"a sweep named {name!r} exists with another base, variables or reps",
                                  file=str(plan_file), hint="pick another --name")
@@ -568,7 +533,8 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
     load (``--workload``/``--load``/``--slo``) each arm's capacity under the SLO and the
     capacity verdict (:mod:`servedeck.ab.load`), and the quality gate on arm B (``gate``:
     ``pass``, ``gated: RULES``, ``not checked``; None without probes)."""
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
+    from servedeck.runs import store
     rows = []
     for exp in plan.experiments:
         row: dict[str, Any] = {"id": exp.id, "variable": exp.variable, "value_a": exp.value_a,
@@ -579,11 +545,12 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
         result_file = plan.result_path(exp.id)
         failed_file = result_file.with_suffix(".json.failed")
         if result_file.exists():
-            res = json.loads(result_file.read_text(encoding="utf-8"))
+            res = read_json_file(result_file)  # written on a fleet host: its run ids are checked
             row.update(status="done", host=res["host"], run_a=res["run_a"], run_b=res["run_b"],
                        report=res["report"],
                        seconds=round(float(res["finished_at"]) - float(res["started_at"]), 1))
-            cmp = compare_metrics(project.runs_dir / res["run_a"], project.runs_dir / res["run_b"])
+            cmp = compare_metrics(store.run_path(project.runs_dir, res["run_a"]),
+                                  store.run_path(project.runs_dir, res["run_b"]))
             kv = next((m for m in cmp.startup if m.name == "kv_cache_tokens"), None)
             if kv:
                 row.update(kv_a=kv.a, kv_b=kv.b)
@@ -602,7 +569,7 @@ def summary_rows(project: Project, plan: SweepPlan) -> list[dict[str, Any]]:
                 if gate.blocks:
                     row["note"] = f"{row['note']}; B cannot be called better (quality)".lstrip("; ")
         elif failed_file.exists():
-            res = json.loads(failed_file.read_text(encoding="utf-8"))
+            res = read_json_file(failed_file)
             lines = [ln for ln in str(res.get("stderr", "")).splitlines() if ln.strip()]
             errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
             step = str(res.get("task", "")).split(": ", 1)[-1]

@@ -159,7 +159,7 @@ for f in "$d"/*.safetensors "$d"/*.bin "$d"/*.pt "$d"/*.pth "$d"/*.gguf; do
   total=$((total + s)); n=$((n + 1))
 done
 echo "weights$T$n$T$total"
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 
 def read_model_files(host: RemoteHost, weights_dir: str) -> tuple[dict[str, Any] | None, int | None, list[str]]:

@@ -175,11 +175,19 @@ class Engine:
     # ------------------------------------------------------------------ containers
 
     def container(self, workdir: str, service: str) -> Container | None:
-        """The compose container of ``service`` whose project works in ``workdir``, or None."""
+        """The compose container of ``service`` whose project works in ``workdir``, or None; a
+        running one first when there are several (a raced switch leaves a created one beside it)."""
         found = self.client.containers.list(all=True, filters={
             "label": [f"com.docker.compose.project.working_dir={workdir}",
                       f"com.docker.compose.service={service}"]})
+        found.sort(key=lambda c: (c.attrs.get("State") or {}).get("Status") != "running")
         return Container(found[0]) if found else None
+
+    def containers(self, workdir: str) -> list[Container]:
+        """Every container (any state, any service, any Compose project name) whose project
+        works in ``workdir``: one when the host is as servedeck left it."""
+        return [Container(c) for c in self.client.containers.list(all=True, filters={
+            "label": [f"com.docker.compose.project.working_dir={workdir}"]})]
 
 
 class PullFailed(ServedeckError):

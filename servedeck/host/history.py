@@ -15,13 +15,24 @@ Format of ``history.jsonl`` (one JSON object per line, appended with ``>>``):
 
 Growth is bounded: the file keeps the last :data:`KEEP_LINES` lines, ``good/`` the newest
 :data:`KEEP_GOOD` distinct known-good files. Files are readable by their owner only (0600).
+
+The file is an append-only log that survives damage: a line is appended with one write, after
+ending a torn last line (a line cut short by a full disk or a crash) with a line break of its
+own (:data:`APPEND_SH`), so the next line is never glued onto it; a line that is not a JSON
+object is skipped when read, and the revision number it still shows is never given again
+(:func:`next_revision`). Values read back are checked before use (:func:`revisions`): a
+``compose_sha256`` that is not a SHA-256 (it names a file under ``good/``), a ``run_id`` that is
+not a run id, a port that is not a port are dropped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from servedeck.grammar import PROFILE_NAME_RE, RUN_ID_RE, SERVICE_NAME_RE, SHA256_RE
 
 STATE_DIR = ".servedeck"
 """Directory under the host workdir holding servedeck's own state (lock, history, good/)."""
@@ -35,18 +46,64 @@ KEEP_LINES = 400
 
 FINAL_OUTCOMES = ("ready", "failed", "interrupted", "down", "abandoned")
 
+MAX_LINE_BYTES = 64 * 1024
+"""A history line longer than this is damage (servedeck writes lines of a few hundred bytes)."""
+
+APPEND_SH = r"""
+sd_append() {
+  # $1 file, $2 text (one or more lines without the last line break): a torn last line (no
+  # final line break) is ended first, then the text is appended in one write; owner-only.
+  if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then printf '\n' >> "$1"; fi
+  printf '%s\n' "$2" >> "$1" && chmod 600 "$1"
+}
+"""
+"""POSIX sh function ``sd_append FILE TEXT`` used by every script that writes the history."""
+
+_REVISION_RE = re.compile(rb'"revision"\s*:\s*(\d{1,9})\b')
+
 
 def history_records(data: bytes | None) -> list[dict[str, Any]]:
-    """The records of a host's ``history.jsonl`` (one JSON object per line; unreadable lines
-    are skipped), oldest first."""
-    out = []
-    for line in (data or b"").decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
+    """The records of a host's ``history.jsonl`` (one JSON object per line), oldest first. A
+    damaged line (not a JSON object: torn, or empty) becomes ``{"damaged": <its first 200
+    characters>, "revision_seen": N}`` with the revision number it still shows, if any, so
+    that number is never given again; empty lines are skipped."""
+    out: list[dict[str, Any]] = []
+    for raw in (data or b"").split(b"\n"):
+        if not raw.strip():
             continue
+        rec: Any = None
+        if len(raw) <= MAX_LINE_BYTES:
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                rec = None
         if isinstance(rec, dict):
             out.append(rec)
+            continue
+        seen = _REVISION_RE.search(raw[:MAX_LINE_BYTES])
+        out.append({"damaged": raw[:200].decode("utf-8", "replace"),
+                    "revision_seen": int(seen.group(1)) if seen else None})
+    return out
+
+
+def damaged(records: list[dict[str, Any]]) -> int:
+    """How many lines of the history could not be read (:func:`history_records`)."""
+    return sum(1 for r in records if "damaged" in r)
+
+
+def _checked(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` without the values that fail their grammar (they come from a file on the host)."""
+    out = {k: v for k, v in rec.items() if v is not None}
+    for key, pattern in (("compose_sha256", SHA256_RE), ("run_id", RUN_ID_RE), ("profile", PROFILE_NAME_RE),
+                         ("service", SERVICE_NAME_RE)):
+        if key in out and not (isinstance(out[key], str) and pattern.match(out[key])):
+            del out[key]
+    port = out.get("port")
+    if port is not None and not (isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535):
+        del out["port"]
+    for key in ("target_revision", "max_num_batched_tokens"):
+        if key in out and not (isinstance(out[key], int) and not isinstance(out[key], bool)):
+            del out[key]
     return out
 
 
@@ -75,16 +132,18 @@ def revisions(records: list[dict[str, Any]]) -> list[Revision]:
     merged: dict[int, dict[str, Any]] = {}
     for rec in records:
         n = rec.get("revision")
-        if isinstance(n, int):
-            merged.setdefault(n, {}).update({k: v for k, v in rec.items() if v is not None})
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            merged.setdefault(n, {}).update(_checked(rec))
     return [Revision(n, str(r.get("event", "deploy")), str(r.get("outcome", "started")),
                      r.get("compose_sha256"), r.get("profile"), r)
             for n, r in sorted(merged.items())]
 
 
 def next_revision(records: list[dict[str, Any]]) -> int:
-    """The number the next revision gets (1 on a host with no history)."""
-    return max((r.number for r in revisions(records)), default=0) + 1
+    """The number the next revision gets: one more than any revision the history shows,
+    damaged lines included (1 on a host with no history)."""
+    seen = [n for r in records if isinstance(n := r.get("revision_seen"), int)]
+    return max([r.number for r in revisions(records)] + seen, default=0) + 1
 
 
 def known_good(records: list[dict[str, Any]], stored: set[str] | None = None) -> list[Revision]:
@@ -96,8 +155,9 @@ def known_good(records: list[dict[str, Any]], stored: set[str] | None = None) ->
     out: list[Revision] = []
     seen: set[str] = set()
     for rev in reversed(revisions(records)):
-        if rev.good and rev.compose_sha256 not in seen and (stored is None or rev.compose_sha256 in stored):
-            seen.add(rev.compose_sha256)
+        sha = rev.compose_sha256
+        if rev.good and sha and sha not in seen and (stored is None or sha in stored):
+            seen.add(sha)
             out.append(rev)
     return out
 

@@ -78,13 +78,14 @@ def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *,
     if engine is None and (deep or attrs is None):
         raise ValueError("read_image_facts reads the image through the engine: give it (or deep=False and attrs)")
     if attrs is None:
+        assert engine is not None  # checked above
         attrs = engine.client.images.get(image_ref).attrs
     cfg = attrs.get("Config") or {}
     labels = cfg.get("Labels") or {}
     entrypoint = cfg.get("Entrypoint") or []
     workdir = cfg.get("WorkingDir") or "/"
     version = labels.get("io.servedeck.vllm-version")
-    if not version and deep:
+    if not version and deep and engine is not None:  # deep: the engine is given (checked above)
         py = entrypoint[0] if entrypoint and "python" in entrypoint[0] else "python3"
         try:
             out = engine.client.containers.run(image_ref, entrypoint=[py, "-c", _PROBE], remove=True)
@@ -94,10 +95,10 @@ def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *,
     launcher = registry.of_image(entrypoint) or profile.launcher.runs
     defaults: list[LauncherDefaults] = []
     config = profile.launcher.config
-    path = launcher.config_path(config, workdir) if config and deep else None
-    if path is not None:
+    path = launcher.config_path(config, workdir) if config and deep and engine is not None else None
+    if path is not None and config and engine is not None:
         data = _read_from_image(engine, image_ref, path)
-        found = launcher.read_config(config, data.decode()) if data else None
+        found = launcher.read_config(config, data.decode("utf-8", "replace")) if data else None
         if found is not None:
             defaults.append(found)
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)

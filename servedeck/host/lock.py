@@ -95,13 +95,25 @@ def parse_lock(host: str, path: str, data: bytes | str) -> LockInfo:
                              hint="inspect it, then force-unlock (--force-unlock)") from exc
 
 
-def held_error(host: str, held: LockInfo | None, *, stale_after_h: float = STALE_AFTER_H
-               ) -> ServedeckError:
+def unwritable_error(host: str, workdir: str, reason: str) -> ServedeckError:
+    """The error for a working directory the lock could not be written to (a full or
+    read-only disk), in the host's own words."""
+    return ServedeckError(f"host {host}: the working directory {workdir} cannot be written ({reason.strip()}); "
+                          "no lock was taken and nothing was changed",
+                          hint=f"free space on the host (df -h {workdir}) or make the directory writable")
+
+
+def held_error(host: str, held: LockInfo | None, *, stale_after_h: float = STALE_AFTER_H,
+               raw: str = "") -> ServedeckError:
     """The error for a lock held by someone else: who, since when, whether it looks stale,
-    and the one option that takes it over (``--force-unlock``)."""
+    and the one option that takes it over (``--force-unlock``). A lock file that is not a lock
+    (``raw``: empty, or not lock JSON) is damage, not a holder: servedeck writes a lock whole or
+    not at all, so no command holds it."""
     if held is None:
-        return ServedeckError(f"host {host}: the deploy lock is held (content not readable yet)",
-                              hint="retry, or --force-unlock if no deploy is running")
+        what = "empty" if raw in ("", "(empty)") else f"not a lock: {raw[:120]!r}"
+        return ServedeckError(f"host {host}: the deploy lock file is damaged ({what}; left by a write that "
+                              "failed, e.g. on a full disk, or by hand): no command holds it",
+                              hint="take it over with --force-unlock")
     stale = held.stale_reason(max_age_h=stale_after_h)
     msg = (f"host {host} is locked by {held.owner!r} (pid {held.pid} on {held.host}) "
            f"since {held.started_at.isoformat()}")

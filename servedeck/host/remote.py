@@ -25,16 +25,17 @@ from typing import Any
 
 from servedeck.compose.document import literal_values
 from servedeck.errors import ServedeckError
+from servedeck.grammar import SHA256_RE, compose_project_name
 from servedeck.host import history as hist
 from servedeck.host.docker import Engine
 from servedeck.host.facts import COMPOSE_SH, PREFLIGHT_SCRIPT, parse_facts
 from servedeck.host.http import ServerApi
-from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, parse_lock
+from servedeck.host.lock import RELEASE_SCRIPT, LockInfo, held_error, new_lock, parse_lock, unwritable_error
 from servedeck.host.ssh import (DEFAULT_TIMEOUT_S, HostUnreachable, ResolvedTarget, Result,
                                 SshTarget, SshTransport)
 
-__all__ = ["RemoteHost", "HostState", "SshTarget", "LockInfo", "Result", "ResolvedTarget",
-           "HostUnreachable", "COMPOSE"]
+__all__ = ["RemoteHost", "HostState", "SwitchStatus", "SWITCH_NOT_STARTED", "SWITCH_COMPOSE_MARK", "SshTarget",
+           "LockInfo", "Result", "ResolvedTarget", "HostUnreachable", "COMPOSE"]
 
 COMPOSE = "docker-compose.yml"
 """The deployed compose file, ``<workdir>/docker-compose.yml``."""
@@ -77,11 +78,19 @@ _STATE_SCRIPT = r"""
 sd=$wd/.servedeck; lock=$sd/deploy.lock
 echo "==lock"
 if [ -n "$SD_LOCK" ]; then
-  mkdir -p "$sd"; tmp=$(mktemp "$lock.XXXXXX"); printf '%s' "$SD_LOCK" > "$tmp"
-  if ln "$tmp" "$lock" 2>/dev/null; then echo acquired
-  elif [ "$SD_FORCE" = force ]; then echo replaced; cat "$lock" 2>/dev/null; echo; mv -f "$tmp" "$lock"
+  # the lock is a complete file or nothing: written to a temp file, read back, then linked
+  tmp=
+  if ! err=$(mkdir -p "$sd" 2>&1); then echo unwritable; echo "$err"
+  elif ! tmp=$(mktemp "$lock.XXXXXX" 2>&1); then echo unwritable; echo "$tmp"; tmp=
+  elif ! err=$( { printf '%s' "$SD_LOCK" > "$tmp"; } 2>&1 ) || [ "$(cat "$tmp" 2>/dev/null)" != "$SD_LOCK" ]; then
+    echo unwritable; echo "${err:-writing $tmp came out short}"
+  elif err=$(ln "$tmp" "$lock" 2>&1); then echo acquired
+  elif [ ! -e "$lock" ]; then echo unwritable; echo "$err"
+  elif [ "$SD_FORCE" = force ]; then
+    old=$(cat "$lock" 2>/dev/null)
+    if err=$(mv -f "$tmp" "$lock" 2>&1); then tmp=; echo replaced; printf '%s\n' "$old"; else echo unwritable; echo "$err"; fi
   else echo held; cat "$lock" 2>/dev/null; echo; fi
-  rm -f "$tmp"
+  [ -z "$tmp" ] || rm -f "$tmp"
 elif [ -f "$lock" ]; then echo held; cat "$lock"; echo
 else echo free; fi
 echo "==compose"
@@ -90,32 +99,103 @@ echo "==good"
 ls "$sd/good" 2>/dev/null || true
 echo "==history"
 cat "$sd/history.jsonl" 2>/dev/null || true
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
 
-# $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, then the
-# `docker compose up` arguments. Installs the compose file (0600), appends the history line,
-# runs compose up in the workdir's project.
-_SWITCH_SCRIPT = COMPOSE_SH + r"""
+SWITCH_NOT_STARTED = (3, 4, 6)
+"""Exit statuses of the switch script that mean it changed nothing: the file could not be
+installed (3: checksum mismatch, a short write; 4: the working directory cannot be written, the
+message says why; 6: no such known-good file). The running deployment serves on."""
+
+SWITCH_COMPOSE_MARK = "servedeck-switch: compose up"
+"""What the switch script prints (stdout) just before Compose starts: from there on the old
+server may be stopped."""
+
+# $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, $5 the
+# Compose project, $6 the revision, then the `docker compose up` arguments. Installs the compose
+# file (0600), appends the history line, stops and removes containers of this workdir that run
+# under another project name (Compose's old default, the directory name: a deploy of the new
+# project could not replace them), then runs compose up in the workdir's project in the
+# background of this script, recording "REVISION PID" in .servedeck/switch.pid while it runs and
+# "REVISION STATUS" in .servedeck/switch.done when it ended: the host keeps the step's outcome
+# whatever happens to the connection that started it (RemoteHost.switch_status reads it).
+_SWITCH_SCRIPT = COMPOSE_SH + hist.APPEND_SH + r"""
 set -u
-wd=$1; src=$2; sha=$3; line=$4; shift 4
-sd=$wd/.servedeck; mkdir -p "$sd"
-tmp=$(mktemp "$wd/.servedeck-upload.XXXXXX") || exit 5
-if [ "$src" = - ]; then cat > "$tmp"; else cp "$sd/good/$src.yml" "$tmp" || { rm -f "$tmp"; exit 6; }; fi
+umask 077
+wd=$1; src=$2; sha=$3; line=$4; proj=$5; rev=$6; shift 6
+sd=$wd/.servedeck
+nothing() { echo "servedeck-switch: $1; nothing was changed" >&2; exit 4; }
+err=$(mkdir -p "$sd" 2>&1) || nothing "cannot create $sd: $err"
+tmp=$(mktemp "$wd/.servedeck-upload.XXXXXX" 2>&1) || nothing "cannot create a file in $wd: $tmp"
+if [ "$src" = - ]; then
+  err=$( { cat > "$tmp"; } 2>&1 ) || { rm -f "$tmp"; nothing "cannot write $tmp: $err"; }
+else
+  cp "$sd/good/$src.yml" "$tmp" 2>/dev/null || { rm -f "$tmp"; echo "no known-good file $src.yml" >&2; exit 6; }
+fi
 chmod 600 "$tmp"
 got=$(sha256sum "$tmp" | cut -d' ' -f1)
-if [ "$got" != "$sha" ]; then rm -f "$tmp"; echo "checksum mismatch: want $sha, got $got" >&2; exit 3; fi
-printf '%s\n' "$line" >> "$sd/history.jsonl"
-mv -f "$tmp" "$wd/docker-compose.yml"
-sd_compose -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
-"""
+if [ "$got" != "$sha" ]; then
+  rm -f "$tmp"
+  df=$(df -P "$wd" 2>/dev/null | awk 'NR==2 {print $4 " KiB free"}')
+  echo "checksum mismatch: want $sha, got $got (a short write? ${df:-})" >&2; exit 3
+fi
+err=$( { sd_append "$sd/history.jsonl" "$line"; } 2>&1 ) || { rm -f "$tmp"; nothing "cannot append to $sd/history.jsonl: $err"; }
+err=$(mv -f "$tmp" "$wd/docker-compose.yml" 2>&1) || { rm -f "$tmp"; nothing "cannot install $wd/docker-compose.yml: $err"; }
+rm -f "$sd/switch.done"
+echo "$SWITCH_MARK"
+(
+  # another project's container here (an older naming, or by hand) goes; so does one of ours that
+  # does not run (created, exited, dead): what an interrupted Compose leaves between stopping the
+  # old container and removing it (the old one renamed <id>_<name>, the new one created), whose
+  # name the next `up` would find taken ("Conflict. The container name ... is already in use")
+  for c in $(docker ps -aq --filter "label=com.docker.compose.project.working_dir=$wd" 2>/dev/null); do
+    info=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}|{{.State.Status}}' "$c" 2>/dev/null) || continue
+    p=${info%|*}; st=${info##*|}
+    if [ "$p" != "$proj" ]; then docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1
+    elif [ "$st" != running ] && [ "$st" != restarting ]; then docker rm -f "$c" >/dev/null 2>&1
+    fi
+  done
+  sd_compose -p "$proj" -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
+) &
+pid=$!
+printf '%s %s\n' "$rev" "$pid" > "$sd/switch.pid" 2>/dev/null
+wait "$pid"; rc=$?
+printf '%s %s\n' "$rev" "$rc" > "$sd/switch.done" 2>/dev/null
+rm -f "$sd/switch.pid"
+exit $rc
+""".replace("$SWITCH_MARK", SWITCH_COMPOSE_MARK)  # noqa: E501 - a shell program: its lines are the script's
+
+# $1 workdir, $2 revision. Prints what the host knows of that revision's switch: "running",
+# "done STATUS", "installed" (its history line was written and nothing records compose's end:
+# the script could not write switch.done, or it was killed), or "absent" (it never got that far),
+# then the sha256 of the deployed compose file.
+_SWITCH_STATUS_SCRIPT = r"""
+sd=$1/.servedeck; rev=$2
+state=absent
+for attempt in 1 2; do
+  if [ -f "$sd/switch.pid" ] && read -r r p < "$sd/switch.pid" && [ "$r" = "$rev" ] && kill -0 "$p" 2>/dev/null; then state=running; break; fi
+  if [ -f "$sd/switch.done" ] && read -r r c < "$sd/switch.done" && [ "$r" = "$rev" ]; then state="done $c"; break; fi
+  if grep -q "^{\"revision\":$rev,.*\"outcome\":\"started\"" "$sd/history.jsonl" 2>/dev/null; then state=installed; else state=absent; fi
+  [ "$attempt" = 1 ] && sleep 1
+done
+echo "$state"
+if [ -f "$1/docker-compose.yml" ]; then sha256sum < "$1/docker-compose.yml" | cut -d' ' -f1; else echo; fi
+"""  # noqa: E501 - a shell program: its lines are the script's
+
+# $1 workdir, $2 revision: SIGTERM to that revision's running compose step.
+_SWITCH_STOP_SCRIPT = r"""
+sd=$1/.servedeck
+if [ -f "$sd/switch.pid" ] && read -r r p < "$sd/switch.pid" && [ "$r" = "$2" ]; then kill -TERM "$p" 2>/dev/null && echo stopping; fi
+"""  # noqa: E501 - a shell program: its lines are the script's
 
 # $1 workdir, $2 history line, $3 good sha to store ("" none), $4 lock JSON to release ("" keep),
 # $5 history lines to keep, then the good hashes to keep. Prints the lock release status.
-_FINISH_SCRIPT = r"""
+_FINISH_SCRIPT = hist.APPEND_SH + r"""
 set -u
+umask 077
 wd=$1; line=$2; store=$3; mine=$4; keep=$5; shift 5
-sd=$wd/.servedeck; mkdir -p "$sd/good"; chmod 700 "$sd" "$sd/good"
-printf '%s\n' "$line" >> "$sd/history.jsonl"
+sd=$wd/.servedeck; mkdir -p "$sd/good" 2>/dev/null; chmod 700 "$sd" "$sd/good" 2>/dev/null
+err=$( { sd_append "$sd/history.jsonl" "$line"; } 2>&1 ) || echo "servedeck-finish: the final history line(s) could not be written: $err" >&2
+rm -f "$sd/switch.done"
 if [ -n "$store" ] && [ -f "$wd/docker-compose.yml" ]; then
   got=$(sha256sum < "$wd/docker-compose.yml" | cut -d' ' -f1)
   if [ "$got" = "$store" ] && [ ! -f "$sd/good/$store.yml" ]; then
@@ -137,7 +217,24 @@ if [ -z "$mine" ]; then echo kept
 elif [ ! -f "$lock" ]; then echo absent
 elif [ "$(cat "$lock")" = "$mine" ]; then rm -f "$lock"; echo released
 else echo other; cat "$lock"; fi
-"""
+"""  # noqa: E501 - a shell program: its lines are the script's
+
+
+@dataclass(frozen=True)
+class SwitchStatus:
+    """What the host knows of one revision's switch.
+
+    Attributes:
+        state: ``running`` (Compose runs), ``done`` (it ended: ``rc``), ``installed`` (the file
+            was installed and its history line written, and nothing records Compose's end) or
+            ``absent`` (the switch never got that far: nothing was changed).
+        rc: Compose's exit status (``done``), else None.
+        compose_sha256: the sha256 of the deployed ``docker-compose.yml`` now (None: none).
+    """
+
+    state: str
+    rc: int | None
+    compose_sha256: str | None
 
 
 @dataclass
@@ -146,8 +243,12 @@ class HostState:
 
     Attributes:
         lock: ``acquired`` (ours now) | ``replaced`` (ours now; ``replaced`` holds the stale
-            lock we took over) | ``held`` (someone else's: ``holder``) | ``free``.
-        holder: the other lock (``held``), or None; ``holder_raw`` its text if unparsable.
+            lock we took over) | ``held`` (someone else's: ``holder``) | ``free`` |
+            ``unwritable`` (the working directory cannot be written: ``unwritable`` says why;
+            no lock was taken and nothing was left behind).
+        holder: the other lock (``held``), or None; ``holder_raw`` its text if unparsable
+            (``"(empty)"`` for an empty lock file: damage, no command holds it).
+        unwritable: the host's own words for why the lock could not be written.
         replaced: the lock taken over with force, or None.
         compose_sha256: sha256 of the deployed ``docker-compose.yml`` (None: none).
         good: hashes of the known-good compose files stored in ``.servedeck/good/``.
@@ -157,6 +258,7 @@ class HostState:
     lock: str
     holder: LockInfo | None = None
     holder_raw: str = ""
+    unwritable: str | None = None
     replaced: LockInfo | None = None
     compose_sha256: str | None = None
     good: set[str] = field(default_factory=set)
@@ -197,11 +299,19 @@ class RemoteHost:
         self._pending_lock: str | None = None
         self.api_version: str | None = None
         self._snapshot: dict[str, bytes | None] = {}
+        self.finish_problem: str | None = None
 
     def __repr__(self) -> str:
         return f"RemoteHost({self.name!r}, {self.ssh_target.destination!r}, {self.workdir!r})"
 
     # ------------------------------------------------------------------ paths
+
+    @property
+    def project(self) -> str:
+        """The Compose project of this working directory
+        (:func:`servedeck.grammar.compose_project_name`): every compose command servedeck runs
+        here names it, and the rendered file carries it (``name:``)."""
+        return compose_project_name(self.workdir)
 
     @property
     def compose_path(self) -> str:
@@ -325,11 +435,12 @@ class RemoteHost:
 
     def compose(self, args: list[str], *, file: str = COMPOSE, check: bool = True,
                 timeout: float | None = 900.0) -> Result:
-        """Run ``docker compose -f <workdir>/<file> --project-directory <workdir> <args...>``
-        on the host (Compose v2, :data:`~servedeck.host.facts.COMPOSE_SH`). Same errors as
-        :meth:`run`."""
+        """Run ``docker compose -p <project> -f <workdir>/<file> --project-directory <workdir>
+        <args...>`` on the host (Compose v2, :data:`~servedeck.host.facts.COMPOSE_SH`). Same
+        errors as :meth:`run`."""
         return self.run_script(COMPOSE_SH + 'sd_compose "$@"',
-                               ["-f", self.abspath(file), "--project-directory", self.workdir, *args],
+                               ["-p", self.project, "-f", self.abspath(file), "--project-directory",
+                                self.workdir, *args],
                                check=check, timeout=timeout)
 
     def normalised_service(self, file: str = COMPOSE) -> tuple[str, dict[str, Any]] | None:
@@ -354,18 +465,53 @@ class RemoteHost:
         """Install a compose file and run compose on it, in ONE round trip.
 
         The file is ``data`` (uploaded) or the stored known-good file ``good_sha``; it is
-        written 0600, checked by sha256, the ``history_line`` is appended, then it is renamed
-        over ``docker-compose.yml`` and ``docker compose <compose_args>`` runs.
+        written 0600, checked by sha256, the ``history_line`` (with its ``revision``) is
+        appended, then it is renamed over ``docker-compose.yml``, the working directory's
+        containers of another Compose project and its own that do not run (what a stopped
+        Compose leaves) are removed, and ``docker compose <compose_args>`` runs; the host records
+        the step while it runs and how it ended (:meth:`switch_status`), whatever happens to
+        this connection.
 
         Returns:
-            the compose :class:`Result` (exit 3: checksum mismatch, 6: no such good file).
+            the :class:`Result`: an exit status in :data:`SWITCH_NOT_STARTED` (the message on
+            stderr says why) when nothing was changed, else Compose's, with
+            :data:`SWITCH_COMPOSE_MARK` on stdout.
         """
         if (data is None) == (good_sha is None):
             raise ValueError("give exactly one of data and good_sha")
+        if good_sha is not None and not SHA256_RE.match(good_sha):
+            raise ValueError(f"not a sha256: {good_sha!r}")
         sha = hashlib.sha256(data).hexdigest() if data is not None else good_sha
         args = [self.workdir, "-" if data is not None else str(good_sha), str(sha),
-                hist.line(history_line).decode().rstrip("\\n"), *compose_args]
+                hist.line(history_line).decode().rstrip("\n"), self.project,
+                str(int(history_line["revision"])), *compose_args]
         return self.run_script(_SWITCH_SCRIPT, args, input=data, check=False, timeout=timeout)
+
+    def switch_status(self, revision: int, *, timeout: float = 10.0) -> SwitchStatus:
+        """What the host knows of revision ``revision``'s switch (:data:`_SWITCH_STATUS_SCRIPT`),
+        in one command of its own (a switch in progress holds the session).
+
+        Raises:
+            HostUnreachable: no answer within ``timeout`` seconds.
+        """
+        res = self.run_script(_SWITCH_STATUS_SCRIPT, [self.workdir, str(int(revision))], check=False,
+                              timeout=timeout)
+        lines = res.stdout.splitlines() + ["", ""]
+        state, _, rc = lines[0].strip().partition(" ")
+        if state not in ("running", "done", "installed", "absent"):
+            raise HostUnreachable(f"host {self.name}: the switch status came back as {res.stdout[:200]!r}")
+        return SwitchStatus(state, int(rc) if rc.strip().lstrip("-").isdigit() else None,
+                            lines[1].strip() or None)
+
+    def stop_switch(self, revision: int, *, timeout: float = 10.0) -> bool:
+        """Send SIGTERM to revision ``revision``'s Compose step if it still runs; True if it did.
+
+        Raises:
+            HostUnreachable: no answer within ``timeout`` seconds.
+        """
+        res = self.run_script(_SWITCH_STOP_SCRIPT, [self.workdir, str(int(revision))], check=False,
+                              timeout=timeout)
+        return "stopping" in res.stdout
 
     # ------------------------------------------------------------------ state, lock, history
 
@@ -391,6 +537,9 @@ class RemoteHost:
             raise HostUnreachable(f"host {self.name}: the state script returned no lock status")
         status, rest = lock_lines[0].strip(), "\n".join(lock_lines[1:])
         state = HostState(lock=status)
+        if status == "unwritable":
+            self._pending_lock = None
+            state.unwritable = rest.strip() or "the host gave no reason"
         if status in ("acquired", "replaced"):
             self._held_lock = self._pending_lock
             if status == "replaced" and rest.strip():
@@ -398,14 +547,14 @@ class RemoteHost:
                     state.replaced = LockInfo.model_validate_json(rest)
                 except ValueError:
                     state.replaced = None
-        elif status == "held" and rest.strip():
+        elif status == "held":
             try:
                 state.holder = LockInfo.model_validate_json(rest)
             except ValueError:
-                state.holder_raw = rest.strip()
+                state.holder_raw = rest.strip() or "(empty)"
         sha = "".join(sections.get("compose", [])).strip()
         state.compose_sha256 = sha or None
-        state.good = {f[:-4] for f in sections.get("good", []) if f.endswith(".yml")}
+        state.good = {f[:-4] for f in sections.get("good", []) if f.endswith(".yml") and SHA256_RE.match(f[:-4])}
         state.history = hist.history_records("\n".join(sections.get("history", [])).encode())
         return state
 
@@ -439,11 +588,13 @@ class RemoteHost:
                 time, says whether it looks stale, and hints at ``--force-unlock``.
         """
         state = self.state(lock_owner=owner, force_unlock=force)
+        if state.lock == "unwritable":
+            raise unwritable_error(self.name, self.workdir, state.unwritable or "")
         if state.lock == "held":
             kw = {} if stale_after_h is None else {"stale_after_h": stale_after_h}
             if state.holder is None and state.holder_raw:
                 parse_lock(self.name, self.lock_path, state.holder_raw)  # raises: not valid
-            raise held_error(self.name, state.holder, **kw)
+            raise held_error(self.name, state.holder, raw=state.holder_raw, **kw)
         assert self._held_lock is not None
         return LockInfo.model_validate_json(self._held_lock)
 
@@ -485,8 +636,8 @@ class RemoteHost:
         One ``>>`` append (O_APPEND) of a single line, so concurrent appends do not
         interleave. Values must be JSON-serialisable.
         """
-        self.run_script('set -eu; mkdir -p "$(dirname "$1")"; cat >> "$1"', [self.history_path],
-                        input=hist.line(line))
+        self.run_script(hist.APPEND_SH + 'set -eu; umask 077; mkdir -p "$(dirname "$1")"; sd_append "$1" "$2"',
+                        [self.history_path, hist.line(line).decode().rstrip("\n")])
 
     def finish(self, history_lines: list[dict[str, Any]], *, store_good: str | None = None,
                keep_good: list[str] | tuple[str, ...] = (), release: bool = True) -> str:
@@ -497,14 +648,20 @@ class RemoteHost:
 
         Returns:
             the lock status: ``released`` | ``kept`` | ``absent`` | ``other`` (not ours: left).
+            :attr:`finish_problem` says why the final lines could not be written (a full or
+            read-only disk), else None.
         """
         mine = self._held_lock if release else None
+        self.finish_problem = None
         res = self.run_script(_FINISH_SCRIPT, [self.workdir,
                                                b"".join(map(hist.line, history_lines)).decode().rstrip("\n"),
                                                store_good or "", mine or "", str(hist.KEEP_LINES),
                                                *keep_good], timeout=60)
         if release:
             self._held_lock = None
+        problem = [ln for ln in res.stderr.splitlines() if ln.startswith("servedeck-finish: ")]
+        if problem:
+            self.finish_problem = problem[0].removeprefix("servedeck-finish: ")
         return (res.stdout.splitlines() or ["?"])[0].strip()
 
     # ------------------------------------------------------------------ facts
@@ -570,7 +727,8 @@ class RemoteHost:
         res = self.run_script(script, args, timeout=60)
         facts_text, _, state_text = ("\n" + res.stdout).partition("\n==lock\n")  # the state's first section
         state_text, _, snapshot = ("==lock\n" + state_text).partition("\n==snapshot\n")
-        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))  # an unreadable file is left out: read_file reports it later
+        # an unreadable file is left out: read_file reports it later
+        self._snapshot.update(_decode_b64_files(wanted, snapshot.splitlines()))
         state = self._parse_state(state_text, lock_owner)
         facts = parse_facts(self.name, self.workdir, facts_text, port, [(p, self.abspath(p)) for p in paths])
         if state.holder is not None:

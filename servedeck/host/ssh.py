@@ -259,6 +259,23 @@ class SshTransport:
         elif self._session is not None:
             self._session.stale = True  # the thread using it drops it when its command ends
 
+    def abort_session(self) -> None:
+        """Kill the remote session's local ``ssh`` (from any thread): a command blocked on it
+        (a frozen session or connection) returns at once with :class:`HostUnreachable`, and the
+        next command opens a fresh session. What the command started on the host runs on."""
+        session = self._session
+        proc = session.proc if session is not None else None
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        if session is not None:
+            session.stale = True
+            # with connection sharing the master holds the session's pipes (OpenSSH passes them
+            # on): killing ssh need not end them, so the waiting command is told as well
+            session.aborted = True
+
     def open_session(self, timeout: float | None = 30.0) -> None:
         """Start the remote session now (e.g. in a thread while the caller imports and
         renders), so that the first command does not wait for the login shell.
@@ -601,6 +618,10 @@ End of input ends the loop and removes its temporary directory (also when the co
 breaks: SIGPIPE and SIGHUP exit through the EXIT trap, which dash would otherwise skip)."""
 
 
+ABORT_POLL_S = 0.5
+"""How often a command waiting on its session checks whether the session was aborted."""
+
+
 class _SessionFailed(Exception):
     """The session's ssh ended (or spoke out of protocol): its exit status and stderr."""
 
@@ -628,6 +649,7 @@ class _Session:
         self.argv = argv
         self.nonce = nonce.encode()
         self.stale = False  # reconnect() was called while a command ran: drop after it
+        self.aborted = False  # abort_session(): a command waiting on it fails at once
         self.proc: subprocess.Popen | None = None
         self._stderr = tempfile.TemporaryFile()
         self._buf = bytearray()
@@ -645,6 +667,7 @@ class _Session:
         # to give the lock back and roll back
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, start_new_session=True)
+        assert self.proc.stdin is not None  # stdin=PIPE
         os.set_blocking(self.proc.stdin.fileno(), False)
         try:
             while not self._line(deadline).endswith(self.nonce + b" ready"):
@@ -683,7 +706,8 @@ class _Session:
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 try:
-                    stream.close()
+                    if stream is not None:
+                        stream.close()
                 except OSError:
                     pass
             for stop, wait_s in ((None, 0.2), (proc.terminate, 0.5), (proc.kill, None)):
@@ -710,12 +734,22 @@ class _Session:
         return _SessionFailed(rc, self._stderr.read())
 
     def _wait(self, fd: int, write: bool, deadline: float | None) -> None:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise TimeoutError
-        ready = select.select([], [fd], [], left) if write else select.select([fd], [], [], left)
-        if not any(ready):
-            raise TimeoutError
+        """Wait until ``fd`` can be read (written), in slices of :data:`ABORT_POLL_S` so that
+        :meth:`SshTransport.abort_session` from another thread ends the wait.
+
+        Raises:
+            TimeoutError: ``deadline`` passed; _SessionFailed: the session was aborted.
+        """
+        while True:
+            if self.aborted:
+                raise _SessionFailed(None, b"the session was aborted (its connection froze)")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            step = ABORT_POLL_S if left is None else min(left, ABORT_POLL_S)
+            ready = select.select([], [fd], [], step) if write else select.select([fd], [], [], step)
+            if any(ready):
+                return
 
     def _write(self, data: bytes, deadline: float | None) -> None:
         assert self.proc is not None and self.proc.stdin is not None

@@ -614,7 +614,8 @@ class Launcher:
         edit = (self.edit_option or "").lstrip("-")
         for opt in launch.options:
             if opt.name != edit:
-                name = "port" if self.option_fields.get(opt.name) == "port" else "launcher." + opt.name.replace("-", "_")
+                own = self.option_fields.get(opt.name) == "port"
+                name = "port" if own else "launcher." + opt.name.replace("-", "_")
                 out[name] = scalar(opt.value) if opt.value is not None else True
         out.update(self.edit_view(launch))
         for a in grammar.last_wins([f.arg for f in launch.flags if f.arg is not None]).values():

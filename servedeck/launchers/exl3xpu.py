@@ -60,7 +60,7 @@ def set_value(value: Any, *, env: bool = False) -> str:
         return grammar.compact_json(value)
     text = str(value)
     kind = yaml11_type(text)
-    if kind == "str" and text.strip() == text and not text[:1] in "[{\"'!&*#|>%@`":
+    if kind == "str" and text.strip() == text and text[:1] not in "[{\"'!&*#|>%@`":
         return text
     if env and kind == "int" and text.isdigit() and (text == "0" or not text.startswith("0")):
         return text

@@ -63,6 +63,17 @@ def find(name: str | None) -> Launcher | None:
     return _KNOWN.get(name) if name else None
 
 
+def known_name(name: str) -> str:
+    """``name`` when a launcher has it: the field validator of every model that names a launcher.
+
+    Raises:
+        ValueError: no launcher has that name (pydantic reports it at the field, the known ones named).
+    """
+    if find(name) is None:
+        raise ValueError(f"unknown launcher {name!r} (known: {', '.join(names())})")
+    return name
+
+
 def get(name: str) -> Launcher:
     """The launcher named ``name``.
 
@@ -125,5 +136,5 @@ def of_repository(repository: str) -> tuple[Launcher, str] | None:
     return None
 
 
-__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of", "of_image",
-           "of_arguments", "of_repository", "of_repository_name"]
+__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of",
+           "of_image", "of_arguments", "of_repository", "of_repository_name"]

@@ -118,7 +118,9 @@ CARDS: tuple[Card, ...] = (
     Card("a10", "NVIDIA A10", "cuda", 600.0, 24.0, 384, "GDDR6", 150.0,
          125.0, 250.0, (_A10,), names=(r"\bA10\b(?!0)",)),
     Card("rtx-a6000", "NVIDIA RTX A6000", "cuda", 768.0, 48.0, 384, "GDDR6 ECC", 300.0,
-         154.8, 309.7, ("NVIDIA RTX A6000 datasheet (768 GB/s, 48 GB GDDR6, 300 W; 309.7 tensor TFLOPS with sparsity)",), names=(r"\bRTX A6000\b",)),
+         154.8, 309.7, ("NVIDIA RTX A6000 datasheet (768 GB/s, 48 GB GDDR6, 300 W; "
+                        "309.7 tensor TFLOPS with sparsity)",),
+         names=(r"\bRTX A6000\b",)),
     Card("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", "cuda", 960.0, 48.0, 384, "GDDR6 ECC", 300.0,
          364.2, 728.5, ("NVIDIA RTX 6000 Ada Generation datasheet (960 GB/s, 48 GB GDDR6, 300 W; 1,457 FP8 TFLOPS "
           "with sparsity)",),

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from ruamel.yaml import YAML
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
+from servedeck.fsutil import atomic_write, read_bounded
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
-from servedeck.yamlio import load_data
+from servedeck.yamlio import CATALOG_LIMITS, YAMLError, file_error, load_data, roundtrip
 
 
 _DIGEST_RE = re.compile(r"^(?P<algo>[a-z0-9]+(?:[+._-][a-z0-9]+)*):(?P<hex>.*)$")
@@ -129,9 +128,7 @@ class ImageFacts(BaseModel):
     @field_validator("launcher")
     @classmethod
     def _known_launcher(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def port(self) -> int:
@@ -175,51 +172,94 @@ class CatalogFile(BaseModel):
 
 
 def _load_catalog(path: Path) -> CatalogFile:
-    if not path.exists():
-        return CatalogFile()
     try:
-        raw = load_data(path.read_text(encoding="utf-8")) or {}
+        raw = load_data(read_bounded(path, CATALOG_LIMITS.max_bytes, what="YAML"), limits=CATALOG_LIMITS) or {}
         return CatalogFile.model_validate(raw)
+    except FileNotFoundError:
+        return CatalogFile()
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ServedeckError(err["msg"], file=str(path), field=loc,
                              hint="fix the image catalog entry") from None
-    except Exception as exc:  # ruamel parse errors
-        if isinstance(exc, ServedeckError):
-            raise
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+    except YAMLError as exc:
+        raise file_error(exc, path) from None
 
 
 class Catalog:
-    """The image catalog loaded from a YAML file.
+    """The image catalog loaded from a YAML file, optionally over the shipped catalog.
+
+    Layers, first match wins, entry by entry: ``path`` (the project's, the one written),
+    locally built images, then ``shipped`` (read only). An entry of the user's replaces the
+    shipped entry of the same digest as a whole; every other shipped entry stays known.
 
     Args:
         path: ``deploy/images.yaml``; a missing file is an empty catalog.
         local: locally built images (:mod:`servedeck.model.local_images`): their facts are read
             from and written to ``.servedeck/images.yaml`` (untracked) instead of ``path``.
+        shipped: the catalog shipped with servedeck (:meth:`servedeck.model.project.Project.catalog`),
+            read under the others and never written; None: no shipped layer.
 
     Raises:
-        ServedeckError: when the file is not valid YAML or does not match :class:`CatalogFile`.
+        ServedeckError: when a file is not valid YAML or does not match :class:`CatalogFile`.
     """
 
-    def __init__(self, path: str | Path, local=None) -> None:
+    def __init__(self, path: str | Path, local=None, shipped: str | Path | None = None) -> None:
         self.path = Path(path)
         self.local = local
         self.data = _load_catalog(self.path)
         self.local_data = _load_catalog(local.catalog_path) if local is not None else CatalogFile()
+        self.shipped_path = Path(shipped) if shipped is not None else None
+        self.shipped_data = _load_catalog(self.shipped_path) if self.shipped_path is not None else CatalogFile()
+
+    def _layers(self) -> list[tuple[Path | None, CatalogFile]]:
+        return [(self.path, self.data),
+                (self.local.catalog_path if self.local is not None else None, self.local_data),
+                (self.shipped_path, self.shipped_data)]
 
     def lookup(self, digest: str | None) -> ImageFacts | None:
         """Facts for ``sha256:<hex>``, or None when the digest is unknown."""
+        found = self.source(digest)
+        return found[1] if found is not None else None
+
+    def source(self, digest: str | None) -> tuple[Path, ImageFacts] | None:
+        """(the catalog file whose entry is used, the facts) for ``digest``, or None."""
         if not digest:
             return None
-        return self.data.images.get(digest) or self.local_data.images.get(digest)
+        for path, data in self._layers():
+            facts = data.images.get(digest)
+            if facts is not None and path is not None:
+                return path, facts
+        return None
+
+    def describe_source(self, digest: str | None) -> str | None:
+        """Which catalog the facts of ``digest`` come from, as a user reads it: ``the shipped
+        catalog (PATH)``, ``the project's catalog (PATH)``, ``your per-user catalog (PATH)``,
+        ``the catalog of local builds (PATH)``; None when
+        the digest is unknown."""
+        found = self.source(digest)
+        if found is None:
+            return None
+        path = found[0]
+        from servedeck.model.project import state_dir
+        if path == self.shipped_path:
+            kind = "the shipped catalog"
+        elif self.local is not None and path == self.local.catalog_path:
+            kind = "the catalog of local builds"
+        elif path.parent == state_dir():
+            kind = "your per-user catalog"
+        else:
+            kind = "the project's catalog"
+        return f"{kind} ({path})"
 
     def vllm_facts_path(self, digest: str | None) -> Path | None:
         """The file of the extracted vLLM facts of ``digest`` (read by
-        :func:`servedeck.vllm.facts.image_vllm_facts`), or None when none were extracted."""
-        entry = self.lookup(digest)
-        return self.path.parent / entry.vllm_facts if entry is not None and entry.vllm_facts else None
+        :func:`servedeck.vllm.facts.image_vllm_facts`), relative to the catalog file the entry
+        comes from, or None when none were extracted."""
+        found = self.source(digest)
+        if found is None or not found[1].vllm_facts:
+            return None
+        return found[0].parent / found[1].vllm_facts
 
     def add_with_vllm_facts(self, digest: str, facts: ImageFacts, vllm: Any) -> None:
         """Write ``vllm`` (a VllmFacts) to ``image-facts/<algo>-<hex>.json`` beside the catalog
@@ -229,7 +269,7 @@ class Catalog:
             OSError: when a file cannot be written.
         """
         rel = f"image-facts/{digest.replace(':', '-')}.json"
-        out = self.path.parent / rel
+        out = self._target(digest).parent / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, vllm.model_dump_json(indent=1, by_alias=True) + "\n")
         self.add(digest, facts.model_copy(update={"vllm_facts": rel}))
@@ -244,17 +284,14 @@ class Catalog:
         Raises:
             OSError: when the file cannot be written.
         """
-        target = self.path
-        if self.local is not None and self.local.owns(digest):
-            target = self.local.catalog_path
+        target = self._target(digest)
+        if target != self.path:
             self.local_data.images[digest] = facts
         else:
             self.data.images[digest] = facts
-        y = YAML(typ="rt")
-        y.width = 4096
-        y.preserve_quotes = True
-        y.indent(mapping=2, sequence=2, offset=0)
-        doc = y.load(target.read_text(encoding="utf-8")) if target.exists() else None
+        y = roundtrip(width=4096, indent=(2, 2, 0), preserve_quotes=True, limits=CATALOG_LIMITS)
+        doc = (y.load(read_bounded(target, CATALOG_LIMITS.max_bytes, what="YAML")) if target.exists()
+               else None)
         if not doc:
             doc = y.load("# servedeck image catalog: facts per image digest (see servedeck/catalog.py).\n"
                          "images: {}\n")
@@ -264,6 +301,13 @@ class Catalog:
         buf = io.StringIO()
         y.dump(doc, buf)
         atomic_write(target, buf.getvalue())
+
+    def _target(self, digest: str) -> Path:
+        """The file an entry for ``digest`` is written to: ``.servedeck/images.yaml`` for a
+        local build, else :attr:`path` (never the shipped catalog)."""
+        if self.local is not None and self.local.owns(digest):
+            return self.local.catalog_path
+        return self.path
 
 
 # ----------------------------------------------------------------------------- first contact
@@ -312,6 +356,6 @@ def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     if "xpu" in (tag or "").lower() and device == "cuda":
         device = "xpu"
     return ImageFacts(repository=repository, launcher=launcher.name, vllm_version=version,
-                      device=device,  # type: ignore[arg-type]
+                      device=device,
                       entrypoint=list(launcher.start), default_port=launcher.default_port, inferred=True,
                       note=f"inferred from the repository and tag {tag or '(none)'}")

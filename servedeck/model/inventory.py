@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servedeck.errors import ServedeckError
+from servedeck.grammar import HOST_NAME_RE, check_all
 from servedeck.model.ssh_target import SshTarget, read_inventory_data
 
 if TYPE_CHECKING:
@@ -107,9 +108,18 @@ class HostEntry(BaseModel):
     def place(self, profile: "Profile", image: str | None = None) -> "Profile":
         """``profile`` as this host runs it: with ``image`` (a deploy's ``--image``, a
         digest-pinned reference) in place of its own, and this host's ``container_name`` /
-        ``host_port`` overrides applied (the same object when nothing is replaced)."""
+        ``host_port`` overrides applied (the same object when nothing is replaced).
+
+        Raises:
+            ServedeckError: ``image`` is not a digest-pinned reference.
+        """
         if image:
-            profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+            try:
+                profile = type(profile).model_validate({**profile.model_dump(exclude_unset=True), "image": image})
+            except ValidationError as exc:
+                raise ServedeckError(f"--image {image[:200]!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}",
+                                     field="image", hint="give a digest-pinned reference: "
+                                                         "REPOSITORY[:TAG]@sha256:<64 hex>") from None
         container: dict = {}
         if self.container_name is not None:
             container["container_name"] = self.container_name
@@ -135,6 +145,12 @@ class Inventory(BaseModel):
     hosts: dict[str, HostEntry] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)
 
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, v: dict[str, HostEntry]) -> dict[str, HostEntry]:
+        return check_all(HOST_NAME_RE, v, "host name", "letters, digits, '.', '_', '-', starting with a "
+                         "letter or digit (it names run records and files)")
+
     @model_validator(mode="after")
     def _group_members_exist(self) -> "Inventory":
         for group, members in self.groups.items():
@@ -142,6 +158,27 @@ class Inventory(BaseModel):
             if unknown:
                 raise ValueError(f"group {group!r} names unknown host(s) {', '.join(unknown)}")
         return self
+
+
+def shared_deployments(hosts: dict[str, HostEntry]) -> list[str]:
+    """Findings for inventory hosts that are one deployment under two names: the same SSH
+    target (alias or hostname, port, user, ssh config) and the same working directory, hence the
+    same Compose project (:func:`servedeck.grammar.compose_project_name`) on the same engine: a
+    deploy to one replaces the other's server. Different working directories never share a
+    project. One message per pair, naming both hosts and the project."""
+    from servedeck.grammar import compose_project_name
+    seen: dict[tuple, str] = {}
+    out = []
+    for name, entry in hosts.items():
+        s = entry.ssh
+        key = (s.alias or s.hostname, s.port, s.user, s.ssh_config, compose_project_name(entry.workdir))
+        if key in seen:
+            out.append(f"hosts {seen[key]} and {name} are one deployment: the same SSH target and "
+                       f"working directory {entry.workdir} (Compose project {key[-1]}); a deploy to "
+                       f"one replaces the other's server")
+        else:
+            seen[key] = name
+    return out
 
 
 def load_inventory(path: str | Path, raw: Any = None) -> Inventory:

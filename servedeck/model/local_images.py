@@ -22,11 +22,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from ruamel.yaml import YAML
-
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write
-from servedeck.yamlio import load_data
+from servedeck.fsutil import atomic_write, read_bounded
+from servedeck.yamlio import LIMITS, YAMLError, dump_data, file_error, load_data
 
 LOCAL_DIR = ".servedeck"
 LOCAL_IMAGES = "local-images.yaml"
@@ -42,7 +40,7 @@ def split_reference(image: str) -> tuple[str, str | None]:
 
 def is_placeholder(image: str | None) -> bool:
     """True when ``image`` pins the all-zero placeholder digest."""
-    return bool(image) and split_reference(image)[1] == PLACEHOLDER_DIGEST
+    return image is not None and split_reference(image)[1] == PLACEHOLDER_DIGEST
 
 
 class LocalImages:
@@ -72,13 +70,13 @@ class LocalImages:
             ServedeckError: the file is not a mapping under ``images``.
         """
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = read_bounded(self.path, LIMITS.max_bytes, what="YAML")
         except FileNotFoundError:
             return {}
         try:
             doc = load_data(text) or {}
-        except Exception as exc:  # ruamel parse errors
-            raise ServedeckError(f"not valid YAML: {exc}", file=str(self.path)) from None
+        except YAMLError as exc:
+            raise file_error(exc, self.path) from None
         images = doc.get("images") if isinstance(doc, dict) else None
         if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
             raise ServedeckError("expected `images: {REPOSITORY: REPOSITORY@sha256:…}`", file=str(self.path),
@@ -100,7 +98,7 @@ class LocalImages:
         buf = io.StringIO()
         buf.write("# Locally built images (written by `invoke image-build`; not tracked).\n"
                   "# A profile pinning REPOSITORY@sha256:000…0 (the placeholder) loads as the reference here.\n")
-        YAML(typ="safe", pure=True).dump({"images": images}, buf)
+        buf.write(dump_data({"images": images}))
         gitignore = self.root / LOCAL_DIR / ".gitignore"
         if not gitignore.exists():
             atomic_write(gitignore, "*\n")
@@ -108,7 +106,7 @@ class LocalImages:
 
     def resolve(self, image: str | None) -> str | None:
         """The local reference for a placeholder ``image`` of a recorded repository, else None."""
-        if not is_placeholder(image):
+        if image is None or not is_placeholder(image):
             return None
         return self.load().get(split_reference(image)[0])
 

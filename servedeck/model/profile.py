@@ -23,9 +23,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 from servedeck.errors import ServedeckError
+from servedeck.grammar import (CONTAINER_NAME_RE, ENV_NAME_RE, PROFILE_NAME_RE, SERVICE_NAME_RE,
+                               VOLUME_NAME_RE, check, check_all)
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings
-from servedeck.model.catalog import ImageRef
+from servedeck.model.catalog import Device, ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -33,7 +35,8 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_RE = re.compile(
     r"^(?P<repository>[a-z0-9][a-z0-9._\-/:]*?[a-z0-9])(?::(?P<tag>[\w][\w.\-]{0,127}))?"
     r"@(?P<digest>sha256:[0-9a-f]{64})$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+NAME_RE = PROFILE_NAME_RE
+ENV_NAME_RULE = "letters, digits, '_', '.', '-', not starting with a digit"
 
 ENGINE_FLAGS = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
                 "kv_cache_dtype", "enable_prefix_caching", "dtype")
@@ -79,9 +82,7 @@ class LauncherSpec(_Strict):
     @field_validator("kind")
     @classmethod
     def _known(cls, v: str) -> str:
-        if registry.find(v) is None:
-            raise ValueError(f"unknown launcher {v!r} (known: {', '.join(registry.names())})")
-        return v
+        return registry.known_name(v)
 
     @property
     def runs(self) -> Launcher:
@@ -263,6 +264,13 @@ class Volume(_Strict):
         """True for a named volume (source is not a path)."""
         return not self.source.startswith(("/", ".", "~", "$"))
 
+    @model_validator(mode="after")
+    def _named_volume_is_a_name(self) -> "Volume":
+        if self.is_named:
+            check(VOLUME_NAME_RE, self.source, "named volume", "letters, digits, '_', '.', '-' "
+                  "(a path starts with '/', '.' or '~')")
+        return self
+
 
 ModelSpec.model_rebuild()
 
@@ -305,7 +313,7 @@ class Container(_Strict):
     compose_extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def device(self) -> str:
+    def device(self) -> Device:
         """The device these settings give the server: ``xpu`` with ``/dev/dri``, ``cuda`` with an
         NVIDIA request (a CDI ``nvidia.com/...`` device; in ``compose_extra``: ``gpus``,
         ``runtime: nvidia``, or a ``deploy.resources.reservations.devices`` entry with the
@@ -319,7 +327,8 @@ class Container(_Strict):
         nvidia = isinstance(node, list) and any(
             isinstance(r, dict) and (r.get("driver") == "nvidia" or "gpu" in (r.get("capabilities") or []))
             for r in node)
-        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" or any(d.startswith("nvidia.com/") for d in self.devices):
+        if nvidia or x.get("gpus") or x.get("runtime") == "nvidia" \
+                or any(d.startswith("nvidia.com/") for d in self.devices):
             return "cuda"
         return "cpu"
 
@@ -333,6 +342,22 @@ class Container(_Strict):
             raise ValueError(f"compose_extra repeats modelled keys {clash}: set them in their "
                              "own fields")
         return v
+
+    @field_validator("service")
+    @classmethod
+    def _service(cls, v: str) -> str:
+        return check(SERVICE_NAME_RE, v, "service name", "letters, digits, '.', '_', '-' (Compose)")
+
+    @field_validator("container_name")
+    @classmethod
+    def _container_name(cls, v: str | None) -> str | None:
+        return v if v is None else check(CONTAINER_NAME_RE, v, "container name",
+                                         "a letter or digit, then letters, digits, '_', '.', '-' (Compose)")
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @field_validator("restart")
     @classmethod
@@ -398,6 +423,16 @@ class Profile(_Strict):
         if not NAME_RE.match(v):
             raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_', '-'")
         return v
+
+    @field_validator("extends")
+    @classmethod
+    def _extends(cls, v: str | None) -> str | None:
+        return v if v is None else check(PROFILE_NAME_RE, v, "parent profile", "a profile name")
+
+    @field_validator("launcher_env")
+    @classmethod
+    def _launcher_env_names(cls, v: dict[str, str | None]) -> dict[str, str | None]:
+        return check_all(ENV_NAME_RE, v, "environment variable name", ENV_NAME_RULE)
 
     @model_validator(mode="after")
     def _what_the_launcher_reads(self) -> "Profile":
@@ -510,8 +545,10 @@ def _model_for(model: type[BaseModel], key: str) -> type[BaseModel] | None:
 
 
 def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
-                prefix: tuple[str, ...] = ()) -> None:
-    """Reject unknown keys with "did you mean", before merging, so the file is named."""
+                prefix: tuple[str, ...] = ()) -> list[ServedeckError]:
+    """Every unknown key (with "did you mean"), found before merging so the file is named;
+    empty when all keys are known."""
+    problems: list[ServedeckError] = []
     for key, value in raw.items():
         if key not in model.model_fields:
             close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
@@ -521,13 +558,14 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], file: Path,
             hint = (f"did you mean {'.'.join(prefix + (close[0],))}?" if close
                     else f"did you mean {elsewhere[0]}?" if elsewhere
                     else f"known keys here: {', '.join(model.model_fields)}")
-            raise ServedeckError(f"unknown key {key!r} (value {value!r})", file=str(file),
-                                 field=".".join(prefix + (key,)), hint=hint)
+            problems.append(ServedeckError(f"unknown key {key!r} (value {value!r})", file=str(file),
+                                           field=".".join(prefix + (key,)), hint=hint,
+                                           rule="profile/unknown-key"))
+            continue
         sub = _model_for(model, key)
-        if sub is not None and isinstance(value, dict) and sub is not Speculative:
-            _check_keys(value, sub, file, prefix + (key,))
-        elif sub is Speculative and isinstance(value, dict):
-            _check_keys(value, Speculative, file, prefix + (key,))
+        if sub is not None and isinstance(value, dict):
+            problems += _check_keys(value, sub, file, prefix + (key,))
+    return problems
 
 
 class ProfileStore:
@@ -555,8 +593,14 @@ class ProfileStore:
         """The file of profile ``name``.
 
         Raises:
-            ServedeckError: when there is no such profile (with the closest names).
+            ServedeckError: ``name`` is not a profile name (:data:`NAME_RE`: checked before any
+                file is opened, so ``../x`` never reaches outside the directory), or there is no
+                such profile (with the closest names).
         """
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ServedeckError(f"{name!r} is not a profile name: lower-case letters, digits, '.', "
+                                 "'_' and '-', starting with a letter or digit", file=str(self.directory),
+                                 hint=f"profiles here: {', '.join(self.names()) or '(none)'}")
         p = self.directory / f"{name}.yaml"
         if not p.exists():
             close = difflib.get_close_matches(name, self.names(), n=3)
@@ -588,7 +632,7 @@ class ProfileStore:
             raise ServedeckError(f"name {raw['name']!r} differs from the file name",
                                  file=str(path), field="name",
                                  hint=f"rename the file or drop the name key (it defaults to {name!r})")
-        _check_keys(raw, Profile, path)
+        unknown = _check_keys(raw, Profile, path)
         parent: LoadedProfile | None = None
         merged: dict[str, Any]
         origin: dict[tuple[str, ...], Path]
@@ -600,7 +644,8 @@ class ProfileStore:
             try:
                 parent = self._load(parent_name, seen + (name,))
             except ServedeckError as exc:
-                if exc.field is None and "no profile named" in exc.message:
+                if exc.field is None and ("no profile named" in exc.message
+                                          or "is not a profile name" in exc.message):
                     raise ServedeckError(exc.message, file=str(path), field="extends",
                                          hint=exc.hint) from None
                 raise
@@ -620,16 +665,33 @@ class ProfileStore:
         try:
             profile = Profile.model_validate(merged)
         except ValidationError as exc:
-            raise _validation_error(exc, merged, origin, path) from None
+            raise ServedeckError.several(unknown + _validation_errors(exc, merged, origin, path, unknown)) from None
+        if unknown:
+            raise ServedeckError.several(unknown)
         loaded = LoadedProfile(profile=profile, chain=chain, merged=merged, parent=parent,
                              origin=origin)
         self._loaded[name] = loaded
         return loaded
 
 
-def _validation_error(exc: ValidationError, merged: dict[str, Any],
+def _validation_errors(exc: ValidationError, merged: dict[str, Any], origin: dict[tuple[str, ...], Path],
+                       path: Path, reported: list[ServedeckError] = ()) -> list[ServedeckError]:
+    """One error per bad field of ``exc``: pydantic's errors of the branches of a union at one
+    field (``int`` or ``"auto"``) are folded into the first one; unknown keys already in
+    ``reported`` are not repeated."""
+    out: list[ServedeckError] = []
+    seen = {p.field for p in reported}
+    for err in exc.errors():
+        problem = _validation_error(err, merged, origin, path)
+        if problem.field in seen:
+            continue
+        seen.add(problem.field)
+        out.append(problem)
+    return out
+
+
+def _validation_error(err: Any, merged: dict[str, Any],
                       origin: dict[tuple[str, ...], Path], path: Path) -> ServedeckError:
-    err = exc.errors()[0]
     loc = tuple(str(p) for p in err["loc"])
     # pydantic may add a union-member tag to the location; keep the user's path
     user_loc = tuple(p for p in loc if not p[0].isupper() and not p.startswith("function-"))
@@ -655,7 +717,7 @@ def _validation_error(exc: ValidationError, merged: dict[str, Any],
     elif err["type"] == "missing":
         hint = "add it here or in a parent profile"
     text = f"{msg} (value: {value!r})" if value is not None and err["type"] != "missing" else msg
-    return ServedeckError(text, file=str(file), field=field_path, hint=hint)
+    return ServedeckError(text, file=str(file), field=field_path, hint=hint, rule="profile/invalid")
 
 
 # --------------------------------------------------------------------------- diffs

@@ -12,6 +12,14 @@ The embedded default project ships with servedeck: the repository's top-level ``
 of these the user's project lacks is taken from there: a user's own ``templates/`` overrides
 the shipped templates, a directory without ``profiles/`` uses the shipped profiles and catalog.
 Runs and the inventory are never taken from the package.
+
+Nothing is ever written inside the package. The image catalog is layered
+(:meth:`Project.catalog`): the shipped ``deploy/images.yaml`` under the user's, entry by entry,
+so a project holding only ``profiles/`` still knows the shipped images and renders them as the
+embedded default project does. What servedeck records about images (``image-facts``, a deploy's
+first contact with a digest) goes into the project's ``deploy/images.yaml`` (``deploy/`` is
+created there), or, when no project was found, into the per-user state directory
+(:func:`state_dir`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_ENV = "SERVEDECK_PROJECT"
+STATE_ENV = "SERVEDECK_STATE_DIR"
+
+
+def state_dir() -> Path:
+    """The per-user state directory: ``$SERVEDECK_STATE_DIR``, else the platform's convention
+    (``platformdirs.user_state_dir("servedeck")``: ``$XDG_STATE_HOME/servedeck`` or
+    ``~/.local/state/servedeck`` on Linux). Holds the image catalog of a user who works
+    without a project. Not created here."""
+    env = os.environ.get(STATE_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+    return Path(platformdirs.user_state_dir("servedeck", appauthor=False))
+
+
+def is_source_checkout() -> bool:
+    """True when servedeck runs from a checkout of its repository (editable install or
+    ``PYTHONPATH``), where the shipped files are the repository's own; False for an installed
+    wheel, whose shipped files are package data that nothing may write."""
+    return shipped_root() == Path(__file__).resolve().parents[2]
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,6 +77,10 @@ class Project:
     """
 
     root: Path
+    found: bool = True
+    """False when no project was found (no ``--project``, no ``profiles/`` up from the current
+    directory): ``root`` is then the current directory, and image facts are recorded in
+    :func:`state_dir` instead."""
 
     @classmethod
     def find(cls, start: str | Path | None = None) -> "Project":
@@ -66,7 +98,7 @@ class Project:
         for cand in (here, *here.parents):
             if (cand / "profiles").is_dir():
                 return cls(cand)
-        return cls(here)
+        return cls(here, found=(here / "deploy").is_dir())
 
     def _own_or_shipped(self, *parts: str) -> Path:
         own = self.root.joinpath(*parts)
@@ -79,13 +111,33 @@ class Project:
 
     @property
     def catalog_path(self) -> Path:
-        """``deploy/images.yaml`` of the project. The shipped image catalog only for a directory
-        with neither ``profiles/`` nor ``deploy/`` (the embedded default project as a whole):
-        a deploy records new image facts here, and must never write into the package."""
+        """The image catalog this project writes (and reads over the shipped one):
+        ``deploy/images.yaml`` of the project, or ``images.yaml`` in :func:`state_dir` when no
+        project was found. Never a file inside the package."""
         own = self.root / "deploy" / "images.yaml"
-        if own.exists() or (self.root / "profiles").is_dir() or (self.root / "deploy").is_dir():
+        if self.found or own.exists():
             return own
-        return shipped_root() / "deploy" / "images.yaml"
+        return state_dir() / "images.yaml"
+
+    @property
+    def shipped_catalog_path(self) -> Path | None:
+        """The shipped image catalog (read only), or None when it is :attr:`catalog_path`
+        itself (the repository's own checkout)."""
+        shipped = shipped_root() / "deploy" / "images.yaml"
+        own = self.catalog_path
+        if own.exists() and shipped.exists() and own.resolve() == shipped.resolve():
+            return None
+        return shipped
+
+    def catalog(self):
+        """The layered image catalog (:class:`servedeck.model.catalog.Catalog`): this project's
+        :attr:`catalog_path` over :attr:`shipped_catalog_path`, with the locally built images.
+
+        Raises:
+            ServedeckError: a catalog file is not valid YAML or does not match the model.
+        """
+        from servedeck.model.catalog import Catalog
+        return Catalog(self.catalog_path, local=self.local_images, shipped=self.shipped_catalog_path)
 
     @property
     def own_profiles_dir(self) -> Path:

@@ -56,20 +56,20 @@ def read_inventory_data(path: str | Path) -> Any:
     """An inventory file's YAML data, not validated (``{}`` for an empty file).
 
     Raises:
-        ServedeckError: missing file or YAML error (naming the file).
+        ServedeckError: missing, too large, not UTF-8, a YAML error or beyond
+            :data:`servedeck.yamlio.LIMITS` (naming the file and line).
     """
-    from ruamel.yaml.error import YAMLError
-
-    from servedeck.yamlio import load_data
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS, YAMLError, file_error, load_data
     path = Path(path)
     try:
-        return load_data(path.read_text(encoding="utf-8")) or {}
+        return load_data(read_bounded(path, LIMITS.max_bytes, what="inventory")) or {}
     except FileNotFoundError:
         raise ServedeckError("inventory file not found", file=str(path),
                              hint="create deploy/hosts.yaml or pass --inventory FILE "
                                   "(or set SERVEDECK_INVENTORY)") from None
     except YAMLError as exc:
-        raise ServedeckError(f"not valid YAML: {exc}", file=str(path)) from None
+        raise file_error(exc, path) from None
 
 
 def inventory_ssh_target(data: Any, name: str) -> SshTarget | None:

@@ -109,7 +109,7 @@ def _model_section(title: str, model: Any, seen: set[Any]) -> list[str]:
     elif isinstance(model, type) and issubclass(model, BaseModel):
         out.append(field_table(model))
         nested = [m for f in model.model_fields.values() for m in _models_in(f.annotation)]
-    elif dataclasses.is_dataclass(model):
+    elif isinstance(model, type) and dataclasses.is_dataclass(model):
         keys = ", ".join(f"`{f.name}`" for f in dataclasses.fields(model))
         out.append(f"`{model.__module__}.{model.__qualname__}`: {keys}.")
     for sub in dict.fromkeys(nested):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.jsonio import parse
 from servedeck.runs import store
 
 if TYPE_CHECKING:
@@ -103,13 +104,6 @@ def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _meta_or_none(run_dir: Path) -> RunMeta | None:
-    try:
-        return store.read_meta(run_dir)
-    except ServedeckError:
-        return None
-
-
 def _profile_from_name(run_dir: Path) -> str | None:
     parts = Path(run_dir).name.split("-", 1)
     if len(parts) == 2 and "-" in parts[1]:
@@ -120,7 +114,7 @@ def _profile_from_name(run_dir: Path) -> str | None:
 def summarize_run(run_dir: Path) -> RunSummary:
     """Build the history line of one run directory (unreadable files give None fields)."""
     run_dir = Path(run_dir)
-    meta = _meta_or_none(run_dir)
+    meta = store.meta_or_none(run_dir)
     try:
         startup = store.read(run_dir, store.STARTUP)
     except ServedeckError:
@@ -147,8 +141,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
 
 def _load_index(runs_dir: Path) -> dict:
     try:
-        doc = json.loads((runs_dir / store.INDEX).read_bytes())
-    except (OSError, ValueError):
+        doc = parse((runs_dir / store.INDEX).read_bytes())
+    except (OSError, ValueError):  # missing, unreadable or refused: the cache is rebuilt
         return {}
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or not isinstance(doc.get("runs"), dict):
         return {}
@@ -186,7 +180,7 @@ def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     for _, name, mtime in _scan(runs_dir):
         hit = cached.get(name)
         if hit and hit[0] == mtime and len(hit[1]) == len(_CACHED_FIELDS):
-            row = RunSummary(*hit[1], runs_dir)
+            row = RunSummary(*hit[1] + [runs_dir])  # the cached fields in their order, then runs_dir
             fresh[name] = hit
         else:
             row = summarize_run(runs_dir / name)
@@ -219,7 +213,7 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, R
         d = runs_dir / name
         if not d.is_dir():
             continue
-        meta = _meta_or_none(d)
+        meta = store.meta_or_none(d)
         if profile is not None and (meta.profile if meta else _profile_from_name(d)) != profile:
             continue
         yield d, meta
@@ -258,6 +252,47 @@ def startup_seconds_by_profile(runs_dir: Path) -> dict[str, float]:
                 and row.start_to_ready_s is not None):
             found[row.profile] = float(row.start_to_ready_s)
     return found
+
+
+TIMING_RUNS = 5
+"""How many of a host's newest served runs a time estimate reads (:func:`host_timings`)."""
+
+
+def host_timings(runs_dir: Path, hosts: list[str], limit: int = TIMING_RUNS
+                 ) -> tuple[dict[str, dict[str, list[float]]], dict[str, float]]:
+    """What the run records say of each host's deploys and benchmarks, newest first.
+
+    Returns:
+        ``({host: {"ready_s": [...], "bench_s": [...]}}, {run id: ready s})``: per host, the
+        times to ready (run.json ``timings_s.deploy_total_s``) and bench durations (bench.json
+        ``finished_at - started_at``, seconds) of its last ``limit`` served runs; and the time to
+        ready of every served run of those hosts. Unreadable records are passed over.
+    """
+    out: dict[str, dict[str, list[float]]] = {h: {"ready_s": [], "bench_s": []} for h in hosts}
+    ready_by_run: dict[str, float] = {}
+    if not runs_dir.exists():
+        return out, ready_by_run
+    for _, path in sorted(store.run_dirs(runs_dir), reverse=True):
+        meta = store.meta_or_none(path)
+        if meta is None or meta.host not in out or not meta.served:
+            continue
+        host = meta.host
+        ready = meta.timings_s.get("deploy_total_s")
+        if ready is not None:
+            ready_by_run[path.name] = float(ready)
+        if ready is not None and len(out[host]["ready_s"]) < limit:
+            out[host]["ready_s"].append(float(ready))
+        if len(out[host]["bench_s"]) < limit:
+            try:
+                bench = store.read(path, store.BENCH_SUMMARY)
+            except ServedeckError:
+                continue
+            if bench is None:
+                continue
+            start, end = store.iso_seconds(bench.started_at), store.iso_seconds(bench.finished_at)
+            if start is not None and end is not None and end >= start:
+                out[host]["bench_s"].append(end - start)
+    return out, ready_by_run
 
 
 def resolve_run(runs_dir: Path, ref: str) -> Path:
@@ -316,8 +351,9 @@ def run_document(run_dir: Path) -> dict[str, Any]:
         ServedeckError: a file is not valid JSON or does not match its model.
     """
     run_dir = Path(run_dir)
-    named = {"run": store.RUN_META, "startup": store.STARTUP, "args_verification": store.ARGS_VERIFICATION,
-             "bench": store.BENCH_SUMMARY, "diff": store.PROFILE_DIFF}
+    named: dict[str, store.RunFile[Any]] = {
+        "run": store.RUN_META, "startup": store.STARTUP, "args_verification": store.ARGS_VERIFICATION,
+        "bench": store.BENCH_SUMMARY, "diff": store.PROFILE_DIFF}
     doc: dict[str, Any] = {key: _as_json(run_dir, file) for key, file in named.items()}
     doc["files"] = {str(f): _as_json(run_dir, f) for f in store.present_files(run_dir)
                     if f.form == "json" and f not in named.values()}

@@ -47,13 +47,14 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from servedeck import __version__
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
+from servedeck.grammar import HOST_NAME_RE, RUN_ID_RE
 
 if TYPE_CHECKING:  # the models (pydantic) are imported when a file is written or read
     from servedeck.runs.records import (ArgsVerification, ArgvRecord, BenchSummary, CapacityResult, CurveSummary,
                                         EffectiveSettings, ExternalSummary, FactsRecord, FailurePhase, KvRecord,
                                         LmEvalResult, LoadSummary, MeasuredCeilings, Outcome, ProfileDiff,
                                         ProfileSnapshot, QualityResult, RequestRecord, Roofline, RunMeta, Sample,
-                                        StartupFacts, TelemetryRecord, Workload)
+                                        SequentialRecord, StartupFacts, TelemetryRecord, Workload)
 
 M = TypeVar("M")
 
@@ -125,6 +126,10 @@ WORKLOAD: RunFile[Workload] = RunFile("workload.json", "Workload", "the benchmar
 BENCH_SAMPLES: RunFile[Sample] = RunFile("bench.jsonl", "Sample", "one line per request sample", form="jsonl",
                                          shown=False)
 BENCH_SUMMARY: RunFile[BenchSummary] = RunFile("bench.json", "BenchSummary", "summary per phase and metric")
+SEQUENTIAL: RunFile[SequentialRecord] = RunFile(
+    "sequential.json", "SequentialRecord", "sequential sampling (`bench --against`, `ab --interleave`): the design, "
+    "the runs of each arm, each look's requests, levels and decisions, why sampling stopped; in every run of the "
+    "experiment")
 LOAD_SAMPLES: RunFile[RequestRecord] = RunFile(
     "load.jsonl", "RequestRecord", "a load benchmark: one line per request of every level (warm-up: level -1)",
     form="jsonl", shown=False)
@@ -163,8 +168,8 @@ EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
 #: ``invoke show``).
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
-    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, LOAD_SAMPLES, LOAD_SUMMARY, CAPACITY,
-    QUALITY, LM_EVAL, TELEMETRY, LOAD_TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
+    ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, SEQUENTIAL, LOAD_SAMPLES, LOAD_SUMMARY,
+    CAPACITY, QUALITY, LM_EVAL, TELEMETRY, LOAD_TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
@@ -194,6 +199,39 @@ def external_curve(name: str) -> RunFile[CurveSummary]:
 
 RUN_DIR_RE = re.compile(r"^(?P<seq>\d{4,})-(?P<rest>.+)$")
 
+
+def run_path(runs_dir: str | Path, run_id: Any) -> Path:
+    """``runs_dir / run_id`` for a run id read from outside (a host's history, a fleet host's
+    result file, the command line), checked against :data:`servedeck.grammar.RUN_ID_RE` before
+    any file is opened.
+
+    Raises:
+        ServedeckError: ``run_id`` is not a run id (a path, ``..``, empty, not a string).
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ServedeckError(f"{str(run_id)[:120]!r} is not a run id (<sequence>-<profile>-<host>, "
+                             "one name without '/')", hint="is the host's history or result file damaged?")
+    return Path(runs_dir) / run_id
+
+
+def recorded_run(runs_dir: str | Path, run_id: Any) -> Path | None:
+    """The local run directory a value read from outside names (a host history line's
+    ``run_id``), or None when it is not a run id (:data:`servedeck.grammar.RUN_ID_RE`) or no such run is
+    recorded here. Never a path outside ``runs_dir``."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        return None
+    path = Path(runs_dir) / run_id
+    return path if (path / RUN_META).is_file() else None
+
+
+RUN_FILE_MODE = 0o600
+"""Run files are readable by their owner only (a record is redacted, but it names hosts, paths and
+settings); run directories are 0700."""
+
+TEXT_MAX_BYTES = 64 * 1024 * 1024
+"""The largest text file of a run (compose file, startup log) servedeck reads back."""
+
+
 SERVED = "ready"
 """The outcome of a run whose server became ready (``RunMeta.served``)."""
 
@@ -201,27 +239,50 @@ SERVED = "ready"
 # Writing
 # --------------------------------------------------------------------------------------------
 
+_CREDENTIAL = r"(?P<v>(?!\*\*\*)(?![<$({\[])[^\s'\",}\]]{6,})"
+"""A value that looks like a credential: 6 characters or more, not ``***``, not a placeholder
+(``<key>``, ``$VAR``, ``{...}``): never a word of servedeck's own text ("--api-key or ...")."""
+
 _SECRET_PATTERNS = [
-    # --api-key VALUE / --api-key=VALUE / api_key: VALUE / 'api_key': 'VALUE'
-    re.compile(r"(?P<k>--api-key[= ]|--hf-token[= ]|['\"]?(?:api_key|hf_token|HF_TOKEN|HUGGING_FACE_HUB_TOKEN"
-               r"|HUGGINGFACE_TOKEN|OPENAI_API_KEY|VLLM_API_KEY)['\"]?\s*[:=]\s*['\"]?)"
-               r"(?P<v>(?!\*\*\*)[^\s'\",}]+)"),
-    re.compile(r"(?P<k>Authorization:\s*Bearer\s+)(?P<v>\S+)", re.I),
+    # --api-key VALUE / --api_key=VALUE / api_key: VALUE / 'api_key': 'VALUE'
+    re.compile(r"(?P<k>--(?:api|hf)[-_](?:key|token)(?:=|[ \t]+)|['\"]?(?:api_key|hf_token|HF_TOKEN"
+               r"|HUGGING_FACE_HUB_TOKEN|HUGGINGFACE_TOKEN|OPENAI_API_KEY|VLLM_API_KEY)['\"]?[ \t]*[:=][ \t]*['\"]?)"
+               + _CREDENTIAL),
+    re.compile(r"(?P<k>Authorization:\s*Bearer\s+)" + _CREDENTIAL, re.I),
     re.compile(r"(?P<k>)(?P<v>\bhf_[A-Za-z0-9]{20,}\b)"),
     re.compile(r"(?P<k>)(?P<v>\bsk-[A-Za-z0-9_\-]{20,}\b)"),
 ]
 
 
 def redact(text: str) -> str:
-    """Replace secret values in ``text`` with ``***`` (keys and structure are kept)."""
+    """Replace what looks like a secret value in ``text`` with ``***`` (keys and structure are
+    kept): the second net behind the deployment's own secrets, which are scrubbed by value."""
     for pat in _SECRET_PATTERNS:
         text = pat.sub(lambda m: m.group("k") + "***", text)
     return text
 
 
+def redact_yaml(text: str) -> str:
+    """:func:`redact` of YAML text that stays the same YAML document (a scalar that held a
+    secret is written again double-quoted, :func:`servedeck.yamlio.rewrite_scalars`)."""
+    from servedeck.yamlio import rewrite_scalars
+    return redact(rewrite_scalars(text, redact))
+
+
 def utcnow() -> str:
     """Current UTC time, ISO 8601 with seconds and ``Z``."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def iso_seconds(text: str | None) -> float | None:
+    """A record's ISO 8601 time (:func:`utcnow`'s ``Z`` form, or with an offset) as Unix
+    seconds; None when absent or not a time."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def git_commit(path: Path) -> str | None:
@@ -265,7 +326,7 @@ def _invalid(file: RunFile[Any], path: Path, exc: Any, verb: str, line: int | No
                                f"(servedeck.runs.records.{file.model})")
 
 
-def encode(file: RunFile[M], value: M | Any, *, path: Path | None = None) -> Any:
+def encode(file: RunFile[M], value: Any, *, path: Path | None = None) -> Any:
     """``value`` (the file's model, or data that validates as it) as JSON data, validated
     against ``file``'s model (for ``jsonl``: a list of such items; for ``run.json``: the fields
     that were set).
@@ -315,7 +376,7 @@ class RunRecord:
     def run_id(self) -> str:
         return self.path.name
 
-    def write(self, file: RunFile[M], value: M | Any, *, scrub: Any = None) -> Path:
+    def write(self, file: RunFile[M], value: Any, *, scrub: Any = None) -> Path:
         """Write ``file`` atomically: for a JSON file ``value`` validated against its model
         (:func:`encode`), ``scrub`` (a function over the JSON data, e.g. a deployment's
         :meth:`~servedeck.deploy.secrets.Secrets.scrub`) applied, and secrets redacted; text is
@@ -330,13 +391,13 @@ class RunRecord:
             raise ServedeckError("run.json is written through RunRecord.save_meta")
         target = self.path / file
         if file.form == "bytes":
-            return atomic_write(target, value)
+            return atomic_write(target, value, mode=RUN_FILE_MODE)
         if file.form == "text":
             text = scrub(value) if scrub else value
         else:
             data = encode(file, value, path=target)
             text = _json_text(file, scrub(data) if scrub else data)
-        return atomic_write(target, redact(text))
+        return atomic_write(target, redact_yaml(text) if file == COMPOSE else redact(text), mode=RUN_FILE_MODE)
 
     def save_meta(self, **updates: Any) -> None:
         """Merge ``updates`` (:class:`~servedeck.runs.records.RunMeta` fields) into ``run.json``
@@ -346,7 +407,8 @@ class RunRecord:
             ServedeckError: an unknown field or a value of the wrong type (nothing is written).
         """
         self.meta = _validate_meta({**self.meta.model_dump(exclude_unset=True), **updates}, self.path / RUN_META)
-        atomic_write(self.path / RUN_META, redact(self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n"))
+        atomic_write(self.path / RUN_META, redact(self.meta.model_dump_json(indent=2, exclude_unset=True) + "\n"),
+                     mode=RUN_FILE_MODE)
 
     def finish(self, outcome: Outcome, reason: str | None = None, *,
                phase: FailurePhase | None = None, **updates: Any) -> None:
@@ -373,8 +435,8 @@ class RunRecord:
         data = compose_text.encode()
         import hashlib  # here: OpenSSL's start-up costs commands that only read runs
         digest = hashlib.sha256(data).hexdigest()
-        clean = redact(compose_text)
-        atomic_write(self.path / COMPOSE, clean.encode())
+        clean = redact_yaml(compose_text)
+        atomic_write(self.path / COMPOSE, clean.encode(), mode=RUN_FILE_MODE)
         self.save_meta(compose_sha256=digest, compose_redacted=clean != compose_text)
         return digest
 
@@ -408,7 +470,7 @@ def _write_validated(run_dir: str | Path, values: Any) -> dict[str, Path]:
     atomically (nothing is written when one does not validate)."""
     run_dir = Path(run_dir)
     texts = {file: _json_text(file, encode(file, value, path=run_dir / file)) for file, value in values}
-    return {str(file): atomic_write(run_dir / file, text) for file, text in texts.items()}
+    return {str(file): atomic_write(run_dir / file, text, mode=RUN_FILE_MODE) for file, text in texts.items()}
 
 
 def write_load_files(run_dir: str | Path, summary: LoadSummary | dict[str, Any], records: list[Any],
@@ -445,6 +507,8 @@ def read_load(run_dir: Path) -> tuple[LoadSummary | None, list[RequestRecord]]:
 def is_load_benchmarked(run_dir: Path) -> bool:
     """True when the run holds a load benchmark (``load.json``)."""
     return (Path(run_dir) / LOAD_SUMMARY).is_file()
+
+
 def host_ceilings_path(runs_dir: Path, host: str) -> Path:
     """``runs/ceilings/<host>.json``: the ceilings last measured on ``host``."""
     return Path(runs_dir) / CEILINGS_DIR / f"{host}.json"
@@ -465,7 +529,8 @@ def write_host_ceilings(runs_dir: Path, measured: MeasuredCeilings | dict[str, A
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ServedeckError(f"invalid measurement: {err['msg']}", field=".".join(str(x) for x in err["loc"])) from None
-    return atomic_write(host_ceilings_path(runs_dir, doc.host), doc.model_dump_json(indent=2) + "\n")
+    return atomic_write(host_ceilings_path(runs_dir, doc.host), doc.model_dump_json(indent=2) + "\n",
+                        mode=RUN_FILE_MODE)
 
 
 def read_host_ceilings(runs_dir: Path, host: str) -> MeasuredCeilings | None:
@@ -476,10 +541,11 @@ def read_host_ceilings(runs_dir: Path, host: str) -> MeasuredCeilings | None:
     """
     from pydantic import ValidationError
 
+    from servedeck.jsonio import read_json_bytes
     from servedeck.runs.records import MeasuredCeilings
     path = host_ceilings_path(runs_dir, host)
     try:
-        return MeasuredCeilings.model_validate_json(path.read_bytes())
+        return MeasuredCeilings.model_validate_json(read_json_bytes(path))
     except FileNotFoundError:
         return None
     except ValidationError as exc:
@@ -523,6 +589,10 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
             (then the directory is removed again).
     """
     runs_dir = Path(runs_dir)
+    for what, name in (("profile", profile), ("host", host)):
+        if not HOST_NAME_RE.match(name):  # a profile name is one too
+            raise ServedeckError(f"{what} name {name[:120]!r} cannot name a run: letters, digits, '.', "
+                                 "'_' and '-' only, starting with a letter or digit")
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -531,7 +601,7 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
     while True:
         path = runs_dir / f"{seq:04d}-{profile}-{host}"
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
             break
         except FileExistsError:
             seq += 1
@@ -552,11 +622,17 @@ def create_run(runs_dir: Path, profile: str, host: str, **meta: Any) -> RunRecor
 # --------------------------------------------------------------------------------------------
 
 @overload
+def read(run_dir: Path, file: RunFile[str], *, required: Literal[True]) -> str: ...
+@overload
 def read(run_dir: Path, file: RunFile[str], *, required: bool = False) -> str | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[bytes], *, required: bool = False) -> bytes | None: ...
 @overload
 def read(run_dir: Path, file: RunFile[Sample], *, required: bool = False) -> list[Sample]: ...
+@overload
+def read(run_dir: Path, file: RunFile[RequestRecord], *, required: bool = False) -> list[RequestRecord]: ...
+@overload
+def read(run_dir: Path, file: RunFile[M], *, required: Literal[True]) -> M: ...
 @overload
 def read(run_dir: Path, file: RunFile[M], *, required: bool = False) -> M | None: ...
 def read(run_dir: Path, file: RunFile[Any], *, required: bool = False) -> Any:  # noqa: E302
@@ -564,13 +640,22 @@ def read(run_dir: Path, file: RunFile[Any], *, required: bool = False) -> Any:  
     lines; ``[]`` when missing), the text or the bytes; None when the file is missing and not
     ``required``.
 
+    Every file is read within bounds: JSON within :data:`servedeck.jsonio.JSON_LIMITS` (size,
+    UTF-8, values; pydantic's parser bounds the nesting), text and bytes within
+    :data:`TEXT_MAX_BYTES`.
+
     Raises:
-        ServedeckError: the file is required and missing, it is not valid JSON (file and line),
-            or it does not match its model (file and field).
+        ServedeckError: the file is required and missing, it is beyond its bounds, it is not
+            valid JSON (file and line), or it does not match its model (file and field).
     """
     path = Path(run_dir) / file
     try:
-        data = path.read_bytes()
+        if file.form in ("json", "jsonl"):
+            from servedeck.jsonio import read_json_bytes
+            data = read_json_bytes(path)
+        else:
+            from servedeck.fsutil import read_bounded_bytes
+            data = read_bounded_bytes(path, TEXT_MAX_BYTES, what="run record")
     except (FileNotFoundError, NotADirectoryError):
         if required:
             raise ServedeckError(f"run record file {file} is missing", file=str(path),
@@ -612,6 +697,15 @@ def read_meta(run_dir: Path) -> RunMeta:
     if not (Path(run_dir) / RUN_META).is_file():
         raise ServedeckError("not a run directory (no run.json)", file=str(run_dir))
     return read(run_dir, RUN_META, required=True)
+
+
+def meta_or_none(run_dir: Path) -> RunMeta | None:
+    """``run.json`` of a run directory, or None when it is missing or invalid (context that must
+    not fail a listing or a decision)."""
+    try:
+        return read_meta(run_dir)
+    except ServedeckError:
+        return None
 
 
 def open_run(path: Path) -> RunRecord:

@@ -2,7 +2,8 @@
 and print.
 
 Every module that reads or writes a server command (the launchers of :mod:`servedeck.launchers`,
-and through them render, import, check rules, A/B views, deploy) goes through this module. Argv is a list of tokens; parsing gives an ordered list of
+and through them render, import, check rules, A/B views, deploy) goes through this module. Argv is a list of tokens;
+parsing gives an ordered list of
 :class:`Arg` items (flags and positionals, with the token indices they came from), printing
 turns ``(flag, value)`` pairs back into tokens.
 
@@ -220,7 +221,7 @@ def _shipped() -> tuple[dict[str, FlagSpec], dict[str, str]]:
     global _SHIPPED
     if _SHIPPED is None:
         try:
-            from servedeck.vllm.facts import newest_table  # type: ignore[import-not-found]
+            from servedeck.vllm.facts import newest_table
             newest = newest_table("serve_args")
             _SHIPPED = table_from_serve_args(newest.serve_args) if newest else ({}, {})
         except ImportError:
@@ -542,9 +543,13 @@ def parse_vllm(tokens: Iterable[str], offset: int = 0) -> list[Arg]:
             spec = spec_for(name)
             if spec.nargs_plus:
                 while i < n and not looks_like_flag(toks[i]):
-                    arg.values.append(toks[i].strip()); arg.value_indices.append(offset + i); i += 1
+                    arg.values.append(toks[i].strip())
+                    arg.value_indices.append(offset + i)
+                    i += 1
             elif i < n and not looks_like_flag(toks[i]):
-                arg.values.append(toks[i].strip()); arg.value_indices.append(offset + i); i += 1
+                arg.values.append(toks[i].strip())
+                arg.value_indices.append(offset + i)
+                i += 1
             if not arg.values and (name in FLAGS or subkey):
                 arg.missing_value = True
         out.append(arg)
@@ -694,9 +699,13 @@ def parse_known(tokens: Iterable[str], options: dict[str, FlagSpec], offset: int
     while i < n:
         t = toks[i].strip()
         if after_dd:
-            passthrough.append((toks[i], i)); i += 1; continue
+            passthrough.append((toks[i], i))
+            i += 1
+            continue
         if t == "--":
-            after_dd = True; i += 1; continue
+            after_dd = True
+            i += 1
+            continue
         if t.startswith("--") and len(t) > 2 and " " not in t:
             written, eq, inline = t[2:].partition("=")
             opt, abbreviated = _known_option(written, options)
@@ -717,9 +726,12 @@ def parse_known(tokens: Iterable[str], options: dict[str, FlagSpec], offset: int
                         arg.missing_value = True
                 out.options.append(arg)
                 continue
-            passthrough.append((toks[i], i)); i += 1; continue
+            passthrough.append((toks[i], i))
+            i += 1
+            continue
         if t == "-h":
-            i += 1; continue
+            i += 1
+            continue
         if positional and out.positional is None and not looks_like_flag(t):
             out.positional = (t, offset + i)
         else:

@@ -4,7 +4,8 @@ JSON-valued config fields and the ``VLLM_*`` variables it reads.
 Produced by :mod:`servedeck.vllm.introspect` (run inside an image) and stored per digest in the
 catalog, or shipped as tables under ``servedeck/vllm/tables/vllm-<version>.json`` (each with its
 ``source``): extracted from the project's CPU image (``invoke image-facts IMAGE --table``), or
-from a release's own wheel by the same extractor (``python -m devtools.release_tables``). Rules and the renderer ask :func:`table_for` for the facts of an image: its own per-digest
+from a release's own wheel by the same extractor (``python -m devtools.release_tables``). Rules and the renderer ask
+:func:`table_for` for the facts of an image: its own per-digest
 facts, else the shipped table of its release or the nearest older one.
 """
 

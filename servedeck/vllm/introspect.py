@@ -17,8 +17,8 @@ copies it into a throw-away container (``servedeck.host.inimage``) and runs::
 
 * ``vllm.__version__``;
 * the ``vllm serve`` argument surface: the ``make_arg_parser`` that
-  ``vllm/entrypoints/cli/serve.py`` imports, on a ``FlexibleArgumentParser`` -- per action its option strings, dest, type name, choices,
-  default, nargs, whether it takes a value and whether it is deprecated;
+  ``vllm/entrypoints/cli/serve.py`` imports, on a ``FlexibleArgumentParser`` -- per action its option strings, dest,
+  type name, choices, default, nargs, whether it takes a value and whether it is deprecated;
 * for each JSON-valued flag whose value is a vLLM config dataclass (``vllm/config/*.py``), the
   config's field names and annotation text (``dataclasses.fields``);
 * the tool-call and reasoning parser registries (``ToolParserManager`` /

@@ -403,10 +403,11 @@ def overhead_model(points: list[CalibrationPoint], mnbt: int | None) -> Overhead
         return None
     eps = 2 * LOG_ROUNDING_GIB  # two rounded summands
     by_m: dict[int, list[float]] = {}
-    for p in pts:
-        by_m.setdefault(int(p.max_num_batched_tokens), []).append(p.overhead_gib)
+    for m_p, o_p in [(p.max_num_batched_tokens, p.overhead_gib) for p in pts]:
+        assert m_p and o_p is not None  # pts are the points that state both
+        by_m.setdefault(int(m_p), []).append(o_p)
     if mnbt is None or mnbt in by_m:
-        m = mnbt if mnbt is not None else pts[-1].max_num_batched_tokens
+        m = mnbt if mnbt is not None else int(pts[-1].max_num_batched_tokens or 0)
         vals = by_m[m]
         mean = sum(vals) / len(vals)
         half = max(eps, (max(vals) - min(vals)) / 2)
@@ -440,7 +441,9 @@ def overhead_model(points: list[CalibrationPoint], mnbt: int | None) -> Overhead
     (m0, vals), = by_m.items()
     p0 = next(p for p in reversed(pts) if p.max_num_batched_tokens == m0)
     ratio = mnbt / m0
-    point = p0.peak_activation_gib * ratio + p0.overhead_gib - p0.peak_activation_gib
+    peak, overhead = p0.peak_activation_gib, p0.overhead_gib
+    assert peak is not None and overhead is not None  # an overhead is peak activation + non-torch
+    point = peak * ratio + overhead - peak
     whole = point + (p0.non_torch_gib or 0.0) * (ratio - 1)
     lo, hi = min(point, whole) - eps, max(point, whole) + eps
     return OverheadModel(point, lo, hi,
@@ -552,6 +555,7 @@ def predict_kv(settings: KvSettings, *, shape: ModelShape | None = None,
     anchor = _anchor(hist, settings)
     gmu0 = anchor.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
     base = anchor.available_kv_gib
+    assert base is not None  # hist holds the runs that logged their KV memory and tokens
     model_text = [f"anchored on {anchor.run_id}: {base:.2f} GiB available, "
                   f"{anchor.kv_cache_tokens:,} tokens"]
     lo_adj = hi_adj = adj = 0.0
@@ -581,6 +585,7 @@ def predict_kv(settings: KvSettings, *, shape: ModelShape | None = None,
     avail_gib = (base + adj, base + lo_adj - eps, base + hi_adj + eps)
     if bpt is None:
         bpt = anchor.bytes_per_token
+        assert bpt is not None  # memory and tokens logged (hist)
         rel = LOG_ROUNDING_GIB / base
         sources.append(f"bytes per token: {bpt:,.0f} effective = {base:.2f} GiB / "
                        f"{anchor.kv_cache_tokens:,} tokens ({anchor.run_id}), ±{rel:.2%} "
@@ -594,8 +599,8 @@ def predict_kv(settings: KvSettings, *, shape: ModelShape | None = None,
              pool_from_memory(avail_gib[1] * GIB, bpt_hi, bs, settings.max_model_len),
              pool_from_memory(avail_gib[2] * GIB, bpt_lo, bs, settings.max_model_len))
     method = "shape+calibration" if shape is not None else "calibration"
-    return _prediction(settings, *pools, *(g * GIB for g in avail_gib), bpt, bs, method,
-                       "; ".join(model_text), sources, hist)
+    return _prediction(settings, *pools, avail_gib[0] * GIB, avail_gib[1] * GIB, avail_gib[2] * GIB, bpt, bs,
+                       method, "; ".join(model_text), sources, hist)
 
 
 def _anchor(hist: list[CalibrationPoint], settings: KvSettings) -> CalibrationPoint:
@@ -624,8 +629,10 @@ def _prediction(settings: KvSettings, pool: Pool, lo: Pool, hi: Pool, avail: flo
         max_model_len=settings.max_model_len, pool_tokens=pool.tokens,
         pool_tokens_low=min(lo.tokens, pool.tokens), pool_tokens_high=max(hi.tokens, pool.tokens),
         max_concurrency=pool.max_concurrency,
-        max_concurrency_low=None if lo.max_concurrency is None else min(lo.max_concurrency, pool.max_concurrency),
-        max_concurrency_high=None if hi.max_concurrency is None else max(hi.max_concurrency, pool.max_concurrency),
+        max_concurrency_low=(None if lo.max_concurrency is None or pool.max_concurrency is None
+                             else min(lo.max_concurrency, pool.max_concurrency)),
+        max_concurrency_high=(None if hi.max_concurrency is None or pool.max_concurrency is None
+                              else max(hi.max_concurrency, pool.max_concurrency)),
         available_kv_gib=round(avail / GIB, 4), available_kv_gib_low=round(avail_lo / GIB, 4),
         available_kv_gib_high=round(avail_hi / GIB, 4), bytes_per_token=bpt, block_size=bs,
         fits=fits,
@@ -672,6 +679,7 @@ def judge_kv(settings: KvSettings, shape: ModelShape | None,
                    message=f"predicted {pred.summary()} [{pred.method}]{model}")]
     mml = settings.max_model_len
     if pred.fits is False:
+        assert mml is not None  # whether one request fits is judged against max_model_len
         need = math.ceil(mml / pred.block_size) * pred.block_size * pred.bytes_per_token / GIB
         out.append(Finding(
             severity=Severity.error, rule="kv/refuses-to-start", path=path,

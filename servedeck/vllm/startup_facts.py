@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from servedeck.textfmt import clip
+
 __all__ = ["DOCUMENTED_KEYS", "StartupFacts", "compile_range_signature", "start_history", "summarize",
            "format_summary"]
 
@@ -245,7 +247,7 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     f = _coerce(facts)
     out: list[tuple[str, str]] = []
     if f.error:
-        text = f"{f.error['kind']}: {f.error['text'][:300]}"
+        text = f"{f.error['kind']}: {clip(f.error['text'], 300)}"  # cut between words
         if f.error.get("suggested_value") is not None:
             text += f" (suggested value: {f.error['suggested_value']})"
         out.append(("error", text))
@@ -261,7 +263,7 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     named = [w for w in f.warnings if w["id"] != "other"]
     others = len(f.warnings) - len(named)
     if f.warnings:
-        texts = [w["text"] if len(w["text"]) <= 160 else w["text"][:157] + "..." for w in named]
+        texts = [clip(w["text"], 160) for w in named]
         if others:
             texts.append(f"{others} other warning/error line(s)")
         out.append(("warnings", "; ".join(texts)))

@@ -36,8 +36,8 @@ Readiness. ``ready`` is True once the latest start printed any line :func:`servi
 recognises: vLLM's own ``Starting vLLM server on ADDRESS`` and route list, or uvicorn's
 ``Uvicorn running on`` / ``Application startup complete.`` (uvicorn INFO lines, absent when
 uvicorn logs at warning level); in a log tail that has lost the start-up lines, a request
-answered (an access-log line) or vLLM's periodic engine stats line. ``ready_signal`` names the first such line, ``ready_ts`` its
-time stamp (for uvicorn lines, which carry none, the last vLLM time stamp before it).
+answered (an access-log line) or vLLM's periodic engine stats line. ``ready_signal`` names the first such line,
+``ready_ts`` its time stamp (for uvicorn lines, which carry none, the last vLLM time stamp before it).
 ``application_startup_complete`` still says whether uvicorn's line itself was printed.
 
 Runtime errors. An error after readiness is not a failed start: ``error`` stays ``None`` and
@@ -828,8 +828,8 @@ class _Parser:
         for key, attr in (("weights", "weights_gib"), ("consumed", "consumed_memory_gib"),
                           ("peak", "peak_activation_gib"), ("non_torch", "non_torch_gib"),
                           ("cudagraph", "cudagraph_memory_gib")):
-            if parts[key]:
-                setattr(f, attr, float(parts[key].group("a")))
+            if (m := parts[key]) is not None:
+                setattr(f, attr, float(m.group("a")))
 
     def _cpu_kv(self, body: str, tag: str | None, ts: str | None) -> None:
         m = re.search(r"Explicitly set \((?P<kv>[\d.]+)/(?P<avail>[\d.]+)\) GiB for KV cache", body)

@@ -142,18 +142,19 @@ def local_vllm_server(tmp_path_factory: pytest.TempPathFactory, shared_compile_c
 
 @pytest.fixture(scope="session")
 def shared_compile_cache() -> Iterator:
-    """Function ``share(workdir)``: the Compose project of ``workdir`` (named after its directory,
-    as Compose names it) gets its compile-cache volume (that of :func:`_cpu_compile_cache`) bound to
+    """Function ``share(workdir)``: the Compose project of ``workdir`` (as servedeck names it,
+    :func:`servedeck.grammar.compose_project_name`) gets its compile-cache volume (that of
+    :func:`_cpu_compile_cache`) bound to
     :data:`COMPILE_CACHE_DIR`. The volume is created beforehand with the labels Compose gives
     its own volumes, so Compose and servedeck see the project's ordinary named volume; the
     volumes are removed at the end of the session (the directory stays)."""
-    import re
     made: list[str] = []
     name = _cpu_compile_cache()[0]
     Path(COMPILE_CACHE_DIR).mkdir(parents=True, exist_ok=True)
 
     def share(workdir: str) -> None:
-        project = re.sub(r"[^a-z0-9_-]", "", Path(workdir).name.lower())
+        from servedeck.grammar import compose_project_name
+        project = compose_project_name(workdir)
         volume = f"{project}_{name}"
         subprocess.run(["docker", "volume", "create", "--driver", "local", "--opt", "type=none",
                         "--opt", "o=bind", "--opt", f"device={COMPILE_CACHE_DIR}",

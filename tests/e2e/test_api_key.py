@@ -98,3 +98,88 @@ def test_without_the_key_readiness_says_the_server_wants_one(keyed):
     wrong = wait(ESCAPED)  # the key as the compose file spells it is not the key
     assert not wrong.ready and wrong.diagnosis == "wants-key" and "the key the profile configures" in wrong.reason
     assert wait(secrets.api_key).ready
+
+
+# ------------------------------------------------------------------------------ every spelling (issue 27)
+
+
+def _spelled(project, name: str, spelling: str, key: str) -> None:
+    """A keyed variant of the baseline giving vLLM ``key`` in one of the spellings it accepts."""
+    body = f"extends: {BASELINE}\ncontainer:\n  environment:\n    VLLM_CPU_OMP_THREADS_BIND: auto\n"
+    if spelling == "--api_key K":
+        body += f"engine:\n  extra_args: [--api_key, '{key}']\n"
+    elif spelling == "--api-key=K":
+        body += f"engine:\n  extra_args: ['--api-key={key}']\n"
+    else:  # env_file: the key is in a file on the host, in no profile; the old server stops slowly
+        body += ("  compose_extra:\n    env_file: [secrets.env]\n    stop_signal: SIGWINCH\n"
+                 "    stop_grace_period: 6s\n")
+    (project.profiles_dir / f"{name}.yaml").write_text(body)
+
+
+@pytest.mark.parametrize("spelling", ["--api_key K", "--api-key=K", "env_file"])
+def test_every_spelling_of_the_key_deploys_benches_and_is_never_recorded(keyed, spelling):
+    """``--api_key KEY`` (vLLM folds ``_`` into ``-``), ``--api-key=KEY`` and a key the host
+    keeps in an ``env_file``: readiness and the bench send the key the server wants (the bug:
+    ``--api_key`` was neither sent, 401, nor redacted), and no run file or host history holds it."""
+    project, host, entry = keyed
+    key = f"sk-e2e-{spelling[:5].strip('-=')}-" + uuid.uuid4().hex
+    name = "keyed-" + {"--api_key K": "underscore", "--api-key=K": "equals", "env_file": "envfile"}[spelling]
+    if spelling == "env_file":
+        host.run_script('umask 077; printf "VLLM_API_KEY=%s\\n" "$2" > "$1/secrets.env"', [host.workdir, key])
+    _spelled(project, name, spelling, key)
+    result = deploy(project, host, entry, ProfileStore(project.profiles_dir).load(name), DeployOptions(),
+                    QuietReporter())
+    assert result.outcome == "ready"
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code == 401
+    bench_deployed(result.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
+    assert (result.run.path / "bench.jsonl").exists()
+    leaks = [p.name for p in result.run.path.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert leaks == []
+    assert result.run.meta.redacted == (["environment.VLLM_API_KEY"] if spelling == "env_file" else ["--api-key"])
+    assert key not in host.run(["cat", host.history_path]).stdout
+
+
+def test_an_interrupt_during_the_switch_of_the_real_server_rolls_back_to_one_serving_container(keyed):
+    """The env_file deployment (the test above) is serving and stops slowly (6 s: vLLM ignores
+    its stop signal here, as a GPU server takes its time); a deploy of another variant is
+    interrupted while Compose stops it. The client waits for Compose, then rolls back: the
+    env_file deployment serves again, in one container, with its key."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from servedeck.errors import DeployError
+    from servedeck.host import history as hist
+
+    project, host, entry = keyed
+    prev = [r for r in hist.revisions(hist.history_records(host.read_file(host.history_path)))][-1]
+    assert prev.profile == "keyed-envfile" and prev.outcome == "ready", "runs after the env_file spelling"
+    _spelled(project, "keyed-next", "--api-key=K", "sk-e2e-next-" + uuid.uuid4().hex)
+
+    def interrupt():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            recs = hist.history_records(open(host.history_path, "rb").read())
+            if recs and recs[-1].get("profile") == "keyed-next" and recs[-1].get("outcome") == "started":
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(DeployError) as exc:
+        deploy(project, host, entry, ProfileStore(project.profiles_dir).load("keyed-next"), DeployOptions(),
+               QuietReporter())
+    assert f"rolled back: revision {prev.number} (keyed-envfile) serves again" in exc.value.message
+    out = subprocess.run(["docker", "ps", "-a",
+                          "--filter", f"label=com.docker.compose.project.working_dir={host.workdir}",
+                          "--format", "{{.Names}} {{.State}}"], capture_output=True, text=True).stdout.split("\n")
+    assert [ln.split()[1] for ln in out if ln] == ["running"]
+    assert httpx.get(f"http://127.0.0.1:{PORT}/v1/models", timeout=10).status_code == 401  # its key again
+    records = hist.history_records(host.read_file(host.history_path))
+    last = [(r.event, r.profile, r.outcome) for r in hist.revisions(records)][-2:]
+    assert last == [("deploy", "keyed-next", "interrupted"), ("rollback", "keyed-envfile", "ready")]
+    assert host.read_lock() is None
+    assert json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())["outcome"] == "interrupted"

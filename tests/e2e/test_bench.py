@@ -30,7 +30,8 @@ def _workload(server, **kw) -> Workload:
 def chat_result(local_vllm_server) -> BenchResult:
     calls: list[tuple[int, int, str]] = []
     res = run_bench(local_vllm_server.url, _workload(local_vllm_server),
-                    served_model=local_vllm_server.model, progress=lambda d, t, l: calls.append((d, t, l)))
+                    served_model=local_vllm_server.model,
+                    progress=lambda done, total, label: calls.append((done, total, label)))
     res.progress_calls = calls  # type: ignore[attr-defined]
     return res
 

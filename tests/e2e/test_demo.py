@@ -33,6 +33,8 @@ from servedeck.host.history import history_records
 from servedeck.host.remote import RemoteHost
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO_WORKLOAD = Workload(prompt_tokens=512, max_tokens=64, repetitions=3)
+"""The demo's benchmark here; a later arm benchmarks the same (the workload is a variable of an A/B)."""
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 
 
@@ -56,7 +58,7 @@ def demo(tmp_path_factory, shared_compile_cache):
     reporter = QuietReporter()
     try:
         result = run_demo(project, reporter=reporter, build_progress=False,
-                          workload=Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
+                          workload=DEMO_WORKLOAD)
         entry = get_host(load_inventory(project.inventory_path), "local", project.inventory_path)
         host = RemoteHost("local", entry.ssh, entry.workdir)
         yield result, project, host, entry, reporter
@@ -135,21 +137,27 @@ def test_kv_pool_and_concurrency_are_parsed(demo):
 
 def test_bench_results_are_in_the_runs_with_acceptance_in_range(demo):
     result, *_ = demo
+    from devtools.demo import BASELINE_REQUESTS, MAX_REQUESTS
     for run in result.runs[:2]:
         summary = _json(run, "bench.json")
-        assert summary["phases"]["cold"]["ttft_s"]["n"] == 3
+        n = summary["phases"]["cold"]["ttft_s"]["n"]
+        # A: the fixed baseline; B: sampled against A, from 3 requests up to the budget, 2 per look
+        assert n == BASELINE_REQUESTS if run == result.runs[0] else (
+            3 <= n <= MAX_REQUESTS and ((n - 3) % 2 == 0 or n == MAX_REQUESTS))
         samples = [json.loads(line) for line in (run / "bench.jsonl").read_text().splitlines()]
+        assert [s["rep"] for s in samples if s["phase"] == "cold"] == list(range(n))
         for phase in ("cold", "warm"):
             mine = [s for s in samples if s["phase"] == phase]
             bursts = sum("burst" in s["flags"] for s in mine)
             # a sample whose decode reached the client in one burst has no client decode rate
             assert all((s["decode_tok_s"] is None) == ("burst" in s["flags"]) for s in mine)
-            assert summary["phases"][phase]["decode_tok_s"]["n"] == 3 - bursts
+            assert summary["phases"][phase]["decode_tok_s"]["n"] == n - bursts
         for phase in ("cold", "warm"):
             accept = summary["server"][phase]["spec_accept_len"]
             assert accept is not None and 1.0 <= accept <= 4.0  # 1 + num_speculative_tokens
         assert summary["server"]["warm"]["prefix_cache_hits"] > 0
         assert {s["phase"] for s in samples} == {"warmup", "cold", "warm"}
+        assert sum(s["phase"] == "warmup" for s in samples) == 1  # later looks add no warm-up
         assert all(s["prompt_tokens"] == 512 and s["output_tokens"] == 64 for s in samples)
     assert not (result.runs[2] / "bench.jsonl").exists()
 
@@ -187,10 +195,11 @@ def test_timings_split_pull_server_and_overhead(demo):
 
 def test_bench_refuses_a_run_whose_compose_is_no_longer_deployed(demo):
     result, _, host, entry, _ = demo
+    before = (result.runs[1] / "bench.jsonl").read_text()
     with pytest.raises(ServedeckError, match="was not deployed by this run") as exc:
         bench_deployed(result.runs[1], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
     assert "redeploy" in exc.value.hint
-    assert len((result.runs[1] / "bench.jsonl").read_text().splitlines()) == 7  # untouched
+    assert (result.runs[1] / "bench.jsonl").read_text() == before  # untouched
     # the first cpu-4096 run deployed the compose file that serves now, but the warm redeploy
     # started the server: numbers taken now belong to that run
     with pytest.raises(ServedeckError, match=f"was started by run {result.runs[2].name}") as exc:
@@ -224,9 +233,24 @@ def test_ab_latest_compares_the_two_benchmarked_runs(demo):
     out = compare_runs(project.runs_dir, [a], [b])
     judged = [m for m in out.comparison.bench if m.judged]
     assert judged and not [m for m in out.comparison.bench if m.verdict == "missing"]
-    # 3 requests per arm cannot carry a faster/slower verdict; each metric says what would
-    assert all(m.verdict in ("no verdict", "equivalent", "not judged") for m in out.comparison.bench)
+    # issue 34: B was sampled against A until decided, and the comparison replays those looks
+    record = out.comparison.sequential
+    assert record is not None and record.runs_a == [a.name] and record.runs_b == [b.name]
+    assert record.stopped in ("decided", "sample budget")
+    assert all(m.looks == len(record.looks) for m in judged)
+    decided = [m for m in judged if m.decided]
+    assert decided, [(m.key, m.verdict, m.reason) for m in judged]  # the demo reaches verdicts
+    if record.stopped == "decided":
+        assert len(decided) == len(judged)
     assert all(m.samples_needed for m in judged if m.verdict == "no verdict")
+    assert out.draft.verdict.action in ("keep", "revert", "trade-off", "no change", "undecided")
+    text = result.report.read_text()
+    assert "Sampled sequentially" in text and "## Recommendations" in text and "_Drafted by servedeck" in text
+    # B started after A of the same image on this host: its engine start is not compared with A's
+    startup_a, startup_b = out.comparison.startup_a, out.comparison.startup_b
+    if startup_a.get("compile_cache_hit") is None and startup_b.get("compile_cache_hit") is None:
+        init = out.comparison.metric("init_engine_s")
+        assert init.verdict == "not comparable" and a.name in init.reason
 
 
 def test_the_warm_redeploy_states_whether_the_compile_cache_was_reused(demo):
@@ -252,8 +276,10 @@ def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_ci
     from servedeck.ab.report import findings
     result, project, host, entry, _ = demo
     a, a_again = result.runs[0], result.runs[2]
-    bench_deployed(a_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=3))
-    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name, "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
+    from devtools.demo import BASELINE_REQUESTS
+    bench_deployed(a_again, host, entry, Workload(prompt_tokens=512, max_tokens=64, repetitions=BASELINE_REQUESTS))
+    proc = _servedeck(project, "ab", "--aa", a.name, a_again.name,
+                      "--out", str(project.runs_dir / "reports" / "aa" / "report.md"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "A/A: same configuration (noise floor)" in proc.stdout
     assert f"A = {a.name}" in proc.stdout and f"B = {a_again.name}" in proc.stdout
@@ -263,7 +289,7 @@ def test_aa_of_two_deployments_of_cpu_4096_reports_the_noise_floor_and_the_ab_ci
     assert floor["host"] == "local" and floor["runs"] == [a.name, a_again.name]
     assert floor["image_digest"] == _json(a, "run.json")["image"]["digest"]
     assert {"cold ttft_s", "warm ttft_s", "warm decode_tok_s"} <= set(floor["metrics"])
-    assert all(m["noise"] is not None and m["noise"] >= 0 and m["n_a"] == 3 == m["n_b"]
+    assert all(m["noise"] is not None and m["noise"] >= 0 and m["n_a"] == BASELINE_REQUESTS == m["n_b"]
                for m in floor["metrics"].values())
     report = (project.runs_dir / "reports" / "aa" / "report.md").read_text()
     assert "**A/A comparison**" in report
@@ -283,6 +309,57 @@ def test_bench_refuses_to_overwrite_a_runs_numbers(demo):
         bench_deployed(result.runs[2], host, entry, Workload(prompt_tokens=64, max_tokens=8, repetitions=1))
 
 
+def test_tune_over_two_variables_resumes_after_an_interrupt_and_restores_the_host(demo, monkeypatch):
+    """Issue 34 on the real CPU server: ``invoke tune`` over max_num_batched_tokens and the
+    speculative depth from cpu-4096 (budget: one experiment). Its baseline is the demo's own
+    benchmarked cpu-4096 run (same configuration: no deploy); the first run is interrupted
+    (Ctrl-C) after its experiment was benchmarked, the same command resumes it (only the
+    verdict is left to take), and the host ends serving what it served before the tune."""
+    from servedeck import cli
+    from servedeck.ab.tune import TuneSpec, load_state, run_tune, start
+    from servedeck.fleet.sweep import parse_vary
+    result, project, host, entry, _ = demo
+    before = status(host, entry)
+    vary = ["engine.max_num_batched_tokens=4096,8192", "engine.speculative.num_speculative_tokens=3,2"]
+    # the objective is cold TTFT (a few % per request here; decode spreads too much on this shared
+    # CPU for any step to clear the noise floor within the 12-request budget)
+    args = ["tune", "--base", "cpu-4096", "--host", "local", "--name", "cpu", "--max-experiments", "1",
+            "--prompt-tokens", "512", "--max-tokens", "64", "--margin", "0.1", "--max-requests", "12",
+            "--metric", "cold ttft_s"]
+    for v in vary:
+        args += ["--vary", v]
+    monkeypatch.setenv("SERVEDECK_PROJECT", str(project.root))
+    cli.current_project.cache_clear()
+    cli._store.cache_clear()
+    cli._catalog.cache_clear()
+    spec = TuneSpec(name="cpu", base="cpu-4096", host="local", variables=parse_vary(vary), max_experiments=1,
+                    prompt_tokens=512, max_tokens=64, margin=0.1, max_requests=12, metric="cold ttft_s")
+    ops = cli._tune_ops(spec, None)
+    state = start(project.runs_dir, spec, ops.profile_doc("cpu-4096")["profile"], ops)
+    assert state.original and state.original["compose_sha256"] == before["compose_sha256"]
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(project.runs_dir, state, ops, judge=interrupted)
+    saved = load_state(project.runs_dir, "cpu")
+    assert saved.steps[0].variable is None and saved.steps[0].run_b in {r.name for r in result.runs}  # reused
+    assert saved.experiments[0].status == "benched" and not saved.finished
+    proc = _servedeck(project, *args)  # the same command resumes
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = load_state(project.runs_dir, "cpu")
+    assert done.finished and len(done.experiments) == 1
+    step = done.experiments[0]
+    assert step.run_b == saved.experiments[0].run_b  # judged, not deployed again
+    assert step.variable in {"engine.max_num_batched_tokens", "engine.speculative.num_speculative_tokens"}
+    assert (project.runs_dir / step.report).exists() and step.action
+    assert done.stopped.startswith("experiment budget")
+    now = status(host, entry)
+    assert now["serving"] and now["compose_sha256"] == before["compose_sha256"]
+    for cached in (cli.current_project, cli._store, cli._catalog):  # the next test's project is its own
+        cached.cache_clear()
+
+
 def test_aa_quality_of_two_deployments_is_identical(demo):
     """Issue 32: the benchmarks of both cpu-4096 deployments ran the quality probes on the real
     vLLM; the prompt log-probabilities came back, and an A/A scores every text the same, agrees
@@ -290,8 +367,10 @@ def test_aa_quality_of_two_deployments_is_identical(demo):
     import math
 
     from servedeck.ab.quality import compare_quality, read_quality
-    result, *_ = demo
+    result, _, host, entry, _ = demo
     a, a_again = result.runs[0], result.runs[2]
+    if not (a_again / "bench.jsonl").exists():  # alone (-k): the noise-floor A/A above benchmarks it
+        bench_deployed(a_again, host, entry, DEMO_WORKLOAD)
     qa = read_quality(a)
     assert qa.likelihood.error is None and len(qa.likelihood.items) == 8
     for item in qa.likelihood.items:
@@ -317,8 +396,7 @@ def test_quality_variant_float32_against_bfloat16(demo):
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.quality import compare_quality
     result, project, host, entry, reporter = demo
-    run, report = run_quality_variant(project, host, entry, result.runs[0],
-                                      Workload(prompt_tokens=256, max_tokens=16, repetitions=2), reporter)
+    run, report = run_quality_variant(project, host, entry, result.runs[0], DEMO_WORKLOAD, reporter)
     diff = compare_arms(result.runs[0], run)
     assert diff.single_variable is not None and diff.single_variable.name == "dtype"
     assert (diff.single_variable.a, diff.single_variable.b) == ("bfloat16", "float32")

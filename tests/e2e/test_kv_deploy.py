@@ -155,14 +155,16 @@ def test_roofline_of_the_real_cpu_server_against_a_bandwidth_measured_on_this_ho
     container = status(host, entry)["container"]["name"]
     measured = measure_ceilings(host, container, buffer_mib=128, repeats=3, matmul_n=512)
     assert measured["device"] == "cpu" and measured["memory_bandwidth_gb_s"] > 0.5
-    write_host_ceilings(project.runs_dir, {**measured, "host": "local", "container": container, "measured_at": utcnow()})
+    write_host_ceilings(project.runs_dir,
+                        {**measured, "host": "local", "container": container, "measured_at": utcnow()})
     assert read_host_ceilings(project.runs_dir, "local").memory_bandwidth_gb_s == measured["memory_bandwidth_gb_s"]
     run_dir = newest_served(project.runs_dir, "local")
     bench_deployed(run_dir, host, entry, Workload(prompt_tokens=256, max_tokens=64, repetitions=2),
                    runs_dir=project.runs_dir, probes=False)
     roof = read_roofline(run_dir)
     c, m = roof.ceilings, roof.model
-    assert c.memory_bandwidth_gb_s == measured["memory_bandwidth_gb_s"] and c.bandwidth_source.startswith("measured on local")
+    assert c.memory_bandwidth_gb_s == measured["memory_bandwidth_gb_s"]
+    assert c.bandwidth_source.startswith("measured on local")
     assert c.card == "cpu" and "weight files in ./models/qwen3-tiny" in m.weights_source
     assert 1e6 < m.weights_bytes < 2e7 and m.kv_bytes_per_token == 1024  # 2 layers × 2 heads × 128 × 2 B
     warm = roof.phases["warm"]

@@ -19,6 +19,7 @@ Every test collected under ``tests/integration/`` gets the ``integration`` marke
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 import uuid
@@ -126,11 +127,17 @@ STANDIN_ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache
                "STANDIN_DECODE_S_PER_TOKEN": "0.0002"}
 
 
+STANDIN_MAX_MODEL_LEN = 2048
+"""What the stand-in's replayed vLLM log reports (``non-default args``): the deploy verifies the
+profile's ``max_model_len`` against it, and ``invoke deploy`` exits 4 when they differ."""
+
+
 @pytest.fixture(scope="module")
 def standin_lab(test_services, tmp_path_factory):
     """Factory ``make(name, profile, extends, env, host="b70", port=9932) -> (Project, RemoteHost)``:
     a copy of the repository's profiles, templates, schema and image catalog whose profile
-    ``profile`` extends ``extends`` with the stand-in image and :data:`STANDIN_ENV` plus ``env``,
+    ``profile`` extends ``extends`` with the stand-in image, :data:`STANDIN_MAX_MODEL_LEN` and
+    :data:`STANDIN_ENV` plus ``env``,
     and one inventory host with a fresh working directory ``/srv/servedeck-test/<name>-<random>``
     on the loopback card host (weights and cache directories made). Whatever was deployed there is
     brought down and the directory removed at the end of the module."""
@@ -156,9 +163,10 @@ def standin_lab(test_services, tmp_path_factory):
             f"hosts:\n  {host}:\n    ssh: {{alias: sd-testhost, ssh_config: {SSH_CONFIG}}}\n"
             f"    workdir: {workdir}\n    render_gid: \"992\"\n    port: {port}\n"
             f"    ready_timeout_s: 120\n    api_host: 127.0.0.1\n")
-        lines = "\n".join(f"    {k}: \"{v}\"" for k, v in {**STANDIN_ENV, **(env or {})}.items())
+        lines = "\n".join(f"    {k}: {json.dumps(str(v))}" for k, v in {**STANDIN_ENV, **(env or {})}.items())
         (root / "profiles" / f"{profile}.yaml").write_text(
-            f"extends: {extends}\nimage: {standin}\ncontainer:\n  environment:\n{lines}\n")
+            f"extends: {extends}\nimage: {standin}\nengine:\n  max_model_len: {STANDIN_MAX_MODEL_LEN}\n"
+            f"container:\n  environment:\n{lines}\n")
         return Project(root), remote
 
     yield make

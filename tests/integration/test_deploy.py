@@ -203,7 +203,8 @@ def test_failed_deploy_rolls_back_to_the_last_known_good(project, card, standin,
     assert _models() == ["Qwen3.8-27B"]
     assert _revisions(host) == [(1, "deploy", "good", "ready"), (2, "deploy", "bad", "failed"),
                                 (3, "rollback", "good", "ready")]
-    bad_run = json.loads((sorted(d for d in project.runs_dir.iterdir() if "-bad-" in d.name)[-1] / "run.json").read_text())
+    bad_dir = sorted(d for d in project.runs_dir.iterdir() if "-bad-" in d.name)[-1]
+    bad_run = json.loads((bad_dir / "run.json").read_text())
     assert (bad_run["outcome"], bad_run["failure_phase"]) == ("rolled-back", phase)
     st = status(host, entry)
     assert st["serving"] is True and st["drift"] == [] and st["lock"] is None
@@ -533,6 +534,15 @@ def _sshd_pids() -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def _resume(pids: list[int]) -> None:
+    """SIGCONT to each of ``pids`` still there (a frozen sshd or ssh of a test)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, card, standin):
     """The test sshd (listener and every session) and the client's shared connection are
     frozen (SIGSTOP) for 25 s from the start of the wait; the server never becomes ready
@@ -570,11 +580,7 @@ def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, ca
                    DeployOptions(image=standin, timeout_s=10), WaitSignal())
     finally:
         t.join(60)
-        for pid in frozen:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _resume(frozen)
     assert frozen, "nothing was frozen"
     run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
     assert run["diagnosis"] == "unreachable" and "cannot reach the host" in run["failure"]

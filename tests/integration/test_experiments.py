@@ -74,7 +74,8 @@ def test_interleave_deploys_each_arm_twice_in_abba_order_each_with_its_own_bench
     assert len({m["experiment"] for m in metas}) == 1 and metas[0]["experiment"].startswith("ilv-")
     for run in runs:
         samples = [json.loads(line) for line in (run / "bench.jsonl").read_text().splitlines()]
-        assert sorted(s["phase"] for s in samples if s["phase"] != "warmup") == ["cold"] * REQUESTS + ["warm"] * REQUESTS
+        measured = sorted(s["phase"] for s in samples if s["phase"] != "warmup")
+        assert measured == ["cold"] * REQUESTS + ["warm"] * REQUESTS
     # the host saw four deployments in the same order, and the two arms' compose files differ
     deploys = [r for r in revisions(_history(host)) if r.event == "deploy"]
     assert [(r.profile, r.outcome) for r in deploys] == [("arm-a", "ready"), ("arm-b", "ready"),
@@ -106,7 +107,8 @@ def test_interleave_output_and_report_show_the_order_and_the_trend(lab, interlea
         assert re.search(rf"^- {metric}: rho (-?[\d.]+|–)", trend, re.M), trend
     # the verdicts pool both deployments of each arm: 2 x REQUESTS samples per arm
     n = 2 * REQUESTS
-    assert re.search(rf"^\| warm \| decode_tok_s \| [\d.,]+ \({n}, [^)]*\) \| [\d.,]+ \({n}, [^)]*\) \|", text, re.M), text
+    assert re.search(rf"^\| warm \| decode_tok_s \| [\d.,]+ \({n}, [^)]*\) \| [\d.,]+ \({n}, [^)]*\) \|",
+                     text, re.M), text
 
 
 def test_a_rollback_records_a_run_that_bench_accepts_and_ab_compares(lab, interleaved):

@@ -180,6 +180,8 @@ def test_kv_prediction_against_the_onset_of_preemption(kv_pool):
     levels = {lv.level.value: lv for lv in run.summary.levels}
     assert sorted(levels) == [1, 2, 4]
     assert levels[2].server.preemptions == 0 and levels[4].server.preemptions > 0
+    # the workload asks 3 requests a level; a level of 4 in flight sends one per slot
+    assert levels[4].requests == 4 and levels[4].server.waiting_max >= 1
     kv = run.capacity.kv
     assert kv.predicted_concurrency == 2 and kv.request_tokens == 2048
     assert kv.agrees and kv.observed_onset == 4 and kv.highest_clean == 2, kv

@@ -36,7 +36,7 @@ def lab(standin_lab):
     """A project whose ``qa-sane`` profile serves the stand-in with sane answers, variants that
     change only ``STANDIN_OUTPUT``, and a fresh working directory on the loopback card host."""
     project, host = standin_lab("quality", "qa-sane", "base", {"STANDIN_OUTPUT": "sane"}, host=HOST, port=PORT)
-    for mode in ("repeat_char", "tool_unparsed", "reasoning_leak"):
+    for mode in ("repeat_char", "tool_unparsed", "reasoning_leak", "tool_malformed"):
         _variant(project, f"qa-{mode.replace('_', '-')}",
                  f"extends: qa-sane\ncontainer:\n  environment:\n    STANDIN_OUTPUT: {mode}\n")
     return project, host
@@ -84,3 +84,22 @@ def test_a_broken_arm_is_held_back_and_the_report_says_why(lab, sane_run, mode, 
     assert "B cannot be called better: " in gate and words in gate, gate
     section = out.read_text().split("### Quality", 1)[1].split("## Findings", 1)[0]
     assert f"- {rule}: {words}" in section
+
+
+def test_a_load_benchmark_probes_too_and_a_malformed_tool_call_is_gated(lab, sane_run):
+    """``invoke bench`` under load runs the probes after its levels, as a single-stream bench does:
+    a deployment whose tool calls come back with arguments that are not JSON is held back."""
+    from servedeck.ab.quality import compare_quality, read_quality
+    project, _ = lab
+    proc = _servedeck(project, "deploy", "--host", HOST, "--profile", "qa-tool-malformed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = project.runs_dir / re.search(r"^run record: (\S+)$", proc.stdout, re.MULTILINE).group(1).rsplit("/", 1)[1]
+    proc = _servedeck(project, "bench", "--host", HOST, "--workload", "chat", "--load", "concurrency:1",
+                      "--requests", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "quality probes (" in proc.stdout
+    assert "tool_call (tool_call_parser=qwen3_xml): malformed BROKEN" in proc.stdout
+    assert {"load.json", "quality.json"} <= {p.name for p in run.iterdir()}
+    assert {f.name: f.status for f in read_quality(run).features}["tool_call"] == "malformed"
+    gate = compare_quality([project.runs_dir / sane_run], [run]).gate
+    assert gate.blocks and [r.rule for r in gate.reasons] == ["tool_call"], gate.reasons

@@ -140,7 +140,7 @@ def test_unknown_host_key_refused_with_hint(tmp_path: Path, test_services: dict[
     assert f"ssh-keyscan -p 2222 127.0.0.1 >> {known}" in (err.value.hint or "")
     assert known.read_text() == ""  # nothing was added behind the user's back
     with pytest.raises(ServedeckError, match="not known"):
-        host.engine.client  # Docker goes through the same SSH connection and host-key policy
+        _ = host.engine.client  # Docker goes through the same SSH connection and host-key policy
     assert "hint:" in text
 
 

@@ -110,10 +110,12 @@ def test_a_host_without_any_counter_still_benches(scratch_host):
 def test_the_sampler_stops_by_itself_at_its_deadline(scratch_host):
     root = make_card(scratch_host, f"{scratch_host.workdir}/sysfs")
     from servedeck.host import telemetry
-    handle = start_telemetry(scratch_host, sysfs_root=root, period_s=0.05, max_duration_s=-telemetry.DEADLINE_MARGIN_S + 1)
+    handle = start_telemetry(scratch_host, sysfs_root=root, period_s=0.05,
+                             max_duration_s=-telemetry.DEADLINE_MARGIN_S + 1)
     time.sleep(2.5)
     pid = scratch_host.read_file(handle.file + ".pid").decode().strip()
-    alive = scratch_host.run_script('[ -d "/proc/$1" ] && grep -q "sd-telemetry-$2" "/proc/$1/cmdline" && echo alive; true',
+    alive = scratch_host.run_script('[ -d "/proc/$1" ] && grep -q "sd-telemetry-$2" "/proc/$1/cmdline" '
+                                    '&& echo alive; true',
                                     [pid, handle.token]).stdout.strip()
     assert alive == ""
     raw = stop_telemetry(scratch_host, handle)
@@ -151,7 +153,8 @@ def test_bench_records_energy_per_token_of_each_request(project, card, standin):
     try:
         result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2),
                                 probes=False)
-        run = load_deployed(res.run.path, host, entry, chat, profile=LoadProfile.parse("concurrency:1,3"))
+        run = load_deployed(res.run.path, host, entry, chat, profile=LoadProfile.parse("concurrency:1,3"),
+                            probes=False)
     finally:
         stop_load(host, pid)
     tel = read_telemetry(res.run.path)

@@ -18,7 +18,8 @@ import numpy as np
 from servedeck.ab.compare import (
     ArmDiff, compare_arms, flatten_argv, guard, load_arm, parse_compose, plan_against,
 )
-from servedeck.ab.stats import compare_metrics, holm, judge_bench, rank_test, ratio_interval, smallest_p
+from servedeck.ab.comparison import compare_metrics
+from servedeck.ab.stats import holm, judge_bench, rank_test, ratio_interval, smallest_p
 from servedeck.errors import ServedeckError
 from servedeck.ab.report import findings, fmt_num, render_report, write_report
 
@@ -281,7 +282,8 @@ def test_report_findings(report_ab):
     for phase in ("cold", "warm"):
         for metric in ("ttft_s", "prefill_tok_s", "decode_tok_s", "spec_accept_len"):
             assert re.search(rf"^- {phase} {metric} .*95% CI \d+\.\d+–\d+\.\d+; Mann-Whitney U, [a-z ()]+, "
-                             r"p=[\d.e-]+, Holm p=[\d.e-]+\): (no verdict|equivalent): ", findings, re.M), (phase, metric)
+                             r"p=[\d.e-]+, Holm p=[\d.e-]+\): (no verdict|equivalent): ", findings, re.M), \
+                (phase, metric)
     assert "_Verdict: to be written_" in report_ab
     assert "_Hypothesis: to be written_" in report_ab
     # startup table gives both arms

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servedeck.ab.compare import compare_arms, guard
-from servedeck.ab.stats import compare_metrics
+from servedeck.ab.comparison import compare_metrics
 from servedeck.ab.report import render_report
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs-cpu"

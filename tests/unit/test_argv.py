@@ -4,7 +4,6 @@ flags, JSON flags, printing, and the exl3xpu launcher's reading of its contract 
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -191,7 +190,9 @@ def test_launcher_passthrough_is_parsed_as_vllm_flags_with_command_indices():
 def test_ambiguous_abbreviation_is_reported():
     parsed = read_exl3xpu(["models/m", "--p", "1"])  # --port, --print
     assert [(t.path, t.s, opt) for t, opt in parsed.abbreviations] == [(("command", 1), "--p", None)]
-    argparse  # the real parser errors on it too (exit 2); servedeck reports it instead
+    with pytest.raises(SystemExit) as exit_:  # the real launcher's parser errors on it too (exit 2)
+        _cpu_launcher().build_parser().parse_known_args(["models/m", "--p", "1"])
+    assert exit_.value.code == 2
 
 
 def test_flag_table_from_a_recorded_vllm_argument_surface():

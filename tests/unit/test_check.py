@@ -299,7 +299,8 @@ def test_argv_missing_value(catalog):
 
 
 def test_argv_string_command_warns(catalog):
-    text = xpu().split("    command:")[0] + "    command: models/qwen3.8-27b-exl3-4.00bpw --gpu 0 --model-path /models/q\n"
+    text = (xpu().split("    command:")[0]
+            + "    command: models/qwen3.8-27b-exl3-4.00bpw --gpu 0 --model-path /models/q\n")
     assert rules(run(text, catalog)) == ["argv/string-command"]
 
 
@@ -374,7 +375,8 @@ def test_vllm_auto_tool_choice(catalog):
 def test_vllm_unknown_parser_did_you_mean(catalog):
     found = run(xpu("- --enable-auto-tool-choice\n- --tool-call-parser\n- qwen3_xlm"), catalog)
     f = next(f for f in found if f.rule == "vllm/unknown-tool-call-parser")
-    assert "qwen3_xml" in f.hint and "0.24" not in f.message and "0.11.0..0.32.0" in f.message  # bracketing tables: 0.11.0 and the extracted 0.32.0
+    # bracketing tables: 0.11.0 and the extracted 0.32.0
+    assert "qwen3_xml" in f.hint and "0.24" not in f.message and "0.11.0..0.32.0" in f.message
 
 
 def test_vllm_names_by_version(catalog):

@@ -51,8 +51,10 @@ def test_hosts_that_are_not_loopback_stay_clean(host, catalog):  # noqa: F811
 @pytest.mark.parametrize("service", [
     '    entrypoint: ["vllm"]\n    command: [serve, example/model-7b, --host, 127.0.0.1]\n',
     '    entrypoint: ["/usr/local/bin/vllm", "serve"]\n    command: [example/model-7b, --host, 127.0.0.1]\n',
-    '    entrypoint: [python3, -m, vllm.entrypoints.cli.main, serve]\n    command: [example/model-7b, --host=127.0.0.1]\n',
-    '    entrypoint: [python3.12, -m, vllm.entrypoints.openai.api_server]\n    command: [--model, example/model-7b, --host, localhost]\n',
+    '    entrypoint: [python3, -m, vllm.entrypoints.cli.main, serve]\n'
+    '    command: [example/model-7b, --host=127.0.0.1]\n',
+    '    entrypoint: [python3.12, -m, vllm.entrypoints.openai.api_server]\n'
+    '    command: [--model, example/model-7b, --host, localhost]\n',
     '    entrypoint: ["/bin/bash", "-c"]\n    command: ["vllm serve example/model-7b --host 127.0.0.1"]\n',
     '    entrypoint: [sh, -c, "exec vllm serve example/model-7b --host \'127.0.0.1\'"]\n',
     '    entrypoint: [sh, -ec, "HF_HUB_OFFLINE=1 exec vllm serve example/model-7b --host 127.0.0.1"]\n',

@@ -140,3 +140,26 @@ def test_check_judges_a_healthcheck_start_period_by_the_profiles_measured_time_t
     after = invoke("check", "--profile", "probed", "--json", project=project)
     found = [f for f in json.loads(after.stdout) if f["rule"] == "server/healthcheck-start-period"]
     assert found and "1500" in found[0]["message"], after.stdout
+
+
+def test_next_series_and_tune_as_the_user_runs_them(tmp_path):
+    """`next` ranks candidates from the recorded runs; `series` lists them with the experiment an
+    `ab --out` left; `tune` refuses an unknown host by name (after its stages were loaded)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(FIX / "runs", runs)
+    res = invoke("ab", "latest:base", "latest:batch-8192", "--out", str(runs / "reports" / "x" / "report.md"),
+                 runs=runs)
+    assert res.returncode == 0, res.stderr
+    assert "verdict (drafted): Revert max_num_batched_tokens to 4096" in res.stdout
+    res = invoke("next", "--profile", "base", "--host", "b70", "--json", runs=runs)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["baseline_run"] == "0002-base-b70" and plan["candidates"]
+    assert not any(c["knob"] == "batch-budget" and c["proposed"] == 8192 for c in plan["candidates"])  # reverted
+    text = invoke("next", "--profile", "base", "--host", "b70", runs=runs)
+    assert "nothing left is expected to clear the noise floor" in text.stdout, text.stdout + text.stderr
+    res = invoke("series", "--profile", "base", runs=runs)
+    assert res.returncode == 0, res.stderr
+    assert "| 1 | #2 → #3 | `max_num_batched_tokens` 4096 → 8192 | revert |" in res.stdout
+    res = invoke("tune", "--base", "base", "--host", "nowhere", "--vary", "engine.max_num_seqs=8,16", runs=runs)
+    assert res.returncode == 2 and "nowhere" in res.stderr, res.stderr

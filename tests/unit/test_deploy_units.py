@@ -67,6 +67,7 @@ def test_a_key_with_a_dollar_is_scrubbed_also_as_a_compose_file_writes_it() -> N
 
 
 def _rev(n, outcome, sha, event="deploy"):
+    sha = sha * 64  # a SHA-256 in hex: the history's values are checked
     return [{"revision": n, "event": event, "outcome": "started", "compose_sha256": sha, "profile": f"p{n}"},
             {"revision": n, "outcome": outcome}] if outcome != "started" else [
             {"revision": n, "event": event, "outcome": "started", "compose_sha256": sha}]
@@ -77,11 +78,12 @@ def test_known_good_is_only_what_served_newest_first_one_per_file() -> None:
                + _rev(4, "ready", "a", "rollback") + _rev(5, "ready", "d") + _rev(6, "started", "e")
                + [{"event": "deploy", "outcome": "ready"}])  # an old line without revision
     assert [r.number for r in hist.known_good(records)] == [5, 4]
-    assert [r.number for r in hist.known_good(records, stored={"a"})] == [4]
+    assert [r.number for r in hist.known_good(records, stored={"a" * 64})] == [4]
     assert [r.number for r in hist.unfinished(records)] == [6]
     assert hist.next_revision(records) == 7 and hist.next_revision([]) == 1
-    assert hist.keep_hashes(records, keep=1) == ["d"]
-    assert hist.history_records(b'{"revision": 1}\nnot json\n[1]\n') == [{"revision": 1}]
+    assert hist.keep_hashes(records, keep=1) == ["d" * 64]
+    assert hist.history_records(b'{"revision": 1}\nnot json\n\n[1]\n') == [
+        {"revision": 1}, {"damaged": "not json", "revision_seen": None}, {"damaged": "[1]", "revision_seen": None}]
 
 
 # ------------------------------------------------------------------ readiness at the seam
@@ -228,17 +230,17 @@ def test_rollback_target_is_known_good_and_never_a_file_that_did_not_serve() -> 
 
     records = _rev(1, "ready", "a") + _rev(2, "ready", "b") + _rev(3, "failed", "c")
     # the deployed file "c" never served: the newest known-good one is the target
-    assert _rollback_target(H(), HostState("acquired", compose_sha256="c", good={"a", "b"},
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="c" * 64, good={"a" * 64, "b" * 64},
                                            history=records), None).number == 2
     # the deployed file "b" serves: go back to the one before it
-    assert _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b"},
+    assert _rollback_target(H(), HostState("acquired", compose_sha256="b" * 64, good={"a" * 64, "b" * 64},
                                            history=records), None).number == 1
     # a pruned file is not a target; --to must name a known-good revision
     with pytest.raises(DeployError, match="no known-good deployment"):
-        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"b"},
+        _rollback_target(H(), HostState("acquired", compose_sha256="b" * 64, good={"b" * 64},
                                         history=records), None)
     with pytest.raises(DeployError, match="revision 3 .* is not a known-good"):
-        _rollback_target(H(), HostState("acquired", compose_sha256="b", good={"a", "b", "c"},
+        _rollback_target(H(), HostState("acquired", compose_sha256="b" * 64, good={"a" * 64, "b" * 64, "c" * 64},
                                         history=records), 3)
 
 

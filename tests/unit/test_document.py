@@ -26,7 +26,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
     ("8000:8000/udp", "8000", "8000", None, "udp"),
     ("[::1]:9000:8000", "9000", "8000", "::1", None),
     ("127.0.0.1::8000", None, "8000", "127.0.0.1", None),
-    ({"target": 8000, "published": "9000", "host_ip": "127.0.0.1", "protocol": "tcp"}, "9000", "8000", "127.0.0.1", "tcp"),
+    ({"target": 8000, "published": "9000", "host_ip": "127.0.0.1", "protocol": "tcp"},
+     "9000", "8000", "127.0.0.1", "tcp"),
 ])
 def test_ports_short_and_long(item, published, target, host_ip, protocol):
     p = Port.parse(item)
@@ -147,7 +148,9 @@ def _config(path: Path) -> dict:
 
 
 @pytest.mark.skipif(not _has_compose(), reason="Compose v2 not installed")
-@pytest.mark.parametrize("src", sorted([*FIXTURES.glob("compose/*.yml"), *(p for p in FIXTURES.glob("cases/field-2/*.yml") if not p.name.endswith(".meta.yml"))]),
+@pytest.mark.parametrize("src", sorted([*FIXTURES.glob("compose/*.yml"),
+                                        *(p for p in FIXTURES.glob("cases/field-2/*.yml")
+                                          if not p.name.endswith(".meta.yml"))]),
                          ids=lambda p: p.name)
 def test_parse_then_dump_is_the_same_document_for_compose(src: Path, tmp_path: Path):
     (tmp_path / "a").mkdir()

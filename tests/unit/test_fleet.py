@@ -278,7 +278,8 @@ def test_estimate_takes_bench_ab_and_ansible_steps_from_earlier_sweeps(project):
     """Ansible's task times of an earlier sweep (ansible-runner job events) replace the
     defaults for the bench command's cost, the ab command and Ansible's own steps."""
     _run(project, 1, "fleet-1", 10.0, 2.0)
-    events = project.runs_dir / "sweeps" / "base-1234" / "ansible" / "20261130T100000Z" / "artifacts" / "x" / "job_events"
+    events = (project.runs_dir / "sweeps" / "base-1234" / "ansible" / "20261130T100000Z" / "artifacts" / "x"
+              / "job_events")
     events.mkdir(parents=True)
     steps = [("fleet-1", "e01-x-2-r1: start", 0.1), ("fleet-1", "e01-x-2-r1: deploy arm A (a)", 13.0),
              ("fleet-1", "e01-x-2-r1: bench arm A", 5.0), ("fleet-1", "e01-x-2-r1: bench arm B", 6.0),
@@ -333,9 +334,51 @@ def test_a_rollout_reads_each_hosts_outcome_and_run_from_its_deploy_json(tmp_pat
     played = PlaybookResult(rc=2, status="failed", tasks=[
         TaskResult("fleet-1", f"{DEPLOY_TASK} new", "ok", 14.5, {"stdout": json.dumps(ok) + "\n", "stderr": ""}),
         TaskResult("fleet-2", f"{DEPLOY_TASK} new", "failed", 12.0,
-                   {"stdout": json.dumps(failed), "stderr": "  preflight ...\nerror: deploy of new failed: not ready"})])
+                   {"stdout": json.dumps(failed),
+                    "stderr": "  preflight ...\nerror: deploy of new failed: not ready"})])
     assert _outcome("fleet-1", played) == HostOutcome("fleet-1", "ready", "0001-new-fleet-1", 14.5)
     two = _outcome("fleet-2", played)
     assert (two.outcome, two.run_id, two.message) == ("rolled-back", run.run_id, "deploy of new failed: not ready")
     assert _outcome("fleet-3", played).outcome == "untouched"
     assert deploy_output({"stdout": "Traceback (most recent call last):\n"}) is None
+
+
+# ------------------------------------------------------------------ the failure budget, played
+
+
+def _play_rollout(tmp_path, failing: set[str], serial: str, max_fail: int) -> list[str]:
+    """Run the shipped rollout.yml through ansible-runner over 3 inventory hosts whose
+    "servedeck deploy" is a shell line failing for ``failing``; return the hosts deployed."""
+    from servedeck.fleet.runner import run_playbook
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[lab]\nh1\nh2\nh3\n")
+    log = tmp_path / "deployed.txt"
+    script = f'echo "$3" >> {log}; case " {" ".join(sorted(failing))} " in *" $3 "*) exit 1;; esac'
+    extravars = {"servedeck_cli": ["sh", "-c", script, "sh"], "servedeck_project": str(tmp_path),
+                 "servedeck_hosts": "lab", "servedeck_profile": "p", "servedeck_serial": serial,
+                 "servedeck_max_fail_percentage": max_fail, "servedeck_environment": {}}
+    played = run_playbook("rollout", inventory=inv, extravars=extravars, private_dir=tmp_path / "pd",
+                          forks=3)
+    assert not played.interrupted
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.parametrize("failing, serial, max_fail, deployed", [
+    ({"h1"}, "1", 100, ["h1", "h2", "h3"]),   # the bug: Ansible ended the play after h1's batch
+    ({"h1"}, "1", 0, ["h1"]),                 # any failure stops the rollout
+    ({"h1"}, "1", 50, ["h1"]),                # 100 % of the one-host batch failed: more than 50
+    ({"h2"}, "2", 50, ["h1", "h2", "h3"]),    # 50 % of the first batch failed: not more than 50
+    ({"h1", "h2"}, "2", 50, ["h1", "h2"]),    # 100 %: the third host keeps its deployment
+])
+def test_max_fail_is_the_percent_of_a_batch_as_documented(tmp_path, failing, serial, max_fail, deployed):
+    """docs/fleet.md: once MORE than --max-fail percent of a batch failed, no further batch
+    starts; a batch at or under the budget lets the rollout go on."""
+    assert sorted(_play_rollout(tmp_path, failing, serial, max_fail)) == deployed
+
+
+def test_ansible_playbook_is_found_beside_the_interpreter_without_path(monkeypatch):
+    import sys
+    from pathlib import Path
+    from servedeck.fleet.runner import ansible_playbook
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert ansible_playbook() == str(Path(sys.executable).parent / "ansible-playbook")

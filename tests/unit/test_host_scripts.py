@@ -38,6 +38,77 @@ def test_compose_is_docker_compose_without_the_plugin_in_a_known_place_or_with_e
     assert _compose_fn(tmp_path / "extra", [".docker/cli-plugins"], extra) == "docker compose up -d a b\n"
 
 
+# ------------------------------------------------------------------ the history log
+
+
+def _append(path, text: str) -> None:
+    from servedeck.host.history import APPEND_SH
+    subprocess.run(["sh", "-c", APPEND_SH + 'umask 022; sd_append "$1" "$2"', "sh", str(path), text], check=True)
+
+
+def test_a_history_line_is_never_glued_onto_a_torn_one_and_the_file_is_owner_only(tmp_path) -> None:
+    from servedeck.host import history as hist
+    log = tmp_path / "history.jsonl"
+    _append(log, '{"revision":1,"outcome":"started"}')
+    _append(log, '{"revision":1,"outcome":"ready"}\n{"revision":2,"outcome":"started"}')
+    assert log.read_text().count("\n") == 3 and "\n\n" not in log.read_text()
+    with open(log, "ab") as fh:  # a write cut short: the disk filled mid-line
+        fh.write(b'{"revision":3,"event":"deploy","outco')
+    _append(log, '{"revision":2,"outcome":"ready"}')
+    lines = log.read_text().splitlines()
+    assert lines[-2] == '{"revision":3,"event":"deploy","outco' and lines[-1] == '{"revision":2,"outcome":"ready"}'
+    records = hist.history_records(log.read_bytes())
+    assert hist.damaged(records) == 1
+    assert [(r.number, r.outcome) for r in hist.revisions(records)] == [(1, "ready"), (2, "ready")]
+    assert hist.next_revision(records) == 4  # 3 was started on the host, even if its line is torn
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_values_read_back_from_the_history_are_checked_before_use() -> None:
+    from servedeck.host import history as hist
+    records = [{"revision": 1, "event": "deploy", "outcome": "started", "compose_sha256": "../../etc/passwd",
+                "run_id": "../../outside/victim", "port": "9932; rm -rf /", "profile": "speed"},
+               {"revision": 1, "outcome": "ready"}, {"revision": True, "outcome": "ready"}]
+    (rev,) = hist.revisions(records)
+    assert rev.compose_sha256 is None and not rev.good  # never a path under good/
+    assert "run_id" not in rev.record and "port" not in rev.record and rev.profile == "speed"
+
+
+def test_one_compose_project_per_working_directory() -> None:
+    from servedeck.grammar import PROJECT_NAME_RE, compose_project_name
+    a, b = compose_project_name("/srv/a/same"), compose_project_name("/srv/b/same/")
+    assert a != b and a.startswith("same-") and b.startswith("same-")
+    assert compose_project_name("/srv/b/same") == b  # a trailing / is the same directory
+    assert PROJECT_NAME_RE.match(compose_project_name("/srv/My Cards/B70 (new)"))
+    assert PROJECT_NAME_RE.match(compose_project_name("/"))
+
+
+def test_two_inventory_hosts_that_are_one_deployment_are_named() -> None:
+    from servedeck.host.ssh import SshTarget
+    from servedeck.model.inventory import HostEntry, shared_deployments
+    same = SshTarget(hostname="card1", port=22)
+    hosts = {"b70": HostEntry(ssh=same, workdir="/srv/b70"), "b70-again": HostEntry(ssh=same, workdir="/srv/b70/"),
+             "b70-other": HostEntry(ssh=same, workdir="/srv/other/b70"),
+             "b71": HostEntry(ssh=SshTarget(hostname="card2"), workdir="/srv/b70")}
+    (finding,) = shared_deployments(hosts)
+    assert "hosts b70 and b70-again are one deployment" in finding
+
+
+def test_hostile_history_lines_are_damage_and_never_set_the_next_revision() -> None:
+    """Bytes that are not UTF-8, a line past MAX_LINE_BYTES, JSON that is not an object and a
+    revision of 5,000 digits are damaged lines; a revision of 1e400 (an object, no integer
+    revision) is skipped; the revisions servedeck wrote read on, and the next number is one past
+    the highest that could be a real one."""
+    from servedeck.host import history as hist
+    data = (b'{"revision":1,"event":"deploy","outcome":"started"}\n\xff\xfe not text\n'
+            + b'{"revision":2,"x":"' + b"a" * (hist.MAX_LINE_BYTES + 10) + b'"}\n[1, 2]\n'
+            + b'{"revision":1,"outcome":"ready"}\n{"revision":' + b"9" * 5000 + b'}\n{"revision":1e400}\n')
+    records = hist.history_records(data)
+    assert hist.damaged(records) == 4
+    assert [(r.number, r.outcome) for r in hist.revisions(records)] == [(1, "ready")]
+    assert hist.next_revision(records) == 3  # 2 shows in a damaged line: never given again
+
+
 # ------------------------------------------------------------------------------ telemetry
 
 
@@ -113,7 +184,8 @@ def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_
     assert len(nvidia) >= 4 and not errors and nvidia[0][1:] == (70.5, 2040.0, 4)
     assert list(tel.iterdir()) == []
     for _ in range(50):  # a stopped process's last child (the stand-in's `date`) may take a moment
-        running = subprocess.run(["sh", "-c", f"ps -eo args | grep -c '[s]d-telemetry-abc123\\|{bin_dir}/[n]vidia-smi'"],
+        count = f"ps -eo args | grep -c '[s]d-telemetry-abc123\\|{bin_dir}/[n]vidia-smi'"
+        running = subprocess.run(["sh", "-c", count],
                                  capture_output=True, text=True).stdout.strip()
         if running == "0":
             break

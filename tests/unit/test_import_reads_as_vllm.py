@@ -320,7 +320,8 @@ def _import_service(tmp_path, service: str, volumes: str = "      - /srv/models/
 @pytest.mark.parametrize("service", [
     "    entrypoint: [vllm]\n    command: [serve, /models/m, --port, \"8000\"]\n",
     "    entrypoint: [/usr/local/bin/vllm, serve]\n    command: [/models/m, --port, \"8000\"]\n",
-    "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n    command: [--model, /models/m, --port, \"8000\"]\n",
+    "    entrypoint: [python3, -m, vllm.entrypoints.openai.api_server]\n"
+    "    command: [--model, /models/m, --port, \"8000\"]\n",
     "    entrypoint: [/bin/bash, -c]\n    command: [\"exec vllm serve /models/m --port 8000\"]\n",
 ])
 def test_an_entrypoint_that_starts_vllm_gives_its_arguments_to_the_profile(tmp_path, service):

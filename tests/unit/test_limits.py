@@ -93,7 +93,8 @@ def test_ceilings_inventory_beats_measured_beats_table():
     assert (c.memory_bandwidth_gb_s, c.spec_memory_bandwidth_gb_s) == (520.0, 608.0)
     assert c.bandwidth_source.startswith("measured on b70") and c.matrix_tflops == 150.0
     c = resolve_ceilings(Entry(), host="b70", measured=measured, int8=True)
-    assert (c.matrix_tflops, c.matrix_precision, c.matrix_source) == (300.0, "int8", "inventory: hosts.b70.matrix_int8_tops")
+    assert (c.matrix_tflops, c.matrix_precision, c.matrix_source) == \
+        (300.0, "int8", "inventory: hosts.b70.matrix_int8_tops")
     Entry.memory_bandwidth_gb_s = 560.0
     assert resolve_ceilings(Entry(), host="b70", measured=measured).bandwidth_source == \
         "inventory: hosts.b70.memory_bandwidth_gb_s"
@@ -219,7 +220,8 @@ def test_constant_power_gives_the_energy_within_the_stated_error():
 
 def test_wrap_around_known_range_and_inferred_32_bit():
     t = [i * 0.1 for i in range(100)]
-    rapl = unwrap_counter("rapl package-0", t, _counter(80.0, t, start_uj=262_143_328_850 - 300_000_000, modulus=262_143_328_850),
+    rapl = unwrap_counter("rapl package-0", t,
+                          _counter(80.0, t, start_uj=262_143_328_850 - 300_000_000, modulus=262_143_328_850),
                           range_uj=262_143_328_850)
     assert rapl.wraps == 1 and rapl.joules[-1] == pytest.approx(80 * t[-1], abs=1e-3)
     xe = unwrap_counter("xe card1 card", t, _counter(200.0, t, start_uj=2 ** 32 - 500_000_000, modulus=2 ** 32))
@@ -375,7 +377,7 @@ def test_ab_judges_roofline_and_energy_and_reports_them(tmp_path):
     from servedeck.ab.chart import chart_png
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.report import render_report
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     a = _limited_copy(tmp_path, CPU_RUN, "0001-cpu-4096-local", 100.0)
     b = _limited_copy(tmp_path, CPU_RUN.parent / "0002-cpu-8192-local", "0002-cpu-8192-local", 60.0)
     c = compare_metrics(a, b)
@@ -393,7 +395,7 @@ def test_ab_judges_roofline_and_energy_and_reports_them(tmp_path):
 def test_a_run_without_limits_keeps_the_report_as_it_was():
     from servedeck.ab.compare import compare_arms
     from servedeck.ab.report import render_report
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     b = CPU_RUN.parent / "0002-cpu-8192-local"
     c = compare_metrics(CPU_RUN, b)
     assert c.metric("energy_j_per_token", "warm") is None
@@ -445,7 +447,8 @@ def test_cap_rows_pool_each_caps_runs_from_their_samples_and_telemetry(tmp_path)
     b = _limited_copy(tmp_path, CPU_RUN.parent / "0002-cpu-8192-local", "0002-cpu-8192-local", 60.0)
     rows = cap_rows(tmp_path, {275.0: [a.name], 160.0: [b.name, b.name]})
     assert [r.cap_w for r in rows] == [160.0, 275.0] and rows[0].runs == [b.name]  # a run counts once
-    assert rows[1].mean_power_w == pytest.approx(100.0, rel=0.01) and rows[0].mean_power_w == pytest.approx(60, rel=0.01)
+    assert rows[1].mean_power_w == pytest.approx(100.0, rel=0.01)
+    assert rows[0].mean_power_w == pytest.approx(60, rel=0.01)
     assert len(rows[1].decode_samples) == 3 and rows[0].j_per_token < rows[1].j_per_token
     assert caps_markdown(rows)[-1].startswith("knee at")
 
@@ -465,7 +468,8 @@ def test_the_recorded_b70_run_against_its_card_with_the_images_int8_prefill(tmp_
     run = open_run(tmp_path / src.name)
     roof = record_roofline(run, None, None, catalog=Catalog(ROOT / "deploy" / "images.yaml"))
     c = roof.ceilings
-    assert (c.card, c.memory_bandwidth_gb_s, c.matrix_precision, c.matrix_tflops) == ("arc-pro-b70", 608.0, "int8", 367.0)
+    assert (c.card, c.memory_bandwidth_gb_s, c.matrix_precision, c.matrix_tflops) == \
+        ("arc-pro-b70", 608.0, "int8", 367.0)
     assert roof.model.weights_bytes == 17.34 * GIB and "Model loading took 17.34 GiB" in roof.model.weights_source
     warm = roof.phases["warm"]
     assert 0 < warm.decode_share < 1 and warm.accept_len > 1

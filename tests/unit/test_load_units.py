@@ -298,3 +298,20 @@ def test_bench_under_load_settings_are_refused_before_the_host_is_asked(args, wo
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and words in res.stderr and "no-such-host" not in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+# ---------------------------------------------------------------------------- event loop
+
+def test_the_client_runs_on_uvloop_when_installed_and_on_asyncio_without(monkeypatch):
+    import asyncio
+    import sys
+
+    from servedeck.bench.loadclient import run_loop
+
+    async def which() -> str:
+        await asyncio.sleep(0)
+        return type(asyncio.get_running_loop()).__module__
+    pytest.importorskip("uvloop")
+    assert run_loop(which()) == "uvloop"
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    assert run_loop(which()).startswith("asyncio")

@@ -53,10 +53,13 @@ def test_missing_parts_come_from_the_shipped_project(tmp_path, monkeypatch):
     monkeypatch.delenv("SERVEDECK_PROJECT", raising=False)
     monkeypatch.delenv("SERVEDECK_RUNS_DIR", raising=False)
     monkeypatch.delenv("SERVEDECK_INVENTORY", raising=False)
+    monkeypatch.setenv("SERVEDECK_STATE_DIR", str(tmp_path / "state"))
     bare = Project.find(tmp_path)
-    assert bare.root == tmp_path
+    assert bare.root == tmp_path and not bare.found
     assert bare.profiles_dir == ROOT / "profiles"
-    assert bare.catalog_path == ROOT / "deploy" / "images.yaml"
+    # no project: image facts are recorded in the per-user state directory, read over the shipped catalog
+    assert bare.catalog_path == tmp_path / "state" / "images.yaml"
+    assert bare.shipped_catalog_path == ROOT / "deploy" / "images.yaml"
     assert bare.templates_dirs == (ROOT / "templates",)
     assert bare.schema_dir == ROOT / "schema"
     assert bare.runs_dir == tmp_path / "runs"  # never inside the package
@@ -68,8 +71,11 @@ def test_missing_parts_come_from_the_shipped_project(tmp_path, monkeypatch):
     found = Project.find(sub)
     assert found.root == tmp_path and found.profiles_dir == tmp_path / "profiles"
     assert found.templates_dirs == (tmp_path / "templates", ROOT / "templates")
-    # a project of its own never reads (nor writes) the shipped catalog
+    # a project of its own writes its own catalog and reads the shipped one under it
     assert found.catalog_path == tmp_path / "deploy" / "images.yaml"
+    assert found.shipped_catalog_path == ROOT / "deploy" / "images.yaml"
+    # the repository's own checkout: one catalog, not layered over itself
+    assert Project.find(ROOT).shipped_catalog_path is None
 
 
 def _servedeck(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -118,7 +118,6 @@ def test_speculative_null_turns_off_and_absent_keeps_image_default():
 
 
 def test_mtp_2_edits_only_the_depth_keeping_the_image_method():
-    p = STORE.load("mtp-2").profile
     text = _render("mtp-2")
     assert "vllm.speculative_config.num_speculative_tokens=2" in text
     eff = _service("mtp-2").settings()

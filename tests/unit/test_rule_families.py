@@ -427,11 +427,34 @@ def test_first_contact_exl3xpu_tag_is_not_a_vllm_version():
 
 def test_in_image_without_docker_is_a_clear_error(monkeypatch, tmp_path):
     from servedeck.compose.check import check_in_image
-    from servedeck.errors import ServedeckError
     from servedeck.host.inimage import judge
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
-    with pytest.raises(ServedeckError, match="no Docker engine reachable"):
-        check_in_image(svc(), file="t.yml", judge=judge())
+    found = check_in_image(svc(), file="t.yml", judge=judge())
+    assert [f.rule for f in found] == ["inimage/not-judged"] and found[0].severity.value == "error"
+    assert "no Docker engine reachable" in found[0].message
+
+
+def test_in_image_judges_every_image_it_can_get_and_says_why_not_for_the_others():
+    from servedeck.compose.check import check_in_image_each
+    from servedeck.errors import ServedeckError
+    from servedeck.host.inimage import DryRunResult
+    asked = []
+
+    def judge(image, commands, entrypoint, mode):
+        asked.append(image)
+        if "gone" in image:
+            raise ServedeckError(f"image {image} is not present and cannot be pulled: manifest unknown",
+                                 hint="pull it on this engine first (docker pull REF)")
+        return [DryRunResult(ok=True, stage="done", message="", vllm_argv=[], image_id="x", cached=False, seconds=0.1)
+                for _ in commands]
+    digest = "@sha256:" + "a" * 64
+    doc = "services:\n  llm:\n    image: {}\n    command: [--model, m]\n".format
+    found = check_in_image_each([(doc("example/gone" + digest), "a.yml"), (doc("example/here" + digest), "b.yml")],
+                                judge=judge)
+    assert asked == ["example/gone" + digest, "example/here" + digest]
+    assert [(f.file, f.rule, f.line) for f in found] == [("a.yml", "inimage/not-judged", 4),
+                                                         ("b.yml", "inimage/accepted", 4)]
+    assert "manifest unknown" in found[0].message and found[0].hint.startswith("pull it")
 
 
 @pytest.mark.parametrize("repository, tag, launcher, device, version", [

@@ -178,7 +178,8 @@ def test_run_meta_is_typed_and_refuses_unknown_fields(tmp_path):
         create_run(tmp_path, "base", "b70", colour="blue")
     assert exc.value.field == "colour"
     assert list(tmp_path.iterdir()) == []  # the half-made directory is removed again
-    run = create_run(tmp_path, "base", "b70", image={"reference": "r@sha256:" + "a" * 64, "digest": "sha256:" + "a" * 64})
+    run = create_run(tmp_path, "base", "b70",
+                     image={"reference": "r@sha256:" + "a" * 64, "digest": "sha256:" + "a" * 64})
     before = (run.path / "run.json").read_bytes()
     with pytest.raises(ServedeckError) as exc:
         run.save_meta(outcome="finished")
@@ -344,7 +345,8 @@ def test_latest_means_served_and_benchmarked_and_newest_means_newest(tmp_path, b
     msg = str(exc.value)
     assert "served and was benchmarked" in msg and "0004-cpu-8192-local (outcome started)" in msg
     assert "newest:cpu-8192" in msg
-    with pytest.raises(ServedeckError, match="no run of profile 'speed' recorded; profiles with runs: cpu-4096, cpu-8192"):
+    with pytest.raises(ServedeckError,
+                       match="no run of profile 'speed' recorded; profiles with runs: cpu-4096, cpu-8192"):
         resolve_run(tmp_path, "latest:speed")
 
 

@@ -239,3 +239,36 @@ def test_a_command_that_does_not_fit_in_the_full_temporary_directory_runs_alone(
     finally:
         transport.close()
 
+
+
+def test_an_aborted_session_ends_the_command_waiting_on_it_even_when_its_pipes_stay_open(local) -> None:
+    """With OpenSSH connection sharing the master holds a session's pipes: killing the session's
+    own ssh does not end them, and a command waiting on it waited out its whole timeout (a
+    frozen link's switch: 630 s, the deploy's last step blocked behind it). Here killing the
+    stand-in's "ssh" is made to do nothing, as there."""
+    local.run(["true"])
+    session = local._session
+    kill, kills = session.proc.kill, []
+
+    def first_kill_does_nothing() -> None:  # abort_session's: the pipes stay open
+        if kills:
+            kill()
+        kills.append(1)
+    session.proc.kill = first_kill_does_nothing
+    got: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            local.run("sleep 20", timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            got.append(exc)
+
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    local.abort_session()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - t0 < 3
+    assert len(got) == 1 and isinstance(got[0], HostUnreachable) and "aborted" in got[0].message
+    assert local.run(["echo", "fresh"]).stdout == "fresh\n"  # the next command opens a new session

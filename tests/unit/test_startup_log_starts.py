@@ -298,7 +298,7 @@ def test_logged_compile_totals_keep_their_source_and_cache_loads_have_no_compile
 
 
 def test_recorded_runs_are_refreshed_from_their_log_so_the_ab_report_has_compile_time():
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     from servedeck.vllm.startup_log import record_facts
 
     runs = FIXTURES / "runs-cpu"

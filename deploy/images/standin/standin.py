@@ -26,7 +26,8 @@ port and the served model name. Once ready it serves:
   ``CHAT_TEMPLATE_TOKENS`` for the template), the answer is ``max_tokens`` copies of one word
   (``finish_reason`` ``length``), prefill sleeps ``STANDIN_PREFILL_S_PER_TOKEN`` per prompt token
   (a tenth of it for a prompt seen before: the prefix cache) and decode
-  ``STANDIN_DECODE_S_PER_TOKEN`` per output token. The request counters of ``/metrics``
+  ``STANDIN_DECODE_S_PER_TOKEN`` per output token (paced by deadlines from the first token, so
+  the time the stand-in takes to write a chunk does not add to its pace). The request counters of ``/metrics``
   (``vllm:request_success_total``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
   the TTFT, prefill and decode time sums) grow with every request, as vLLM's do
   (``vllm/v1/metrics/loggers.py``); request shapes follow vLLM's OpenAI server
@@ -46,6 +47,24 @@ then finds no vLLM to judge it with and skips, instead of waiting on a server.
 * ``STANDIN_FIXTURES``: directory of the fixture files (default ``/opt/standin/fixtures``).
 * ``STANDIN_PREFILL_S_PER_TOKEN`` (default 0.00005), ``STANDIN_DECODE_S_PER_TOKEN`` (default
   0.001): the stand-in inference's pace.
+* ``STANDIN_STOP_S``: seconds the server takes to stop after SIGTERM or SIGINT, as a GPU server
+  releasing its memory does (default 0: at once). Docker's stop waits that long (within the
+  service's ``stop_grace_period``) before the container is gone.
+* ``STANDIN_LOG_ESCAPES``: ``1`` adds terminal control sequences to one startup log line (a
+  window-title and a screen-clearing sequence, a carriage return, a BiDi override), as a
+  hostile or careless server log may hold.
+* ``STANDIN_SURFACE``: a known response surface for tuning tests (unset: none). JSON
+  ``{"SETTING": {"VALUE": FACTOR, ...}, ...}``: decode speed is multiplied by the FACTOR of each
+  SETTING's value in this server's command (``--set vllm.SETTING=VALUE``, a JSON ``--set`` value
+  flattened to dotted names such as ``speculative_config.num_speculative_tokens``, or a
+  passthrough ``--setting-name VALUE``; values compared as text, ``"*"`` the factor of any other
+  value, 1 when absent). The decode pace becomes ``STANDIN_DECODE_S_PER_TOKEN / Π FACTOR``.
+* ``--print`` (the exl3xpu launcher's own option): print the final command as that launcher
+  does (``ZE_AFFINITY_MASK=<gpu> vllm serve <model> <flags>``, the ``--set vllm.*`` settings as
+  flags, then the passthrough) and exit 0, so that servedeck's in-image check can ask it (and
+  then finds no vLLM to judge the command with).
+* ``STANDIN_NOISE``: per-request noise of the pace (default 0: none): each request's prefill and
+  decode pace is multiplied by ``exp(N(0, STANDIN_NOISE))`` (a log-normal spread, 0.02 = 2 %).
 * The load model (off unless one of these is set; then ``/metrics`` reports live
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` and
   ``vllm:num_preemptions_total``, as vLLM's scheduler does, ``vllm/v1/core/sched/scheduler.py``):
@@ -95,6 +114,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import zlib
@@ -159,10 +179,76 @@ def parse_argv(argv: list[str]) -> dict:
     reasoning = _flag_values(passthrough, "--reasoning-parser")
     tools = _flag_values(passthrough, "--tool-call-parser")
     return {"port": port, "served_names": names, "mnbt": str(mnbt_value).strip(),
-            "model": model, "gpu": args.gpu, "api_key": api_key, "print_only": args.print_only,
+            "model": model, "gpu": args.gpu, "api_key": api_key, "settings": settings(sets, passthrough),
+            "print_only": args.print_only, "sets": sets, "passthrough": passthrough,
             "reasoning_parser": reasoning[-1] if reasoning else None,
             "tool_call_parser": tools[-1] if tools else None,
             "auto_tool_choice": "--enable-auto-tool-choice" in passthrough}
+
+
+def printed_command(cfg: dict) -> str:
+    """The launcher's ``--print`` line: ``ZE_AFFINITY_MASK=<gpu> vllm serve <model> ...``."""
+    import shlex
+    words = ["vllm", "serve", cfg["model"], "--served-model-name", *cfg["served_names"], "--host", "0.0.0.0",
+             "--port", str(cfg["port"])]
+    for key, value in cfg["sets"].items():
+        if key.startswith("vllm."):
+            words += ["--" + key[len("vllm."):].replace("_", "-"), value]
+    words += cfg["passthrough"]
+    return f"ZE_AFFINITY_MASK={cfg['gpu']} " + " ".join(shlex.quote(w) for w in words)
+
+
+def _flatten(value, key: str, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{key}.{k}", out)
+    else:
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+
+
+def settings(sets: dict, passthrough: list[str]) -> dict:
+    """Every vLLM setting of the command as ``{dotted name: value text}``: ``--set vllm.X=V``
+    (JSON values flattened), then passthrough ``--x-y V`` flags (``x_y``), the later winning."""
+    out: dict = {}
+    for key, raw in sets.items():
+        if not key.startswith("vllm."):
+            continue
+        raw = raw.strip()
+        try:
+            value = json.loads(raw) if raw[:1] in "{[" else raw
+        except ValueError:
+            value = raw
+        _flatten(value, key[len("vllm."):], out)
+    i = 0
+    while i < len(passthrough):
+        tok = passthrough[i]
+        if tok.startswith("--") and i + 1 < len(passthrough) and not passthrough[i + 1].startswith("--"):
+            name, raw = tok[2:].replace("-", "_"), passthrough[i + 1]
+            try:
+                value = json.loads(raw) if raw[:1] in "{[" else raw
+            except ValueError:
+                value = raw
+            _flatten(value, name, out)
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def surface_factor(surface: dict, values: dict) -> float:
+    """The product of each surface setting's factor for its value in ``values`` (``STANDIN_SURFACE``)."""
+    factor = 1.0
+    for name, table in surface.items():
+        if name not in values:
+            continue
+        value = str(values[name])
+        if value not in table:
+            try:  # 8192 and 8192.0, 0.9 and 0.90 are one value
+                value = next(k for k in table if k != "*" and float(k) == float(value))
+            except (StopIteration, ValueError):
+                value = "*"
+        factor *= float(table.get(value, 1.0))
+    return factor
 
 
 def _model_yaml(config: str) -> str:
@@ -412,8 +498,17 @@ class Engine:
         self.seen: set[int] = set()
         self.prefill_s = _env_float("STANDIN_PREFILL_S_PER_TOKEN") or 0.00005
         self.decode_s = _env_float("STANDIN_DECODE_S_PER_TOKEN") or 0.001
+        surface = os.environ.get("STANDIN_SURFACE", "").strip()
+        if surface:
+            self.decode_s /= surface_factor(json.loads(surface), cfg.get("settings") or {})
+        self.noise = _env_float("STANDIN_NOISE") or 0.0
         self.load: LoadModel | None = cfg.get("load")
         self.send_times = os.environ.get("STANDIN_SEND_TIMES", "").strip() == "1"
+
+    def jitter(self) -> float:
+        """One request's pace factor: ``exp(N(0, STANDIN_NOISE))`` (1 without noise)."""
+        import random
+        return math.exp(random.gauss(0.0, self.noise)) if self.noise > 0 else 1.0
 
     @staticmethod
     def count(body: dict) -> int:
@@ -424,14 +519,14 @@ class Engine:
         prompt = body.get("prompt") or ""
         return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
 
-    def prefill(self, body: dict) -> tuple[int, float]:
-        """Sleep the prefill of ``body``; return (prompt tokens, seconds)."""
+    def prefill(self, body: dict, pace: float = 1.0) -> tuple[int, float]:
+        """Sleep the prefill of ``body`` (``pace``: this request's factor); return (prompt tokens, seconds)."""
         n = self.count(body)
         key = hash(json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True))
         with self.lock:
             cached = key in self.seen
             self.seen.add(key)
-        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * (self.load.factor() if self.load else 1.0)
+        seconds = n * self.prefill_s * (0.1 if cached else 1.0) * pace * (self.load.factor() if self.load else 1.0)
         time.sleep(seconds)
         with self.lock:
             self.totals["vllm:prefix_cache_queries_total"] += n
@@ -720,7 +815,8 @@ def make_handler(cfg: dict, metrics: str):
             if load:
                 load.admit(ticket)
             try:
-                n, prefill_s = engine.prefill(body)
+                pace = engine.jitter()
+                n, prefill_s = engine.prefill(body, pace)
                 ttft = time.perf_counter() - start
 
                 def chunk(k: int, finish: str | None) -> bytes:
@@ -733,12 +829,15 @@ def make_handler(cfg: dict, metrics: str):
                         obj["standin_sent_unix_s"] = time.time()
                     return f"data: {json.dumps(obj)}\n\n".encode()
                 t_first = time.perf_counter()
+                due = t_first  # decode steps are paced by deadlines: writing a chunk does not add to the next step
                 for k in range(1, max_tokens + 1):
                     if k > 1:
-                        time.sleep(engine.decode_s * (load.factor() if load else 1.0))
+                        due += engine.decode_s * pace * (load.factor() if load else 1.0)
+                        time.sleep(max(0.0, due - time.perf_counter()))
                         while load and not load.step(ticket):
                             load.admit(ticket, front=True)  # preempted: wait, then recompute
                             time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
+                            due = time.perf_counter()
                     if stream:
                         self._stream_write(chunk(k, "length" if k == max_tokens else None))
                         self.wfile.flush()
@@ -770,20 +869,36 @@ def make_handler(cfg: dict, metrics: str):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """The HTTP server: a thread per connection, and uvicorn's listen backlog of 2048 (the
+    socketserver default of 5 drops the SYNs of a burst of connections, and a client's
+    requests then wait a second or more for the kernel to retry before the stand-in sees them)."""
+
+    request_queue_size = 2048
+
+
 def _env_float(name: str) -> float | None:
     raw = os.environ.get(name, "").strip()
     return float(raw) if raw else None
 
 
+def _stop(*_) -> None:
+    """SIGTERM/SIGINT: exit, after ``STANDIN_STOP_S`` seconds when set."""
+    stop_s = _env_float("STANDIN_STOP_S") or 0.0
+    if stop_s > 0:
+        say(f"INFO {time.strftime('%m-%d %H:%M:%S')} [standin.py] shutting down (takes {stop_s:g} s)")
+        time.sleep(stop_s)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the stand-in; returns the exit code (1 for the failing modes)."""
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     cfg = parse_argv(sys.argv[1:] if argv is None else argv)
     cfg["load"] = LoadModel.from_env()
-    if cfg["print_only"]:  # the launcher's --print: its final command, then exit (no server)
-        print(f"ZE_AFFINITY_MASK={cfg['gpu']} python3 -m vllm.entrypoints.openai.api_server --model "
-              f"{cfg['model']} --port {cfg['port']} --served-model-name {' '.join(cfg['served_names'])}")
+    if cfg["print_only"]:
+        say(printed_command(cfg))
         return 0
     mode = os.environ.get("STANDIN_MODE", "ok").strip() or "ok"
     fixtures = Path(os.environ.get("STANDIN_FIXTURES", "/opt/standin/fixtures"))
@@ -812,8 +927,10 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "ok":
         say(f"standin.py: unknown STANDIN_MODE {mode!r} (ok|exit|never|crashloop)")
         return 2
+    if os.environ.get("STANDIN_LOG_ESCAPES") == "1":
+        say("INFO \x1b]0;owned\x07\x1b[2J\x1b[1;1Hstand-in log line with escapes\rhidden\u202eevil")
     replay(lines[:-1], cfg, total, pace)
-    server = ThreadingHTTPServer(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
+    server = Server(("0.0.0.0", cfg["port"]), make_handler(cfg, metrics))
     say(lines[-1])
     ready_file = os.environ.get("STANDIN_READY_FILE")
     if ready_file:

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from servedeck.findings import Finding, Severity
+from servedeck.yamlio import LimitError, compose_nodes, syntax_error_at
 
 Path = tuple[str | int, ...]
 
@@ -193,18 +193,21 @@ def parse(text: str, file: str | None = None) -> Doc:
     """Compose ``text`` (YAML 1.2) into a :class:`Doc`.
 
     Raises:
-        DocError: on a YAML syntax error (rule ``yaml/syntax``), a duplicate key
-            (``yaml/duplicate-key``) or an empty document (``yaml/empty``).
+        DocError: on a YAML syntax error (rule ``yaml/syntax``), a document beyond servedeck's
+            bounds (``yaml/limits``: depth, aliases, size after alias expansion,
+            :data:`servedeck.yamlio.LIMITS`), a duplicate key (``yaml/duplicate-key``) or an
+            empty document (``yaml/empty``).
     """
-    yaml = YAML(typ="safe", pure=True)  # the "rt" nodes, marks and styles without comment handling (2x faster); not libyaml, which reads some plain scalars differently
-    try:
-        node = yaml.compose(text)
+    try:  # marks and styles as written; libyaml's parse, ruamel's pure one where libyaml refuses
+        node = compose_nodes(text)
+    except LimitError as exc:
+        mark = exc.problem_mark
+        raise DocError(Finding(severity=Severity.error, rule="yaml/limits", message=f"refused: {exc.problem}",
+                               line=mark.line + 1 if mark is not None else None, file=file,
+                               hint="a compose file this deep or this repetitive is not one servedeck "
+                                    "checks; simplify it")) from None
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        if exc.context:
-            problem = f"{exc.context}; {problem}"
+        line, problem = syntax_error_at(exc)
         raise DocError(Finding(severity=Severity.error, rule="yaml/syntax", message=f"not valid YAML: {problem}",
                                line=line, file=file, hint="fix the YAML syntax at this line")) from None
     except YAMLError as exc:

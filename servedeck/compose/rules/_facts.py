@@ -184,7 +184,7 @@ def port_specs(svc: Service) -> list[PortSpec]:
 
 def published_ports(svc: Service) -> list[int]:
     """Container ports the service publishes (ranges expanded up to 64 ports)."""
-    out = []
+    out: list[int] = []
     for s in port_specs(svc):
         if s.lo is not None and s.hi is not None and s.hi - s.lo < 64:
             out.extend(range(s.lo, s.hi + 1))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from servedeck.compose.rules._context import Ctx, Service, Token
+from servedeck.compose.rules._context import Ctx, Flag, Service, Token
 from servedeck.compose.rules._facts import judge, version_tuple
 from servedeck.launchers.registry import known_starts
 from servedeck.vllm.argv import FLAGS, looks_like_flag, spec_for
@@ -76,7 +76,7 @@ JSON_FLAGS = {name for name, spec in FLAGS.items() if spec.kind == "json"}
 def _json_checks(ctx: Ctx, svc: Service) -> None:
     launch = svc.launch
     whole = {f.name: f for f in launch.flags if f.name in JSON_FLAGS}
-    keyed = {}
+    keyed: dict[str, Flag] = {}
     for f in launch.flags:
         base, dot, _ = f.name.partition(".")
         if dot and base in whole:
@@ -111,6 +111,7 @@ def _json_checks(ctx: Ctx, svc: Service) -> None:
         if v.startswith(("{", "[")) and not _leaked_quotes(v):
             parsed = launcher_value(v)
             if isinstance(parsed, str):
+                assert svc.launcher is not None  # an edit is read by its launcher's edit option
                 ctx.error("argv/invalid-json", s.path,
                           f"{svc.launcher.edit_option} {s.key} value {v!r} looks like a JSON/flow mapping "
                           f"but does not parse; the launcher then keeps it as a plain string",
@@ -192,6 +193,10 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
     sure = version is not None
     release = f"vLLM {svc.facts.vllm_version}" if sure and svc.facts else "recent vLLM releases"
     report = ctx.error if sure else ctx.warning
+    if found.fault == "no-model":
+        _no_model(ctx, svc, at)
+        return
+    assert at is not None  # every fault but no-model points at an item (ModelArgument.fault_index)
     if found.fault == "model-option-refused":
         report("argv/model-option-refused", at.path,
                f"`vllm serve` in {release} refuses --model and exits (\"With `vllm serve`, you should "
@@ -224,27 +229,33 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
         ctx.warning("entrypoint/api-server-positional", at.path,
                     f"python -m vllm.entrypoints.openai.api_server parses the positional {at.s!r} and "
                     f"never uses it: it serves the --model value", f"drop {at.s!r}")
-    elif found.fault == "no-model":
-        default = _default_model(ctx, svc)
-        serves = f"its default model ({default})" if default else "its default model"
-        if at is not None:  # api_server: the positional is parsed and ignored
-            ctx.error("entrypoint/api-server-positional", at.path,
-                      f"python -m vllm.entrypoints.openai.api_server takes the model only as --model: "
-                      f"it parses the positional {at.s!r} and never uses it, and serves {serves}",
-                      f"write --model {at.s}, or use the `vllm serve` entrypoint")
+
+
+def _no_model(ctx: Ctx, svc: Service, at: Token | None) -> None:
+    """``argv/model-taken-by-flag``, ``argv/no-model`` or, for an api_server positional ``at``
+    (parsed and ignored by that module), ``entrypoint/api-server-positional``."""
+    launch = svc.launch
+    assert svc.launcher is not None  # check_model_argument returns for a start it does not know
+    default = _default_model(ctx, svc)
+    serves = f"its default model ({default})" if default else "its default model"
+    if at is not None:  # api_server: the positional is parsed and ignored
+        ctx.error("entrypoint/api-server-positional", at.path,
+                  f"python -m vllm.entrypoints.openai.api_server takes the model only as --model: "
+                  f"it parses the positional {at.s!r} and never uses it, and serves {serves}",
+                  f"write --model {at.s}, or use the `vllm serve` entrypoint")
+        return
+    for flag in launch.flags:
+        if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
+            last = flag.values[-1]
+            ctx.error("argv/model-taken-by-flag", last.path,
+                      f"--{flag.name} takes every item up to the next flag, so {last.s!r} becomes one "
+                      f"of its values and the server gets no model: it serves {serves} instead",
+                      f"put the model first in the command ({last.s!r} before the flags)")
             return
-        for flag in launch.flags:
-            if flag.inline is None and len(flag.values) > 1 and spec_for(flag.name).nargs_plus:
-                last = flag.values[-1]
-                ctx.error("argv/model-taken-by-flag", last.path,
-                          f"--{flag.name} takes every item up to the next flag, so {last.s!r} becomes one "
-                          f"of its values and the server gets no model: it serves {serves} instead",
-                          f"put the model first in the command ({last.s!r} before the flags)")
-                return
-        how = "vllm serve MODEL ..." if svc.launcher.style == "serve" else "--model MODEL"
-        ctx.error("argv/no-model", svc.path + ("command",) if "command" in svc.data else svc.path,
-                  f"the server command gives no model (no positional, no --model, no --config): vLLM "
-                  f"serves {serves}", f"give the model: {how}")
+    how = "vllm serve MODEL ..." if svc.launcher.style == "serve" else "--model MODEL"
+    ctx.error("argv/no-model", svc.path + ("command",) if "command" in svc.data else svc.path,
+              f"the server command gives no model (no positional, no --model, no --config): vLLM "
+              f"serves {serves}", f"give the model: {how}")
 
 
 def _default_model(ctx: Ctx, svc: Service) -> str | None:

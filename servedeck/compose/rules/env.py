@@ -13,6 +13,7 @@ import difflib
 
 from servedeck.compose.rules._facts import env_items, judge, version_tuple
 from servedeck.compose.rules._context import Ctx, Service
+from servedeck.grammar import ENV_NAME_RE
 
 _QUOTES = ("'", '"')
 #: quote pairs that reach the container as characters when they wrap a value: the ASCII quotes,
@@ -75,7 +76,8 @@ def _check_quotes(ctx: Ctx, e) -> None:
 
 
 def check_environment(ctx: Ctx, svc: Service) -> None:
-    """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote``, ``env/quoted-name`` and
+    """``env/list-literal-quotes``, ``env/literal-quotes``, ``env/stray-quote``, ``env/quoted-name``,
+    ``env/name`` (a name that is not a variable name, :data:`servedeck.grammar.ENV_NAME_RE`) and
     ``env/not-read-by-version``; ``env/file-missing`` for a required ``env_file`` that is not
     there (when the caller read the files)."""
     from servedeck.compose.document import env_file_paths
@@ -87,6 +89,12 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
     items = env_items(svc)
     for e in items:
         _check_quotes(ctx, e)
+        if not any(q in e.key for q in _QUOTES) and not ENV_NAME_RE.match(e.key):
+            ctx.error("env/name", e.path,
+                      f"environment name {e.key!r} is not a variable name (letters, digits, '_', '.', "
+                      f"'-', not starting with a digit): the container gets a variable nothing reads by "
+                      f"that name", "check where the name ends: a line break or ': ' inside it means "
+                                   "text meant as more YAML became part of the name", key=not e.list_form)
     if svc.launcher is None:
         return
     j = judge(ctx, svc, "env_vars")
@@ -98,7 +106,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
     for e in items:
         if not e.key.startswith("VLLM_") or e.key in known or e.key in _NOT_ENVS_PY:
             continue
-        if j.maybe_added(lambda f: e.key in (f.env_vars or [])):
+        if j.maybe_added(lambda f: e.key in (f.env_vars or [])):  # noqa: B023 - called at once
             continue  # read by the next newer release: may have been added in between
         extra = ""
         if e.key == "VLLM_USE_V1" and v1_only:

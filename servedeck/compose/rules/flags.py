@@ -94,7 +94,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
     report = ctx.error if j.exact else ctx.warning
     for flag in flags:
         action = facts.option(flag.name)
-        if action is None and j.maybe_added(lambda f: f.option(flag.name)):
+        if action is None and j.maybe_added(lambda f: f.option(flag.name)):  # noqa: B023 - called at once
             continue  # known to the next newer release: may have been added in between
         if action is None:
             options = sorted(o[2:] for o in facts.by_option if o.startswith("--"))
@@ -127,7 +127,7 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"write e.g. --{flag.name} 8192")
         if action.choices and action.dest not in _NAMED and action.nargs in (None, "?") \
                 and not _in_choices(action, text) \
-                and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):
+                and not j.maybe_added(lambda f: _is_choice(f, flag.name, text)):  # noqa: B023 - called at once
             close = difflib.get_close_matches(text, [str(c) for c in action.choices], n=3)
             report("flags/bad-choice", flag.value_path if flag.inline is None else flag.token.path,
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
@@ -192,7 +192,7 @@ def _json_keys(ctx: Ctx, svc: Service, j: Any, flags: list[Flag]) -> None:
         path = flag.value_path if flag.inline is None else flag.token.path
         for key, v in value.items():
             if key not in cfg.fields and j.maybe_added(
-                    lambda f: key in getattr((f.json_configs or {}).get(action.dest), "fields", {})):
+                    lambda f: key in getattr((f.json_configs or {}).get(action.dest), "fields", {})):  # noqa: B023
                 continue  # a field of the next newer release's config
             if key not in cfg.fields:
                 elsewhere = [d for d in owner.get(key, []) if d != action.dest]

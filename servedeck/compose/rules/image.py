@@ -74,8 +74,13 @@ def check_placeholder_digest(ctx: Ctx, svc: Service) -> None:
     img = svc.image
     if img is None or img.digest != PLACEHOLDER_DIGEST:
         return
+    from servedeck.model.project import is_source_checkout
+    if is_source_checkout():  # the development task exists in a checkout's `invoke` only
+        hint = (f"build it here: `invoke image-build` (records the pushed digest in {LOCAL_DIR}/{LOCAL_IMAGES}, "
+                "untracked; the profile then loads with it), or pin the digest of a pushed image")
+    else:
+        hint = ("pin the digest of an image you built and pushed (`docker push` prints it): "
+                f"image: {img.repository}@sha256:<digest>")
     ctx.warning("image/placeholder-digest", svc.path + ("image",),
               f"image {img.repository}@{PLACEHOLDER_DIGEST[:15]}… is a placeholder, not a built image: "
-              f"a deploy would fail with 'manifest unknown'",
-              f"build it here: `invoke image-build` (records the pushed digest in {LOCAL_DIR}/{LOCAL_IMAGES}, "
-              "untracked; the profile then loads with it), or pin the digest of a pushed image")
+              f"a deploy would fail with 'manifest unknown'", hint)

@@ -34,6 +34,7 @@ def check_launcher(ctx: Ctx, svc: Service) -> None:
     launch = svc.launch
     if launch.repeated_entrypoint:
         first = launch.repeated_entrypoint[0]
+        assert svc.launcher is not None  # the repeat is measured against the launcher's start (Service.read)
         words = " ".join(t.s for t in launch.repeated_entrypoint)
         entry = " ".join(svc.facts.entrypoint if svc.facts else svc.launcher.start)
         ctx.error("launcher/entrypoint-repeated", first.path,
@@ -94,11 +95,11 @@ def _check_edits(ctx: Ctx, svc: Service) -> None:
         if target is not None and target[0] == "engine":
             set_dests[target[1][0]] = s.path
             if len(target[1]) == 1 and parsed is False:
-                flag = "--" + target[1][0].replace("_", "-")
+                option = "--" + target[1][0].replace("_", "-")
                 ctx.warning("launcher/set-false-omits", s.path,
-                            f"{edit} {s.key}=false only omits {flag}; vLLM then uses its own default "
-                            f"(which may be on), and a {flag} passed through still wins",
-                            f"pass --no-{flag[2:]} as a passthrough flag to turn it off")
+                            f"{edit} {s.key}=false only omits {option}; vLLM then uses its own default "
+                            f"(which may be on), and a {option} passed through still wins",
+                            f"pass --no-{option[2:]} as a passthrough flag to turn it off")
         elif target is not None and target[0] == "served_model_name":
             set_dests["served_model_name"] = s.path
     defaults_vllm = svc.defaults.vllm if svc.defaults else {}

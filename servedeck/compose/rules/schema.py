@@ -82,7 +82,9 @@ def _valid_marker(data: Any) -> Path_:
     type-preserving canonical JSON, so any change to one of them misses the cache.
     """
     import importlib.util
-    origin = importlib.util.find_spec("jsonschema").origin
+    spec = importlib.util.find_spec("jsonschema")
+    origin = spec.origin if spec is not None else None
+    assert origin is not None  # a dependency of servedeck, installed as a package of files
     validator = f"{origin}:{os.stat(origin).st_mtime_ns}"
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=_typed)
     key = hashlib.sha256(f"{COMPOSE_SPEC_SOURCE['sha256']}\0{validator}\0{canonical}".encode()).hexdigest()
@@ -135,7 +137,8 @@ def check_schema(ctx: Ctx) -> None:
             path = tuple(sub.absolute_path)
             message = f"{_short(err.instance)} is not valid here: {sub.message}"
         elif len(message) > 240:
-            message = message[:237] + "..."
+            from servedeck.textfmt import clip
+            message = clip(message, 240)
         ctx.error(f"schema/{_kebab(keyword)}", path, message,
                   "see the Compose Specification (compose-spec.io) for this field", key=key)
     if valid:

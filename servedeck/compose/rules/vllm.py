@@ -69,7 +69,8 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
             names.append((dest, e.value, e.path))
     e_spec = eff.get("speculative_config")
     method_given = any(f.name == "speculative-config" for f in launch.flags) or any(
-        svc.launcher.edit_target(s) in (("engine", ["speculative_config"]), ("engine", ["speculative_config", "method"]))
+        svc.launcher.edit_target(s) in (("engine", ["speculative_config"]),
+                                        ("engine", ["speculative_config", "method"]))
         for s in launch.edits)
     if e_spec and method_given and isinstance(spec, dict) and isinstance(spec.get("method"), str):
         names.append(("speculative_method", spec["method"], e_spec.path))
