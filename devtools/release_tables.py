@@ -66,6 +66,35 @@ def unpack(wheel: Path, dest: Path) -> Path:
     return dest
 
 
+def release_files(requirement: str, cache: Path | None = None) -> tuple[Path, str, str]:
+    """The unpacked files of ``requirement``'s wheel (:func:`download_wheel`, :func:`unpack`),
+    kept under ``CACHE_DIR/vllm-releases/REQUIREMENT`` (the image builder's cache directory) so
+    a second call neither downloads nor unpacks; returns (directory, wheel file name, sha256).
+    The directory is complete or absent: it is unpacked beside it and renamed into place.
+
+    Raises:
+        ServedeckError: pip failed or fetched no wheel.
+    """
+    import json
+    import shutil
+    from devtools.imagebuild import CACHE_DIR
+    root = (cache or CACHE_DIR) / "vllm-releases" / requirement
+    marker = root / "servedeck-wheel.json"
+    if marker.exists():
+        meta = json.loads(marker.read_text())
+        return root / "files", meta["wheel"], meta["sha256"]
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="unpack-", dir=root.parent) as tmp:
+        wheel = download_wheel(requirement, Path(tmp) / "wheel")
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        staged = Path(tmp) / "release"
+        unpack(wheel, staged / "files")
+        (staged / "servedeck-wheel.json").write_text(json.dumps({"wheel": wheel.name, "sha256": sha}))
+        shutil.rmtree(root, ignore_errors=True)
+        staged.rename(root)
+    return root / "files", wheel.name, sha
+
+
 def build_table(version: str, requirement: str) -> Path:
     """Download, unpack and extract one release; writes and returns its shipped table.
 
@@ -75,16 +104,13 @@ def build_table(version: str, requirement: str) -> Path:
     from servedeck.host.inimage import extract_release_facts
     from servedeck.vllm.facts import write_table
     ref, image_text = _image()
-    with tempfile.TemporaryDirectory(prefix=f"vllm-{version}-") as tmp:
-        wheel = download_wheel(requirement, Path(tmp) / "wheel")
-        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        files = unpack(wheel, Path(tmp) / "files")
-        source = (f"extracted from {wheel.name} (sha256 {sha}, `pip download {requirement} --no-deps`) "
-                  f"by servedeck.vllm.introspect, run on vLLM's CPU platform with the python of "
-                  f"{image_text}")
-        facts = extract_release_facts(ref, files, source)
+    files, wheel, sha = release_files(requirement)
+    source = (f"extracted from {wheel} (sha256 {sha}, `pip download {requirement} --no-deps`) "
+              f"by servedeck.vllm.introspect, run on vLLM's CPU platform with the python of "
+              f"{image_text}")
+    facts = extract_release_facts(ref, files, source)
     if not facts.vllm_version.startswith(version):
-        raise ServedeckError(f"{wheel.name} holds vLLM {facts.vllm_version}, not {version}")
+        raise ServedeckError(f"{wheel} holds vLLM {facts.vllm_version}, not {version}")
     return write_table(facts)
 
 

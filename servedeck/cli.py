@@ -724,16 +724,34 @@ def image_facts(c, image, json_=False, no_record=False, table=False):
           f"launcher configs {[d.config for d in facts.launcher_defaults]}")
 
 
-@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON"})
+@task(name="startup-facts", help={"log": "a vLLM startup log (docker logs output)", "json": "print JSON",
+                                  "context_tokens": "the context the server is for (tokens, e.g. the profile's "
+                                                    "max_model_len): warn when the KV block size defeats prefix "
+                                                    "caching for it"})
 @_cli
-def startup_facts(c, log, json_=False):
-    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors."""
+def startup_facts(c, log, json_=False, context_tokens=None):
+    """Parse a vLLM startup log: args, warnings, compile, KV pool, concurrency, memory, errors
+    (the cause over all starts, the phase it happened in, the fix)."""
+    from servedeck.vllm.startup_facts import prefix_caching_reach
     from servedeck.vllm.startup_log import format_summary, parse_startup_log
     path = Path(log)
     if not path.exists():
         raise ServedeckError("file not found", file=log)
     facts = parse_startup_log(path.read_text(encoding="utf-8", errors="replace"))
-    print(json.dumps(facts.to_dict(), indent=2, default=str) if json_ else format_summary(facts))
+    context = None
+    if context_tokens is not None:
+        try:
+            context = int(context_tokens)
+        except ValueError:
+            raise ServedeckError(f"--context-tokens {context_tokens!r} is not a number of tokens",
+                                 hint="e.g. --context-tokens 4096") from None
+    reach = prefix_caching_reach(facts, context or facts.max_model_len)
+    if json_:
+        out = facts.to_dict()
+        out["prefix_caching_warning"] = reach
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(format_summary(facts) + (f"\n\u2022 warning: {reach}" if reach else ""))
 
 
 @task(help={"host": "inventory host name", "inventory": _INV,
@@ -757,6 +775,8 @@ def startup_facts(c, log, json_=False):
             "import_curve": "store an external load curve beside --run: a `vllm bench sweep serve` directory, a "
                             "GuideLLM report with several benchmarks, or appended `vllm bench serve` results",
             "serve": "with --import-curve of a sweep over server settings: the SERVE- combination to take",
+            "benchmark": "with --import-file: the benchmark of a file holding several (a guidellm sweep, an "
+                         "--append-result file): its label as listed (constant@1.55), its position, or its strategy",
             "no_quality": "skip the quality probes (likelihood, agreement, degenerate output, features, needle)",
             "needle_tokens": "longest needle context in tokens, or `max` for the deployed max_model_len "
                              "(default 32768)",
@@ -779,7 +799,7 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
           requests=None, export_vllm=None, import_curve=None, serve=None, no_quality=False, needle_tokens=None,
           lm_eval=None, lm_eval_include=None, lm_eval_limit=None, lm_eval_backend=None, no_telemetry=False,
           telemetry_period_s=None, against=None, max_requests=None, batch=None, max_minutes=None, margin=None,
-          alpha=None):
+          alpha=None, benchmark=None):
     """Benchmark the deployed server: one stream (cold/warm TTFT, decode tok/s, MTP) or a workload under load.
 
     With --workload/--load/--slo/--capacity a chat, shared-prefix or full-context workload runs at
@@ -798,11 +818,13 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     if import_file:
         if not run:
             raise ServedeckError("--import-file needs --run RUN")
-        mapped = import_external(resolve_run(runs_dir, run), Path(import_file))
+        mapped = import_external(resolve_run(runs_dir, run), Path(import_file), benchmark)
         print(json.dumps(mapped, indent=2))
         for note in mapped.get("notes") or []:
             print(f"warning: {note}", file=sys.stderr)
         return
+    if benchmark:
+        raise ServedeckError("--benchmark chooses a benchmark of an imported file", hint="give --import-file FILE")
     if import_curve:
         if not run:
             raise ServedeckError("--import-curve needs --run RUN")

@@ -98,3 +98,19 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int, *, what: str = "t
                              f"({exc.reason})", file=name, field=f"line {line}",
                              hint=f"save the file as UTF-8 (e.g. iconv -t UTF-8 {name})") from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+#: The environment variable naming the per-user state directory.
+STATE_ENV = "SERVEDECK_STATE_DIR"
+
+
+def state_dir() -> Path:
+    """The per-user state directory: ``$SERVEDECK_STATE_DIR``, else the platform's convention
+    (``platformdirs.user_state_dir("servedeck")``: ``$XDG_STATE_HOME/servedeck`` or
+    ``~/.local/state/servedeck`` on Linux). Holds the image catalog of a user who works
+    without a project. Not created here."""
+    env = os.environ.get(STATE_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+    return Path(platformdirs.user_state_dir("servedeck", appauthor=False))

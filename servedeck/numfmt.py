@@ -48,3 +48,11 @@ def fmt_pct(x: float | None) -> str:
 def fmt_load(x: float | None) -> str:
     """A load level as levels are named (concurrency ``4``, a rate ``2.5`` requests/s)."""
     return "\u2013" if x is None else f"{x:g}"
+
+
+def unit(name: str) -> str:
+    """The unit of a metric from its name (its suffix): ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing."""
+    for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
+        if name.endswith(suffix):
+            return u
+    return ""

@@ -70,9 +70,9 @@ def chart_png(comparison: Comparison) -> bytes:
 
 
 def _units(ax, name: str) -> None:
-    """The unit of ``name`` on the y-axis (from its name: :func:`servedeck.ab.draft.unit`), the
+    """The unit of ``name`` on the y-axis (from its name: :func:`servedeck.numfmt.unit`), the
     arms on the x-axis, and plain tick labels (no ``1e6`` offset label above the axis)."""
-    from servedeck.ab.draft import unit
+    from servedeck.numfmt import unit
     ax.set_ylabel(unit(name).strip() or ("%" if name.endswith("_pct") else "value"), fontsize=7)
     ax.set_xlabel("arm", fontsize=7)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)

@@ -43,7 +43,7 @@ from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
 from servedeck.ab.noise import NoiseFloor
 from servedeck.ab.signals import Signal
 from servedeck.ab.stats import Comparison, MetricComparison, short_warning
-from servedeck.numfmt import fmt_num, fmt_signed
+from servedeck.numfmt import fmt_num, fmt_signed, unit
 from servedeck.runs import store
 
 SPEED_METRICS = ("decode_tok_s", "ttft_s", "prefill_tok_s")
@@ -90,14 +90,6 @@ class Draft(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Sentence parts
 # --------------------------------------------------------------------------------------------
-
-def unit(name: str) -> str:
-    """The unit of a metric from its name: ``tok/s``, ``s``, ``GiB``, ``tokens``, or nothing."""
-    for suffix, u in (("_tok_s", " tok/s"), ("_gib", " GiB"), ("_tokens", " tokens"), ("_s", " s")):
-        if name.endswith(suffix):
-            return u
-    return ""
-
 
 def cite(m: MetricComparison) -> str:
     """``warm decode_tok_s 56.6 vs 57.0 tok/s (equivalent within ±3 %)``: B then A, and what its

@@ -18,6 +18,17 @@ Formats:
   benchmark in 0.3-0.4 and inside ``metrics`` later; servedeck reads the ``successful``
   statistics only.
 
+Files holding several benchmarks. A guidellm report holds one benchmark per strategy it ran (a
+``--profile sweep`` runs synchronous, throughput, then constant-rate benchmarks; guidellm
+``src/guidellm/scheduler/strategies.py`` names each ``synchronous``, ``concurrent@N``,
+``throughput@N``, ``constant@R``, ``poisson@R``); a ``vllm bench serve --append-result`` file
+holds one JSON object per line, one per run (``vllm/benchmarks/serve.py`` appends a newline
+and the next result, each with its ``request_rate``, ``max_concurrency``, ``burstiness`` and
+optional ``label``). They measure different loads: :func:`list_benchmarks` lists them
+(:class:`BenchEntry`), :func:`choose` takes the one the user names and refuses otherwise; a
+file of one benchmark needs no name. The result says which one it holds and how many the file
+had.
+
 Failed requests. Every per-request statistic is computed over the successful requests only.
 The result says how many requests were sent, completed, failed (and, for guidellm,
 incomplete); ``partial`` is True when any request did not succeed, and ``notes`` says so in
@@ -33,16 +44,24 @@ from pathlib import Path
 from typing import Any
 
 from servedeck.errors import ServedeckError
-from servedeck.runs.records import ExternalBench, RequestCounts
+from servedeck.runs.records import BenchEntry, ExternalBench, RequestCounts
 
-__all__ = ["ExternalBench", "RequestCounts", "import_vllm_bench", "import_guidellm", "import_file"]
+__all__ = ["BenchEntry", "ExternalBench", "RequestCounts", "choose", "import_file", "import_guidellm",
+           "import_vllm_bench", "list_benchmarks"]
 
 
 # The mapped result is run-file content (``external-STEM.json``): its models live with the run
-# store (servedeck.runs.records: ExternalBench, RequestCounts), imported here under their names.
+# store (servedeck.runs.records: ExternalBench, RequestCounts, BenchEntry), imported here under
+# their names.
 
 
-def _load_json(path: str | Path, what: str) -> Any:
+def load_documents(path: str | Path, what: str) -> list[Any]:
+    """The JSON documents of a result file: one, or, for ``vllm bench serve --append-result``,
+    one per non-empty line (in file order).
+
+    Raises:
+        ServedeckError: unreadable, or neither JSON nor JSON lines (names the line).
+    """
     from servedeck.fsutil import read_bounded
     from servedeck.jsonio import JSON_LIMITS, JsonRefused, parse
     try:  # JSON is UTF-8 (RFC 8259); a BOM some editors add is dropped
@@ -50,16 +69,176 @@ def _load_json(path: str | Path, what: str) -> Any:
     except FileNotFoundError as e:
         raise ServedeckError(f"cannot read {what} result: file not found", file=str(path)) from e
     try:
-        return parse(text)
+        return [parse(text)]
     except JsonRefused as first:
         if first.line is None:  # a bound, not a syntax error: no second reading
             raise ServedeckError(f"{what} result refused: {first.message}", file=str(path)) from None
-        # --append-result writes newline-separated objects: take the last one
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+    docs = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
         try:
-            return parse(lines[-1])
-        except (IndexError, JsonRefused) as e:
-            raise ServedeckError(f"not a JSON {what} result", file=str(path)) from e
+            docs.append(parse(line))
+        except JsonRefused as e:
+            raise ServedeckError(f"not a JSON {what} result (line {number}: {e.message})", file=str(path),
+                                 hint="a --append-result file holds one JSON object per line") from None
+    if not docs:
+        raise ServedeckError(f"not a JSON {what} result (empty)", file=str(path))
+    return docs
+
+
+def _load_json(path: str | Path, what: str) -> Any:
+    """The one JSON document of a result file (see :func:`load_documents`).
+
+    Raises:
+        ServedeckError: unreadable, not JSON, or several documents (a caller that takes one
+            must choose: :func:`choose`)."""
+    docs = load_documents(path, what)
+    if len(docs) > 1:
+        raise ServedeckError(f"{len(docs)} results in this file (one per line): choose one", file=str(path))
+    return docs[0]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def guidellm_strategy(bench: Any) -> dict[str, Any]:
+    """A guidellm benchmark's strategy as the report holds it (``config.strategy`` since 0.5,
+    ``args.strategy`` before); {} when it has none."""
+    if isinstance(bench, dict):
+        for holder in (bench.get("config"), bench.get("args"), bench):
+            if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
+                return holder["strategy"]
+    return {}
+
+
+def guidellm_entry(index: int, bench: Any) -> BenchEntry:
+    """A guidellm benchmark's strategy (:func:`guidellm_strategy`) as a :class:`BenchEntry`,
+    labelled as guidellm prints it."""
+    strategy = guidellm_strategy(bench)
+    kind = str(strategy.get("type_") or strategy.get("type") or "unknown")
+    rate = _num(strategy.get("rate"))
+    streams = strategy.get("streams") if kind == "concurrent" else strategy.get("max_concurrency")
+    concurrency = int(streams) if isinstance(streams, int) and not isinstance(streams, bool) else None
+    if kind == "synchronous":
+        label, concurrency = "synchronous", 1
+    elif kind == "concurrent":
+        label = f"concurrent@{concurrency}"
+    elif kind == "throughput":
+        label = f"throughput@{concurrency or 'unlimited'}"
+    elif kind in ("constant", "poisson") and rate is not None:
+        label = f"{kind}@{rate:.2f}"
+    elif kind == "trace":
+        label = f"trace@{_num(strategy.get('time_scale')) or 1.0:.2f}"
+    else:
+        label = kind
+    metrics = bench.get("metrics") if isinstance(bench, dict) else None
+    counts = _guidellm_counts(bench, metrics) if isinstance(metrics, dict) else RequestCounts()
+    return BenchEntry(index=index, label=label, strategy=kind, rate_rps=rate, concurrency=concurrency,
+                      requests=counts.total)
+
+
+def _vllm_entry(index: int, doc: Any) -> BenchEntry:
+    """A ``vllm bench serve`` result's load (``request_rate``, ``max_concurrency``, ``label``)
+    as a :class:`BenchEntry`."""
+    doc = doc if isinstance(doc, dict) else {}
+    rate = _num(doc.get("request_rate"))
+    rate = None if rate is None or rate == float("inf") else rate
+    conc = doc.get("max_concurrency")
+    conc = int(conc) if isinstance(conc, int) and not isinstance(conc, bool) else None
+    if rate is not None:
+        strategy, label = "rate", f"rate@{rate:.2f}" + (f",concurrency@{conc}" if conc else "")
+    elif conc is not None:
+        strategy, label = "concurrency", f"concurrency@{conc}"
+    else:
+        strategy, label = "burst", "rate@inf"
+    if doc.get("ramp_up_strategy"):
+        label += f",ramp-up@{doc['ramp_up_strategy']}"
+    name = doc.get("label") if isinstance(doc.get("label"), str) and doc.get("label") else None
+    return BenchEntry(index=index, label=label, strategy=strategy, rate_rps=rate, concurrency=conc, name=name,
+                      requests=_int(doc.get("num_prompts")))
+
+
+def _is_guidellm(docs: list[Any]) -> bool:
+    return len(docs) == 1 and isinstance(docs[0], dict) and "benchmarks" in docs[0]
+
+
+def list_benchmarks(path: str | Path) -> list[BenchEntry]:
+    """What a result file holds: one :class:`BenchEntry` per benchmark, in file order.
+
+    Raises:
+        ServedeckError: unreadable, or not a result file servedeck reads.
+    """
+    docs = load_documents(path, "benchmark")
+    if _is_guidellm(docs):
+        return _guidellm_entries(docs[0], path)
+    return [_vllm_entry(i, d) for i, d in enumerate(docs, start=1)]
+
+
+def _guidellm_entries(report: dict[str, Any], path: str | Path) -> list[BenchEntry]:
+    benches = report.get("benchmarks")
+    if not isinstance(benches, list) or not benches:
+        raise ServedeckError("the guidellm report holds no benchmark", file=str(path))
+    return [guidellm_entry(i, b) for i, b in enumerate(benches, start=1)]
+
+
+def choose(entries: list[BenchEntry], selector: str | None, *, path: str | Path = "") -> BenchEntry:
+    """The benchmark of ``entries`` (:func:`list_benchmarks`) that ``selector`` names.
+
+    ``selector``: a label as listed (``constant@1.55``, ``concurrency@8``; any case), its
+    position (``3`` or ``#3``), the tool's own label (``vllm bench serve --label``), a strategy
+    that only one benchmark has (``synchronous``, ``throughput``), or a strategy with a value
+    (``constant@1.5500`` matches ``constant@1.55``). None: the only benchmark of a file of one.
+
+    Raises:
+        ServedeckError: several benchmarks and no selector (never silently the first), or a
+            selector that names none or several; the message lists what the file holds.
+    """
+    listing = ", ".join(e.label for e in entries)
+    hint = ("name one: --benchmark LABEL (" + "; ".join(e.describe() for e in entries) + "), "
+            "or its position: --benchmark N")
+    where = str(path) if path else None
+    if selector is None or not str(selector).strip():
+        if len(entries) == 1:
+            return entries[0]
+        raise ServedeckError(f"{len(entries)} benchmarks in this file ({listing}): they measure different "
+                             f"loads; choose one", file=where,
+                             hint=hint + "; or store them all as one load curve: --import-curve FILE")
+    want = str(selector).strip()
+    low = want.lower()
+    found = [e for e in entries if e.label.lower() == low] or \
+        [e for e in entries if want.lstrip("#").isdigit() and e.index == int(want.lstrip("#"))] or \
+        [e for e in entries if e.name is not None and e.name == want] or \
+        [e for e in entries if e.strategy.lower() == low] or _by_value(entries, low)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise ServedeckError(f"--benchmark {want!r} names {len(found)} benchmarks of this file "
+                             f"({', '.join(e.label for e in found)})", file=where, hint=hint)
+    raise ServedeckError(f"--benchmark {want!r} names none of the {len(entries)} benchmarks in this file "
+                         f"({listing})", file=where, hint=hint)
+
+
+def _by_value(entries: list[BenchEntry], low: str) -> list[BenchEntry]:
+    """``constant@1.5500`` / ``concurrent@4`` / ``rate@2``: a strategy and its rate or
+    concurrency, compared as numbers (labels print rates to 2 decimals)."""
+    kind, at, value = low.partition("@")
+    number = _num(value) if at else None
+    if number is None:
+        return []
+    out = []
+    for e in entries:
+        if kind not in (e.strategy.lower(), e.label.lower().split("@", 1)[0]):
+            continue
+        if e.rate_rps is not None and abs(e.rate_rps - number) < 0.005 or e.concurrency == number:
+            out.append(e)
+    return out
 
 
 def _ext_stats(vals: list[float]) -> dict[str, float | int | None]:
@@ -111,10 +290,11 @@ def _refuse_all_failed(path: str | Path, counts: RequestCounts, reasons: list[di
         hint="nothing was measured; fix the cause and benchmark again")
 
 
-def import_vllm_bench(path: str | Path) -> ExternalBench:
+def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> ExternalBench:
     """Map a ``vllm bench serve --save-result`` JSON file onto servedeck's metric names.
 
-    Format: see the module docstring. With ``--append-result`` the last object is used.
+    Format: see the module docstring. An ``--append-result`` file of several results needs
+    ``benchmark`` (:func:`choose`); the result says which one it is.
 
     Mapping: ``ttft_s`` median/mean from ``*_ttft_ms``/1000 (vLLM's own, over successes);
     ``decode_tok_s`` median = 1000 / ``median_tpot_ms`` (mean from ``mean_tpot_ms``; min/max
@@ -126,10 +306,13 @@ def import_vllm_bench(path: str | Path) -> ExternalBench:
     says so.
 
     Raises:
-        ServedeckError: the file is missing, not JSON, lacks ``median_ttft_ms``, or no request
-            succeeded.
+        ServedeckError: the file is missing, not JSON, lacks ``median_ttft_ms``, holds several
+            results and ``benchmark`` names none of them, or no request succeeded.
     """
-    d = _load_json(path, "vllm bench serve")
+    docs = load_documents(path, "vllm bench serve")
+    entries = [_vllm_entry(i, doc) for i, doc in enumerate(docs, start=1)]
+    entry = choose(entries, benchmark, path=path)
+    d = docs[entry.index - 1]
     if not isinstance(d, dict) or "median_ttft_ms" not in d:
         raise ServedeckError("not a `vllm bench serve --save-result` file (no median_ttft_ms)", file=str(path))
 
@@ -222,13 +405,21 @@ def import_vllm_bench(path: str | Path) -> ExternalBench:
     partial = bool(failed)
     if partial:
         notes.insert(0, _failure_note(counts, reasons, what="all statistics"))
+    _note_choice(notes, entry, len(entries))
     return ExternalBench(source="vllm-bench-serve", path=str(path), metrics=metrics, server=server,
                          raw_keys=sorted(d), requests=counts, partial=partial,
-                         failure_reasons=reasons, notes=notes)
+                         failure_reasons=reasons, notes=notes, benchmark=entry, benchmarks_in_file=len(entries))
 
 
-def import_guidellm(path: str | Path, *, benchmark_index: int = 0) -> ExternalBench:
-    """Map one benchmark of a guidellm JSON report onto servedeck's metric names.
+def _note_choice(notes: list[str], entry: BenchEntry, count: int) -> None:
+    if count > 1:
+        notes.append(f"benchmark {entry.describe()} of the {count} in this file: the others measure "
+                     "other loads and are not part of this result")
+
+
+def import_guidellm(path: str | Path, *, benchmark: str | None = None) -> ExternalBench:
+    """Map one benchmark of a guidellm JSON report onto servedeck's metric names: the only one,
+    or the one ``benchmark`` names (:func:`choose`; a report of several needs it).
 
     Format: see the module docstring. Mapping (successful requests): ``ttft_s`` =
     ``time_to_first_token_ms``/1000; ``decode_tok_s`` = 1000 / ``inter_token_latency_ms``
@@ -238,15 +429,19 @@ def import_guidellm(path: str | Path, *, benchmark_index: int = 0) -> ExternalBe
     per-status ``count`` of ``request_latency``.
 
     Raises:
-        ServedeckError: unreadable file, no benchmark at ``benchmark_index``, or no request
-            succeeded.
+        ServedeckError: unreadable file, several benchmarks and ``benchmark`` names none of
+            them, the chosen one has no metrics, or no request succeeded.
     """
     d = _load_json(path, "guidellm")
+    if not isinstance(d, dict):
+        raise ServedeckError("not a guidellm report (no benchmarks)", file=str(path))
+    entries = _guidellm_entries(d, path)
+    entry = choose(entries, benchmark, path=path)
     try:
-        bench = d["benchmarks"][benchmark_index]
+        bench = d["benchmarks"][entry.index - 1]
         m = bench["metrics"]
     except (KeyError, IndexError, TypeError) as e:
-        raise ServedeckError(f"no benchmark #{benchmark_index} with metrics in the guidellm report",
+        raise ServedeckError(f"benchmark {entry.describe()} of the guidellm report has no metrics",
                              file=str(path)) from e
 
     def succ(name: str) -> dict[str, Any] | None:
@@ -275,8 +470,10 @@ def import_guidellm(path: str | Path, *, benchmark_index: int = 0) -> ExternalBe
         metrics["e2e_s"] = t
     partial = bool(counts.failed or counts.incomplete)
     notes = [_failure_note(counts, [], what="guidellm's successful statistics")] if partial else []
+    _note_choice(notes, entry, len(entries))
     return ExternalBench(source="guidellm", path=str(path), metrics=metrics, server={}, raw_keys=sorted(m),
-                         requests=counts, partial=partial, notes=notes)
+                         requests=counts, partial=partial, notes=notes, benchmark=entry,
+                         benchmarks_in_file=len(entries))
 
 
 def _guidellm_counts(bench: dict[str, Any], m: dict[str, Any]) -> RequestCounts:
@@ -300,14 +497,14 @@ def _guidellm_counts(bench: dict[str, Any], m: dict[str, Any]) -> RequestCounts:
     return RequestCounts(total=total, completed=ok, failed=err, incomplete=inc)
 
 
-def import_file(path: str | Path) -> ExternalBench:
+def import_file(path: str | Path, *, benchmark: str | None = None) -> ExternalBench:
     """Read an external benchmark file of any supported format (guidellm when the top-level
-    object has ``benchmarks``, else ``vllm bench serve``).
+    object has ``benchmarks``, else ``vllm bench serve``): its only benchmark, or the one
+    ``benchmark`` names (:func:`choose`).
 
     Raises:
         ServedeckError: as :func:`import_guidellm` / :func:`import_vllm_bench`.
     """
-    doc = _load_json(path, "benchmark")
-    if isinstance(doc, dict) and "benchmarks" in doc:
-        return import_guidellm(path)
-    return import_vllm_bench(path)
+    if _is_guidellm(load_documents(path, "benchmark")):
+        return import_guidellm(path, benchmark=benchmark)
+    return import_vllm_bench(path, benchmark=benchmark)

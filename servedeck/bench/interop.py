@@ -38,6 +38,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from servedeck.bench.external import guidellm_entry, guidellm_strategy, load_documents
 from servedeck.errors import ServedeckError
 from servedeck.runs.records import ExternalCurve, ExternalLevel, LevelResult, LoadSummary, RequestRecord
 
@@ -223,14 +224,9 @@ def import_vllm_sweep(path: str | Path, *, serve: str | None = None) -> External
 
 
 def _guidellm_level(bench: dict[str, Any], index: int) -> ExternalLevel:
-    strategy = ((bench.get("config") or {}).get("strategy") or {})
-    kind = strategy.get("type_") or strategy.get("type") or "unknown"
-    if kind in ("constant", "poisson"):
-        value = strategy.get("rate")
-    elif kind == "concurrent":
-        value = strategy.get("streams")
-    else:
-        value = 1 if kind == "synchronous" else strategy.get("max_concurrency")
+    entry = guidellm_entry(index + 1, bench)  # the strategy as the single-benchmark import reads it
+    kind = entry.strategy
+    value = entry.rate_rps if kind in ("constant", "poisson") else entry.concurrency
     m = bench.get("metrics") or {}
 
     def succ(name: str, key: str, scale: float = 1.0) -> float | None:
@@ -250,7 +246,7 @@ def _guidellm_level(bench: dict[str, Any], index: int) -> ExternalLevel:
         tpot_s={"median": succ("time_per_output_token_ms", "median", 1e-3),
                 "p99": succ("time_per_output_token_ms", "p99", 1e-3)},
         e2e_s={"median": succ("request_latency", "median"), "p99": succ("request_latency", "p99")},
-        parameters={"strategy": strategy})
+        parameters={"strategy": guidellm_strategy(bench)})
 
 
 def import_curve(path: str | Path, *, serve: str | None = None) -> ExternalCurve:
@@ -263,17 +259,7 @@ def import_curve(path: str | Path, *, serve: str | None = None) -> ExternalCurve
     p = Path(path)
     if p.is_dir():
         return import_vllm_sweep(p, serve=serve)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise ServedeckError(f"cannot read the benchmark result: {exc.strerror}", file=str(p)) from None
-    try:
-        docs = [json.loads(text)]
-    except json.JSONDecodeError:
-        try:
-            docs = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-        except json.JSONDecodeError as exc:
-            raise ServedeckError(f"not JSON, nor one JSON object per line ({exc.msg})", file=str(p)) from None
+    docs = load_documents(p, "benchmark")  # one JSON document, or one per line (--append-result)
     if len(docs) == 1 and isinstance(docs[0], dict) and isinstance(docs[0].get("benchmarks"), list):
         benches = docs[0]["benchmarks"]
         if not benches:

@@ -9,6 +9,7 @@ revision must be this run's (a redeploy or rollback of the same compose file is 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -291,31 +292,39 @@ def probe_run(run: RunRecord, base_url: str, settings=None, *, api_key: str | No
     return quality
 
 
-def import_external(run_dir: Path, path: Path) -> dict[str, Any]:
+def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> dict[str, Any]:
     """Store an external benchmark result (``vllm bench serve --save-result`` JSON or a guidellm
     report, see :mod:`servedeck.bench.external`) beside a run as ``external/<name>`` plus the
     mapped metrics in ``external-<name>.json``.
 
-    A result in which some requests failed is stored with ``"partial": true``, the request
-    counts and a note; its statistics cover the successful requests only.
+    A file holding several benchmarks (a guidellm sweep, a ``--append-result`` file) needs
+    ``benchmark``, the one to take (:func:`servedeck.bench.external.choose`); its mapped
+    metrics go to ``external-<name>@<position>-<label>.json`` and say which benchmark they hold and how
+    many the file has. A result in which some requests failed is stored with
+    ``"partial": true``, the request counts and a note; its statistics cover the successful
+    requests only.
 
     Returns:
         the mapped metrics document (:class:`servedeck.runs.records.ExternalSummary`:
         :class:`~servedeck.runs.records.ExternalBench` fields plus ``sha256`` of the file).
 
     Raises:
-        ServedeckError: unreadable or unknown file, or no request in it succeeded (nothing is
-            written then).
+        ServedeckError: unreadable or unknown file, several benchmarks and none (or no single
+            one) named, or no request in the chosen one succeeded (nothing is written then).
     """
     from servedeck.bench.external import import_file
     from servedeck.runs.records import ExternalSummary
     run = open_run(run_dir)
-    ext = import_file(path)
+    ext = import_file(path, benchmark=benchmark)
     raw = path.read_bytes()
     name = path.name
     run.write(store.external_raw(name), raw)
     mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
-    run.write(store.external_summary(name), mapped)
+    summary = name
+    if ext.benchmarks_in_file > 1 and ext.benchmark is not None:
+        label = re.sub(r"[^\w@,-]", "_", ext.benchmark.label)
+        summary = f"{Path(name).stem}@{ext.benchmark.index}-{label}{Path(name).suffix}"
+    run.write(store.external_summary(summary), mapped)
     return mapped.model_dump(mode="json")
 
 

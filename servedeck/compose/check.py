@@ -19,20 +19,31 @@ lives in ``servedeck/compose/rules/<family>.py`` (``yaml/*`` in the document rea
                    env merge), as the service's launcher reads the command
 ``vllm/*``         vLLM constraints and names for the image's vLLM version
 ``interpolation/*`` Compose ``$VAR`` substitution
-``ports/*``        published port vs the server's ``--port``
-``gpu/*``          device access (xpu: /dev/dri + render gid; cpu: /dev/shm; NVIDIA requests:
-                   deploy.resources / gpus / CDI), GPUs vs parallel sizes, shared GPUs, /dev/shm
+``ports/*``        published port vs the server's ``--port``; host ports two containers bind
+``gpu/*``          device access (xpu: /dev/dri + render gid, /dev/dri/by-path for oneCCL across
+                   several GPUs; cpu: /dev/shm; NVIDIA requests: deploy.resources / gpus / CDI),
+                   GPUs vs parallel sizes, shared GPUs, /dev/shm
 ``devices/*``      ``devices`` entries Compose refuses (long syntax without a target)
 ``server/*``       server vs container: loopback host, healthcheck port/binary/key/start_period
 ``env/*``          quotes that reach the container, VLLM_* variables the release does not read,
                    a missing env_file
-``flags/*``        flags judged by the release's own parser facts (unknown, deprecated, values)
-``json/*``         keys and value types of JSON-valued flags against vLLM's config fields
+``flags/*``        flags judged by the release's own parser facts (unknown, abbreviated, hidden,
+                   deprecated, values)
+``json/*``         values of JSON config flags against the release's config model (its schema
+                   and the verdicts of vLLM's own validators), with the field path
 ``features/*``     settings that need each other (thinking w/o reasoning parser, parser family, context fit)
 ``entrypoint/*``   entrypoint replacing an image wrapper; a positional model the api_server
                    module parses and never uses
 ``restart/*``      restart policies that loop on a failed start
-``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights
+``paths/*``        bind mounts tied to one machine, dangerous binds, read-write weights; every
+                   path-valued server argument against the container's mounts (``argv-*``)
+``cache/*``        where huggingface_hub looks for a repo id's files (HF_HUB_CACHE, HF_HOME,
+                   XDG_CACHE_HOME, the user's HOME) against the mounts, offline or not
+``deps/*``         ``depends_on`` across services (healthy without a healthcheck, unknown
+                   service, waiting for a server to exit, cycles)
+``container/*``    one ``container_name`` twice, or on a service with replicas
+``resources/*``    container limits vLLM needs (memory for its own host buffers and processes,
+                   swap and reservation vs limit, pids, open files)
 =================  ===============================================================
 
 The service rules judge each service as it will run (:class:`servedeck.compose.service.Service`:
@@ -57,8 +68,9 @@ from typing import Any
 from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
 from servedeck.findings import Finding, Severity
-from servedeck.compose.rules import (argv, devices, entrypoint, env, features, flags, gpu, image, interpolation, keys,
-                                     launcher, paths, ports, restart, schema, server, vllm, yaml11)
+from servedeck.compose.rules import (argv, cache, container, deps, devices, entrypoint, env, features, flags, gpu,
+                                     image, interpolation, keys, launcher, paths, ports, resources, restart, schema,
+                                     server, vllm, yaml11)
 from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._context import CheckExpectations, Ctx, services
 from servedeck.compose.service import Service
@@ -70,8 +82,9 @@ _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 _SERVICE_RULES = (image.check_image, image.check_placeholder_digest, argv.check_argv, launcher.check_launcher,
                   vllm.check_vllm, ports.check_ports, gpu.check_gpu, restart.check_restart, paths.check_paths,
                   devices.check_devices, gpu.check_gpu_requests, server.check_server_container, env.check_environment,
-                  flags.check_flags, features.check_features, entrypoint.check_entrypoint,
-                  features.check_context_fits, features.check_reasoning_family)
+                  flags.check_flags, flags.check_json_values, features.check_features, entrypoint.check_entrypoint,
+                  features.check_context_fits, features.check_reasoning_family, vllm.check_max_model_len_unknown,
+                  gpu.check_xpu_by_path, resources.check_limits, paths.check_argv_paths, cache.check_hf_cache)
 """The per-service rules, one module per rule family (``compose/rules/<family>.py``)."""
 
 
@@ -141,6 +154,9 @@ def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)
     gpu.check_shared_gpus(ctx, svcs)
+    deps.check_depends_on(ctx, svcs)
+    ports.check_host_ports(ctx, svcs)
+    container.check_container_names(ctx, svcs)
     return _tidy(ctx.findings)
 
 

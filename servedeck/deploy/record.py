@@ -121,6 +121,11 @@ def record_startup(w: RunWriter, plan: "DeployPlan", readiness: "Readiness",
         if differs:
             reporter.warn(f"{len(differs)} setting(s) differ from the profile: the server does not "
                           "run what was rendered")
+        from servedeck.vllm.startup_facts import prefix_caching_reach
+        reach = prefix_caching_reach(parsed, plan.profile.engine.max_model_len or parsed.get("max_model_len"),
+                                     plan.profile.engine.enable_prefix_caching)
+        if reach is not None:
+            reporter.warn(reach)
     w.save_meta(args_verification={
         "confirmed": [c.setting for c in checks if c.status == "confirmed"],
         "differs": [c.render() for c in checks if c.status == "differs"]})

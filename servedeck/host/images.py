@@ -17,7 +17,7 @@ from typing import Any
 from servedeck.host.docker import Engine
 from servedeck.launchers import registry
 from servedeck.launchers.base import LauncherDefaults
-from servedeck.model.catalog import ImageFacts, image_device
+from servedeck.model.catalog import ImageFacts, has_healthcheck, image_device
 from servedeck.model.profile import Profile
 from servedeck.runs.store import utcnow
 
@@ -108,7 +108,8 @@ def read_image_facts(engine: Engine | None, image_ref: str, profile: Profile, *,
         vllm_version=version or "unknown", device=device, entrypoint=list(entrypoint),
         default_port=launcher.default_port, launcher_defaults=defaults,
         note=f"read from the pulled image by servedeck deploy on {utcnow()}",
-        stand_in=labels.get("io.servedeck.standin") == "true")
+        stand_in=labels.get("io.servedeck.standin") == "true", user=cfg.get("User") or "",
+        healthcheck=has_healthcheck(cfg))
     raw = {"reference": profile.image, "digest": profile.image_ref.digest,
            "id": attrs.get("Id"), "created": attrs.get("Created"), "entrypoint": entrypoint,
            "workdir": workdir, "labels": labels, "vllm_version": version,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,9 @@ def _repository(ref: str) -> str:
     return name.rsplit(":", 1)[0] if ":" in last else name
 
 
+_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+"""The extraction's container has no network; these keep huggingface_hub from retrying for it."""
+
 def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
     """Read an image's facts from the image itself.
 
@@ -154,13 +157,13 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
         ServedeckError: no engine, image missing, or the image cannot run the introspection.
     """
     from servedeck.launchers import registry
-    from servedeck.model.catalog import ImageFacts, image_device
+    from servedeck.model.catalog import ImageFacts, has_healthcheck, image_device
     from servedeck.vllm.facts import VllmFacts
 
     client = _client(client_or_host)
     image = _image(client, image_ref)
     cfg = image.attrs.get("Config") or {}
-    raw = _introspect(client, image, ["facts"])
+    raw = _introspect(client, image, ["facts"], environment=_OFFLINE)
     digest = _digest(image, image_ref)
     raw["source"] = f"extracted from image {_repository(image_ref)} ({digest[:19]}) by servedeck.vllm.introspect"
     vf = VllmFacts.model_validate(raw)
@@ -176,6 +179,7 @@ def extract_facts(client_or_host: Any, image_ref: str) -> tuple[str, Any, Any]:
                        entrypoint=entry, default_port=launcher.default_port, launcher_defaults=defaults,
                        cmd=list(cfg.get("Cmd") or []), workdir=cfg.get("WorkingDir") or None,
                        env=env, labels=labels, binaries=raw.get("binaries") or {},
+                       user=cfg.get("User") or "", healthcheck=has_healthcheck(cfg),
                        note=f"read from the image by servedeck.host.inimage ({image.id[:19]})")
     return digest, facts, vf
 
@@ -205,15 +209,31 @@ def extract_release_facts(image_ref: str, release_dir: Path, source: str, *, cli
             with the image's libraries (the last lines of the error are quoted).
     """
     from servedeck.vllm.facts import VllmFacts
-    client = client or local_client()
-    image = _image(client, image_ref)
-    raw = _introspect(client, image, ["--platform-cpu", "facts"],
-                      volumes={str(Path(release_dir).resolve()): {"bind": RELEASE_MOUNT, "mode": "ro"}},
-                      environment={"PYTHONPATH": RELEASE_MOUNT})
+    raw = introspect_facts(image_ref, release_dir=release_dir, client=client)
     raw["source"] = source
     for key in ("python", "binaries", "cwd", "launcher_configs"):
         raw.pop(key, None)  # facts of the image that ran it, not of the release
     return VllmFacts.model_validate(raw)
+
+
+def introspect_facts(image_ref: str, *, release_dir: Path | None = None, parse: Sequence[list[str]] = (),
+                     client: Any = None) -> dict[str, Any]:
+    """The extractor's raw ``facts`` output (:mod:`servedeck.vllm.introspect`) for the image's
+    own vLLM, or, with ``release_dir``, for the release unpacked there (as
+    :func:`extract_release_facts` runs it); with ``parse``, also ``parsed``: what that release's
+    ``vllm serve`` parser makes of each argv. One throw-away container, no network.
+
+    Raises:
+        ServedeckError: no engine, the image is missing, or the introspection fails.
+    """
+    client = client or local_client()
+    image = _image(client, image_ref)
+    args = ["facts", json.dumps([list(a) for a in parse])] if parse else ["facts"]
+    if release_dir is None:
+        return _introspect(client, image, args, environment=_OFFLINE)
+    return _introspect(client, image, ["--platform-cpu", *args],
+                       volumes={str(Path(release_dir).resolve()): {"bind": RELEASE_MOUNT, "mode": "ro"}},
+                       environment={"PYTHONPATH": RELEASE_MOUNT, **_OFFLINE})
 
 
 @dataclass

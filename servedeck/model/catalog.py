@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servedeck.errors import ServedeckError
-from servedeck.fsutil import atomic_write, read_bounded
+from servedeck.fsutil import atomic_write, read_bounded, state_dir
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LauncherDefaults
 from servedeck.yamlio import CATALOG_LIMITS, YAMLError, file_error, load_data, roundtrip
@@ -102,6 +102,10 @@ class ImageFacts(BaseModel):
         binaries: helper programs found in the image (``curl``, ``wget``, ``python3``, ``bash``).
         vllm_facts: file (relative to the catalog file) holding the image's
             :class:`servedeck.vllm.facts.VllmFacts`, when they were extracted.
+        user: the image's ``USER`` (``docker image inspect`` ``Config.User``; empty: root), None
+            when not read.
+        healthcheck: whether the image defines a ``HEALTHCHECK`` (``Config.Healthcheck``), None
+            when not read.
         inferred: True when the facts were guessed from the repository and tag
             (:func:`infer_facts`), not read from the image.
     """
@@ -124,6 +128,8 @@ class ImageFacts(BaseModel):
     binaries: dict[str, bool] = Field(default_factory=dict)
     vllm_facts: str | None = None
     inferred: bool = False
+    user: str | None = None
+    healthcheck: bool | None = None
 
     @field_validator("launcher")
     @classmethod
@@ -161,6 +167,13 @@ class ImageFacts(BaseModel):
             keys = sorted(k for k in set(mine.vllm) | set(theirs.vllm) if mine.vllm.get(k) != theirs.vllm.get(k))
             problems.append(f"model.yaml vllm defaults differ for {', '.join(keys)}")
         return problems
+
+
+def has_healthcheck(config: dict[str, Any]) -> bool:
+    """Whether an image config (``docker image inspect`` ``Config``) defines a HEALTHCHECK
+    (``Healthcheck.Test`` given and not ``["NONE"]``)."""
+    test = (config.get("Healthcheck") or {}).get("Test") or []
+    return bool(test) and test[0] != "NONE"
 
 
 class CatalogFile(BaseModel):
@@ -241,7 +254,6 @@ class Catalog:
         if found is None:
             return None
         path = found[0]
-        from servedeck.model.project import state_dir
         if path == self.shipped_path:
             kind = "the shipped catalog"
         elif self.local is not None and path == self.local.catalog_path:

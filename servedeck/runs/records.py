@@ -34,7 +34,8 @@ __all__ = ["Record", "RunMeta", "RecordedImage", "RollbackResult", "ArgsVerifica
            "FailurePhase", "ProfileSnapshot", "EffectiveSettings", "ArgvRecord", "ProfileChange", "ProfileDiff",
            "FactsRecord", "HostFactsRecord", "GpuDevice", "ImageFactsRecord", "StartupFacts", "ArgCheck",
            "ArgsVerification", "KvRecord", "KvMeasured", "KvError", "Workload", "ServerDelta", "Sample",
-           "MetricStats", "PhaseServer", "BenchSummary", "RequestCounts", "ExternalBench", "ExternalSummary",
+           "MetricStats", "PhaseServer", "BenchSummary", "RequestCounts", "BenchEntry", "ExternalBench",
+           "ExternalSummary",
            "compared", "compared_paths", "CHAT_ENDPOINT", "COMPLETIONS_ENDPOINT", "SequentialDesign", "Look",
            "SequentialRecord", "TagPrefix",
            "Percentile", "Proportion", "SLO_METRICS", "SloState", "Slo", "LevelSlo", "LoadKind", "LoadLevel",
@@ -465,6 +466,33 @@ class RequestCounts(Record):
     incomplete: int | None = Field(None, description="requests cut off (guidellm)")
 
 
+class BenchEntry(Record):
+    """One benchmark of a result file (a guidellm report's ``benchmarks[i]``, a line of a
+    ``vllm bench serve --append-result`` file), :func:`servedeck.bench.external.list_benchmarks`."""
+
+    index: int = Field(description="1-based position in the file")
+    label: str = Field(description="guidellm's own name (`synchronous`, `concurrent@4`, `throughput@512`, "
+                                   "`constant@1.55`, `poisson@2.00`); for vLLM `concurrency@8`, `rate@2.00` "
+                                   "(`rate@2.00,concurrency@8` with both), `rate@inf`")
+    strategy: str = Field(description="the load's kind: guidellm's strategy type, or `concurrency` / `rate` / "
+                                      "`burst` for vLLM")
+    rate_rps: float | None = Field(None, description="requests per second asked for (None: unlimited)")
+    concurrency: int | None = Field(None, description="concurrent requests asked for (streams, max_concurrency)")
+    name: str | None = Field(None, description="the tool's own label for the run (`vllm bench serve --label`)")
+    requests: int | None = Field(None, description="requests the benchmark sent")
+
+    def describe(self) -> str:
+        """``#3 constant@1.55 (1.55 req/s, 186 requests)``."""
+        parts = []
+        if self.rate_rps is not None:
+            parts.append(f"{self.rate_rps:g} req/s")
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} concurrent")
+        if self.requests is not None:
+            parts.append(f"{self.requests} requests")
+        return f"#{self.index} {self.label}" + (f" ({', '.join(parts)})" if parts else "")
+
+
 class ExternalBench(Record):
     """An external benchmark result mapped onto servedeck's metric names.
 
@@ -489,6 +517,9 @@ class ExternalBench(Record):
     failure_reasons: list[dict[str, Any]] = Field(
         default_factory=list, description="`[{\"text\", \"count\"}]`, most frequent first")
     notes: list[str] = Field(default_factory=list, description="sentences for the user")
+    benchmark: BenchEntry | None = Field(None, description="which benchmark of the file this is (a file may "
+                                                           "hold several: a guidellm sweep, an --append-result file)")
+    benchmarks_in_file: int = Field(1, description="how many benchmarks the file holds")
 
 
 class ExternalSummary(ExternalBench):

@@ -157,7 +157,8 @@ EXTERNAL_RAW: RunFile[bytes] = RunFile(
     "external/NAME", None, "an imported external benchmark result, byte for byte (`vllm bench serve "
     "--save-result`, guidellm)", form="bytes", shown=False, pattern=True)
 EXTERNAL_SUMMARY: RunFile[ExternalSummary] = RunFile(
-    "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256",
+    "external-STEM.json", "ExternalSummary", "its metrics mapped to servedeck's names, with the raw file's sha256 "
+    "(`external-STEM@N-LABEL.json` for benchmark N of a file holding several)",
     pattern=True)
 EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
     "curve-STEM.json", "CurveSummary", "an imported external load curve (a `vllm bench sweep serve` directory, a "

@@ -51,17 +51,24 @@ class FlagSpec:
         nargs_plus: True when argparse takes one or more values (``nargs="+"``).
         optional: the type is vLLM's ``optional_type`` wrapper (``vllm/engine/arg_utils.py``):
             ``""`` and ``"None"`` give None, any other text goes to ``kind``'s conversion.
+        action_dest: the argparse dest as the table records it, when the table knows the
+            option (``enable_prefix_caching`` for ``--disable-prefix-caching``); None: the name's.
+        stores: for a ``bool`` option the table knows, what the bare option stores (``False``
+            for ``--disable-prefix-caching`` and ``--no-enable-prefix-caching``); None: argparse's
+            convention (``no-`` stores False).
     """
 
     name: str
     kind: Kind = "str"
     nargs_plus: bool = False
     optional: bool = False
+    action_dest: str | None = None
+    stores: Any = None
 
     @property
     def dest(self) -> str:
         """argparse dest: ``max_num_batched_tokens``."""
-        return self.name.replace("-", "_")
+        return self.action_dest or self.name.replace("-", "_")
 
     @property
     def takes_value(self) -> bool:
@@ -192,20 +199,27 @@ def table_from_serve_args(serve_args: Iterable[Any]) -> tuple[dict[str, FlagSpec
             tables (``servedeck.vllm.facts.ServeArg``, extracted from an image's parser).
 
     Returns:
-        ``(flags, aliases)``. A type the table cannot name (``Optional[...]`` wrappers) keeps
-        the kind of :data:`FLAGS`, else ``str``.
+        ``(flags, aliases)``: every option string the table records (hidden ones included),
+        with the action's dest and, for options that take no value, what each stores. The kind
+        of an ``optional_type`` comes from the type it wraps (``type_wraps``); a type the table
+        cannot name keeps the kind of :data:`FLAGS`, else ``str``.
     """
     flags: dict[str, FlagSpec] = {}
     aliases: dict[str, str] = {}
     for a in serve_args:
-        longs = [o[2:] for o in a.options if o.startswith("--")]
+        accepted = list(getattr(a, "accepted", a.options))
+        longs = [o[2:] for o in accepted if o.startswith("--")]
         if not longs:
             continue
-        kind: Kind | None = "bool" if not a.takes_value else _TYPE_KINDS.get(a.type or "")
+        wraps = list(getattr(a, "type_wraps", None) or [])
+        kind: Kind | None = "bool" if not a.takes_value else (
+            _TYPE_KINDS.get(a.type or "") or next((_TYPE_KINDS[w] for w in wraps if w in _TYPE_KINDS), None))
         for name in longs:
             base = FLAGS.get(name)
+            stored = a.stored("--" + name) if kind == "bool" and hasattr(a, "stored") else None
             flags[name] = FlagSpec(name, kind or (base.kind if base else "str"), a.nargs == "+",
-                                   optional=a.type == "_optional_type")
+                                   optional=a.type == "_optional_type", action_dest=a.dest,
+                                   stores=stored)
         for o in a.options:
             if o.startswith("-") and not o.startswith("--"):
                 aliases[o[1:]] = longs[0]
@@ -251,6 +265,19 @@ def is_bool_flag(name: str) -> bool:
     return name.startswith("no-") or spec_for(name).kind == "bool"
 
 
+def bool_meaning(name: str) -> tuple[str, bool]:
+    """(argparse dest, the value the bare option stores) for a value-less vLLM option ``name``
+    (no dashes), as the newest shipped table records it: ``disable-prefix-caching`` →
+    (``enable_prefix_caching``, False) in vLLM 0.33; for an option no table knows, argparse's
+    ``BooleanOptionalAction`` convention (``no-x`` → (``x``, False))."""
+    spec = spec_for(name)
+    if spec.action_dest is not None and spec.kind == "bool":
+        return spec.action_dest, spec.stores is not False
+    if name.startswith("no-"):
+        return name[3:].replace("-", "_"), False
+    return name.replace("-", "_"), True
+
+
 # --------------------------------------------------------------------------- values
 
 def human_readable_int(text: str, *, auto: bool = False) -> int:
@@ -279,19 +306,40 @@ def human_readable_int(text: str, *, auto: bool = False) -> int:
     return int(value)
 
 
+_JSON_STRING = re.compile(r'("(?:[^"\\]|\\.)*")')
+_JSON_HUMAN = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+
+
+def config_json(text: str, *, human_numbers: bool = False) -> Any:
+    """The value of a JSON config flag as the release reads it: ``json.loads``, after, when
+    ``human_numbers`` (the release's ``parse_dataclass`` expands them: vLLM 0.32 and 0.33,
+    ``VllmFacts.json_human_numbers``), each bare ``80m`` / ``16K`` outside JSON strings is
+    replaced by its :func:`human_readable_int` (``{"cpu_bytes_to_use": 80m}`` → 80,000,000).
+
+    Raises:
+        ValueError: the text is not JSON (``json.JSONDecodeError``), or a suffix the release
+            refuses (``1.5K``).
+    """
+    if human_numbers:
+        parts = _JSON_STRING.split(text)
+        parts[::2] = [_JSON_HUMAN.sub(lambda m: str(human_readable_int(m.group())), p) for p in parts[::2]]
+        text = "".join(parts)
+    return json.loads(text)
+
+
 def convert(name: str, text: str | None) -> Any:
     """Convert a flag's text value the way vLLM does for flag ``name`` (no dashes).
 
-    ``None`` text (a bare flag) → ``True``; ``no-x`` → ``False``. JSON flags → dict/list;
-    human-readable ints → int (``auto`` → -1 for ``max-model-len``); ints/floats → numbers.
+    ``None`` text (a bare flag) → what the option stores (:func:`bool_meaning`: ``True``;
+    ``False`` for ``no-x`` and, in vLLM 0.33, ``disable-x`` of an ``--enable-x`` pair). JSON
+    flags → dict/list; human-readable ints → int (``auto`` → -1 for ``max-model-len``);
+    ints/floats → numbers.
 
     Raises:
         ServedeckError: a value vLLM would refuse at start (names the flag and the value).
     """
-    if name.startswith("no-") and text is None:
-        return False
     if text is None:
-        return True
+        return bool_meaning(name)[1]
     spec = spec_for(name)
     try:
         return convert_kind(spec.kind, text, optional=spec.optional)
@@ -372,20 +420,28 @@ def flag_tokens(dest_or_name: str, value: Any, *, table: Any = None) -> list[str
     if value is None:
         return []
     if spec.kind == "bool" or isinstance(value, bool) and spec.kind != "json":
-        return [f"--{name}"] if value else [negative_option(table, name) or f"--no-{name}"]
+        if value:
+            return [f"--{name}"]
+        action = table.option(name) if table is not None else None
+        if action is not None and not action.takes_value and not action.unsetting() and not action.default:
+            return []  # a store_true flag: False is its default, and no option says it
+        return [negative_option(table, name) or f"--no-{name}"]
     if spec.nargs_plus and isinstance(value, (list, tuple)):
         return [f"--{name}", *(format_value(v) for v in value)]
     return [f"--{name}", format_value(value)]
 
 
 def negative_option(table: Any, name: str) -> str | None:
-    """The option that sets bool flag ``name`` (no dashes) false in a release's argument table
-    (:class:`servedeck.vllm.facts.VllmFacts`): ``--no-enable-prefix-caching`` in vLLM 0.10-0.32,
-    ``--disable-prefix-caching`` in 0.33 (their tables in ``servedeck/vllm/tables/``). None when
-    the table is None or lists no other option for it."""
+    """The option that sets bool flag ``name`` (no dashes) false, as a release's argument table
+    (:class:`servedeck.vllm.facts.VllmFacts`) documents it: ``--no-enable-prefix-caching`` in
+    vLLM 0.10-0.32, ``--disable-prefix-caching`` in 0.33 (their tables in
+    ``servedeck/vllm/tables/``; hidden strings such as 0.33's ``--no-enable-prefix-caching``
+    are never chosen). None when the table is None or shows no option that stores False."""
     action = table.option(name) if table is not None else None
-    others = [o for o in (action.options if action else []) if o != f"--{name}" and o.startswith("--")]
-    return others[0] if others else None
+    if action is None:
+        return None
+    unsetting = [o for o in action.unsetting() if o != f"--{name}"]
+    return unsetting[0] if unsetting else None
 
 
 def flag(dest: str) -> str:
@@ -426,19 +482,27 @@ class Arg:
 
     @property
     def negated(self) -> bool:
-        return bool(self.name and self.name.startswith("no-"))
+        """A value-less option that stores False (``--no-enable-prefix-caching``; in vLLM 0.33
+        also ``--disable-prefix-caching``, :func:`bool_meaning`)."""
+        return bool(self.name) and is_bool_flag(self.name or "") and bool_meaning(self.name or "")[1] is False
 
     @property
     def base(self) -> str | None:
-        """Name without a negating ``no-``."""
+        """The option's action named by its dest, dashed (``enable-prefix-caching`` for
+        ``--no-enable-prefix-caching`` and 0.33's ``--disable-prefix-caching``)."""
         if self.name is None:
             return None
-        return self.name[3:] if self.negated else self.name
+        if is_bool_flag(self.name):
+            return bool_meaning(self.name)[0].replace("_", "-")
+        return self.name
 
     @property
     def dest(self) -> str | None:
         """argparse dest (``enable_prefix_caching`` for ``--no-enable-prefix-caching``)."""
-        return None if self.base is None else self.base.replace("-", "_")
+        if self.base is None:
+            return None
+        spec = spec_for(self.base)
+        return spec.dest if spec.action_dest else self.base.replace("-", "_")
 
     @property
     def value(self) -> str | None:
@@ -461,7 +525,10 @@ class Arg:
             parts = self.subkey.split(".")
             for p in parts[:-1]:
                 cur = cur.setdefault(p, {})
-            cur[parts[-1]] = _json_or_text(self.value)
+            if parts[-1].endswith("+"):  # --json-flag.key+ A,B: the list of the texts
+                cur[parts[-1][:-1]] = (self.value or "").split(",")
+            else:
+                cur[parts[-1]] = _json_or_text(self.value)
             return out
         spec = spec_for(self.base or "")
         if spec.nargs_plus and self.values:
@@ -894,4 +961,4 @@ __all__ = ["FlagSpec", "FLAGS", "ALIASES", "Arg", "KnownArgv", "looks_like_flag"
            "human_readable_int", "convert", "convert_lenient", "table_from_serve_args", "format_value", "compact_json",
            "flag_tokens", "flag", "parse_vllm", "parse_known", "print_args", "last_wins", "repeated", "settings",
            "ServerStyle", "ModelArgument", "model_argument", "wrapper_length", "python_start", "convert_kind",
-           "kind_of_type", "negative_option", "dotted_replaces"]
+           "kind_of_type", "negative_option", "dotted_replaces", "bool_meaning", "config_json"]

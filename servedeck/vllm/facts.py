@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,36 +27,85 @@ class ServeArg(BaseModel):
     """One ``vllm serve`` argparse action.
 
     Attributes:
-        options: option strings, e.g. ``["--max-model-len"]`` (empty for the positional).
+        options: the option strings vLLM's help shows, as the release documents them, e.g.
+            ``["--enable-prefix-caching", "--disable-prefix-caching"]`` (empty for the positional).
+        hidden: option strings the parser accepts for this action without showing them in help
+            (vLLM 0.33's ``EnableDisableAction``, ``vllm/utils/argparse_utils.py``, keeps
+            ``--no-enable-x`` and ``--no-disable-x`` for backwards compatibility).
         dest: argparse dest, e.g. ``max_model_len``.
         type: name of the argparse type function (``int``, ``human_readable_int``,
             ``parse_dataclass``, ...), or None.
+        type_wraps: the type functions a wrapper of vLLM's holds, outermost first
+            (``optional_type(json.loads)`` → ``["loads"]``); empty for a plain one.
         choices: allowed values, or None.
         default: the default (JSON-able; repr text for objects).
         nargs: argparse nargs (None, ``"?"``, ``"+"``, 0 ...).
         takes_value: False for store_true/false style actions.
+        stores: for an action that takes no value, what each of its option strings (shown or
+            hidden) stores in ``dest``: ``{"--enable-x": true, "--disable-x": false}``.
         deprecated: True when vLLM marks the flag deprecated.
     """
 
     model_config = ConfigDict(extra="ignore")
 
     options: list[str]
+    hidden: list[str] = Field(default_factory=list)
     dest: str
     type: str | None = None
+    type_wraps: list[str] = Field(default_factory=list)
     choices: list[Any] | None = None
     default: Any = None
     nargs: Any = None
     takes_value: bool = True
+    stores: dict[str, Any] = Field(default_factory=dict)
     deprecated: bool = False
+
+    @property
+    def accepted(self) -> list[str]:
+        """Every option string the parser takes for this action: shown, then hidden."""
+        return [*self.options, *self.hidden]
+
+    def stored(self, option: str) -> Any:
+        """What ``option`` (one of :attr:`accepted`) stores when it takes no value: from
+        :attr:`stores`; for facts extracted without it, the conventions of argparse's
+        ``BooleanOptionalAction`` (``--no-x`` stores False) and vLLM 0.33's
+        ``EnableDisableAction`` (``--disable-x`` of dest ``enable_x`` stores False)."""
+        if option in self.stores:
+            return self.stores[option]
+        name = self.dest.replace("_", "-")
+        if option.startswith("--no-") or (name.startswith("enable-") and option == "--disable-" + name[7:]):
+            return False
+        return True
+
+    def unsetting(self) -> list[str]:
+        """The shown option strings that store False, as the release documents them
+        (``--disable-prefix-caching`` in vLLM 0.33, ``--no-enable-prefix-caching`` up to 0.32)."""
+        if self.takes_value:
+            return []
+        return [o for o in self.options if o.startswith("--") and self.stored(o) is False]
 
 
 class JsonConfig(BaseModel):
-    """A JSON-valued flag's config class: ``class`` (dotted name) and field name → annotation."""
+    """A JSON-valued flag's config class.
+
+    Attributes:
+        class_: the class (dotted name), ``class`` in the file.
+        fields: field name → annotation text.
+        validation: how vLLM validates the flag's value: ``json`` (``parse_dataclass``:
+            ``TypeAdapter(cls).validate_json`` on the text) or ``python`` (the dict of
+            ``json.loads`` given to the class); None when not extracted.
+        schema_: the class's JSON Schema as pydantic gives it, with the verdicts of vLLM's own
+            field validators on probe values (``x-probes``, see
+            :func:`servedeck.vllm.introspect.config_schema`); ``schema`` in the file; None when
+            not extracted. :mod:`servedeck.vllm.config_values` judges values with it.
+    """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     class_: str = Field(alias="class")
     fields: dict[str, str]
+    validation: Literal["json", "python"] | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
 
 
 class VllmFacts(BaseModel):
@@ -65,6 +114,11 @@ class VllmFacts(BaseModel):
     Attributes:
         vllm_version: ``vllm.__version__``.
         source: where these facts were read (image digest + extractor, or release files).
+        allow_abbrev: the parser takes a unique prefix of a long option for the option
+            (argparse's ``allow_abbrev``, on in every release so far).
+        json_human_numbers: the release expands bare ``80m`` / ``16K`` numbers in the JSON text
+            of a config flag before parsing it (``_expand_json_human_readable_numbers``,
+            ``vllm/engine/arg_utils.py``, vLLM 0.33).
         serve_args: the argument surface of ``vllm serve``.
         json_configs: dest of a JSON-valued flag → its config class and fields.
         tool_call_parsers, reasoning_parsers, speculative_methods, kv_cache_dtypes: registries.
@@ -75,6 +129,8 @@ class VllmFacts(BaseModel):
 
     vllm_version: str
     source: str = ""
+    allow_abbrev: bool = True
+    json_human_numbers: bool = False
     serve_args: list[ServeArg] = Field(default_factory=list)
     json_configs: dict[str, JsonConfig] = Field(default_factory=dict)
     tool_call_parsers: list[str] = Field(default_factory=list)
@@ -85,8 +141,20 @@ class VllmFacts(BaseModel):
 
     @functools.cached_property
     def by_option(self) -> dict[str, ServeArg]:
-        """``--max-model-len`` (and every alias) → its action."""
-        return {o: a for a in self.serve_args for o in a.options}
+        """Every option string the parser accepts (``--max-model-len``, aliases, hidden
+        strings such as vLLM 0.33's ``--no-enable-prefix-caching``) → its action."""
+        return {o: a for a in self.serve_args for o in a.accepted}
+
+    def abbreviated(self, name: str) -> list[str]:
+        """The long options ``--name`` abbreviates (argparse ``allow_abbrev``: a prefix of
+        accepted option strings, ``--max-model`` → ``["--max-model-len"]``); empty when the
+        parser takes no abbreviations or ``name`` is an option itself. One: the parser reads it
+        as that option; several: argparse exits ("ambiguous option")."""
+        option = name if name.startswith("-") else "--" + name
+        if not self.allow_abbrev or not option.startswith("--") or option in self.by_option:
+            return []
+        head = option.split("=", 1)[0]
+        return sorted(o for o in self.by_option if o.startswith(head) and o.startswith("--"))
 
     def option(self, name: str) -> ServeArg | None:
         """The action for ``name`` given without dashes (``max-model-len``) or with them.

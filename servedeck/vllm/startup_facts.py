@@ -14,7 +14,7 @@ from typing import Any
 from servedeck.textfmt import clip
 
 __all__ = ["DOCUMENTED_KEYS", "StartupFacts", "compile_range_signature", "start_history", "summarize",
-           "format_summary"]
+           "format_summary", "prefix_caching_reach"]
 
 #: The ``startup.json`` keys documented in ``docs/run-record.md`` ("startup.json keys"),
 #: in that order. :meth:`StartupFacts.to_dict` emits these first, then the extra keys.
@@ -46,8 +46,19 @@ class StartupFacts:
       ``[tag]`` prefix or the last ``Using cache directory: .../<graph>`` name (else ``None``);
       ``range`` is as printed (``"(1, 8192)"``), ``"shape 8"`` or ``"dynamic shape"`` for
       0.10/0.11; ``compile_s`` is the cache load time when ``cache_hit``.
-    - ``error``: ``{"kind", "text", "suggested_value", "value", "valid_values"}`` (see
-      :func:`parse_startup_log`) or ``None``.
+    - ``error``: ``{"kind", "text", "suggested_value", "value", "valid_values", "phase",
+      "progress", "process", "ts", "hint"}`` (see :func:`parse_startup_log`; ``phase`` is the
+      startup phase it happened in, :data:`servedeck.vllm.startup_causes.PHASES`; ``progress``
+      that phase's progress bar, ``"8/14 checkpoint shards"``; ``hint`` the fix) or ``None``;
+      a killed process adds ``signal`` (``"SIGKILL"``), ``exit_code`` (-9), ``killed`` (the
+      process name) and ``line`` (the log line that says so).
+    - ``causes``: every start's candidate causes, ranked (``servedeck.vllm.startup_causes.
+      rank_causes``), each an ``error``-shaped dict with its ``start`` (1-based) and ``rank``;
+      ``root_cause`` is the first, the likeliest cause over the whole log.
+    - ``phase_reached``: the last startup phase the latest start's log reached.
+    - ``attention_block_size_tokens``: the KV block size the engine set itself ("Setting
+      attention block size to N tokens ..."), with its ``attention_block_size_reason``; raised
+      to fit a Mamba page on hybrid models (``hybrid_model``, ``mamba_page_padding_pct``).
     - ``spec_decoding``: one dict per ``SpecDecoding metrics`` line: ``ts``,
       ``mean_acceptance_length``, ``speculative_depth``, ``accepted_tok_s``, ``drafted_tok_s``,
       ``accepted_tokens``, ``drafted_tokens``, ``per_position_acceptance_rate`` (list of float),
@@ -111,6 +122,15 @@ class StartupFacts:
     runtime_errors: list[dict[str, Any]] = field(default_factory=list)
     restart_count: int = 0
     starts: list[dict[str, Any]] = field(default_factory=list)
+    # what ended the start(s) and where (see servedeck.vllm.startup_causes)
+    phase_reached: str | None = None
+    root_cause: dict[str, Any] | None = None
+    causes: list[dict[str, Any]] = field(default_factory=list)
+    # hybrid (Mamba / Gated DeltaNet + attention) models and the KV block size
+    hybrid_model: bool | None = None
+    attention_block_size_tokens: int | None = None
+    attention_block_size_reason: str | None = None
+    mamba_page_padding_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict: the documented keys in order, then the extra keys."""
@@ -238,11 +258,13 @@ def start_history(facts: StartupFacts | dict[str, Any]) -> str:
 def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
     """Return the "Startup" bullets of a run report as ``(label, text)`` pairs.
 
-    Labels, in order, each present only when the log gave the facts: ``error``, ``restarts``,
-    ``version``, ``non-default args``, ``chunked prefill``, ``warnings``, ``compile``,
-    ``engine init``, ``model loading``, ``KV pool``, ``max concurrency``, ``memory``,
-    ``weights``, ``free memory``, ``server``, ``runtime errors``, ``spec decoding``. All but
-    ``restarts`` describe the latest start. Accepts facts or a ``startup.json`` dict.
+    Labels, in order, each present only when the log gave the facts: ``error`` (with the phase
+    it happened in and the fix), ``root cause`` (when the likeliest cause over all starts is
+    another than the latest start's error), ``restarts``, ``version``, ``non-default args``,
+    ``chunked prefill``, ``warnings``, ``compile``, ``engine init``, ``model loading``, ``KV
+    pool``, ``max concurrency``, ``memory``, ``weights``, ``free memory``, ``server``,
+    ``runtime errors``, ``attention block``, ``spec decoding``. All but ``restarts`` and
+    ``root cause`` describe the latest start. Accepts facts or a ``startup.json`` dict.
     """
     f = _coerce(facts)
     out: list[tuple[str, str]] = []
@@ -250,7 +272,16 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
         text = f"{f.error['kind']}: {clip(f.error['text'], 300)}"  # cut between words
         if f.error.get("suggested_value") is not None:
             text += f" (suggested value: {f.error['suggested_value']})"
+        if f.error.get("phase"):
+            where = f.error["phase"] + (f", {f.error['progress']}" if f.error.get("progress") else "")
+            text += f"; during {where}"
+        if f.error.get("hint"):
+            text += f"; fix: {f.error['hint']}"
         out.append(("error", text))
+    root = f.root_cause
+    if root and f.error and (root.get("kind"), root.get("text")) != (f.error.get("kind"), f.error.get("text")):
+        out.append(("root cause", f"start {root.get('start')}: {root['kind']}: {_short(root['text'], 200)}"
+                                  + (f"; fix: {root['hint']}" if root.get("hint") else "")))
     if f.restart_count:
         out.append(("restarts", start_history(f)))
     if f.vllm_version or f.engine_version:
@@ -337,6 +368,13 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
         if len(f.runtime_errors) > 3:
             items.append(f"{len(f.runtime_errors) - 3} more")
         out.append(("runtime errors", "after the server became ready: " + "; ".join(items)))
+    if f.attention_block_size_tokens is not None:
+        text = f"{f.attention_block_size_tokens} tokens per KV block, set by the engine"
+        if f.attention_block_size_reason:
+            text += f" {f.attention_block_size_reason}"
+        if f.mamba_page_padding_pct is not None:
+            text += f"; Mamba page padded by {_g(f.mamba_page_padding_pct)}%"
+        out.append(("attention block", text))
     if f.spec_decoding:
         lens = [s["mean_acceptance_length"] for s in f.spec_decoding if s["mean_acceptance_length"] is not None]
         acc = sum(s["accepted_tokens"] for s in f.spec_decoding)
@@ -346,6 +384,35 @@ def summarize(facts: StartupFacts | dict[str, Any]) -> list[tuple[str, str]]:
             text += f"; accepted {acc}/{dr} drafted ({100.0 * acc / dr:.1f}%)"
         out.append(("spec decoding", text))
     return out
+
+
+def prefix_caching_reach(facts: StartupFacts | dict[str, Any], context_tokens: int | None,
+                         prefix_caching: bool | None = None) -> str | None:
+    """A warning when the KV block size the engine set defeats prefix caching for a context of
+    ``context_tokens`` (a profile's ``max_model_len``, or the prompts it is benchmarked with);
+    None when it does not, when the log names no block size, or when prefix caching is off.
+
+    vLLM's prefix cache reuses whole KV blocks only (``vllm/v1/core/kv_cache_utils.py`` hashes
+    full blocks; for hybrid models the Mamba state is kept at block boundaries): a shared prefix
+    shorter than one block never hits, and a prompt of L tokens reuses at most
+    ``floor(L / block) * block`` of them. The warning is given when that is less than half of
+    the context: the engine raised the block so far (784 tokens for a hybrid model's Mamba page,
+    ``attention_block_size_tokens``) that most of a repeated prompt is computed again."""
+    f = _coerce(facts)
+    block = f.attention_block_size_tokens
+    if prefix_caching is False or not block or not context_tokens or context_tokens <= 0:
+        return None
+    reusable = (context_tokens // block) * block
+    if 2 * reusable >= context_tokens:
+        return None
+    why = f" {f.attention_block_size_reason}" if f.attention_block_size_reason else ""
+    if reusable == 0:
+        reach = f"a context of {context_tokens:,} tokens never fills one block, so prefix caching cannot hit"
+    else:
+        reach = (f"a {context_tokens:,}-token prompt reuses at most {reusable:,} tokens "
+                 f"({100 * reusable // context_tokens}%) of a shared prefix")
+    return (f"the engine set the KV block size to {block:,} tokens{why}: prefix caching reuses whole "
+            f"blocks only, and {reach}")
 
 
 def format_summary(facts: StartupFacts | dict[str, Any]) -> str:

@@ -65,6 +65,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from servedeck.vllm.startup_causes import (PHASE_MARKERS, PROGRESS_RE as _PROGRESS_RE,
+                                           PROGRESS_UNITS as _PROGRESS_UNITS, RANK_SPECIFIC, classify,
+                                           frame_phase, hint_for, rank_causes, top_cause)
 from servedeck.vllm.startup_facts import (DOCUMENTED_KEYS, StartupFacts, _jsonable, compile_range_signature,
                                           format_summary, start_history, summarize)
 
@@ -229,6 +232,10 @@ _FREE_MEM_RE = re.compile(
     r"Free memory on device(?: \S+)? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than "
     r"desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)")
 _OOM_RE = re.compile(r"(?i)out of memory|OutOfMemoryError|OUT_OF_DEVICE_MEMORY|OUT_OF_RESOURCES")
+# vllm/config/compilation.py (0.2x-0.33); also quoted by the executor's "Worker failed with error '...'"
+_MAMBA_BLOCKS_RE = re.compile(r"max_num_seqs \((?P<v>\d+)\) exceeds (?:the )?(?:number of )?available "
+                              r"[Mm]amba cache blocks \((?P<n>\d+)\)")
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>\S+)')
 _EXC_LINE_RE = re.compile(
     r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning))(?::\s?(?P<text>.*))?$")
 _KNOWN_EXC_RE = re.compile(r"^(?:KeyError|StopIteration|AssertionError)(?::|$)")
@@ -244,10 +251,17 @@ class _State:
     warmup_by_graph: dict[str, float] = field(default_factory=dict)
     seen_warnings: set[tuple[str, str]] = field(default_factory=set)
     ready: bool = False
-    specific_error: dict[str, Any] | None = None
-    exceptions: list[str] = field(default_factory=list)
-    engine_failed_text: str | None = None
+    # what may have ended this start, in log order (see _causes.Candidate): the error is the
+    # highest ranked
+    candidates: list[dict[str, Any]] = field(default_factory=list)
     in_traceback: bool = False
+    # the startup phase reached (weights, compile, ...) and its progress ("8/14 shards")
+    phase: str | None = None
+    progress: str | None = None
+    # the deepest phase the current traceback's frames name, and, on the line that ends a
+    # traceback, the phase it names (for the errors read from that same line)
+    frame_phase: str | None = None
+    closing_phase: str | None = None
     # start markers seen in this start ("version", "args", "usage"); any line seen at all
     markers: set[str] = field(default_factory=set)
     seen_lines: bool = False
@@ -432,6 +446,8 @@ class _Parser:
             ("Starting vLLM ", self._server_start),
             ("Encoder cache will be initialized", self._encoder_cache),
             ("SpecDecoding metrics", self._spec_decoding),
+            ("attention block size to", self._block_size),
+            ("Padding mamba page size by", self._mamba_padding),
         ]
 
     # ---- driver -----------------------------------------------------------------------------
@@ -440,8 +456,11 @@ class _Parser:
         """True when a start marker opens a new start: this start already printed a marker of
         the same kind, or it already ended (ready, or failed with an error)."""
         s = self.s
-        return marker in s.markers or s.ready or s.specific_error is not None or bool(
-            s.exceptions) or s.engine_failed_text is not None
+        return marker in s.markers or s.ready or bool(s.candidates)
+
+    def causes(self) -> list[dict[str, Any]]:
+        """What may have ended this start (none when it became ready)."""
+        return [] if self.s.ready else self.s.candidates
 
     def feed(self, v: _Line, marker: str | None = None) -> None:
         s, f = self.s, self.s.facts
@@ -463,14 +482,17 @@ class _Parser:
             if signal == "uvicorn_startup_complete":
                 f.application_startup_complete = True
             elif not s.ready:
-                self._errors(msg)
+                self._errors(msg, v)
             else:
                 self._runtime_line(v)
             return
+        if not s.ready:
+            self._phase(msg)
+        s.closing_phase = None
         in_traceback = self._traceback(msg, v)
         # skip traceback frame/source lines: `raise ValueError("...")` is not the error itself
         if not s.ready and not (s.in_traceback and msg[:1] in " \t"):
-            self._errors(msg)
+            self._errors(msg, v)
         if not v.enveloped:
             return
         if s.ready and not in_traceback:
@@ -504,14 +526,10 @@ class _Parser:
             f.compile_cache_hit = not fresh
         if f.available_kv_cache_gib is None and f.cpu_kv_cache_gib is not None:
             f.available_kv_cache_gib = f.cpu_kv_cache_gib
-        if s.specific_error is not None:
-            f.error = s.specific_error
-        else:
-            root = next((e for e in s.exceptions if "Engine core initialization failed" not in e), None)
-            if root is not None:
-                f.error = _error("exception", root)
-            elif s.engine_failed_text is not None:
-                f.error = _error("engine_core_init_failed", s.engine_failed_text)
+        f.phase_reached = s.phase
+        if s.candidates and not s.ready:
+            f.error = dict(top_cause(s.candidates))
+            f.error.pop("rank", None)
         return f
 
     def outcome(self, *, latest: bool) -> str:
@@ -532,18 +550,21 @@ class _Parser:
         s = self.s
         if msg.startswith("Traceback (most recent call last)"):
             s.in_traceback = True
+            s.frame_phase = None
             return True
         if not s.in_traceback:
             return False
         if not msg or msg[0] in " \t" or msg.startswith(("During handling", "The above exception")):
+            frame = _FRAME_RE.match(msg)
+            if frame is not None:
+                s.frame_phase = frame_phase(frame.group("file"), frame.group("func")) or s.frame_phase
             return True
         if _EXC_LINE_RE.match(msg) or _KNOWN_EXC_RE.match(msg):
             s.in_traceback = False
             text = msg.strip()[:_MAX_TEXT]
             if not s.ready:
-                s.exceptions.append(text)
-                if _OOM_RE.search(msg) and s.specific_error is None:
-                    s.specific_error = _error("out_of_memory", msg)
+                s.closing_phase = s.frame_phase
+                self._candidate(classify(text, exception=True), v)
             else:
                 context = s.pending_runtime["text"] if s.pending_runtime else None
                 s.pending_runtime = None
@@ -572,12 +593,28 @@ class _Parser:
             s.facts.runtime_errors.append(s.pending_runtime)
             s.pending_runtime = None
 
-    def _errors(self, msg: str) -> None:
-        s = self.s
-        if "Engine core initialization failed" in msg and s.engine_failed_text is None:
-            s.engine_failed_text = msg.strip()[:_MAX_TEXT]
-        if s.specific_error is not None:
+    def _candidate(self, found: dict[str, Any] | None, v: _Line | None, phase: str | None = None) -> None:
+        """Add what may have ended this start, stamped with the phase it happened in (the
+        traceback's frames, else the last phase the log reached) and where the log was."""
+        if found is None:
             return
+        s = self.s
+        if any(c["kind"] == found["kind"] and c["text"] == found["text"] for c in s.candidates):
+            return
+        found = dict(found)
+        found["phase"] = phase or s.closing_phase or s.phase
+        found["progress"] = s.progress if found["phase"] == s.phase else None
+        found.setdefault("process", v.proc if v is not None else None)
+        found.setdefault("ts", (v.ts if v is not None else None) or s.last_ts)
+        found["hint"] = hint_for(found)
+        s.candidates.append(found)
+
+    def _errors(self, msg: str, v: _Line | None = None) -> None:
+        s = self.s
+        if v is None or v.level not in ("DEBUG", "INFO", "WARNING"):
+            self._candidate(classify(msg), v)  # a native library's message, a killed process
+        if any(c["rank"] >= RANK_SPECIFIC for c in s.candidates):
+            return  # a specific error stands: the first wins
         err: dict[str, Any] | None = None
         if "max_model_len" in msg and "User-specified max_model_len" in msg:
             m = _MML_DERIVED_RE.search(msg)
@@ -631,6 +668,10 @@ class _Parser:
             if m:
                 err = _error("num_speculative_tokens_not_divisible", msg, int(m.group("n")),
                              int(m.group("v")))
+        elif "Mamba cache blocks" in msg or "mamba cache blocks" in msg:
+            m = _MAMBA_BLOCKS_RE.search(msg)
+            if m:
+                err = _error("mamba_cache_blocks_too_few", msg, int(m.group("n")), int(m.group("v")))
         elif ": error: " in msg:
             m = _ARGPARSE_RE.search(msg)
             if m:
@@ -651,7 +692,25 @@ class _Parser:
                     else:
                         err = _error("invalid_argument", msg)
         if err is not None:
-            s.specific_error = err
+            err["rank"] = RANK_SPECIFIC
+            self._candidate(err, v)
+
+    # ---- startup phases -----------------------------------------------------------------------
+
+    def _phase(self, msg: str) -> None:
+        """Follow the startup phase the log has reached (:data:`PHASE_MARKERS`) and the
+        progress bars' counts (``8/14`` checkpoint shards, ``37/67`` graphs)."""
+        s = self.s
+        body = _TAG_RE.sub("", msg, count=1)
+        for needle, phase in PHASE_MARKERS:
+            if needle in body:
+                if phase != s.phase:
+                    s.progress = None
+                s.phase = phase
+                break
+        m = _PROGRESS_RE.search(body)
+        if m is not None and s.phase in _PROGRESS_UNITS:
+            s.progress = f"{m.group('done')}/{m.group('total')} {_PROGRESS_UNITS[s.phase]}"
 
     # ---- warnings -----------------------------------------------------------------------------
 
@@ -878,6 +937,27 @@ class _Parser:
             f.server_address = m.group(1)
             f.server_start_ts = ts
 
+    _BLOCK_RE = re.compile(r"Setting attention block size to (?P<n>\d+) tokens(?: (?P<why>.*?))?\.?$")
+
+    def _block_size(self, body: str, tag: str | None, ts: str | None) -> None:
+        # vllm/platforms/interface.py (hybrid models: "to ensure that attention page size is >=
+        # mamba page size"; a quantized primary KV page) and vllm/platforms/xpu.py ("[XPU]...
+        # to ensure multiple of N"): the engine raised the KV block size; the last line wins
+        m = self._BLOCK_RE.search(body)
+        if m:
+            f = self.s.facts
+            f.attention_block_size_tokens = int(m.group("n"))
+            why = (m.group("why") or "").strip()
+            f.attention_block_size_reason = why or None
+            if "mamba" in why:
+                f.hybrid_model = True
+
+    def _mamba_padding(self, body: str, tag: str | None, ts: str | None) -> None:
+        m = re.search(r"Padding mamba page size by ([\d.]+)%", body)
+        if m:
+            self.s.facts.mamba_page_padding_pct = float(m.group(1))
+            self.s.facts.hybrid_model = True
+
     def _encoder_cache(self, body: str, tag: str | None, ts: str | None) -> None:
         m = re.search(r"Encoder cache will be initialized with a budget of ([\d,]+) tokens", body)
         if m and self.s.facts.encoder_cache_budget_tokens is None:
@@ -953,6 +1033,8 @@ def parse_startup_log(text: str) -> StartupFacts:
         parsers[-1].feed(v, marker)
     all_facts = [p.finish() for p in parsers]
     current = all_facts[-1]
+    current.causes = _jsonable(rank_causes([p.causes() for p in parsers]))
+    current.root_cause = current.causes[0] if current.causes else None
     if parsers[-1].s.seen_lines:
         current.starts = [_start_record(i, p, latest=i == len(parsers))
                           for i, p in enumerate(parsers, start=1)]

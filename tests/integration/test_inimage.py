@@ -107,6 +107,10 @@ def test_extract_facts_reads_the_image(cpu_ref, tmp_path):
     assert "hermes" in vf.tool_call_parsers and "qwen3" in vf.reasoning_parsers
     assert "ngram" in vf.speculative_methods and "VLLM_USE_V1" not in (vf.env_vars or [])
     assert "num_speculative_tokens" in vf.json_configs["speculative_config"].fields
+    # the shipped 0.32.0 table is what this image's own parser and configs say (issue 30)
+    from test_release_tables import assert_same_surface
+    from servedeck.vllm.facts import shipped_tables
+    assert_same_surface(vf, shipped_tables()[(0, 32, 0)])
     cat = Catalog(tmp_path / "images.yaml")
     cat.add_with_vllm_facts(digest, facts, vf)
     again = Catalog(tmp_path / "images.yaml")

@@ -130,11 +130,15 @@ def test_arrays_of_different_lengths_are_not_used(tmp_path):
     assert any("different lengths" in n for n in ext.notes)
 
 
-def test_append_result_takes_the_last_object_with_its_failures(tmp_path):
+def test_append_result_is_refused_unless_one_is_named_then_keeps_its_failures(tmp_path):
+    """Issue 30: an --append-result file of two runs is not silently its last line."""
     path = tmp_path / "appended.json"
     path.write_text(CASE_42B.read_text().replace("\n", " ") + "\n" + json.dumps(_doc(CASE_42)) + "\n")
-    ext = import_file(path)
+    with pytest.raises(ServedeckError, match="2 benchmarks in this file"):
+        import_file(path)
+    ext = import_file(path, benchmark="2")
     assert ext.source == "vllm-bench-serve" and ext.partial and ext.requests.failed == 4
+    assert (ext.benchmark.index, ext.benchmarks_in_file) == (2, 2)
 
 
 def test_failed_count_without_totals_still_makes_a_partial_import(tmp_path):

@@ -203,10 +203,12 @@ def test_import_vllm_bench(tmp_path: Path) -> None:
     assert ext.metrics["e2e_s"]["median"] == pytest.approx(0.4)
     assert ext.metrics["prefill_tok_s"]["median"] == pytest.approx(1000 / 0.065)
     assert ext.server["spec_accept_len"] == 3.5 and ext.server["spec_per_position"] == [0.9, 0.85, 0.75]
-    # --append-result: newline-separated objects, the last one counts
+    # --append-result: newline-separated objects; several need a choice (issue 30), by position here
     doc2 = dict(doc, median_ttft_ms=30.0)
     path.write_text(json.dumps(doc) + "\n" + json.dumps(doc2) + "\n")
-    assert import_vllm_bench(path).metrics["ttft_s"]["median"] == pytest.approx(0.03)
+    with pytest.raises(ServedeckError, match="2 benchmarks"):
+        import_vllm_bench(path)
+    assert import_vllm_bench(path, benchmark="2").metrics["ttft_s"]["median"] == pytest.approx(0.03)
     path.write_text(json.dumps({"foo": 1}))
     with pytest.raises(ServedeckError, match="median_ttft_ms"):
         import_vllm_bench(path)
@@ -233,8 +235,8 @@ def test_import_guidellm(tmp_path: Path) -> None:
     assert dec["median"] == pytest.approx(1000.0) and dec["min"] == pytest.approx(250.0)
     assert dec["max"] == pytest.approx(2000.0)
     assert ext.metrics["e2e_s"]["median"] == 0.4
-    with pytest.raises(ServedeckError, match="no benchmark #1"):
-        import_guidellm(path, benchmark_index=1)
+    with pytest.raises(ServedeckError, match="names none of the 1 benchmarks"):
+        import_guidellm(path, benchmark="2")
 
 
 def test_the_bench_guard_gives_a_restart_of_the_same_file_to_the_run_that_restarted_it(tmp_path):

@@ -93,7 +93,8 @@ def xpu(cmd: str = "", extra: str = "", image: str = EXL3) -> str:
 def vsvc(cmd: str, digest: str = D_VLLM, extra: str = "", port: str = "8000:8000",
          model: str | None = "example/model-7b") -> str:
     """A vllm-launcher service with the given command items (after ``model``, its first item,
-    unless None)."""
+    unless None). Clean as issue 30's rules want it: the Hugging Face cache mounted where
+    huggingface_hub looks, and a --max-model-len (unless ``cmd`` gives one)."""
     body = textwrap.dedent(f"""\
     services:
       v:
@@ -103,10 +104,13 @@ def vsvc(cmd: str, digest: str = D_VLLM, extra: str = "", port: str = "8000:8000
         devices: [/dev/dri]
         group_add: ["992"]
         shm_size: "4g"
+        volumes: ["/srv/hf:/root/.cache/huggingface"]
         command:
     """)
     if model is not None:
         body += f"      - {model}\n"
+        if "--max-model-len" not in cmd:
+            body += "      - --max-model-len\n      - '8192'\n"
     for line in textwrap.dedent(cmd).splitlines():
         if line.strip():
             body += f"      {line}\n"
@@ -153,8 +157,9 @@ def test_bad_fixture_flags_every_brief_example():
 def test_good_fixture_unknown_digest_runs_device_rules_on_inferred_facts():
     found = check_compose_text((FIX / "good-vllm-pinned.yml").read_text())
     # first contact: vllm/vllm-openai is an official CUDA image, so the missing GPU request counts
-    assert rules(found) == ["gpu/no-device", "image/unknown-digest"]
-    info = found[1]
+    # and the advisory of issue 30: no --max-model-len while the model's facts are unknown
+    assert rules(found) == ["gpu/no-device", "image/unknown-digest", "vllm/no-max-model-len"]
+    info = next(f for f in found if f.rule == "image/unknown-digest")
     assert "inferred" in info.message and "cuda" in info.message
 
 

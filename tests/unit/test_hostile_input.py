@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import resource
 import signal
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_a_hostile_file_is_refused_naming_it_within_1s_cpu_and_100mb(tmp_path, k
     elif case == "not-utf8":
         assert "UTF-8" in out["message"]
     elif kind not in ("bench.jsonl", "external-result", "fleet-result", "facts.json", "run.json"):
-        assert "line " in out["message"], out  # YAML errors name the line
+        # YAML errors name the line: "FILE:LINE: ..." (or "line N" where no file leads the message)
+        assert re.search(rf"{re.escape(str(path))}:\d+:|line \d+", out["message"]), out
 
 
 def test_the_limits_are_real_an_unbounded_reader_fails_them(tmp_path):

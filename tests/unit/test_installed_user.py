@@ -322,8 +322,9 @@ def test_status_names_an_older_revision_of_the_same_compose_file_and_rollback_ta
     from servedeck.deploy.ops import _rollback_target, _same_compose, format_status
     from servedeck.host import history as hist
     from servedeck.host.remote import HostState
-    records = _revision(1, "a", "speed") + _revision(2, "b", "base") + _revision(3, "a", "speed")
-    state = HostState("acquired", compose_sha256="a", good={"a", "b"}, history=records)
+    a, b = "a" * 64, "b" * 64  # compose hashes (the history refuses a line whose hash is not one)
+    records = _revision(1, a, "speed") + _revision(2, b, "base") + _revision(3, a, "speed")
+    state = HostState("acquired", compose_sha256=a, good={a, b}, history=records)
     revs = hist.revisions(records)
     good = [{"revision": r.number, "profile": r.profile, "same_as": _same_compose(revs, r)} for r in state.known_good()]
     assert good == [{"revision": 3, "profile": "speed", "same_as": [1]},
@@ -345,7 +346,7 @@ def test_chart_axes_start_at_zero_carry_units_and_no_offset_label(monkeypatch):
     import matplotlib.pyplot as plt
 
     from servedeck.ab.chart import chart_png
-    from servedeck.ab.stats import compare_metrics
+    from servedeck.ab.comparison import compare_metrics
     runs = ROOT / "tests" / "fixtures" / "runs-cpu"
     c = compare_metrics(runs / "0001-cpu-4096-local", runs / "0002-cpu-8192-local")
     figures = []

@@ -44,7 +44,8 @@ def svc(cmd: list[str] = (), extra: str = "", gpu: str | None = None, name: str 
                "            - driver: nvidia\n              device_ids: [\"0\"]\n"
                "              capabilities: [gpu]\n")
     body = (f"  {name}:\n    image: {IMG}\n    ports: [\"8000:8000\"]\n    restart: \"no\"\n"
-            f"    ipc: host\n    command:\n{command}{gpu}{textwrap.indent(textwrap.dedent(extra), '    ')}")
+            f"    ipc: host\n    volumes: [\"/srv/hf:/root/.cache/huggingface\"]\n"  # the HF cache where hub looks
+            f"    command:\n{command}{gpu}{textwrap.indent(textwrap.dedent(extra), '    ')}")
     return ("services:\n" if top else "") + body
 
 
@@ -247,9 +248,15 @@ def test_json_key_of_another_flag(catalog):
 
 
 def test_json_wrong_type(catalog):
-    found = check(svc(["--speculative-config", '{"method":"ngram","num_speculative_tokens":"3"}']), catalog)
-    assert "json/wrong-type" in rules(found, "error")
-    assert check(svc(["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']), catalog) == []
+    """Judged by the config model as vLLM validates it (pydantic, lax): ``"3"`` is an integer to
+    vLLM 0.32 (seen with its own SpeculativeConfig in the CPU image), ``3.5`` and ``"three"``
+    are not."""
+    found = check(svc(["--compilation-config", '{"max_cudagraph_capture_size":"many"}']), catalog)
+    f = next(f for f in found if f.rule == "json/bad-value")
+    assert f.severity.value == "error" and "max_cudagraph_capture_size" in f.message
+    for spelling in ('{"method":"ngram","num_speculative_tokens":3}',
+                     '{"method":"ngram","num_speculative_tokens":"3"}'):
+        assert check(svc(["--speculative-config", spelling]), catalog) == []
 
 
 # ----------------------------------------------------------------------------- features, entrypoint

@@ -85,10 +85,10 @@ def test_import_external_vllm_bench_result(tmp_path):
            "mean_tpot_ms": 1.25, "median_e2el_ms": 400.0, "spec_decode_acceptance_length": 3.5}
     src = tmp_path / "vllm-bench.json"
     src.write_text(json.dumps(doc) + "\n" + json.dumps(dict(doc, median_ttft_ms=30.0)) + "\n")
-    mapped = import_external(run.path, src)
+    mapped = import_external(run.path, src, "2")  # two results in one --append-result file: named (issue 30)
     assert mapped["metrics"]["ttft_s"]["median"] == pytest.approx(0.03)
     assert (run.path / "external" / "vllm-bench.json").read_bytes() == src.read_bytes()
-    assert json.loads((run.path / "external-vllm-bench.json").read_text())["sha256"] == \
+    assert json.loads((run.path / "external-vllm-bench@2-rate@inf.json").read_text())["sha256"] == \
         hashlib.sha256(src.read_bytes()).hexdigest()
 
 

@@ -292,7 +292,8 @@ def test_non_default_args_with_unparseable_reprs():
     ("fail-0.33-mnbt-max-num-seqs.log", "max_num_batched_tokens_smaller_than_max_num_seqs", 256, 128),
     ("fail-0.26-xpu-oom.log", "out_of_memory", None, None),
     ("fail-0.24-generic-exception.log", "exception", None, None),
-    ("fail-0.33-engine-killed.log", "engine_core_init_failed", None, None),
+    # the engine core's exit code -9: killed by SIGKILL, no Python error (issue 30: not the wrapper)
+    ("fail-0.33-engine-killed.log", "killed_by_signal", None, -9),
 ])
 def test_failed_start_errors(name, kind, suggested, value):
     f = parse_startup_log_file(LOGS / name)

@@ -77,6 +77,15 @@ def env_value(svc: Service, key: str) -> str | None:
     return val
 
 
+def server_environment(svc: Service) -> dict[str, str]:
+    """The variables the server process has: the image's ``ENV``, then the service's and what
+    its launcher sets over them (:meth:`~servedeck.compose.service.Service.server_env`), a later
+    value winning."""
+    env = dict(svc.facts.env) if svc.facts is not None else {}
+    env.update(svc.server_env())
+    return env
+
+
 @dataclass(frozen=True)
 class Healthcheck:
     """A service's healthcheck: ``argv`` (words after CMD / of CMD-SHELL), ``shell`` form,
@@ -156,7 +165,8 @@ class PortSpec:
         return self.lo is not None and self.hi is not None and self.lo <= port <= self.hi
 
 
-def _range(text: str) -> tuple[int | None, int | None]:
+def port_range(text: str) -> tuple[int | None, int | None]:
+    """(first, last) port of ``"8000"`` or ``"8000-8010"``; (None, None) for anything else."""
     m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
     if not m:
         return None, None
@@ -177,7 +187,7 @@ def port_specs(svc: Service) -> list[PortSpec]:
             port = Port.parse(item)  # the one ports grammar (short and long syntax)
         except ValueError:
             continue
-        lo, hi = _range(port.target)
+        lo, hi = port_range(port.target)
         out.append(PortSpec(lo, hi, item if isinstance(item, str) else port.target, svc.path + ("ports", i)))
     return out
 
@@ -189,6 +199,15 @@ def published_ports(svc: Service) -> list[int]:
         if s.lo is not None and s.hi is not None and s.hi - s.lo < 64:
             out.extend(range(s.lo, s.hi + 1))
     return out
+
+
+def replicas(svc: Service) -> int:
+    """How many containers Compose runs for the service (``scale``, else ``deploy.replicas``,
+    else 1)."""
+    deploy = svc.data.get("deploy")
+    n = deploy.get("replicas") if isinstance(deploy, dict) else None
+    n = svc.data.get("scale", n)
+    return n if isinstance(n, int) and not isinstance(n, bool) else 1
 
 
 def server_port(svc: Service) -> int | None:

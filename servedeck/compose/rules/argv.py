@@ -13,11 +13,11 @@ release (:mod:`servedeck.vllm.argv`); a launcher's config edits as its PyYAML re
 
 from __future__ import annotations
 
-import json
 
 from servedeck.compose.rules._context import Ctx, Flag, Service, Token
 from servedeck.compose.rules._facts import judge, version_tuple
 from servedeck.launchers.registry import known_starts
+from servedeck.vllm import argv
 from servedeck.vllm.argv import FLAGS, looks_like_flag, spec_for
 from servedeck.yamlio import launcher_value
 
@@ -98,8 +98,10 @@ def _json_checks(ctx: Ctx, svc: Service) -> None:
         if action is not None and (action.type == "union_dict_and_str"  # a non-JSON text is a string
                                    or action.type == "_optional_type" and value in ("", "None")):
             continue
+        human = j is not None and j.facts.json_human_numbers and action is not None \
+            and action.type == "parse_dataclass"
         try:
-            json.loads(value)
+            argv.config_json(value, human_numbers=human)
         except ValueError as exc:
             ctx.error("argv/invalid-json", flag.value_path if flag.inline is None else flag.token.path,
                       f"--{flag.name} value {value!r} is not valid JSON ({exc}); vLLM refuses to start",

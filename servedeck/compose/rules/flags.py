@@ -1,13 +1,30 @@
 """``flags/*``: ``vllm serve`` flags judged by the release's own argument surface
 (:class:`servedeck.vllm.facts.VllmFacts`, read from vLLM's parser): flags the release does not
-know (removed or renamed), deprecated flags, values its type functions or choices reject,
-a flag given twice, and keys of JSON-valued flags checked against the config's fields.
+know (removed or renamed), abbreviations argparse expands (or finds ambiguous), option strings
+it accepts without documenting them, deprecated flags, values its type functions or choices
+reject, and a flag given twice; and ``json/*``: the values of JSON config flags judged against the
+release's config model.
+
+Every spelling vLLM reads is judged: a whole JSON value (``--compilation-config '{...}'``,
+``--compilation-config={...}``), the dotted sub-key flags vLLM merges into one value that
+replaces the whole one (``--compilation-config.mode 3``, ``vllm/utils/argparse_utils.py``
+``FlexibleArgumentParser.parse_args``), and the exl3xpu launcher's ``--set
+vllm.compilation_config.mode=3`` (one key: the rest comes from the image's model.yaml). The
+judge is :func:`servedeck.vllm.config_values.judge_config` on the schema extracted with the
+release's table; for facts extracted without schemas, the config's field names only.
+
+Rules: ``json/unknown-key`` (a key the config has no field for, with the flag it belongs to
+when another config has it), ``json/ignored-key`` (the same, for a release whose config drops
+unknown keys silently: vLLM 0.10-0.11), ``json/bad-value`` (a value the model refuses, with the field
+path), ``json/missing-key``, and ``json/key-of-another-flag`` (keys of a config flag given to a
+flag that takes any dict and never reads them as that config: ``--additional-config``).
 
 vLLM value syntax (``vllm/utils/argparse_utils.py``): ``human_readable_int`` takes ``16k``
 (16000) and ``16K`` (16384), ``1m``/``1M``, decimals with a suffix (``25.6k``);
 ``human_readable_int_or_auto`` also ``-1``/``auto``; plain ``int`` takes none of these.
-``FlexibleArgumentParser`` accepts ``--flag=value`` and underscores in flag names; argparse
-keeps the last occurrence of a flag.
+``FlexibleArgumentParser`` accepts ``--flag=value`` and underscores in flag names, and gathers
+``--OPTION.KEY VALUE`` (``KEY+ A,B``: a list) into one JSON value of ``--OPTION``; argparse keeps
+the last occurrence of a flag.
 """
 
 from __future__ import annotations
@@ -17,9 +34,12 @@ import json
 import re
 from typing import Any
 
+from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import judge, vllm_flags
 from servedeck.compose.rules._context import Ctx, Flag, Service
+from servedeck.vllm import argv
 from servedeck.vllm.argv import convert_kind, kind_of_type, negative_option
+from servedeck.vllm.config_values import ConfigProblem, judge_config, owners_of
 
 #: dests whose names the ``vllm/unknown-*`` rules judge (with the bracketing releases)
 _NAMED = {"tool_call_parser", "reasoning_parser", "kv_cache_dtype"}
@@ -73,8 +93,9 @@ def _spelling(type_name: str | None) -> str:
 
 
 def check_flags(ctx: Ctx, svc: Service) -> None:
-    """``flags/unknown``, ``flags/deprecated``, ``flags/bool-with-value``, ``flags/bad-value``, ``flags/bad-choice``,
-    ``flags/repeated`` and the ``json/*`` key checks."""
+    """``flags/unknown``, ``flags/abbreviation``, ``flags/ambiguous-abbreviation``,
+    ``flags/hidden``, ``flags/deprecated``, ``flags/bool-with-value``, ``flags/bad-value``,
+    ``flags/bad-choice`` and ``flags/repeated`` (the ``json/*`` values: :func:`check_json_values`)."""
     flags = vllm_flags(svc)
     if not flags:
         return
@@ -93,16 +114,41 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
     facts = j.facts
     report = ctx.error if j.exact else ctx.warning
     for flag in flags:
+        base, dot, _ = flag.name.partition(".")
+        if dot and facts.option(base) is not None:
+            continue  # --OPTION.KEY VALUE: vLLM gathers these into one JSON value of --OPTION (json/*)
         action = facts.option(flag.name)
         if action is None and j.maybe_added(lambda f: f.option(flag.name)):  # noqa: B023 - called at once
             continue  # known to the next newer release: may have been added in between
+        if action is None and flag.token.s.startswith("--") and "." not in flag.name:
+            full = facts.abbreviated(flag.name)
+            if len(full) == 1:
+                ctx.warning("flags/abbreviation", flag.token.path,
+                            f"--{flag.name} is not a `vllm serve` option; argparse takes it as the "
+                            f"abbreviation of {full[0]} in {j.basis} (allow_abbrev)",
+                            f"write {full[0]} in full: an option added later that starts the same "
+                            f"way makes the abbreviation ambiguous, and vLLM then exits")
+                continue
+            if len(full) > 1:
+                report("flags/ambiguous-abbreviation", flag.token.path,
+                       f"--{flag.name} abbreviates several `vllm serve` options in {j.basis} "
+                       f"({', '.join(full[:6])}{' ...' if len(full) > 6 else ''}); vLLM exits with "
+                       f"'ambiguous option: --{flag.name}'", "write the option in full")
+                continue
         if action is None:
             options = sorted(o[2:] for o in facts.by_option if o.startswith("--"))
-            hint = _rename_hint(flag.name, options)
+            hint = _rename_hint(flag.name, options, facts)
             report("flags/unknown", flag.token.path,
                    f"--{flag.name} is not a `vllm serve` flag in {j.basis}: vLLM exits with "
                    f"'unrecognized arguments: --{flag.name}' (removed or renamed)", hint)
             continue
+        if f"--{flag.name}" in action.hidden and flag.token.s.startswith("--"):
+            shown = negative_option(facts, action.dest) if action.stored(f"--{flag.name}") is False \
+                else next((o for o in action.options if action.stored(o) is True), None)
+            ctx.info("flags/hidden", flag.token.path,
+                     f"--{flag.name} is accepted by {j.basis} but not shown in its help (kept for "
+                     f"backwards compatibility)" + (f"; the release documents {shown}" if shown else ""),
+                     f"write {shown}" if shown else None)
         if action.deprecated:
             ctx.warning("flags/deprecated", flag.token.path,
                         f"--{flag.name} is deprecated in {j.basis} and will be removed",
@@ -133,7 +179,6 @@ def check_flags(ctx: Ctx, svc: Service) -> None:
                    f"--{flag.name} {text!r} is not one of vLLM's choices in {j.basis}",
                    f"did you mean {', '.join(close)}?" if close else
                    f"choose from {', '.join(map(str, action.choices))}")
-    _json_keys(ctx, svc, j, flags)
 
 
 def _is_choice(facts: Any, name: str, text: str) -> bool:
@@ -142,70 +187,228 @@ def _is_choice(facts: Any, name: str, text: str) -> bool:
     return action is not None and bool(action.choices) and _in_choices(action, text)
 
 
-def _rename_hint(name: str, options: list[str]) -> str:
-    if name.startswith("disable-") and f"enable-{name[8:]}" in options:
-        return f"use --no-enable-{name[8:]}"
+def _rename_hint(name: str, options: list[str], facts: Any) -> str:
+    if name.startswith(("disable-", "no-disable-")) and f"enable-{name.split('disable-', 1)[1]}" in options:
+        positive = f"enable-{name.split('disable-', 1)[1]}"
+        if name.startswith("no-"):
+            return f"use --{positive}"
+        return f"use {negative_option(facts, positive) or '--no-' + positive}"
+    key = name.replace("-", "_")
+    owners = [dest for dest, cfg in (facts.json_configs or {}).items() if key in cfg.fields]
+    if owners:
+        flag = "--" + owners[0].replace("_", "-")
+        return (f"{key} is a key of {flag}: write {flag} '{{\"{key}\": VALUE}}' "
+                f"(or {flag}.{key} VALUE)")
     if name.startswith("enable-") and f"no-{name}" not in options and name == "enable-reasoning":
         return "drop it: --reasoning-parser NAME alone turns reasoning output on"
     close = difflib.get_close_matches(name, options, n=3, cutoff=0.7)
     return f"did you mean {', '.join('--' + c for c in close)}?" if close else "drop it"
 
 
-_BASIC = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,),
-          "list": (list,), "None": (type(None),)}
+# ----------------------------------------------------------------------------- json/*
+
+#: config fields other rules judge (``vllm/unknown-speculative-method`` judges method names
+#: against the releases bracketing the image's; ``vllm/num-speculative-tokens`` the count)
+_JUDGED_ELSEWHERE = {("speculative_config", "method"), ("speculative_config", "num_speculative_tokens")}
+
+#: flags that take any dict and hand it on without reading it as one of vLLM's configs
+#: (``additional_config``: for platform plugins, ``vllm/config/vllm.py``)
+_FREE_DICTS = ("additional_config",)
 
 
-def _type_ok(annotation: str, value: Any) -> bool:
-    """Loose check of a JSON value against a field annotation text (unknown parts accept all)."""
-    names = re.findall(r"[A-Za-z_][A-Za-z_0-9.]*", annotation)
-    if any(n.split(".")[-1] not in _BASIC and n not in ("Optional", "Union") for n in names):
-        return True  # Literal[...], Any, enums, nested configs: no loose judgement
-    kinds = [_BASIC[n] for n in names if n in _BASIC]
-    if not kinds:
-        return True
-    if isinstance(value, bool) and not any(bool in k for k in kinds):
-        return False
-    return any(isinstance(value, k) for k in kinds)
-
-
-def _json_keys(ctx: Ctx, svc: Service, j: Any, flags: list[Flag]) -> None:
-    configs = j.facts.json_configs
-    if not configs:
+def check_json_values(ctx: Ctx, svc: Service) -> None:
+    """``json/unknown-key``, ``json/ignored-key``, ``json/bad-value``, ``json/missing-key``,
+    ``json/key-of-another-flag``."""
+    flags = vllm_flags(svc)
+    j = judge(ctx, svc, "serve_args")
+    if j is None or not j.facts.json_configs:
         return
-    owner: dict[str, list[str]] = {}
-    for dest, cfg in configs.items():
-        for f in cfg.fields:
-            owner.setdefault(f, []).append(dest)
-    report = ctx.error if j.exact else ctx.warning
+    configs = j.facts.json_configs
+    dotted: dict[str, list[tuple[Flag, str]]] = {}
     for flag in flags:
-        action = j.facts.option(flag.name)
-        if action is None or action.dest not in configs or flag.value is None:
+        base, dot, sub = flag.name.partition(".")
+        action = j.facts.option(base)
+        if action is None or flag.value is None:
+            continue
+        if dot:
+            dotted.setdefault(action.dest, []).append((flag, sub))
             continue
         try:
-            value = json.loads(flag.value)
+            value = argv.config_json(flag.value, human_numbers=j.facts.json_human_numbers
+                                     and action.type == "parse_dataclass")
         except ValueError:
             continue  # argv/invalid-json
-        if not isinstance(value, dict):
+        where = flag.value_path if flag.inline is None else flag.token.path
+        if action.dest in _FREE_DICTS and isinstance(value, dict):
+            _foreign_keys(ctx, f"--{base}", action.dest, value, configs, where)
+        elif action.dest in configs and isinstance(value, dict):
+            _judge(ctx, j, action.dest, value, lambda p, at=where: at, f"--{base}", partial=False)
+    for dest, items in dotted.items():
+        gathered: dict[str, Any] = {}
+        for flag, sub in items:
+            if sub.endswith("+"):  # KEY+ A,B: a list of the texts, appended to a list given before
+                _merge(gathered, _nested(sub[:-1].split("."), (flag.value or "").split(",")))
+            else:
+                _merge(gathered, _nested(sub.split("."), _dotted_value(flag.value or "")))
+        first = {sub.rstrip("+").split(".")[0]: flag.token.path for flag, sub in reversed(items)}
+        name, at = "--" + dest.replace("_", "-"), items[0][0].token.path
+        if dest in _FREE_DICTS:
+            _foreign_keys(ctx, name, dest, gathered, configs, at)
+        elif dest in configs:
+            _judge(ctx, j, dest, gathered, lambda p, by=first, at=at: by.get(str(p[0]) if p else "", at),
+                   f"{name}.KEY flags", partial=False)
+    for s in svc.launch.edits:  # exl3xpu --set vllm.DEST[.KEY...]=VALUE
+        parts = s.key.split(".")
+        if parts[0] != "vllm" or len(parts) < 2 or s.raw is None:
             continue
-        cfg = configs[action.dest]
-        cls = cfg.class_.rsplit(".", 1)[-1]
-        path = flag.value_path if flag.inline is None else flag.token.path
-        for key, v in value.items():
-            if key not in cfg.fields and j.maybe_added(
-                    lambda f: key in getattr((f.json_configs or {}).get(action.dest), "fields", {})):  # noqa: B023
+        dest, value = parts[1], s.value
+        nested = _nested(parts[2:], value) if len(parts) > 2 else value
+        if not isinstance(nested, dict):
+            continue
+        if dest in _FREE_DICTS:
+            _foreign_keys(ctx, f"--set vllm.{dest}", dest, nested, configs, s.path)
+        elif dest in configs:
+            _judge(ctx, j, dest, nested, lambda p, at=s.path: at, f"--set {s.key}", partial=True)
+
+
+def _dotted_value(text: str) -> Any:
+    """A dotted sub-key flag's value as vLLM reads it: JSON when it parses, else a
+    human-readable integer (``80g``), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return argv.human_readable_int(text)
+        except ValueError:
+            return text
+
+
+def _nested(keys: list[str], value: Any) -> Any:
+    for k in reversed(keys):
+        value = {k: value}
+    return value
+
+
+def _merge(base: dict[str, Any], new: Any) -> None:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        elif isinstance(v, list) and isinstance(base.get(k), list):
+            base[k] = base[k] + v  # vLLM's recursive_dict_update extends a list
+        else:
+            base[k] = v
+
+
+def _judge(ctx: Ctx, j: Any, dest: str, value: dict[str, Any], path_of: Any, given: str,
+           *, partial: bool) -> None:
+    """Report what ``dest``'s config model refuses in ``value`` (given as ``given``);
+    ``path_of(field path)`` is the document path to report at."""
+    cfg = j.facts.json_configs[dest]
+    cls = cfg.class_.rsplit(".", 1)[-1]
+    flag = "--" + dest.replace("_", "-")
+    report = ctx.error if j.exact else ctx.warning
+    if cfg.schema_ is None:
+        problems = _by_fields(cfg, value)
+    else:
+        problems = judge_config(cfg.schema_, value, mode=cfg.validation, partial=partial)
+    for p in problems:
+        if (dest, p.path[0] if p.path else "") in _JUDGED_ELSEWHERE:
+            continue
+        top = str(p.path[0]) if p.path else ""
+        where: Path = path_of(p.path)
+        if p.kind == "unknown-key":
+            if j.maybe_added(lambda f, k=top: k in getattr((f.json_configs or {}).get(dest), "fields", {})):
                 continue  # a field of the next newer release's config
-            if key not in cfg.fields:
-                elsewhere = [d for d in owner.get(key, []) if d != action.dest]
-                if elsewhere:
-                    hint = f"{key!r} belongs to --{elsewhere[0].replace('_', '-')}; move it there"
-                else:
-                    close = difflib.get_close_matches(key, sorted(cfg.fields), n=3)
-                    hint = f"did you mean {', '.join(close)}?" if close else \
-                        f"known keys: {', '.join(sorted(cfg.fields))}"
-                report("json/unknown-key", path,
-                       f"--{flag.name} key {key!r} is not a field of {cls} in {j.basis}; vLLM rejects "
-                       f"the config", hint)
-            elif not _type_ok(cfg.fields[key], v):
-                report("json/wrong-type", path,
-                       f"--{flag.name} key {key!r} is {json.dumps(v)} but {cls}.{key} is "
-                       f"{cfg.fields[key]}", f"give {key} a value of type {cfg.fields[key]}")
+            report("json/unknown-key", where,
+                   f"{given}: key {p.where!r} is not a field of {cls} in {j.basis}; vLLM rejects the config",
+                   _key_hint(p, cfg, dest, j.facts.json_configs))
+        elif p.kind == "ignored-key":
+            if j.maybe_added(lambda f, k=top: k in getattr((f.json_configs or {}).get(dest), "fields", {})):
+                continue
+            ctx.warning("json/ignored-key", where,
+                        f"{given}: key {p.where!r} is not a field of {cls} in {j.basis}; this release "
+                        f"drops it without a word, so it has no effect",
+                        _key_hint(p, cfg, dest, j.facts.json_configs))
+        elif p.kind == "missing":
+            report("json/missing-key", where,
+                   f"{given}: {cls} needs {p.where!r} in {j.basis}; vLLM rejects the config without it",
+                   f"add {p.where} to the {flag} value")
+        elif p.certain:
+            report("json/bad-value", where,
+                   f"{given}: {cls}.{p.where}: {p.message}, in {j.basis}; vLLM refuses the config and exits",
+                   _value_hint(p, flag))
+        else:
+            ctx.warning("json/bad-value", where,
+                        f"{given}: {cls}.{p.where}: {p.message}; vLLM's own validator reads this value first "
+                        f"in {j.basis}, so it may still take it",
+                        "check it in the image: servedeck check --in-image")
+
+
+def _value_hint(p: ConfigProblem, flag: str) -> str:
+    if p.takes:
+        return f"{p.where} takes {p.takes}"
+    choices = re.findall(r"'([^']*)'", p.message)
+    got = re.search(r'\(got "([^"]*)"\)', p.message)
+    if choices and got:
+        close = difflib.get_close_matches(got.group(1), choices, n=3)
+        if close:
+            return f"did you mean {', '.join(close)}?"
+    return f"give {p.where} a value its type takes, or leave it out of {flag}"
+
+
+def _key_hint(p: ConfigProblem, cfg: Any, dest: str, configs: dict[str, Any]) -> str:
+    key = str(p.path[-1]) if p.path else ""
+    if len(p.path) == 1:
+        elsewhere = owners_of(key, configs, besides=dest)
+        if elsewhere:
+            return f"{key!r} belongs to --{elsewhere[0].replace('_', '-')}; move it there"
+    known = _fields_at(cfg.schema_, p.path[:-1]) if cfg.schema_ is not None else sorted(cfg.fields)
+    close = difflib.get_close_matches(key, known, n=3)
+    return f"did you mean {', '.join(close)}?" if close else f"known keys: {', '.join(known)}"
+
+
+def _fields_at(schema: dict[str, Any], path: tuple[Any, ...]) -> list[str]:
+    """The property names of the object at ``path`` in ``schema`` (following ``$ref``s and
+    unions)."""
+    defs = schema.get("$defs") or {}
+
+    def objects(node: Any, depth: int = 0) -> list[dict[str, Any]]:
+        if not isinstance(node, dict) or depth > 10:
+            return []
+        if "$ref" in node:
+            return objects(defs.get(node["$ref"].rsplit("/", 1)[-1]), depth + 1)
+        out = [node] if "properties" in node else []
+        for key in ("anyOf", "oneOf", "allOf"):
+            for sub in node.get(key) or []:
+                out += objects(sub, depth + 1)
+        return out
+
+    nodes = objects(schema)
+    for part in path:
+        nodes = [o for n in nodes for o in objects((n.get("properties") or {}).get(part))]
+    return sorted({k for n in nodes for k in n.get("properties") or {}})
+
+
+def _by_fields(cfg: Any, value: dict[str, Any]) -> list[ConfigProblem]:
+    """Facts extracted without a schema: unknown keys only (the field annotations are text)."""
+    return [ConfigProblem((key,), "unknown-key", "not a field of the config")
+            for key in value if key not in cfg.fields]
+
+
+def _foreign_keys(ctx: Ctx, given: str, dest: str, value: dict[str, Any], configs: dict[str, Any],
+                  where: Path) -> None:
+    """``json/key-of-another-flag``: keys of vLLM's config flags inside a dict vLLM does not
+    read as one of them."""
+    by_flag: dict[str, list[str]] = {}
+    for key in value:
+        owners = owners_of(str(key), configs, besides=dest)
+        if owners and len(owners) <= 2:
+            by_flag.setdefault(owners[0], []).append(str(key))
+    for owner, keys in by_flag.items():
+        flag = "--" + owner.replace("_", "-")
+        ctx.warning("json/key-of-another-flag", where,
+                    f"{given} holds {', '.join(repr(k) for k in keys)}, which "
+                    f"{'are keys' if len(keys) > 1 else 'is a key'} "
+                    f"of {flag}; vLLM hands {dest} to platform plugins as it is and never reads "
+                    f"{'them' if len(keys) > 1 else 'it'} as {flag} settings",
+                    f"move {', '.join(keys)} into {flag}")

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from servedeck.compose.document import Device, device_requests
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import int_setting, judge
+from servedeck.compose.rules._facts import int_setting, judge, server_environment
+from servedeck.compose.rules.paths import mount_at, mounts
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*$", re.I)
@@ -147,12 +148,55 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
                 "intel" if kind.startswith("intel.com/") else "any")
             out.append(GpuRequest(vendor, None if name == "all" else 1, "cdi", path, [name]))
         elif d.source == "/dev/dri" or d.source.startswith("/dev/dri/"):
-            out.append(GpuRequest("intel", None if d.source == "/dev/dri" else 1, "dri", path))
+            out.append(GpuRequest("intel", None if d.source == "/dev/dri" else _dri_count(d.source, data), "dri",
+                                  path))
     if data.get("runtime") == "nvidia":
         out.append(GpuRequest("nvidia", None, "runtime", svc.path + ("runtime",)))
     if data.get("privileged") is True:
         out.append(GpuRequest("any", None, "privileged", svc.path + ("privileged",)))
     return out
+
+
+def _dri_count(node: str, data: dict) -> int:
+    """GPUs one ``/dev/dri/NODE`` entry gives: Level Zero computes through a card's render node
+    (``renderD*``), so with render nodes listed each counts one and ``card*`` nodes none;
+    without any, each ``card*`` counts one (the render-node rule judges them)."""
+    base = node.rstrip("/").rsplit("/", 1)[-1]
+    if base.startswith("renderD"):
+        return 1
+    listed = [Device.parse(d).source for d in data.get("devices") or []
+              if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
+    if any(x.rsplit("/", 1)[-1].startswith("renderD") for x in listed):
+        return 0
+    return 1 if base.startswith("card") else 0
+
+
+def visible_gpus(svc: Service, env: dict[str, str]) -> tuple[int, str] | None:
+    """(how many GPUs the server's runtime may use, the variable that says so) when a variable of
+    the server's environment narrows them: ``CUDA_VISIBLE_DEVICES`` (cuda), ``ZE_AFFINITY_MASK``
+    and ``ONEAPI_DEVICE_SELECTOR``'s ``level_zero:`` list (xpu; Intel oneAPI Level Zero and DPC++
+    documentation); None when nothing narrows them or a wildcard keeps them all."""
+    names = {"cuda": ("CUDA_VISIBLE_DEVICES",), "xpu": ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR")}
+    counts: list[tuple[int, str]] = []
+    for var in names.get(svc.device or "", ()):
+        text = env.get(var)
+        if text is None:
+            continue
+        if var == "ONEAPI_DEVICE_SELECTOR":
+            lists = [sel.split(":", 1)[1] for sel in text.split(";") if sel.strip().lower().startswith(
+                ("level_zero:", "ext_oneapi_level_zero:", "*:")) and ":" in sel]
+            if not lists or any(x.strip() in ("*", "gpu") for lst in lists for x in lst.split(",")):
+                continue
+            items = sorted({x.strip().split(".")[0] for lst in lists for x in lst.split(",") if x.strip()})
+        else:
+            if text.strip() in ("", "-1") and var == "CUDA_VISIBLE_DEVICES":
+                counts.append((0, f"{var}={text!r}"))
+                continue
+            items = [x.strip() for x in text.split(",") if x.strip()]
+            if var == "CUDA_VISIBLE_DEVICES" and "-1" in items:  # CUDA stops at the first invalid id
+                items = items[:items.index("-1")]
+        counts.append((len(items), f"{var}={text}"))
+    return min(counts) if counts else None
 
 
 class _Silent:
@@ -186,11 +230,22 @@ def check_gpu_requests(ctx: Ctx, svc: Service) -> None:
     need = tp * pp
     if vendor is not None:
         have = requested_count(reqs, vendor)
+        mine = [r for r in reqs if r.vendor in (vendor, "any")]
         if have is not None and have < need:
-            ctx.error("gpu/fewer-than-parallel", reqs[0].path,
+            ctx.error("gpu/fewer-than-parallel", mine[0].path if mine else reqs[0].path,
                       f"the service requests {have} GPU(s) but tensor_parallel_size x "
                       f"pipeline_parallel_size = {tp} x {pp} = {need}; vLLM fails to start its workers",
-                      f"request {need} GPUs or lower the parallel sizes")
+                      f"request {need} GPUs or lower the parallel sizes"
+                      + (" (Level Zero computes through render nodes: pass one /dev/dri/renderD* per GPU, "
+                         "or all of /dev/dri)" if vendor == "intel" else ""))
+        else:
+            visible = visible_gpus(svc, server_environment(svc))
+            if visible is not None and visible[0] < need:
+                ctx.error("gpu/fewer-than-parallel", svc.path + ("environment",) if "environment" in svc.data
+                          else svc.path,
+                          f"{visible[1]} leaves the server {visible[0]} GPU(s) but tensor_parallel_size x "
+                          f"pipeline_parallel_size = {tp} x {pp} = {need}; vLLM fails to start its workers",
+                          f"make {need} GPUs visible or lower the parallel sizes")
     ipc = svc.data.get("ipc")
     if ipc == "host" and "shm_size" in svc.data:
         ctx.warning("gpu/shm-size-with-ipc-host", svc.path + ("shm_size",),
@@ -202,6 +257,48 @@ def check_gpu_requests(ctx: Ctx, svc: Service) -> None:
                     f"{need} GPU workers (tensor x pipeline parallel) exchange data through /dev/shm, "
                     f"but the container has Docker's 64 MiB default: NCCL/oneCCL fail or hang",
                     "add ipc: host, or shm_size: \"16g\"", key=True)
+
+
+#: oneCCL's IPC exchange modes that do not open /dev/dri/by-path (``CCL_ZE_IPC_EXCHANGE``;
+#: ``drmfd``, the default for Intel GPUs, does)
+_CCL_EXCHANGE_WITHOUT_BY_PATH = {"sockets", "pidfd"}
+
+
+def check_xpu_by_path(ctx: Ctx, svc: Service) -> None:
+    """``gpu/xpu-dri-by-path``: an Intel GPU engine that runs several GPU workers (tensor or
+    pipeline parallel, or data parallel with expert parallel) exchanges device buffers through
+    oneCCL, whose ``drmfd`` mode opendir()s ``/dev/dri/by-path`` and matches its ``*-render``
+    links (``CCL_DRMFD_DEV_RENDER_DIR_PATH``, oneCCL ``ze_fd_manager.cpp``): Docker's ``devices:
+    [/dev/dri]`` (or ``privileged``) creates the device nodes but not udev's by-path links, so
+    the engine dies at startup ("init_device_fds: EXCEPTION: opendir failed: could not open
+    device directory", uxlfoundation/oneCCL#121) while a one-card start of the same file works.
+    Intel's run commands add ``-v /dev/dri/by-path:/dev/dri/by-path``."""
+    if svc.device != "xpu" or svc.launcher is None:
+        return
+    tp = int_setting(svc, "tensor_parallel_size")
+    pp = int_setting(svc, "pipeline_parallel_size")
+    dp = int_setting(svc, "data_parallel_size")
+    ep = svc.eff("enable_expert_parallel") is True
+    workers = tp * pp * (dp if ep else 1)
+    if workers < 2:
+        return
+    env = server_environment(svc)
+    if env.get("CCL_ZE_IPC_EXCHANGE", "").strip().lower() in _CCL_EXCHANGE_WITHOUT_BY_PATH:
+        return
+    by_path = env.get("CCL_DRMFD_DEV_RENDER_DIR_PATH") or "/dev/dri/by-path"
+    if mount_at(by_path, mounts(svc)) is not None:
+        return
+    how = " x ".join(f"{n} {v}" for n, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp),
+                                            ("data_parallel_size", dp if ep else 1)) if v > 1)
+    devices = [r for r in gpu_requests(ctx, svc, report=False) if r.vendor in ("intel", "any")]
+    path = devices[0].path if devices else svc.path
+    ctx.error("gpu/xpu-dri-by-path", path,
+              f"{workers} Intel GPU workers ({how}) exchange device buffers through oneCCL, which opens "
+              f"{by_path} to match each card's render node; the devices give the container the /dev/dri "
+              f"nodes but not udev's by-path links, so the engine dies at startup (oneCCL: \"opendir "
+              f"failed: could not open device directory\") while one card works",
+              f"mount the links read-only beside the devices: volumes: [\"{by_path}:{by_path}:ro\"] "
+              f"(or set CCL_ZE_IPC_EXCHANGE=sockets)")
 
 
 def _gmu(ctx: Ctx, svc: Service) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
-from servedeck.compose.rules._facts import judge
+from servedeck.compose.rules._facts import judge, served_model
 from servedeck.errors import ServedeckError
 from servedeck.vllm.names import check_name, parse_version
 
@@ -150,3 +150,21 @@ def check_vllm(ctx: Ctx, svc: Service) -> None:
                 ctx.warning("vllm/disable-log-requests-removed", flag.token.path,
                             "--disable-log-requests is rejected by vLLM 0.26 and later",
                             "use --no-enable-log-requests")
+
+
+def check_max_model_len_unknown(ctx: Ctx, svc: Service) -> None:
+    """``vllm/no-max-model-len`` (advisory, info): no ``--max-model-len`` (nor from the image's
+    launcher config) while the model's facts are unknown to the check: vLLM then sizes for the
+    model's full context (its ``max_position_embeddings``, 128K-1M tokens for current models),
+    which may not fit the KV pool (vLLM refuses to start) or lowers the concurrency it reports.
+    With the model's config known, :func:`check_context_fits` judges it instead."""
+    if svc.launcher is None or ctx.expect.hf_config or svc.eff("max_model_len") is not None:
+        return
+    if served_model(svc) is None or (svc.launch.config is not None and svc.defaults is None):
+        return  # a launcher config the image ships may set it: unknown here
+    ctx.info("vllm/no-max-model-len", svc.path + ("command",) if "command" in svc.data else svc.path,
+             "no --max-model-len: vLLM sizes the server for the model's full context "
+             "(max_position_embeddings), which the check cannot read here; if its KV cache does not fit, "
+             "vLLM refuses to start, and the concurrency it can hold is set by that full length",
+             "set --max-model-len to the longest request you serve (or auto: the longest that fits)",
+             key=True)
