@@ -182,7 +182,8 @@ class PlainProgress:
         def beat() -> None:
             while not stop.wait(self.heartbeat_s):
                 last = _last_line(log)
-                self.write(f"{label}: running, {time.monotonic() - t0:.0f} s" + (f" | {clip(last, 100)}" if last else ""))
+                self.write(f"{label}: running, {time.monotonic() - t0:.0f} s"
+                           + (f" | {clip(last, 100)}" if last else ""))
         thread = threading.Thread(target=beat, daemon=True)
         thread.start()
         try:

@@ -296,7 +296,7 @@ def _print_catalog_sources(names: list[str]) -> None:
             print(f"image facts of {digest[:19]}…: {where}", file=sys.stderr)
 
 
-def _check_profile(name: str) -> tuple[str, list]:
+def _check_profile(name: str) -> tuple[str | None, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings); a profile that does not load: (None, one finding
     per problem, :data:`LOAD_RULES`)."""
@@ -406,8 +406,8 @@ def profiles(c):
             continue
         rows.append([name, p.extends or "", p.description or ""])
     print_table(None, [("profile", "left"), ("extends", "left"), ("description", "left")], rows)
-    for exc in bad:
-        print(f"error: {as_typed(exc.render())}", file=sys.stderr)
+    for err in bad:
+        print(f"error: {as_typed(err.render())}", file=sys.stderr)
     if bad:
         raise Exit(code=2)
 

@@ -270,10 +270,11 @@ def syntax_error_at(exc: Exception) -> tuple[int | None, str]:
     context = getattr(exc, "context", None) or ""
     unterminated = context_mark is not None and (
         "end of stream" in problem or "document" in problem or context.startswith("while scanning a quoted"))
-    if unterminated and (problem_mark is None or context_mark.line != problem_mark.line):
+    if unterminated and context_mark is not None and (problem_mark is None or context_mark.line != problem_mark.line):
         what = context.removeprefix("while scanning ").removeprefix("while parsing ") or "a construct"
         where = f" at line {problem_mark.line + 1}" if problem_mark is not None else ""
-        return context_mark.line + 1, f"{what} opened on line {context_mark.line + 1} is never closed ({problem}{where})"
+        return (context_mark.line + 1,
+                f"{what} opened on line {context_mark.line + 1} is never closed ({problem}{where})")
     mark = problem_mark or context_mark
     if context:
         problem = f"{context}; {problem}"

@@ -13,15 +13,21 @@ Every sentence cites the numbers it rests on and claims nothing the statistics d
 * **mechanisms**: a startup warning the changed variable answers (the knowledge base's
   ``addresses_warnings``) that disappeared in B, with whether that bought any measured speed;
   the speculative acceptance length with its verdict; a new compile range and its cold compile;
-* **verdict**, by rule: a measured speed loss or a quality-gate failure with no gain →
-  ``revert``; no speed gain but a capacity cost → ``revert``; gains without losses or costs →
-  ``keep``; gains with losses or costs → ``trade-off`` (both named); no change shown anywhere →
-  ``no change`` (keep the baseline, nothing to gain); metrics still undecided and nothing
-  measured either way → ``undecided`` with the samples that would decide. A revert of a
-  load-dependent knob (the knowledge base's ``load_dependent``) measured one request at a time,
-  without capacity figures, says "unless a multi-request workload shows otherwise";
+* **signals** (:mod:`servedeck.ab.signals`): the comparison's quality gate and capacity verdict
+  under the SLO (:func:`~servedeck.ab.signals.comparison_signals`), B's roofline, energy and
+  capacity bound (:func:`~servedeck.ab.signals.read_signals`) are findings; energy per token
+  (judged per request) and the capacity verdict count as gains or losses beside speed;
+* **verdict**, by rule: a quality-gate failure → ``revert`` whatever the gains; a measured loss
+  (speed, energy per token, capacity under load) with no gain → ``revert``; no gain but a
+  capacity cost → ``revert``; gains without losses or costs → ``keep``; gains with losses or
+  costs → ``trade-off`` (both named); no change shown anywhere → ``no change`` (keep the
+  baseline, nothing to gain); metrics still undecided and nothing measured either way →
+  ``undecided`` with the samples that would decide. A revert of a load-dependent knob (the
+  knowledge base's ``load_dependent``) measured one request at a time, without the arms compared
+  under load, says "unless a multi-request workload shows otherwise";
 * **hypothesis**: the knowledge base's expectation for the direction of the change, A's startup
-  warnings that the knob answers, A's KV headroom, and this host's earlier verdicts on the knob;
+  warnings that the knob answers, A's KV headroom, what bounds A's capacity under load (whether
+  the change relieves it), and this host's earlier verdicts on the knob;
 * **recommendations**, split as the user splits them: the speed variant starts with the verdict's
   action and continues with ``invoke next``'s candidates that clear the noise floor (or says
   none does); the quality variant lists the candidates that move a quality knob the way that
@@ -113,6 +119,21 @@ def _speed(c: Comparison) -> list[MetricComparison]:
     order = {name: i for i, name in enumerate(SPEED_METRICS)}
     ms = [m for m in c.bench if m.name in order and m.verdict != "missing"]
     return sorted(ms, key=lambda m: (order[m.name], m.phase != "warm"))
+
+
+ENERGY_METRICS = ("energy_j_per_token",)
+"""Energy metrics (judged per request where telemetry measured them, :mod:`servedeck.bench.limits`)."""
+
+
+def _energy(c: Comparison) -> list[MetricComparison]:
+    return [m for m in c.bench if m.name in ENERGY_METRICS and m.verdict in ("faster", "slower")]
+
+
+def cite_energy(m: MetricComparison) -> str:
+    """``warm energy_j_per_token 0.41 vs 0.52 J (-21.2 %, less energy; Holm p=0.002)``."""
+    change = (m.ratio - 1) * 100 if m.ratio else 0.0
+    word = "less energy" if m.verdict == "faster" else "more energy"
+    return f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)} J ({change:+.1f} %, {word}; Holm p={m.p_adjusted:.2g})"
 
 
 def _fact(c: Comparison, name: str) -> MetricComparison | None:
@@ -261,10 +282,17 @@ def findings(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeB
         out.append(Claim(kind="mechanism",
                          text="Speculative acceptance length: " + "; ".join(cite(m) for m in mech) + ".",
                          cites=[m.key for m in mech]))
+    energy = _energy(c)
+    if energy:
+        out.append(Claim(kind="energy", text="Energy per token: " + "; ".join(cite_energy(m) for m in energy) + ".",
+                         cites=[m.key for m in energy]))
     for s in signals or []:
-        out.append(Claim(kind=s.kind, text=f"{s.kind.capitalize()}: {s.text}.", cites=[s.name]))
+        text = s.text[0].upper() + s.text[1:]
+        if s.kind == "roofline" or s.name in ("j_per_token",):
+            text = f"B: {s.text}"  # one arm's figure, described, not judged
+        out.append(Claim(kind=s.kind, text=text.rstrip(".") + ".", cites=[s.name]))
     if noise is not None:
-        from servedeck.ab.report import noise_sentence
+        from servedeck.ab.noise import noise_sentence
         out.append(Claim(kind="noise", text=noise_sentence(noise, c)[0].upper() + noise_sentence(noise, c)[1:] + ".",
                          cites=list(noise.metrics)))
     if c.sequential is not None:
@@ -295,43 +323,59 @@ def verdict(diff: ArmDiff, c: Comparison, run_b: Path, *, knowledge: KnowledgeBa
     cap = capacity_claim(c)
     costs = [cap] if cap is not None and cap.kind == "cost" else []
     cost_short = capacity_short(c) if costs else None
-    gate = [s for s in signals or [] if s.kind == "quality" and s.passed is False]
-    capacity = [s for s in signals or [] if s.kind == "capacity"]
-    reasons_cost = [cl.text.split(": ", 1)[-1].rstrip(".") for cl in costs]
-    cites = [m.key for m in gains + losses] + [k for cl in costs for k in cl.cites]
+    gate = [s for s in signals or [] if s.kind == "quality" and s.name == "gate" and s.passed is False]
+    under_load = next((s for s in signals or [] if s.kind == "capacity" and s.verdict is not None), None)
+    # gains and losses beside speed: energy per token (judged) and capacity under the SLO (decided)
+    energy = _energy(c)
+    better = [cite_energy(m) for m in energy if m.verdict == "faster"]
+    worse = [cite_energy(m) for m in energy if m.verdict == "slower"]
+    if under_load is not None and under_load.verdict in ("higher", "lower"):
+        (better if under_load.verdict == "higher" else worse).append(under_load.text)
+    reasons_cost = [cl.text.split(": ", 1)[-1].rstrip(".") for cl in costs] + worse
+    cites = ([m.key for m in gains + losses + energy] + [k for cl in costs for k in cl.cites]
+             + (["capacity"] if under_load is not None and under_load.verdict in ("higher", "lower") else []))
+    gained = [cite(m) for m in gains] + better
     caveat = None
-    if knob is not None and knob.load_dependent and single_stream(run_b) and not capacity:
+    if knob is not None and knob.load_dependent and single_stream(run_b) and under_load is None:
         caveat = "unless a multi-request workload shows otherwise"
         why = (f"The benchmark sent one request at a time, and {var.name} is load-dependent "
                f"({knob.load_note or 'its effect needs concurrent requests'}).")
     if gate:
         text = f"Revert {back}: B fails the quality gate ({'; '.join(s.text for s in gate)})"
-        if gains:
-            text += f", whatever its speed ({'; '.join(cite(m) for m in gains)})"
+        if gained:
+            text += f", whatever its speed ({'; '.join(gained)})"
         return DraftVerdict(action="revert", text=text + ".", cites=cites + [s.name for s in gate],
                             short=f"Revert {back}: quality gate failed")
-    if losses and not gains:
-        text = f"Revert {back}: B is measurably slower ({'; '.join(cite(m) for m in losses)})"
-        if reasons_cost:
-            text += f", and it costs {'; '.join(reasons_cost)}"
+    if (losses or worse) and not gained:
+        if losses:
+            text = f"Revert {back}: B is measurably slower ({'; '.join(cite(m) for m in losses)})"
+            if reasons_cost:
+                text += f", and it costs {'; '.join(reasons_cost)}"
+        else:
+            text = f"Revert {back}: no measured gain, and B measurably costs {'; '.join(reasons_cost)}"
+        lost = ("slower" if losses else
+                "less capacity under load" if under_load is not None and under_load.verdict == "lower" else
+                "more energy per token")
         return DraftVerdict(action="revert", text=text + ".", cites=cites,
-                            short=f"Revert {back}: slower at {b_text}" + (f", cost {cost_short}" if cost_short else ""))
-    if not gains and costs:
+                            short=f"Revert {back}: {lost} at {b_text}" + (f", cost {cost_short}" if cost_short else ""))
+    if not gained and costs:
         text = (f"Revert {back}{', ' + caveat if caveat else ''}. No measurable speedup at {b_text} "
                 f"({'; '.join(cite(m) for m in speed[:2])}), and B costs {'; '.join(reasons_cost)}."
                 + (f" {why}" if caveat else ""))
         return DraftVerdict(action="revert", text=text, cites=cites + [m.key for m in speed[:2]], caveat=caveat,
                             short=f"Revert {back}: no speed gain at {b_text}, cost {cost_short}"
                                   + (f" ({caveat})" if caveat else ""))
-    if gains and not losses and not costs:
-        return DraftVerdict(action="keep", text=(f"Keep {keep}: {'; '.join(cite(m) for m in gains)}, with no "
+    if gained and not losses and not costs and not worse:
+        return DraftVerdict(action="keep", text=(f"Keep {keep}: {'; '.join(gained)}, with no "
                                                  "measured loss and no capacity cost."), cites=cites,
-                            short=f"Keep {keep}: " + ", ".join(f"{m.key} {((m.ratio or 1.0) - 1) * 100:+.1f} %"
-                                                               for m in gains))
-    if gains:
+                            short=f"Keep {keep}: " + ", ".join(
+                                [f"{m.key} {((m.ratio or 1.0) - 1) * 100:+.1f} %" for m in gains + energy]
+                                + (["capacity under load higher"] if under_load is not None
+                                   and under_load.verdict == "higher" else [])))
+    if gained:
         against = [cite(m) for m in losses] + reasons_cost
         return DraftVerdict(action="trade-off", text=(
-            f"Trade-off: keep {keep} only if {'; '.join(cite(m) for m in gains)} matters more than "
+            f"Trade-off: keep {keep} only if {'; '.join(gained)} matters more than "
             f"{'; '.join(against)}."), cites=cites, short=f"Trade-off at {keep}: gains and costs both measured")
     judged = [m for m in speed if m.judged]
     open_ = [m for m in judged if not m.decided]
@@ -375,6 +419,12 @@ def hypothesis(diff: ArmDiff, c: Comparison, run_a: Path, *, knowledge: Knowledg
         parts.append(f"Changing {change} should give {d.expect}; watch {d.watch}.")
         if knob.load_dependent:
             parts.append(f"Its effect is load-dependent: {knob.load_note}.")
+            from servedeck.ab.signals import bound_of, read_signals
+            bound = bound_of(read_signals(run_a, "capacity"))
+            if bound is not None:
+                relieves = knob.relieved(var.a, var.b) == bound.name
+                parts.append(f"{name}'s load benchmark: {bound.text}; this change "
+                             f"{'relieves' if relieves else 'does not relieve'} that bound.")
     else:
         parts.append(f"Changing {change}: the knowledge base has no entry for it, so no direction is expected.")
     kv, conc = _fact(c, "kv_cache_tokens"), _fact(c, "max_concurrency")

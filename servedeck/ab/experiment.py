@@ -123,9 +123,9 @@ def draft_outcome(runs_dir: Path, diff: ArmDiff, comparison: Comparison, runs_a:
     from servedeck.ab.history import load_experiments, r_ids
     from servedeck.ab.knowledge import load_knowledge
     from servedeck.ab.next import profile_alternatives, propose
-    from servedeck.ab.signals import read_signals
+    from servedeck.ab.signals import comparison_signals, read_signals
     kb = load_knowledge()
-    signals = read_signals(runs_b[0])
+    signals = [*comparison_signals(comparison), *read_signals(runs_b[0])]
     v = draft_verdict(diff, comparison, runs_b[0], knowledge=kb, signals=signals)
     kept = runs_b[0] if v.action in ("keep", "trade-off") else runs_a[0]
     this = (*[r.name for r in runs_a], "|", *[r.name for r in runs_b])

@@ -48,7 +48,23 @@ class Knob(BaseModel):
     prior_gain: dict[str, float] = Field(default_factory=dict)
     quality_direction: Literal["raise", "lower"] | None = None
     default: Any = None
+    relieves: dict[Literal["raise", "lower"], Literal["kv_bound", "queue_bound"]] = Field(default_factory=dict)
+    capacity_gain: Literal["ratio"] | float | None = None
     sources: list[str] = Field(min_length=1)
+
+    def relieved(self, a: Any, b: Any) -> str | None:
+        """The capacity bound (``kv_bound``, ``queue_bound``; :data:`servedeck.ab.signals.BOUNDS`)
+        that ``a`` → ``b`` relieves, or None."""
+        s = self.step(a, b)
+        return self.relieves.get("raise" if s > 0 else "lower") if s else None
+
+    def capacity_gain_of(self, a: Any, b: Any) -> float | None:
+        """The most ``a`` → ``b`` can raise a capacity held by the bound it relieves (relative):
+        ``ratio``: ``b / a − 1`` (an admission limit); a number: that gain (sourced); None: unknown."""
+        if self.capacity_gain == "ratio":
+            ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (a, b))
+            return b / a - 1 if ok else None
+        return self.capacity_gain
 
     def step(self, a: Any, b: Any) -> int:
         """+1 when ``a`` → ``b`` goes up this knob's ladder (a larger number, a switch turned on,

@@ -14,8 +14,14 @@ ladder from the profile's current value). Each candidate gets:
      server reported (tokens per step ``1 + Σ rate_i``; one draft position costs
      :data:`DRAFT_STEP_COST` of a target step, a modelling assumption stated in the reasons);
   3. the knowledge base's ``prior_gain`` for the direction that helps (sourced);
-  bounded by a roofline signal's headroom when a stage recorded one (:mod:`servedeck.ab.signals`);
-  a load-dependent knob on a single-stream benchmark expects nothing measurable there;
+  bounded by the baseline's roofline headroom on that metric when it was measured
+  (:mod:`servedeck.ab.signals`: a phase at 80 % of its roof can get 25 % faster, no more);
+  a load-dependent knob on a single-stream benchmark expects nothing measurable there, unless
+  a load benchmark of the baseline found what bounds its capacity
+  (:func:`servedeck.ab.signals.capacity_signals`): then a change that relieves that bound (the
+  knowledge base's ``relieves``) expects at most its ``capacity_gain`` on the metric
+  ``capacity``, and one that does not relieve it expects nothing; the power cap's reasons
+  say whether the card throttled at its power limit (:func:`servedeck.ab.signals.energy_signals`);
 * **samples** its verdict would need per arm at this host's noise (the A/A noise floor of the
   host and image when measured, else the spread of the baseline's own samples): the fixed-n
   formula of :func:`servedeck.ab.stats.samples_needed`;
@@ -41,7 +47,7 @@ from servedeck.ab.draft import single_stream
 from servedeck.ab.history import ExperimentRecord, bench_seconds, load_experiments
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge, order
 from servedeck.ab.sequential import DEFAULT_MAX_REQUESTS
-from servedeck.ab.signals import Signal, read_signals
+from servedeck.ab.signals import BOUNDS, Signal, bound_of, power_limited, read_signals
 from servedeck.ab.stats import (
     ALPHA, BENCH_METRICS, BENCH_PHASES, DECIDED_VERDICTS, DEFAULT_MARGIN, pooled_log_sd, samples_needed,
 )
@@ -102,6 +108,8 @@ class NextPlan(BaseModel):
     noise_source: str | None = None
     ready_s: float | None = None
     request_s: float | None = None
+    signals: list[str] = Field(default_factory=list)
+    """What the baseline's load, roofline and energy records said (:mod:`servedeck.ab.signals`)."""
     candidates: list[Candidate]
     statement: str
 
@@ -326,7 +334,11 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
     single = single_stream(baseline) if baseline is not None else True
     if signals is None:
         signals = read_signals(baseline) if baseline is not None else []
-    roof = {s.phase: s.headroom for s in signals if s.kind == "roofline" and s.headroom is not None}
+    roof = {s.metric: s for s in signals if s.kind == "roofline" and s.metric and s.headroom is not None}
+    bound = bound_of(signals)
+    throttled: Signal | bool | None = power_limited(signals)
+    if throttled is None and any(s.kind == "energy" for s in signals):
+        throttled = False  # telemetry measured, and the card never throttled at its power limit
     wanted = {kb.by_id(k).id for k in only} if only else None
     out: list[Candidate] = []
     for knob in kb.knobs:
@@ -343,7 +355,7 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
             cand = _candidate(knob, current, proposed, history=history, per_position=per_position,
                               single=single, noise=noise, margin=margin, alpha=alpha, max_requests=max_requests,
                               ready_s=ready_s, request_s=request_s, compile_s=compile_s, roof=roof,
-                              metric=metric, explore=explore)
+                              metric=metric, explore=explore, bound=bound, throttled=throttled)
             if cand is not None:
                 out.append(cand)
     out.sort(key=lambda c: (not c.clears_noise, -(c.expected_gain or 0.0), -c.score))
@@ -355,11 +367,13 @@ def propose(profile: dict, host: str, runs_dir: Path, *, effective: dict | None 
                  f"the ±{margin * 100:g} % margin within {max_requests} requests per arm at this host's noise")
     return NextPlan(profile=str(profile.get("name")), host=host, baseline_run=baseline.name if baseline else None,
                     margin=margin, noise={k: round(v, 5) for k, v in noise.items()}, noise_source=noise_source,
-                    ready_s=ready_s, request_s=request_s, candidates=out, statement=statement)
+                    ready_s=ready_s, request_s=request_s, signals=[sig.text for sig in signals],
+                    candidates=out, statement=statement)
 
 
 def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position, single, noise, margin, alpha,
-               max_requests, ready_s, request_s, compile_s, roof, metric=None, explore=None) -> Candidate | None:
+               max_requests, ready_s, request_s, compile_s, roof, metric=None, explore=None, bound=None,
+               throttled=None) -> Candidate | None:
     why: list[str] = []
     direction = knob.direction(current, proposed)
     metric = metric or next(iter(knob.prior_gain), None)
@@ -399,26 +413,55 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
     if gain is None and explore is not None and not unknown:
         gain, source = explore, "unmeasured"
         why.append(f"not measured on this host yet: one experiment will tell (expected {_pct(explore)} to be worth it)")
-    if knob.load_dependent and single and source not in ("history", "unmeasured") and not unknown:
+    on_capacity = False
+    if (knob.load_dependent and single and source not in ("history", "unmeasured") and not unknown
+            and bound is not None):
+        relieved = knob.relieved(current, proposed)
+        metric, on_capacity = "capacity", True
+        offered = bound.value if (bound.phase or "").startswith("c=") else None
+        below = (knob.capacity_gain == "ratio" and offered is not None and isinstance(current, (int, float))
+                 and offered <= current)
+        if relieved == bound.name and below:
+            gain, source = 0.0, "capacity"
+            why.append(f"the baseline's load benchmark: {bound.text}; but only {offered:g} requests were in flight "
+                       f"there, not above {knob.profile_path.rsplit('.', 1)[-1]} {current}: it is not this limit")
+        elif relieved == bound.name:
+            gain, source = knob.capacity_gain_of(current, proposed), "capacity"
+            why.append(f"the baseline's load benchmark: {bound.text}; this change relieves that bound"
+                       + (f", by at most {_pct(gain)} (another limit may bind first)" if gain is not None
+                          else " by an amount nothing here predicts: measure it under the same load"))
+        else:
+            gain, source = 0.0, "capacity"
+            why.append(f"the baseline's load benchmark: {bound.text}; this change does not relieve "
+                       f"{BOUNDS[bound.name].split(' (')[0]}")
+    elif knob.load_dependent and single and source not in ("history", "unmeasured") and not unknown:
         why.append(f"load-dependent: {knob.load_note or 'its effect needs concurrent requests'}; a single-stream "
                    "benchmark would not see it")
         gain = 0.0 if gain is None or gain > 0 else gain
         source = source or "knowledge base"
+    if knob.id == "power-cap" and throttled:
+        why.append(f"the baseline's telemetry: {throttled.text}")
+    elif (knob.id == "power-cap" and throttled is False and knob.step(current, proposed) > 0
+          and source not in ("history", "unmeasured")):
+        why.append("the baseline's telemetry: the card never throttled at its power limit, so a higher cap has "
+                   "nothing to lift")
+        gain = 0.0
     if gain is not None and metric is not None and gain > 0:
-        phase = metric.split(" ", 1)[0]
-        headroom = roof.get(phase)
-        if headroom is not None and gain > headroom:
-            why.append(f"bounded by the roofline: {phase} has {headroom * 100:.0f} % headroom left")
-            gain = headroom
+        roof_signal = roof.get(metric)
+        if roof_signal is not None and gain > roof_signal.headroom:
+            why.append(f"bounded by the roofline: {roof_signal.text}, so at most {_pct(roof_signal.headroom)}")
+            gain = roof_signal.headroom
     sd = noise.get(metric) if metric else None
     needed = None
-    if gain is not None and metric is not None and gain != 0:
+    if gain is not None and metric is not None and gain != 0 and not on_capacity:
         needed = samples_needed(sd, math.log1p(abs(gain)) if gain > -1 else 5.0, margin, alpha, FAMILY)
     clears = bool(gain is not None and gain > 0 and abs(math.log1p(gain)) >= math.log1p(margin)
-                  and needed is not None and needed <= max_requests)
+                  and (on_capacity or (needed is not None and needed <= max_requests)))
+    if on_capacity and clears:
+        why.append("judged by a capacity search or an A/B under the same load (invoke ab --interleave --workload)")
     if source == "unmeasured":  # tune: a step nobody measured is worth the one experiment that measures it
         clears, needed = True, max_requests
-    if clears and sd is None and source != "unmeasured":
+    if clears and sd is None and source not in ("unmeasured", "capacity"):
         why.append("this host's noise is not known (no A/A noise floor, and no baseline with 4 or more requests "
                    "per phase): the samples needed assume none")
     if gain is not None and gain > 0 and not clears:
@@ -474,6 +517,7 @@ def format_plan(plan: NextPlan) -> str:
     lines = [f"next experiments for profile {plan.profile} on host {plan.host}"
              + (f" (baseline {plan.baseline_run})" if plan.baseline_run else " (no benchmarked baseline yet)"),
              f"noise: {plan.noise_source or 'unknown (no A/A noise floor, no baseline samples)'}"]
+    lines += [f"measured: {text}" for text in plan.signals]
     for i, c in enumerate(plan.candidates, 1):
         gain = f"{_pct(c.expected_gain)} on {c.metric}" if c.expected_gain is not None and c.metric else "unknown"
         cost = f"~{c.cost_s / 60:.1f} min" if c.cost_s else "cost unknown"

@@ -18,6 +18,7 @@ from servedeck.ab.stats import POWER, Comparison
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
 from servedeck.jsonio import read_json_file
+from servedeck.numfmt import fmt_pct
 from servedeck.runs import store
 
 
@@ -93,3 +94,18 @@ def load_noise_floor(runs_dir: Path, host: str | None, image_digest: str | None)
         return NoiseFloor.model_validate(read_json_file(noise_path(runs_dir, host, image_digest)))
     except (OSError, ValueError, ValidationError, ServedeckError):
         return None
+
+
+def noise_sentence(floor: NoiseFloor, comparison: Comparison) -> str:
+    """``noise floor of host local on image sha256:55df90dd26e1 (A/A 0005 vs 0006, 2026-…):
+    cold ttft_s ±2.1 % per request (detectable 5.0 % at n=5), …`` for the metrics of this report."""
+    parts = []
+    for m in comparison.bench:
+        nf = floor.metrics.get(m.key)
+        if nf is None:
+            continue
+        det = f", detectable {fmt_pct(nf.detectable)} at n={min(nf.n_a, nf.n_b)}" if nf.detectable else ""
+        parts.append(f"{m.key} ±{fmt_pct(nf.noise)} per request{det}")
+    digest = floor.image_digest.split(":", 1)[-1][:12]
+    return (f"noise floor of host {floor.host} on image {digest} (A/A {' vs '.join(floor.runs)}, "
+            f"{floor.measured_at}): " + ("; ".join(parts) or "no metric in common"))

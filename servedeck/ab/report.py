@@ -17,7 +17,7 @@ import jinja2
 from servedeck.ab.chart import render_chart
 from servedeck.ab.compare import ArmDiff, Variable, fmt_value
 from servedeck.ab.load import bracket_text
-from servedeck.ab.noise import NoiseFloor
+from servedeck.ab.noise import NoiseFloor, noise_sentence
 from servedeck.ab.stats import Comparison, MetricComparison, WarningChange
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
@@ -67,21 +67,6 @@ def bench_sentence(m: MetricComparison) -> str:
              else f"about {m.samples_needed}")
         text += f"; {n} samples per arm would decide at this noise ({fmt_pct(m.noise)} per request)"
     return text
-
-
-def noise_sentence(floor: NoiseFloor, comparison: Comparison) -> str:
-    """``noise floor of host local on image sha256:55df90dd26e1 (A/A 0005 vs 0006, 2026-…):
-    cold ttft_s ±2.1 % per request (detectable 5.0 % at n=5), …`` for the metrics of this report."""
-    parts = []
-    for m in comparison.bench:
-        nf = floor.metrics.get(m.key)
-        if nf is None:
-            continue
-        det = f", detectable {fmt_pct(nf.detectable)} at n={min(nf.n_a, nf.n_b)}" if nf.detectable else ""
-        parts.append(f"{m.key} ±{fmt_pct(nf.noise)} per request{det}")
-    digest = floor.image_digest.split(":", 1)[-1][:12]
-    return (f"noise floor of host {floor.host} on image {digest} (A/A {' vs '.join(floor.runs)}, "
-            f"{floor.measured_at}): " + ("; ".join(parts) or "no metric in common"))
 
 
 def kv_sentence(c: Comparison) -> str | None:

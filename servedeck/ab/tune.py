@@ -22,7 +22,10 @@ at the profile's own value when the ladder holds it). It is deployed and benchma
 4. *keep* it as the new best when the objective metric (default ``warm decode_tok_s``) is
    measured faster and the drafted verdict is ``keep`` or ``trade-off`` (no measured speed loss,
    no failed quality gate; a capacity cost is reported, not blocking); else *revert* (the best
-   stays).
+   stays). Proposals and verdicts read what the load, quality and energy stages measured
+   through :mod:`servedeck.ab.signals` (in ``next``'s ranking and the drafted verdict): a step
+   the quality gate blocks is reverted and, decided, not proposed again; a roofline bounds what
+   a step may expect.
 
 At the end the host serves what the user chose: ``restore`` (default) puts back the deployment
 it served before tuning (``invoke rollback --to`` that revision), ``keep-winner`` deploys the

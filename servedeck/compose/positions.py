@@ -112,13 +112,14 @@ def _key_lines(path: str, mtime_ns: int) -> dict[tuple[str, ...], int]:
     out: dict[tuple[str, ...], int] = {}
 
     def walk(node: Any, prefix: tuple[str, ...]) -> None:
-        if hasattr(node, "lc") and isinstance(node, dict):
+        lc = getattr(node, "lc", None)  # ruamel's line/column record of a round-trip node
+        if lc is not None and isinstance(node, dict):
             for k, v in node.items():
-                out[prefix + (str(k),)] = node.lc.key(k)[0] + 1
+                out[prefix + (str(k),)] = lc.key(k)[0] + 1
                 walk(v, prefix + (str(k),))
-        elif hasattr(node, "lc") and isinstance(node, list):
+        elif lc is not None and isinstance(node, list):
             for i, v in enumerate(node):
-                out[prefix + (f"[{i}]",)] = node.lc.item(i)[0] + 1
+                out[prefix + (f"[{i}]",)] = lc.item(i)[0] + 1
                 walk(v, prefix + (f"[{i}]",))
     walk(doc, ())
     return out

@@ -271,7 +271,7 @@ def resolve_image(host: RemoteHost, profile: Profile, catalog: Catalog, catalog_
     if problems:  # the catalog must tell the truth about a digest
         raise DeployError("the image catalog is wrong about " + digest[:19] + ": "
                           + "; ".join(problems) + "; the running deployment was not touched",
-                          hint=_wrong_entry_hint(catalog, profile.image_ref.digest, catalog_path))
+                          hint=_wrong_entry_hint(catalog, digest, catalog_path))
     return ImageInfo(known, raw, pulled, False, pull_s)
 
 

@@ -18,6 +18,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
@@ -675,7 +676,7 @@ class ProfileStore:
 
 
 def _validation_errors(exc: ValidationError, merged: dict[str, Any], origin: dict[tuple[str, ...], Path],
-                       path: Path, reported: list[ServedeckError] = ()) -> list[ServedeckError]:
+                       path: Path, reported: Sequence[ServedeckError] = ()) -> list[ServedeckError]:
     """One error per bad field of ``exc``: pydantic's errors of the branches of a union at one
     field (``int`` or ``"auto"``) are folded into the first one; unknown keys already in
     ``reported`` are not repeated."""

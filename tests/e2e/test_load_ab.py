@@ -33,6 +33,16 @@ from servedeck.host.remote import RemoteHost
 from servedeck.runs.store import read_load, run_dirs
 from test_kv_deploy import _built_image
 
+# Opt-in (SERVEDECK_E2E_LOAD_AB=1): on the shared 2-core CI machine the CPU server streams whole
+# answers in bursts under load (TTFT close to the end-to-end time), so the TTFT SLO cannot tell
+# the arms apart, and two cpu-mns2 runs deployed minutes apart differed at c=2 (p=6e-5) while the
+# machine's load drifted between them: the capacity test's independence assumption does not hold
+# across sequential deployments on a drifting host. Kept runnable for a quiet machine; the
+# capacity verdicts are covered in CI by the stand-in (tests/integration/test_experiments.py,
+# test_load_standin.py) and the simulation tests (tests/unit/test_load_ab.py).
+pytestmark = pytest.mark.skipif(not os.environ.get("SERVEDECK_E2E_LOAD_AB"),
+                                reason="opt-in: SERVEDECK_E2E_LOAD_AB=1 (CPU streams burst under load; see above)")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLO = "ttft_s=0.4,p=50"  # recorded with the runs; the verdicts re-judge against _slo(...)
 LOAD = "concurrency:2,4"

@@ -175,7 +175,7 @@ def test_equivalent_everywhere_is_no_change_and_open_metrics_are_undecided(tmp_p
     assert v.action == "undecided" and "requests per arm would decide" in v.text
 
 
-def test_signals_plug_in_a_failed_quality_gate_reverts_and_capacity_figures_lift_the_caveat(tmp_path):
+def test_signals_plug_in_a_failed_quality_gate_reverts_and_a_comparison_under_load_lifts_the_caveat(tmp_path):
     a = _run_with(tmp_path, A, "0002-base-b70", 57.0, 1.4, seed=1)
     b = _run_with(tmp_path, B, "0003-batch-8192-b70", 66.0, 1.4, seed=2)
     _same_startup(b, a)
@@ -183,8 +183,11 @@ def test_signals_plug_in_a_failed_quality_gate_reverts_and_capacity_figures_lift
     v = _verdict(a, b, [gate])
     assert v.action == "revert" and "quality gate" in v.text and "gate" in v.cites
     assert _verdict(A, B).caveat is not None
-    capacity = Signal(kind="capacity", name="max_concurrency_at_slo", value=3, text="3 requests within the SLO")
-    assert _verdict(A, B, [capacity]).caveat is None
+    alone = Signal(kind="capacity", name="capacity", value=3, text="capacity under p90: ttft_s ≤ 2: 3 requests")
+    assert _verdict(A, B, [alone]).caveat is not None  # one arm's capacity compares nothing
+    compared = Signal(kind="capacity", name="capacity", verdict="same bracket", value=3,
+                      text="capacity under p90: ttft_s ≤ 2: A 3, B 3 requests in flight: same bracket")
+    assert _verdict(A, B, [compared]).caveat is None  # the arms were compared under load
 
 
 def test_the_capacity_claim_counts_whole_full_context_requests():

@@ -191,3 +191,24 @@ def test_an_interrupted_baseline_resumes_as_the_same_step(tmp_path):
     done = run_tune(lab.runs, load_state(lab.runs, "t"), lab.ops())
     assert [s.variable for s in done.steps] == [None, MNBT] and done.finished
     assert done.best_run == done.steps[0].run_b and done.stopped.startswith("experiment budget")
+
+
+def test_a_step_that_fails_the_quality_gate_is_reverted_and_not_proposed_again(tmp_path, monkeypatch):
+    """tune judges through the drafted verdict, which reads the comparison's signals
+    (servedeck.ab.signals): here the quality stage's gate blocks every arm at batch budget 8192
+    (the fastest on this surface), so the tune never keeps it."""
+    from servedeck.ab.signals import Signal
+    lab = Lab(tmp_path, seed=3)
+
+    def gated(c):
+        pname = json.loads((lab.runs / c.runs_b[0] / "run.json").read_text())["profile"]
+        if lab.profiles[pname].get(MNBT) != 8192:
+            return []
+        return [Signal(kind="quality", name="gate", passed=False, verdict="gated",
+                       text="quality gate B cannot be called better: 3 of 8 outputs degenerate")]
+    monkeypatch.setattr("servedeck.ab.signals.comparison_signals", gated)
+    state = run_tune(lab.runs, start(lab.runs, _spec(), _base_profile(), lab.ops()), lab.ops())
+    at_8192 = [s for s in state.experiments if s.b == 8192]
+    assert len(at_8192) == 1 and at_8192[0].action == "revert" and not at_8192[0].kept, summary(state)
+    assert "quality gate" in (lab.runs / at_8192[0].report).read_text()
+    assert state.best[MNBT] != 8192 and state.best[DEPTH] == 32, summary(state)
