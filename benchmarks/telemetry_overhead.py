@@ -15,10 +15,14 @@ SSH to the loopback card host of ``scripts/test-services``:
   host advances at 150 W, so the sampler has the files a B70 host has (energy, frequency,
   throttle status and reasons);
 * one deployment; the same run is benchmarked ``2 × -n`` times, alternately with and without
-  telemetry (ABBA), its bench files removed between rounds.
+  telemetry (ABBA), its bench files removed between rounds; the quality probes that ``invoke
+  bench`` runs after the speed bench are left out unless ``--quality`` (they take the same time
+  either way and would only dilute the ratio).
 
 Printed: each bench's wall time, the medians with and without telemetry and their ratio
-(target: at most 1.02), and the SSH round trips of one bench with telemetry and without, at two
+(target: at most 1.02), telemetry's own steps timed inside the same benches (the start and
+read-back round trips, the record: the part of the difference that is telemetry's and not the
+machine's noise), and the SSH round trips of one bench with telemetry and without, at two
 request counts (target: the same extra round trips whatever the number of requests: none per
 request). Nothing is asserted.
 
@@ -84,9 +88,30 @@ def count_round_trips(host) -> list[int]:
     return n
 
 
+def time_telemetry_parts() -> dict[str, list[float]]:
+    """Time each of telemetry's own steps in the bench flow (``BenchTelemetry.start`` / ``stop``
+    / ``record``: the start round trip, the read-back round trip, the record's arithmetic and
+    write), one list of seconds per step."""
+    from servedeck.bench.limits import BenchTelemetry
+    parts: dict[str, list[float]] = {"start": [], "stop": [], "record": []}
+    for name in parts:
+        orig = getattr(BenchTelemetry, name)
+
+        def timed(self, *a, _orig=orig, _name=name, **k):
+            t0 = time.perf_counter()
+            try:
+                return _orig(self, *a, **k)
+            finally:
+                if self.enabled:
+                    parts[_name].append(time.perf_counter() - t0)
+        setattr(BenchTelemetry, name, timed)
+    return parts
+
+
 def clear_bench(run_dir: Path) -> None:
     from servedeck.runs import store
-    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE):
+    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
+                 store.QUALITY):
         (run_dir / name).unlink(missing_ok=True)
 
 
@@ -99,6 +124,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repetitions", type=int, default=4, help="requests per phase")
     ap.add_argument("--decode-s-per-token", type=float, default=0.01, help="the stand-in's decode pace")
+    ap.add_argument("--quality", action="store_true",
+                    help="run the quality probes after each bench too (invoke bench's default; they are the "
+                         "same with and without telemetry, so they dilute the ratio: off by default)")
     args = ap.parse_args()
     byte_compile()
     from devtools import imagebuild
@@ -137,12 +165,14 @@ def main() -> int:
         workload = Workload(prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
                             repetitions=args.repetitions)
         trips = count_round_trips(host)
+        parts = time_telemetry_parts()
 
         def one(telemetry: bool, wl=workload) -> tuple[float, int]:
             clear_bench(run_dir)
             before = trips[0]
             t0 = time.perf_counter()
-            bench_deployed(run_dir, host, entry, wl, telemetry=telemetry, runs_dir=project.runs_dir)
+            bench_deployed(run_dir, host, entry, wl, telemetry=telemetry, runs_dir=project.runs_dir,
+                           probes=args.quality)
             return time.perf_counter() - t0, trips[0] - before
 
         one(True)  # warm-up: imports, the first sizing of prompts
@@ -161,6 +191,10 @@ def main() -> int:
         print(f"telemetry adds {added * 1e3:.0f} ms per bench (median difference); a bench of "
               f"{max(added, 0) / 0.02:.1f} s or longer stays within 2 % (the seed's default bench, 7 requests "
               "of a 32k prompt and 256 tokens at ~57 tok/s, takes ~40 s)")
+        own = {k: statistics.median(v) for k, v in parts.items() if v}
+        print("telemetry's own steps per bench (median ms): " + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in own.items())
+              + f"; together {sum(own.values()) * 1e3:.0f} ms = {sum(own.values()) / off * 100:.2f} % of the bench "
+              f"without telemetry  target <= 2 %: {'pass' if sum(own.values()) / off <= 0.02 else 'MISS'}")
         small = Workload(prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens, repetitions=1)
         counts = {(tel, wl.repetitions): one(tel, wl)[1] for wl in (small, workload) for tel in (True, False)}
         extra_small = counts[(True, 1)] - counts[(False, 1)]

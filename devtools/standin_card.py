@@ -54,6 +54,8 @@ while True:
     put(os.path.join(fr, "throttle/status"), int(capped))
     put(os.path.join(fr, "throttle/reason_pl1"), int(capped))
     put(os.path.join(fr, "act_freq"), int(RP0 * (power / demand_w if demand_w else 1)))
+    if not os.path.exists(sys.argv[0] + ".ready"):
+        open(sys.argv[0] + ".ready", "w").close()
     time.sleep(period)
 '''  # noqa: E501 - a Python program run on the host: its lines are the program's
 
@@ -81,13 +83,12 @@ def start_load(host, root: str, demand_w: float, *, start_uj: int = 0, modulus: 
     """Start :data:`CARD_PY` on the host; returns its pid (stop it with :func:`stop_load`)."""
     script = f"{root}/.standin-card.py"
     host.upload_atomic(script, CARD_PY.encode(), mode="644")
-    res = host.run_script('nohup python3 "$1" "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 & echo $!',
-                          [script, root, f"{demand_w:g}", str(start_uj), str(modulus), f"{period_s:g}"])
+    res = host.run_script('rm -f "$1.ready"; nohup python3 "$1" "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 & '
+                          'echo $!', [script, root, f"{demand_w:g}", str(start_uj), str(modulus), f"{period_s:g}"])
     pid = int(res.stdout.strip())
-    # wait until it has written once (the counter moved, or the frequency file was rewritten)
-    host.run_script('for i in $(seq 1 200); do [ -e "$1.ready" ] && exit 0; '
-                    '[ "$(cat "$2" 2>/dev/null)" != "" ] && [ -n "$(find "$2" -newer "$3" 2>/dev/null)" ] && exit 0; '
-                    'sleep 0.02; done; exit 0', [script, f"{root}/{FREQ}/act_freq", script])
+    # wait until it has written every file once (it then leaves SCRIPT.ready): a process stopped
+    # just before may still write its last values, which an mtime check would take for ours
+    host.run_script('for i in $(seq 1 500); do [ -e "$1.ready" ] && exit 0; sleep 0.02; done; exit 0', [script])
     return pid
 
 

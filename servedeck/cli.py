@@ -882,7 +882,9 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
     remote, entry = _host(host, inventory)
     run_dir = resolve_run(runs_dir, run) if run else latest_ready_run(runs_dir, host)
     if under_load is not None:
-        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks)
+        _bench_load(run_dir, remote, entry, *under_load, probes=not no_quality, quality=quality, tasks=tasks,
+                    telemetry=not no_telemetry,
+                    telemetry_period_s=float(telemetry_period_s) if telemetry_period_s else None)
         return
     from servedeck.bench.client import RichProgress, Workload
     from servedeck.bench.record import bench_deployed
@@ -969,17 +971,23 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
 
 
 def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
-                tasks=None) -> None:
+                tasks=None, telemetry=True, telemetry_period_s=None) -> None:
     """``invoke bench`` under load (servedeck.bench.record.load_deployed, settings from
-    ``_load_settings``; then the quality probes and lm-eval): print the level table and the probes."""
+    ``_load_settings``; then the quality probes and lm-eval): print the level table, each level's
+    energy and the probes."""
     from servedeck.bench.client import RichProgress
+    from servedeck.bench.limits import format_telemetry
     from servedeck.bench.record import load_deployed
     from servedeck.bench.table import format_load_table
     with RichProgress(f"load {run_dir.name}") as progress:
         result = load_deployed(run_dir, remote, entry, workload, profile=profile, slo=slo_, capacity=search,
-                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks)
+                               progress=progress, probes=probes, quality_settings=quality, lm_eval=tasks,
+                               telemetry=telemetry, telemetry_period_s=telemetry_period_s)
     print(format_load_table(result.summary.model_dump(mode="json"),
                             result.capacity.model_dump(mode="json") if result.capacity is not None else None))
+    from servedeck.runs import store
+    for line in format_telemetry(store.read(run_dir, store.LOAD_TELEMETRY)):
+        print(line)
     if probes:
         from servedeck.ab.quality import read_quality
         from servedeck.bench.table import format_quality
@@ -1175,7 +1183,7 @@ def _show_formatters() -> dict:
                                               for ch in diff.root],
             store.STARTUP: startup, store.ARGS_VERIFICATION: args, store.KV: kv, store.BENCH_SUMMARY: bench,
             store.LOAD_SUMMARY: load, store.CAPACITY: capacity, store.QUALITY: quality, store.LM_EVAL: lm_eval,
-            store.ROOFLINE: roofline_, store.TELEMETRY: telemetry}
+            store.ROOFLINE: roofline_, store.TELEMETRY: telemetry, store.LOAD_TELEMETRY: telemetry}
 
 
 @task(help={"host": "inventory host name (default: list the shipped card table)", "inventory": _INV,

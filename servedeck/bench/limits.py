@@ -74,16 +74,33 @@ class BenchTelemetry:
         """Write the run's ``telemetry.json`` (None and nothing written when disabled)."""
         if not self.enabled:
             return None
-        from servedeck.host.telemetry import RawTelemetry, telemetry_document
-        raw = self.raw or RawTelemetry(columns=[])
-        wins = bench_windows(samples, windows, raw.clock_offset_s)
+        raw = self._raw()
+        problems = []
+        if len(windows) != len(samples):
+            problems.append(f"{len(windows)} completion requests were timed for {len(samples)} samples: "
+                            "per-request figures are left out")
+        return self._write(run, store.TELEMETRY, raw, bench_windows(samples, windows, raw.clock_offset_s), problems)
+
+    def record_load(self, run, levels: list[Any], records: list[Any]) -> TelemetryRecord | None:
+        """Write the run's ``load_telemetry.json``: one window per load level (its
+        :class:`~servedeck.runs.records.LevelResult` and the level's request records, see
+        :func:`level_windows`). None and nothing written when disabled."""
+        if not self.enabled:
+            return None
+        raw = self._raw()
+        return self._write(run, store.LOAD_TELEMETRY, raw, level_windows(levels, records, raw.clock_offset_s), [])
+
+    def _raw(self):
+        from servedeck.host.telemetry import RawTelemetry
+        return self.raw or RawTelemetry(columns=[])
+
+    def _write(self, run, file, raw, wins: list[Window], problems: list[str]) -> TelemetryRecord:
+        from servedeck.host.telemetry import telemetry_document
         rec = telemetry_record(raw, wins, telemetry_document(raw))
         if self.problem:
             rec.problems.insert(0, self.problem)
-        if len(windows) != len(samples):
-            rec.problems.append(f"{len(windows)} completion requests were timed for {len(samples)} samples: "
-                                "per-request figures are left out")
-        run.write(store.TELEMETRY, rec)
+        rec.problems += problems
+        run.write(file, rec)
         return rec
 
 
@@ -99,6 +116,30 @@ def bench_windows(samples: list[dict[str, Any]], windows: list[list[float | None
             continue
         out.append(Window(f"{s.get('phase')} {int(s.get('rep') or 0) + 1}", str(s.get("phase")), i,
                           t0 + offset_s, t1 + offset_s, int(s.get("output_tokens") or 0)))
+    return out
+
+
+def level_windows(levels: list[Any], records: list[Any], offset_s: float) -> list[Window]:
+    """One :class:`~servedeck.bench.energy.Window` per load level (phase ``load``), on the host's
+    clock (``offset_s``: host minus local): from the level's first send (its records'
+    ``sent_unix_s``) for its ``duration_s`` (first send to last end), with the output tokens of
+    its successful requests. A level without records has no window.
+
+    Args:
+        levels: the :class:`~servedeck.runs.records.LevelResult` of ``load.json``.
+        records: the :class:`~servedeck.runs.records.RequestRecord` of ``load.jsonl``.
+    """
+    first: dict[int, float] = {}
+    for r in records:
+        if r.level >= 0:
+            first[r.level] = min(first.get(r.level, r.sent_unix_s), r.sent_unix_s)
+    out = []
+    for lv in levels:
+        t0 = first.get(lv.index)
+        if t0 is None:
+            continue
+        out.append(Window(f"level {lv.index + 1} ({lv.level.label})", "load", lv.index, t0 + offset_s,
+                          t0 + lv.duration_s + offset_s, int(lv.output_tokens)))
     return out
 
 
@@ -285,6 +326,24 @@ def format_roofline(r: Roofline | None) -> list[str]:
     return out
 
 
+def _energy_figures(p, throttled_fraction: float | None) -> str:
+    """One phase's or window's figures in words (``format_telemetry``)."""
+    from servedeck.numfmt import fmt_num
+    bits = []
+    if p.j_per_token is not None:
+        err = (p.energy_error_j or 0) / p.output_tokens if p.output_tokens else None
+        bits.append(f"{fmt_num(p.j_per_token)} J/token" + (f" ±{err:.2g}" if err else ""))
+    if p.mean_power_w is not None:
+        bits.append(f"{fmt_num(p.mean_power_w)} W mean")
+    if throttled_fraction is not None:
+        bits.append(f"throttled {_pct(throttled_fraction)} of {fmt_num(p.duration_s)} s"
+                    + (f" ({', '.join(f'{k} {v:.2g} s' for k, v in p.throttle_reasons_s.items())})"
+                       if p.throttle_reasons_s else ""))
+    if p.freq_mhz_mean is not None:
+        bits.append(f"{fmt_num(p.freq_mhz_mean)} MHz")
+    return ", ".join(bits) if bits else "nothing measured"
+
+
 def format_telemetry(t: TelemetryRecord | None) -> list[str]:
     """``show``'s energy lines (empty when the run has none)."""
     from servedeck.numfmt import fmt_num
@@ -297,20 +356,12 @@ def format_telemetry(t: TelemetryRecord | None) -> list[str]:
         p = t.phases.get(phase)
         if p is None:
             continue
-        bits = []
-        if p.j_per_token is not None:
-            err = (p.energy_error_j or 0) / p.output_tokens if p.output_tokens else None
-            bits.append(f"{fmt_num(p.j_per_token)} J/token" + (f" ±{err:.2g}" if err else ""))
-        if p.mean_power_w is not None:
-            bits.append(f"{fmt_num(p.mean_power_w)} W mean")
-        if p.throttled_fraction is not None:
-            bits.append(f"throttled {_pct(p.throttled_fraction)} of {fmt_num(p.duration_s)} s"
-                        + (f" ({', '.join(f'{k} {v:.2g} s' for k, v in p.throttle_reasons_s.items())})"
-                           if p.throttle_reasons_s else ""))
-        if p.freq_mhz_mean is not None:
-            bits.append(f"{fmt_num(p.freq_mhz_mean)} MHz")
-        out.append(f"  {phase}: " + (", ".join(bits) if bits else "nothing measured")
-                   + f" ({p.windows} requests, {p.output_tokens:,} output tokens)")
+        out.append(f"  {phase}: {_energy_figures(p, p.throttled_fraction)}"
+                   f" ({p.windows} requests, {p.output_tokens:,} output tokens)")
+    for w in t.windows:  # a load benchmark's levels (load_telemetry.json)
+        if w.phase == "load":
+            thr = w.throttled_s / w.duration_s if w.throttled_s is not None and w.duration_s > 0 else None
+            out.append(f"  {w.label}: {_energy_figures(w, thr)} ({w.output_tokens:,} output tokens)")
     if t.span is not None and t.span.mean_power_w is not None:
         out.append(f"  whole bench (idle gaps included): {fmt_num(t.span.mean_power_w)} W mean over "
                    f"{fmt_num(t.span.duration_s)} s")

@@ -138,9 +138,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     timed = RequestWindows({workload.endpoint})
     client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
                           headers={"Authorization": f"Bearer {key}"} if key else None)
-    profile = store.read(run.path, store.PROFILE_RESOLVED)
-    gpu = int(((profile.root if profile is not None else {}).get("launcher") or {}).get("gpu") or 0)
-    tel = BenchTelemetry(host, entry, gpu=gpu, period_s=telemetry_period_s, enabled=telemetry)
+    tel = BenchTelemetry(host, entry, gpu=_gpu_of(run), period_s=telemetry_period_s, enabled=telemetry)
     tel.start()
     try:
         result = run_bench(base_url, workload, served_model=_served_model(run),
@@ -199,14 +197,24 @@ def append_result(first, extra):
                        finished_at=extra.finished_at)
 
 
+def _gpu_of(run: RunRecord) -> int:
+    """The device index the run's profile names (``launcher.gpu``; 0 when unset), for ``nvidia-smi``."""
+    profile = store.read(run.path, store.PROFILE_RESOLVED)
+    return int(((profile.root if profile is not None else {}).get("launcher") or {}).get("gpu") or 0)
+
+
 def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *, profile=None, slo=None,
                   capacity: dict[str, Any] | None = None, progress=None, probes: bool = True,
-                  quality_settings=None, lm_eval=None):
+                  quality_settings=None, lm_eval=None, telemetry: bool = True,
+                  telemetry_period_s: float | None = None):
     """Run a load benchmark (``profile``) or a capacity search (``capacity``) against the server
     ``run_dir`` deployed and store it in ``run_dir`` (``load.jsonl``, ``load.json``,
     ``capacity.json``), behind the same guard as :func:`bench_deployed`; then, as after a
     single-stream benchmark, the quality probes and lm-eval (:func:`judge_output`; the probes
     only when the run holds none yet: a single-stream benchmark of the same deployment probed it).
+    Energy, power, clocks and throttling are sampled on the host during the load and written per
+    level into ``load_telemetry.json`` (:meth:`servedeck.bench.limits.BenchTelemetry.record_load`;
+    ``telemetry=False`` skips it; ``telemetry_period_s`` as for :func:`bench_deployed`).
 
     Args:
         workload: a :class:`servedeck.bench.workload.RequestWorkload`.
@@ -233,17 +241,24 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     model = _served_model(run)
-    if capacity is not None:
-        from servedeck.runs.kv_history import read_kv
-        kv_doc = read_kv(run.path)
-        kv = kv_doc.prediction if kv_doc is not None else None
-        result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
-                              precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
-                              kv_prediction=kv, headers=headers, progress=progress)
-    else:
-        result = run_load(base_url, workload, profile, served_model=model, slo=slo, headers=headers,
-                          progress=progress)
+    from servedeck.bench.limits import BenchTelemetry
+    tel = BenchTelemetry(host, entry, gpu=_gpu_of(run), period_s=telemetry_period_s, enabled=telemetry)
+    tel.start()
+    try:
+        if capacity is not None:
+            from servedeck.runs.kv_history import read_kv
+            kv_doc = read_kv(run.path)
+            kv = kv_doc.prediction if kv_doc is not None else None
+            result = run_capacity(base_url, workload, capacity["start"], slo, served_model=model,
+                                  precision=capacity.get("precision"), max_levels=capacity.get("max_levels"),
+                                  kv_prediction=kv, headers=headers, progress=progress)
+        else:
+            result = run_load(base_url, workload, profile, served_model=model, slo=slo, headers=headers,
+                              progress=progress)
+    finally:
+        tel.stop()
     result.write(run.path)
+    tel.record_load(run, result.summary.levels, result.records)
     judge_output(run, base_url, key, probes=probes and store.read(run.path, store.QUALITY) is None,
                  quality_settings=quality_settings, lm_eval=lm_eval, progress=progress)
     run.save_meta(load_benched_at=result.summary.finished_at)

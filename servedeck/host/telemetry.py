@@ -147,6 +147,9 @@ if command -v setsid >/dev/null 2>&1; then
 else
   nohup "$sh_" -c "$sampler" "sd-telemetry-$token" "$out" "$period" "$until" "$token" "$@" </dev/null >/dev/null 2>&1 &
 fi
+# return once the first reading is written (at most 2 s): a window that opens right after the
+# start (a bench's warm-up request, a load's first level) must lie inside the readings
+i=0; while [ ! -s "$out" ] && [ "$i" -lt 200 ]; do sleep 0.01; i=$((i+1)); done
 echo "sampler$T$sh_"
 echo "file$T$out"
 """
@@ -339,7 +342,8 @@ def parse_nvidia(text: str) -> tuple[list[tuple[float, float | None, float | Non
 
 def start_telemetry(host: RemoteHost, *, sysfs_root: str = "/sys", gpu: int = 0,
                     period_s: float = DEFAULT_PERIOD_S, max_duration_s: float = 4 * 3600.0) -> TelemetryHandle:
-    """Find the host's counters and start the sampler (one round trip; returns at once).
+    """Find the host's counters and start the sampler (one round trip; returns once the sampler
+    has written its first reading, at most 2 s later).
 
     Args:
         sysfs_root: where sysfs is (the inventory's ``sysfs_root``).

@@ -147,6 +147,9 @@ LM_EVAL: RunFile[LmEvalResult] = RunFile(
 TELEMETRY: RunFile[TelemetryRecord] = RunFile(
     "telemetry.json", "TelemetryRecord", "energy, power, GPU clocks and throttling of each bench window, from the "
     "host's counters sampled during the bench, with the raw samples")
+LOAD_TELEMETRY: RunFile[TelemetryRecord] = RunFile(
+    "load_telemetry.json", "TelemetryRecord", "a load benchmark: energy, power, GPU clocks and throttling of each "
+    "load level (one window per level, phase `load`), from the host's counters sampled during it")
 ROOFLINE: RunFile[Roofline] = RunFile(
     "roofline.json", "Roofline", "each request against the card's ceilings: decode against memory bandwidth, "
     "prefill against the matrix rate, with every figure's source")
@@ -167,7 +170,7 @@ EXTERNAL_CURVE: RunFile[CurveSummary] = RunFile(
 RUN_FILES: tuple[RunFile[Any], ...] = (
     COMPOSE, RUN_META, PROFILE_RESOLVED, EFFECTIVE, ARGV, PROFILE_DIFF, FACTS, STARTUP_LOG, STARTUP,
     ARGS_VERIFICATION, KV, WORKLOAD, BENCH_SAMPLES, BENCH_SUMMARY, SEQUENTIAL, LOAD_SAMPLES, LOAD_SUMMARY,
-    CAPACITY, QUALITY, LM_EVAL, TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
+    CAPACITY, QUALITY, LM_EVAL, TELEMETRY, LOAD_TELEMETRY, ROOFLINE, EXTERNAL_RAW, EXTERNAL_SUMMARY, EXTERNAL_CURVE)
 
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"

@@ -1,4 +1,6 @@
-"""A power-cap sweep on the loopback fleet, interrupted mid-series, leaves the card's original cap.
+"""A power-cap sweep on the loopback fleet, interrupted mid-series, leaves the card's original cap;
+so does the series guard that ``ab --interleave`` of two capped profiles runs in, interrupted or
+failing.
 
 Real: the user's command line (``invoke sweep``), Ansible, SSH, Docker, the vLLM stand-in image
 (see test_fleet_loopback.py). Stand-in: the xe card's sysfs tree the host entry's ``sysfs_root``
@@ -14,11 +16,13 @@ import subprocess
 import sys
 import time
 import uuid
+from types import SimpleNamespace
 
+import pytest
 from ruamel.yaml import YAML
-from devtools.standin_card import HWMON, UW, make_card
 from test_fleet_loopback import FLEET_DIR, ROOT, _profile, fleet, project, standin  # noqa: F401
 
+from devtools.standin_card import HWMON, UW, make_card
 from servedeck.host.power import read_power_state
 
 
@@ -70,3 +74,43 @@ def test_interrupted_power_cap_sweep_restores_the_original_cap(project, fleet, s
         assert plan["variables"] == {"host.power_cap_w": [250, 200]}
     finally:
         host.run(["rm", "-rf", "--", scratch], check=False)
+
+
+def _capped_arm(host, root, watts):
+    """What a capped arm's deploy does to the card (servedeck.deploy.apply): set the cap and
+    record the replaced value in the host's power state."""
+    from servedeck.host.power import apply_power_cap, read_power_limit
+    limit = read_power_limit(host, sysfs_root=root)
+    apply_power_cap(host, limit, watts, profile=f"cap-{watts:g}", now="2026-12-03T00:00:00Z", sysfs_root=root)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_the_series_guard_of_ab_interleave_restores_the_cap_after_an_interrupt_or_a_failure(scratch_host, stop):
+    """``ab --interleave`` of two capped profiles runs inside ``power_series`` (as the sweep
+    does): the arms' caps are set on the stand-in card, the series stops (Ctrl-C, or an arm's
+    failure), and the cap in force before the series is back and recorded as kept."""
+    from servedeck.deploy.power_series import power_series
+    root = make_card(scratch_host, f"{scratch_host.workdir}/sysfs", current_w=275, rated_max_w=300)
+    lines: list[str] = []
+    with pytest.raises(stop), power_series([(scratch_host, SimpleNamespace(sysfs_root=root))],
+                                           series="ab --interleave A B", report=lines.append) as originals:
+        assert [o.watts for o in originals] == [275.0]
+        _capped_arm(scratch_host, root, 230)
+        _capped_arm(scratch_host, root, 160)
+        assert _cap_file(scratch_host, root) == 160 * UW
+        raise stop("stopped mid-series")
+    assert _cap_file(scratch_host, root) == 275 * UW
+    assert lines == ["scratch: power limit restored 160 W -> 275 W (as before the series)"]
+    state = read_power_state(scratch_host)
+    assert state["applied_w"] == state["previous_w"] == 275.0
+    assert "original cap restored after ab --interleave A B" in state["profile"]
+
+
+def test_a_series_that_did_not_change_the_cap_writes_nothing(scratch_host):
+    from servedeck.deploy.power_series import power_series
+    root = make_card(scratch_host, f"{scratch_host.workdir}/sysfs", current_w=230, rated_max_w=300)
+    lines: list[str] = []
+    with power_series([(scratch_host, SimpleNamespace(sysfs_root=root))], series="sweep s", report=lines.append):
+        pass
+    assert lines == ["scratch: power limit 230 W as before the series"]
+    assert read_power_state(scratch_host) is None and _cap_file(scratch_host, root) == 230 * UW

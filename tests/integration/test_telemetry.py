@@ -130,7 +130,8 @@ from test_deploy import _deploy, _fast, _variant, card, project, standin  # noqa
 
 def test_bench_records_energy_per_token_of_each_request(project, card, standin):  # noqa: F811
     """A deployed stand-in server benchmarked while the stand-in card draws 150 W: every request's
-    J/token is 150 W × its time ÷ its output tokens, within the stated error."""
+    J/token is 150 W × its time ÷ its output tokens, within the stated error; then a load
+    benchmark of the same deployment: each level's energy is 150 W × the level's time."""
     from servedeck.bench.client import Workload
     from servedeck.bench.limits import format_telemetry, read_roofline, read_telemetry
     from servedeck.bench.record import bench_deployed
@@ -142,9 +143,18 @@ def test_bench_records_energy_per_token_of_each_request(project, card, standin):
                                     "    STANDIN_DECODE_S_PER_TOKEN: \"0.01\"\n")
     res = _deploy(project, (host, entry), "paced-slow", standin)
     assert res.outcome == "ready"
-    pid = start_load(host, root, 150.0)
+    from servedeck.bench.load import LoadProfile
+    from servedeck.bench.record import load_deployed
+    from servedeck.bench.workload import ChatWorkload, Lengths
+    from servedeck.runs import store
+    chat = ChatWorkload(name="t", requests=3, warmup_requests=0, output_tokens=Lengths(value=24),
+                        prompt_tokens=Lengths(value=32))
+    pid = start_load(host, root, 150.0)  # one load process for the bench and then the load benchmark
     try:
-        result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2))
+        result = bench_deployed(res.run.path, host, entry, Workload(prompt_tokens=64, max_tokens=48, repetitions=2),
+                                probes=False)
+        run = load_deployed(res.run.path, host, entry, chat, profile=LoadProfile.parse("concurrency:1,3"),
+                            probes=False)
     finally:
         stop_load(host, pid)
     tel = read_telemetry(res.run.path)
@@ -160,3 +170,13 @@ def test_bench_records_energy_per_token_of_each_request(project, card, standin):
     roof = read_roofline(res.run.path)  # the stand-in has no model: said, not raised
     assert roof is not None and any("no weights figure" in n for n in roof.notes + roof.model.notes)
     assert name == "paced"
+
+    # the same deployment under load: one window per level, 150 W × the level's time
+    load_tel = store.read(res.run.path, store.LOAD_TELEMETRY)
+    assert [w.label for w in load_tel.windows] == ["level 1 (c=1)", "level 2 (c=3)"]
+    for w, lv in zip(load_tel.windows, run.summary.levels):
+        assert w.output_tokens == lv.output_tokens == 72 and w.duration_s == pytest.approx(lv.duration_s)
+        assert w.energy_j is not None, (w, load_tel.problems)
+        assert abs(w.energy_j - 150.0 * lv.duration_s) <= w.energy_error_j + 150.0 * 2 * STANDIN_SLACK_S, (w, lv)
+    words = format_telemetry(load_tel)
+    assert any(ln.startswith("  level 2 (c=3): ") and "J/token" in ln for ln in words), words

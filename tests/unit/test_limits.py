@@ -313,6 +313,38 @@ def test_telemetry_record_uses_the_xe_card_and_the_throttle_reasons():
     assert rec.per_request("j_per_token") == {1: pytest.approx(6.0, rel=0.01)}
 
 
+def test_load_levels_are_windows_of_their_own_on_the_hosts_clock():
+    """Each load level is one window (phase ``load``) from its first send for its duration, with
+    its successful output tokens; records of the warm-up (level -1) and a level without records
+    make none. Two levels at 100 W then 200 W: J/token per level, and show's words per level."""
+    from types import SimpleNamespace as NS
+
+    from servedeck.bench.limits import format_telemetry, level_windows
+    from servedeck.runs.records import LoadLevel
+    levels = [NS(index=0, level=LoadLevel(kind="concurrency", value=1), duration_s=2.0, output_tokens=100),
+              NS(index=1, level=LoadLevel(kind="concurrency", value=4), duration_s=1.0, output_tokens=400),
+              NS(index=2, level=LoadLevel(kind="concurrency", value=8), duration_s=1.0, output_tokens=0)]
+    records = [NS(level=-1, sent_unix_s=10.0), NS(level=0, sent_unix_s=11.5), NS(level=0, sent_unix_s=11.0),
+               NS(level=1, sent_unix_s=14.0), NS(level=1, sent_unix_s=14.2)]
+    wins = level_windows(levels, records, offset_s=100.0)
+    assert [(w.label, w.phase, w.index, w.t0, w.t1, w.output_tokens) for w in wins] == [
+        ("level 1 (c=1)", "load", 0, 111.0, 113.0, 100), ("level 2 (c=4)", "load", 1, 114.0, 115.0, 400)]
+    t = [110 + i * 0.05 for i in range(120)]
+    power = [100.0 if x < 113.5 else 200.0 for x in t]
+    energy, e = [], 0.0
+    for i, x in enumerate(t):
+        e += power[i] * (x - t[i - 1]) * 1e6 if i else 0.0
+        energy.append(int(e))
+    raw = RawTelemetry(columns=[Column("energy_uj", "xe card1 card", "/e")], t=t, values=[energy])
+    rec = telemetry_record(raw, wins)
+    assert rec.windows[0].j_per_token == pytest.approx(100 * 2.0 / 100, rel=0.03)
+    assert rec.windows[1].j_per_token == pytest.approx(200 * 1.0 / 400, rel=0.03)
+    assert rec.phases["load"].windows == 2 and rec.phases["load"].output_tokens == 500
+    lines = format_telemetry(rec)
+    assert lines[1].startswith("  level 1 (c=1): 2") and "J/token" in lines[1] and "100.0 W mean" in lines[1]
+    assert lines[2].startswith("  level 2 (c=4): 0.5") and "(400 output tokens)" in lines[2]
+
+
 # ------------------------------------------------------------------------------------ A/B
 
 
