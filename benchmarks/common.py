@@ -16,3 +16,11 @@ def byte_compile() -> None:
     be compiled again in every measured process (about 0.1 s of a deploy)."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "servedeck"),
                     str(ROOT / "devtools"), str(ROOT / "tasks.py")], check=True)
+
+
+def clear_bench(run_dir: Path) -> None:
+    """Remove what a bench wrote into ``run_dir`` (so the same run is benchmarked again)."""
+    from servedeck.runs import store
+    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
+                 store.QUALITY):
+        (run_dir / name).unlink(missing_ok=True)

@@ -40,7 +40,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+from common import byte_compile, clear_bench  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,14 +65,6 @@ def make_project(tmp: Path, port: int, workdir: str, mnbt_values: list[int]):
         (tmp / "profiles" / f"q-{mnbt}.yaml").write_text(
             f"extends: cpu-{mnbt}\ncontainer:\n  port: {port}\n  container_name: {CONTAINER}\n")
     return Project(tmp)
-
-
-def clear_bench(run_dir: Path) -> None:
-    """Remove what a bench wrote into ``run_dir`` (so the same run is benchmarked again)."""
-    from servedeck.runs import store
-    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
-                 store.QUALITY):
-        (run_dir / name).unlink(missing_ok=True)
 
 
 def main() -> int:

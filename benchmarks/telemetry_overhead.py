@@ -41,7 +41,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import byte_compile  # noqa: E402  (benchmarks/common.py)
+from common import byte_compile, clear_bench  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -106,13 +106,6 @@ def time_telemetry_parts() -> dict[str, list[float]]:
                     parts[_name].append(time.perf_counter() - t0)
         setattr(BenchTelemetry, name, timed)
     return parts
-
-
-def clear_bench(run_dir: Path) -> None:
-    from servedeck.runs import store
-    for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
-                 store.QUALITY):
-        (run_dir / name).unlink(missing_ok=True)
 
 
 def main() -> int:

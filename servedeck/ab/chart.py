@@ -62,6 +62,12 @@ def chart_png(comparison: Comparison) -> bytes:
         ax.axis("off")
     fig.suptitle(f"A = {comparison.arm_a}   B = {comparison.arm_b}   (points: samples, line: median, bar: min–max)",
                  fontsize=9)
+    return _png(fig)
+
+
+def _png(fig) -> bytes:
+    """``fig`` laid out and rendered as PNG bytes (110 dpi); the figure is closed."""
+    import matplotlib.pyplot as plt
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -203,11 +209,7 @@ def load_chart_png(load) -> bytes:
             ax.legend(fontsize=6)
     slo = f"   SLO {load.slo.describe()}" if load.slo else ""
     fig.suptitle(f"under load: {load.workload}, {load.load}{slo}", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
 
 
 def render_load_chart(load, path: Path) -> Path:
