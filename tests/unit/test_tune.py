@@ -2,7 +2,7 @@
 (servedeck.ab.next), sequential benchmarks (servedeck.ab.sequential) and reports
 (servedeck.ab.experiment); only the host is simulated here: a "deploy" records a copy of a fixture
 run with the arm's profile, a "bench" draws per-request samples from the surface with 2 %
-noise. The same loop against the stand-in server over SSH is tests/integration/test_tune.py."""
+noise. The same loop against the stand-in server over SSH is tests/integration/test_tune_standin.py."""
 
 from __future__ import annotations
 
