@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from run_samples import make_sample  # tests/run_samples.py: a module name no other test directory has
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -48,18 +50,7 @@ def project_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def make_sample(phase: str, rep: int, **fields):
-    """One ``bench.jsonl`` sample (:class:`servedeck.runs.records.Sample`): ``fields`` over
-    plausible values of every other field (a 64-token prompt, 16 output tokens)."""
-    from servedeck.runs.records import Sample, ServerDelta
-    base = {"phase": phase, "rep": rep, "tag": f"[req {phase}{rep:030d}]", "prompt_tokens": 64,
-            "prompt_tokens_requested": 64, "output_tokens": 16, "first_chunk_tokens": 1, "ttft_s": 0.5,
-            "prefill_tok_s": 128.0, "decode_tok_s": 50.0, "decode_s": 0.3, "e2e_s": 0.8,
-            "finish_reason": "length", "chunks": 16, "server": ServerDelta()}
-    return Sample(**{**base, **fields})
-
-
 @pytest.fixture
 def bench_sample():
-    """:func:`make_sample`, for tests that write benchmark files."""
+    """:func:`run_samples.make_sample`, for tests that write benchmark files."""
     return make_sample

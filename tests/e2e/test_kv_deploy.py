@@ -26,7 +26,7 @@ from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
 from servedeck.runs.kv_history import read_kv
-from servedeck.runs.store import EFFECTIVE, STARTUP, read, read_meta, run_dirs
+from servedeck.runs.store import EFFECTIVE, STARTUP, read
 
 
 
@@ -109,13 +109,14 @@ def _models() -> list[str] | None:
         return None
 
 
-def test_vllm_in_the_image_is_the_last_judge_and_the_deployment_keeps_serving(cpu_project):
-    """A fault only vLLM knows: the structured-outputs backend spelled ``lm_format_enforcer``
-    (vLLM's ``StructuredOutputsConfig.backend`` is a Literal whose value is ``lm-format-enforcer``;
-    servedeck's tables record the field's type, not vLLM's validation). servedeck's own check
-    passes the profile (the deploy gets past render + check); vLLM's parser in the pinned image
-    refuses it before the switch with its own message; the run record says why; the server
-    that was serving still answers /v1/models."""
+def test_a_config_value_vllm_refuses_is_refused_before_the_host_and_the_deployment_keeps_serving(cpu_project):
+    """A value only vLLM's config model knows to be wrong: the structured-outputs backend spelled
+    ``lm_format_enforcer`` (vLLM's ``StructuredOutputsConfig.backend`` is a Literal whose value is
+    ``lm-format-enforcer``). servedeck's check judges JSON config values by the release's config
+    model (issue 30, ``json/bad-value``, read from the pinned image's vLLM 0.32.0), so the deploy
+    stops at render + check with vLLM's own words and a hint; nothing on the host changes and the
+    server that was serving still answers /v1/models. (The in-image judge for what the tables do
+    not model is tests/integration/test_inimage.py.)"""
     project, host, entry = cpu_project
     if _models() is None:  # run alone: put the baseline up first (after test 1 cpu-kv2 serves)
         assert _deploy(project, host, entry, "cpu-4096").outcome == "ready"
@@ -125,15 +126,10 @@ def test_vllm_in_the_image_is_the_last_judge_and_the_deployment_keeps_serving(cp
         "extends: cpu-4096\nengine:\n  extra_args: [--structured-outputs-config, "
         "'{\"backend\": \"lm_format_enforcer\"}']\n")
     compose = host.read_file("docker-compose.yml")
-    with pytest.raises(DeployError, match="vLLM in the pinned image rejects the server command") as exc:
+    with pytest.raises(DeployError, match="the rendered compose file has errors; nothing was changed") as exc:
         _deploy(project, host, entry, "cpu-so-typo")
     msg = str(exc.value)
-    # vLLM's own argparse + StructuredOutputsConfig message, not one of servedeck's findings
-    assert "argument --structured-outputs-config" in msg and "'lm-format-enforcer'" in msg
-    assert "nothing serving was changed" in msg
-    meta = read_meta(run_dirs(project.runs_dir)[-1][1])
-    assert meta.profile == "cpu-so-typo" and meta.outcome == "failed" and meta.ready_at is None
-    assert "argument --structured-outputs-config" in (meta.failure or "")
+    assert "json/bad-value" in msg and "StructuredOutputsConfig.backend" in msg and "lm-format-enforcer" in msg
     assert host.read_file("docker-compose.yml") == compose
     assert _models() == before
 

@@ -372,13 +372,16 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
     run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
     assert run["outcome"] == "failed" and "No space left on device" in run["failure"]
     assert "rollback" not in run
-    # rollback and down on the full disk: the cause named, nothing changed, no lock left
-    for command in (lambda: ops.rollback(host, entry, project=project, reporter=QuietReporter()),
-                    lambda: ops.down(host, reporter=QuietReporter())):
-        with pytest.raises(DeployError) as exc:
-            command()
-        assert "No space left on device" in exc.value.message and "nothing was changed" in exc.value.message
-        assert not _lock_file(wd).exists() and _served() == ["good"]
+    # rollback on the full disk: the only known-good deployment serves, so there is nothing to roll
+    # back to (refused before anything is written); down: the cause named, nothing changed; no lock left
+    with pytest.raises(DeployError) as exc:
+        ops.rollback(host, entry, project=project, reporter=QuietReporter())
+    assert "no known-good deployment to roll back to" in exc.value.message
+    assert not _lock_file(wd).exists() and _served() == ["good"]
+    with pytest.raises(DeployError) as exc:
+        ops.down(host, reporter=QuietReporter())
+    assert "No space left on device" in exc.value.message and "nothing was changed" in exc.value.message
+    assert not _lock_file(wd).exists() and _served() == ["good"]
     os.unlink(f"{wd}/fill")
 
     _lock_file(wd).write_bytes(b"")  # an older version's lock write on a full disk

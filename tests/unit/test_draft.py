@@ -121,7 +121,7 @@ def test_the_users_text_wins(tmp_path):
 def _run_with(tmp_path: Path, src: Path, name: str, decode: float, ttft: float, n: int = 12, seed: int = 0,
               noise: float = 0.005) -> Path:
     """A copy of a fixture run whose bench samples are redrawn around ``decode``/``ttft``."""
-    from conftest import make_sample
+    from run_samples import make_sample
     rng = np.random.default_rng(seed)
     run = tmp_path / name
     shutil.copytree(src, run)

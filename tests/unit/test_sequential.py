@@ -149,7 +149,7 @@ def test_where_three_samples_cannot_decide_the_looks_do():
 def _bench_rows(values: dict[str, list[float]], phases=("cold", "warm"), seed: int = 0) -> list:
     """bench.jsonl samples (typed): one per request per phase, the given metric values, and
     ttft_s / prefill_tok_s around 0.1 s and 640 tok/s with 1 % noise where not given."""
-    from conftest import make_sample
+    from run_samples import make_sample
     rng = np.random.default_rng(seed)
     n = len(next(iter(values.values())))
     rows = []
