@@ -24,3 +24,13 @@ def clear_bench(run_dir: Path) -> None:
     for name in (store.WORKLOAD, store.BENCH_SAMPLES, store.BENCH_SUMMARY, store.TELEMETRY, store.ROOFLINE,
                  store.QUALITY):
         (run_dir / name).unlink(missing_ok=True)
+
+
+def tear_down(host, workdir: str, tmp: Path) -> None:
+    """Bring down what a benchmark deployed in ``workdir`` on ``host``, remove that directory,
+    close the host's session and remove the local project copy ``tmp``."""
+    import shutil
+    host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 1; rm -rf {workdir}",
+             check=False)
+    host.close()
+    shutil.rmtree(tmp, ignore_errors=True)

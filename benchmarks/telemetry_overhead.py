@@ -41,7 +41,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import byte_compile, clear_bench  # noqa: E402  (benchmarks/common.py)
+from common import byte_compile, clear_bench, tear_down  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -200,11 +200,7 @@ def main() -> int:
     finally:
         if pid is not None:
             stop_load(host, pid)
-        host.run(f"cd {workdir} 2>/dev/null && docker compose down --remove-orphans -t 1; rm -rf {workdir}",
-                 check=False)
-        host.close()
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+        tear_down(host, workdir, tmp)
 
 
 if __name__ == "__main__":
