@@ -7,9 +7,10 @@ The deploy code reports through a :class:`Reporter`; the CLI passes :class:`Cons
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TextIO
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -26,14 +27,21 @@ class Reporter:
     (:func:`servedeck.safetext.printable`).
     """
 
+    #: the reader of the output has gone (see :func:`shown`): later lines are dropped
+    lost = False
+
+    def _line(self, line: str, stream: TextIO | None = None) -> None:
+        out = stream or sys.stdout
+        self.lost = self.lost or not shown(lambda: (out.write(line + "\n"), out.flush()), out, self.lost)
+
     def phase(self, name: str, text: str) -> None:
-        print(printable(f"[{name}] {text}"), flush=True)
+        self._line(printable(f"[{name}] {text}"))
 
     def info(self, text: str) -> None:
-        print(printable(f"  {text}"), flush=True)
+        self._line(printable(f"  {text}"))
 
     def warn(self, text: str) -> None:
-        print(printable(f"  warning: {text}"), flush=True)
+        self._line(printable(f"  warning: {text}"))
 
     def recorded(self, run_dir) -> None:
         """The run record of this deploy or rollback was created in ``run_dir``."""
@@ -44,6 +52,33 @@ class Reporter:
 
     def done_waiting(self) -> None:
         pass
+
+
+def shown(show: Callable[[], object], stream: TextIO, lost: bool = False) -> bool:
+    """Run ``show`` (which writes to ``stream``) unless the reader is already ``lost``; return
+    whether the reader is still there.
+
+    A reader that has gone — a closed pipe (the fleet's Ansible task running this command was
+    stopped, a ``| head``), a terminal that hung up — costs the line and every later one, never
+    the work being reported: an interrupted deploy still waits for its switch, rolls back and
+    gives its lock back. The stream's descriptor is pointed at ``/dev/null`` so that the lines
+    still buffered, and the interpreter's last flush, go nowhere instead of raising again.
+    """
+    if lost:
+        return False
+    try:
+        show()
+        return True
+    except OSError:  # BrokenPipeError (EPIPE; Python ignores SIGPIPE), EIO from a hung-up terminal
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, stream.fileno())
+            finally:
+                os.close(null)
+        except (OSError, ValueError, AttributeError):  # no descriptor (a StringIO): nothing buffered to lose
+            pass
+        return False
 
 
 class ConsoleReporter(Reporter):
@@ -74,11 +109,17 @@ class ConsoleReporter(Reporter):
             self._terminal = bool(getattr(stream, "isatty", lambda: False)())
         return self._terminal
 
+    @property
+    def _stream(self) -> TextIO:
+        return sys.stderr if self._stderr else sys.stdout
+
     def _plain(self, line: str) -> None:
-        stream = sys.stderr if self._stderr else sys.stdout
         with self._lock:
-            stream.write(line + "\n")
-            stream.flush()
+            self._line(line, self._stream)
+
+    def _rich(self, markup: str, *, escaped: bool = True) -> None:
+        self.lost = self.lost or not shown(lambda: self.console.print(markup, markup=escaped), self._stream,
+                                           self.lost)
 
     @property
     def console(self):
@@ -98,20 +139,20 @@ class ConsoleReporter(Reporter):
         self.done_waiting()
         if self.terminal:
             from rich.markup import escape
-            self.console.print(f"[bold cyan]{name:>9}[/] {escape(printable(text))}", markup=True)
+            self._rich(f"[bold cyan]{name:>9}[/] {escape(printable(text))}")
         else:
             self._plain(f"{name:>9} {printable(text)}")
 
     def info(self, text: str) -> None:
         if self.terminal:
-            self.console.print(f"          {printable(text)}", markup=False)
+            self._rich(f"          {printable(text)}", escaped=False)
         else:
             self._plain(f"          {printable(text)}")
 
     def warn(self, text: str) -> None:
         if self.terminal:
             from rich.markup import escape
-            self.console.print(f"[yellow]  warning[/] {escape(printable(text))}", markup=True)
+            self._rich(f"[yellow]  warning[/] {escape(printable(text))}")
         else:
             self._plain(f"  warning {printable(text)}")
 
@@ -119,20 +160,25 @@ class ConsoleReporter(Reporter):
         from servedeck.safetext import clip
         line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
-            from rich.markup import escape
-            if self._status is None:
-                self._status = self.console.status(escape(line))
-                self._status.start()
-            else:
-                self._status.update(escape(line))
+            if not self.lost:
+                self.lost = not shown(lambda: self._status_line(line), self._stream)
         elif elapsed_s - self._last_plain >= 10:
             self._last_plain = elapsed_s
             self._plain(f"          {line}")
 
+    def _status_line(self, line: str) -> None:
+        from rich.markup import escape
+        if self._status is None:
+            self._status = self.console.status(escape(line))
+            self._status.start()
+        else:
+            self._status.update(escape(line))
+
     def done_waiting(self) -> None:
         if self._status is not None:
-            self._status.stop()
-            self._status = None
+            status, self._status = self._status, None
+            stopped = shown(status.stop, self._stream)  # stopped even when lost: its refresh thread ends
+            self.lost = self.lost or not stopped
         self._last_plain = 0.0
 
 

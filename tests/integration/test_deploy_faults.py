@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -29,7 +30,7 @@ from test_deploy import SSH_CONFIG, _resume, _sshd_pids, card, project, standin 
 
 from servedeck.deploy import ops, switch
 from servedeck.deploy.apply import deploy
-from servedeck.deploy.console import QuietReporter, Reporter
+from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter
 from servedeck.deploy.ops import status
 from servedeck.deploy.plan import DeployOptions
 from servedeck.errors import DeployError
@@ -378,6 +379,8 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
         ops.rollback(host, entry, project=project, reporter=QuietReporter())
     assert "no known-good deployment to roll back to" in exc.value.message
     assert not _lock_file(wd).exists() and _served() == ["good"]
+    # the failed switch gave back what its upload took (a page or so): full again, for down
+    _fill(wd)
     with pytest.raises(DeployError) as exc:
         ops.down(host, reporter=QuietReporter())
     assert "No space left on device" in exc.value.message and "nothing was changed" in exc.value.message
@@ -419,6 +422,76 @@ def test_an_interrupt_during_preflight_on_a_slow_link_leaves_no_lock(project, ca
     assert "the deploy lock its preflight took was given back" in exc.value.message
     assert not _lock_file(host.workdir).exists()
     assert not project.runs_dir.exists() and _history_lines(host.workdir) == []
+
+
+class _InterruptedReaderGone(ConsoleReporter):
+    """Plain console lines into a pipe whose reader has gone, and SIGTERM to this process at
+    ``at`` (a phase, or ``switch-wait``): a fleet rollout's Ansible task stopped together with the
+    deploy it runs, as an interrupted ``sweep`` does."""
+
+    def __init__(self, at: str, stream) -> None:
+        super().__init__()
+        self.at, self.done, self.stream = at, False, stream
+
+    def _maybe(self, name: str) -> None:
+        if not self.done and name == self.at:
+            self.done = True
+            self.stream.close_reader()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def phase(self, name: str, text: str) -> None:
+        self._maybe(name)
+        super().phase(name, text)
+
+    def waiting(self, phase: str, elapsed_s: float, last_line: str) -> None:
+        if phase == "switch":
+            self._maybe("switch-wait")
+        super().waiting(phase, elapsed_s, last_line)
+
+
+class _PipeOut:
+    """A text stream into a pipe whose read end :meth:`close_reader` closes."""
+
+    def __init__(self) -> None:
+        self.r, w = os.pipe()
+        self.file = os.fdopen(w, "w")
+
+    def close_reader(self) -> None:
+        os.close(self.r)
+
+    def write(self, text: str) -> int:
+        return self.file.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+
+@pytest.mark.parametrize("at", ["preflight", "pull", "switch-wait"])
+def test_an_interrupt_whose_output_reader_has_gone_still_gives_the_lock_back(project, card, standin, at,  # noqa: F811
+                                                                           monkeypatch):
+    """The bug: a sweep stopped mid-deploy left the host locked by the dead deploy. Its Ansible
+    task died with it, every line the deploy wrote met EPIPE, and the BrokenPipeError of its
+    "interrupted: waiting for the preflight" warning left the cleanup before the lock was given
+    back. Now the lines are lost and the work is not: no lock, the old deployment serves."""
+    host, entry = card
+    good = _profile(project, "good")
+    assert _deploy(project, card, good, standin).outcome == "ready"
+    out = _PipeOut()
+    monkeypatch.setattr(sys, "stdout", out)  # the console reporter's lines go to stdout
+    try:
+        with pytest.raises(DeployError, match="interrupted"):
+            _deploy(project, card, _profile(project, "new"), standin, _InterruptedReaderGone(at, out))
+    finally:
+        try:
+            out.file.close()
+        except OSError:  # lines still buffered for the reader that has gone
+            pass
+    assert host.read_lock() is None and not _lock_file(host.workdir).exists()
+    assert _served_soon() == ["good"]
+    assert len(_containers(host.workdir)) == 1
 
 
 def test_a_second_interrupt_during_the_rollback_still_ends_every_revision(project, card, standin):  # noqa: F811

@@ -54,7 +54,7 @@ def fleet(test_services):
             host.run_script(
                 'cd "$1" || exit 0; for f in docker-compose.yml docker-compose.yml.prev '
                 'docker-compose.yml.failed; do [ -e "$f" ] && docker compose -f "$f" down '
-                '--remove-orphans -t 1; done; rm -f docker-compose.yml* .servedeck*; true',
+                '--remove-orphans -t 1; done; rm -rf docker-compose.yml* .servedeck*; true',
                 [host.workdir], check=False)
     clean()
     yield hosts
@@ -278,7 +278,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_experiments(projec
     assert 1 <= len(finished) < 3, out
     assert "interrupted" in out
     runs_before = len(_runs(project))
-    assert all(fleet[h].read_lock() is None for h in ("fleet-1", "fleet-2"))
+    assert all(fleet[h].read_lock() is None for h in ("fleet-1", "fleet-2")), out
 
     proc = _cli(project, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr

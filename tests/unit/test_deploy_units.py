@@ -327,3 +327,45 @@ def test_console_lines_into_a_pipe_are_plain_and_keep_brackets_and_rich_is_not_i
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["preflight host b70 (/srv/x) [lock]", "          image present on the host",
                                 "  warning kv/[x]: tight", "          wait   11.0 s | INFO loaded", "no rich"]
+
+
+@pytest.mark.parametrize("reporter", ["ConsoleReporter()", "ConsoleReporter(stderr=True)", "Reporter()"])
+def test_a_reader_that_has_gone_costs_the_lines_not_the_work(reporter) -> None:
+    """The fleet's Ansible task that runs a deploy is stopped with it, closing the pipe the deploy
+    writes to: every later line (the interrupt's warning, the rollback's phases) met EPIPE, and the
+    BrokenPipeError left the cleanup before the lock was given back. Now the lines are dropped, the
+    code after them runs, and the process exits without a flush error at shutdown."""
+    import os
+    import subprocess
+    import sys
+    stream = "stderr" if "stderr" in reporter else "stdout"
+    out_r, out_w = os.pipe()  # the deploy's output, read by a reader that goes away
+    note_r, note_w = os.pipe()  # what the child says on the side
+    go_r, go_w = os.pipe()  # the parent says: the reader has gone
+    script = (
+        "import os, sys\n"
+        "from servedeck.deploy.console import ConsoleReporter, Reporter\n"
+        f"r = {reporter}\n"
+        "r.phase('preflight', 'host b70')\n"
+        f"os.write({note_w}, b'first line out\\n')\n"
+        f"os.read({go_r}, 1)\n"
+        "for i in range(3):\n"
+        "    r.warn('interrupted: waiting for the preflight round trip ' + 'x' * 70000)\n"
+        "    r.phase('rollback', 'to revision 3')\n"
+        "    r.waiting('wait', 11.0 * (i + 1), 'INFO loaded')\n"
+        "r.done_waiting()\n"
+        f"os.write({note_w}, (b'lost' if r.lost else b'not lost') + b' cleanup ran\\n')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], pass_fds=(note_w, go_r),
+                            stdout=out_w if stream == "stdout" else subprocess.DEVNULL,
+                            stderr=out_w if stream == "stderr" else subprocess.PIPE)
+    os.close(out_w), os.close(note_w), os.close(go_r)
+    with os.fdopen(note_r) as notes, os.fdopen(out_r) as out:
+        assert notes.readline() == "first line out\n"
+        assert "preflight" in out.readline()
+        out.close()  # the reader goes
+        os.write(go_w, b"x")
+        os.close(go_w)
+        rest = notes.read()
+    _, err = proc.communicate(timeout=30)
+    assert rest == "lost cleanup ran\n", err
+    assert proc.returncode == 0 and not err, err
