@@ -1596,11 +1596,10 @@ def _tune_ops(spec, inventory):
     from servedeck.bench.client import Workload
     from servedeck.bench.record import bench_deployed
     from servedeck.bench.sizing import max_model_len_of, size_workload
-    from servedeck.compose.render import render_profile
     from servedeck.deploy.apply import deploy as run_deploy
     from servedeck.deploy.console import ConsoleReporter
     from servedeck.deploy.ops import rollback, status
-    from servedeck.deploy.plan import DeployOptions
+    from servedeck.deploy.plan import DeployOptions, render
     from servedeck.fleet.sweep import write_arm_profile
     from servedeck.model.profile import ProfileStore
     from servedeck.runs import store as run_store
@@ -1609,8 +1608,9 @@ def _tune_ops(spec, inventory):
     remote, entry = _host(spec.host, inventory)
     reporter = ConsoleReporter()
 
-    def rendered(name):
-        return render_profile(ProfileStore(project.profiles_dir).load(name), _catalog(), project.templates_dirs)
+    def rendered(name):  # as the deploy renders it: placed on the host (its container_name, host_port)
+        return render(entry.place(ProfileStore(project.profiles_dir).load(name).profile), _catalog(), project,
+                      entry.workdir)
 
     def profile_doc(name):
         r = rendered(name)

@@ -82,10 +82,17 @@ class EnergySeries:
         f = (x - t0) / (t1 - t0) if t1 > t0 else 0.0
         return self.joules[i] + f * (self.joules[i + 1] - self.joules[i])
 
-    def between(self, a: float, b: float) -> tuple[float, float, bool] | None:
+    def between(self, a: float, b: float, slack: float = 0.0) -> tuple[float, float, bool] | None:
         """``(estimate, error bound, complete)`` of the energy between ``a`` and ``b`` (J);
-        None when the window is not inside the readings. ``complete`` is False when a reset
-        inside the window lost part of its energy."""
+        None when the window is not inside the readings. An end outside them by at most
+        ``slack`` (s: the uncertainty of the clock offset that placed the window on the host's
+        clock, which the caller adds to the error bound) is taken at the nearest reading.
+        ``complete`` is False when a reset inside the window lost part of its energy."""
+        if self.t:
+            if self.t[0] - slack <= a < self.t[0]:
+                a = self.t[0]
+            if self.t[-1] < b <= self.t[-1] + slack:
+                b = self.t[-1]
         ea, eb = self.at(a), self.at(b)
         if ea is None or eb is None or b < a:
             return None
@@ -227,7 +234,7 @@ def measure_windows(windows: Iterable[Window], energy: Sequence[EnergySeries], s
         fig = WindowFigures(label=w.label, phase=w.phase, index=w.index, duration_s=round(dur, 6),
                             output_tokens=w.output_tokens)
         if energy:
-            between = [s.between(w.t0, w.t1) for s in energy]
+            between = [s.between(w.t0, w.t1, clock_uncertainty_s) for s in energy]
             parts = [p for p in between if p is not None]
             if len(parts) < len(between):
                 fig.problems.append("the window is not inside the telemetry readings")

@@ -3,8 +3,12 @@
 Facts in pyinfra's sense: each is a command and its parser. :func:`start_telemetry` runs one
 POSIX ``sh`` script in servedeck's SSH session (:data:`START_SCRIPT`, parsed by
 :func:`parse_start`) that finds what the host exposes, starts a **sampler** in the background on
-the host and returns at once; :func:`stop_telemetry` stops it and reads every sample back in one
-more round trip (:data:`STOP_SCRIPT`, :func:`parse_samples`). Nothing happens per request: two
+the host and returns once it has written its first reading; :func:`stop_telemetry` stops it, takes
+one last reading itself and reads every sample back in one more round trip (:data:`STOP_SCRIPT`,
+:func:`parse_samples`). The host's clock is read on the bench's side of those readings (after the
+first, before the last): a window of the bench, placed on the host's clock, then lies
+inside the readings up to the offset's uncertainty, which :meth:`EnergySeries.between
+<servedeck.bench.energy.EnergySeries.between>` allows for. Nothing happens per request: two
 round trips per benchmark.
 
 What is read (under the inventory's ``sysfs_root``, a stand-in tree in tests):
@@ -86,8 +90,7 @@ At its deadline it also stops the ``nvidia-smi`` started beside it."""
 START_SCRIPT = r"""
 root=$1; gpu=$2; period=$3; until=$4; dir=$5; token=$6; sampler=$7; ms=$8
 T=$(printf '\t')
-echo "clock$T$(date +%s.%N)"
-mkdir -p "$dir" || { echo "problem${T}cannot create $dir"; exit 0; }
+mkdir -p "$dir" || { echo "problem${T}cannot create $dir"; echo "clock$T$(date +%s.%N)"; exit 0; }
 out=$dir/$token.tsv
 set --
 for h in "$root"/class/drm/card*/device/hwmon/hwmon*; do
@@ -141,6 +144,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   echo $! >"$out.nvpid"
   echo "nvidia$T$!"
 fi
+[ "$#" -gt 0 ] && printf '%s\n' "$@" >"$out.files"  # the stop script's last reading reads them too
 sh_=sh; command -v bash >/dev/null 2>&1 && sh_=bash
 if command -v setsid >/dev/null 2>&1; then
   setsid "$sh_" -c "$sampler" "sd-telemetry-$token" "$out" "$period" "$until" "$token" "$@" </dev/null >/dev/null 2>&1 &
@@ -150,6 +154,9 @@ fi
 # return once the first reading is written (at most 2 s): a window that opens right after the
 # start (a bench's warm-up request, a load's first level) must lie inside the readings
 i=0; while [ ! -s "$out" ] && [ "$i" -lt 200 ]; do sleep 0.01; i=$((i+1)); done
+# the host's clock after that reading: a window opening after this script has returned maps (by
+# the offset of this round trip) to a host time after the first reading
+echo "clock$T$(date +%s.%N)"
 echo "sampler$T$sh_"
 echo "file$T$out"
 """
@@ -160,19 +167,30 @@ nvidia-smi's period (ms). Prints ``KEY<TAB>FIELDS`` lines (:func:`parse_start`).
 STOP_SCRIPT = r"""
 out=$1; token=$2
 T=$(printf '\t')
+echo "clock$T$(date +%s.%N)"
 p=; IFS= read -r p 2>/dev/null <"$out.pid"
-if [ -n "$p" ] && grep -q "sd-telemetry-$token" "/proc/$p/cmdline" 2>/dev/null; then kill "$p" 2>/dev/null; fi
+if [ -n "$p" ] && grep -q "sd-telemetry-$token" "/proc/$p/cmdline" 2>/dev/null; then
+  kill "$p" 2>/dev/null
+  i=0; while [ -e "/proc/$p" ] && [ "$i" -lt 100 ]; do sleep 0.01; i=$((i+1)); done
+fi
 p=; IFS= read -r p 2>/dev/null <"$out.nvpid"
 if [ -n "$p" ] && grep -q nvidia-smi "/proc/$p/cmdline" 2>/dev/null; then kill "$p" 2>/dev/null; fi
-echo "clock$T$(date +%s.%N)"
+# a last reading of the sampler's files, taken after the clock above: the last window, which
+# ended before this script began, ends inside the readings (no wait for the sampler's next one)
+if [ -s "$out" ] && [ -s "$out.files" ]; then
+  line=$(date +%s.%N)
+  while IFS= read -r f; do v=; IFS= read -r v 2>/dev/null <"$f"; line=$line$T$v; done <"$out.files"
+  printf '%s\n' "$line" >>"$out"
+fi
 echo "==samples"
 cat "$out" 2>/dev/null
 echo "==nvidia"
 cat "$out.nv" 2>/dev/null
-rm -f "$out" "$out.pid" "$out.nv" "$out.nvpid"
+rm -f "$out" "$out.pid" "$out.nv" "$out.nvpid" "$out.files"
 """
-"""``$1`` the sample file, ``$2`` token: stops the sampler (and nvidia-smi), prints the host's
-clock, ``==samples`` and the samples, ``==nvidia`` and nvidia-smi's lines, removes the files."""
+"""``$1`` the sample file, ``$2`` token: prints the host's clock, stops the sampler (and
+nvidia-smi), appends one last reading of the sampler's files (listed in ``$1.files``), prints
+``==samples`` and the samples, ``==nvidia`` and nvidia-smi's lines, removes the files."""
 
 
 @dataclass(frozen=True)

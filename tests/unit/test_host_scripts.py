@@ -173,6 +173,8 @@ def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_
     assert abs(clock - time.time()) < 5 and not problems
     assert [c.kind for c in cols] == ["energy_uj", "freq_mhz", "throttle", "reason"]
     assert other["sampler"] == "bash" and other["gpu_name"] == "NVIDIA L4" and other["file"] == str(tel / "abc123.tsv")
+    first = float((tel / "abc123.tsv").read_text().split("\t", 1)[0])
+    assert first <= clock  # the clock is read after the first reading: a window after it maps after it
     time.sleep(0.6)
     stop = subprocess.run(["sh", "-c", STOP_SCRIPT, "sh", other["file"], "abc123"], env=env,
                           capture_output=True, text=True, timeout=30)
@@ -180,6 +182,9 @@ def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_
     samples, _, nv = rest.partition("==nvidia\n")
     t, values, _ = parse_samples(samples, cols)
     assert len(t) >= 4 and set(values[2]) == {1}
+    # a last reading (of every file) taken after the clock the stop script read as it began
+    stop_clock = float(head.split("clock\t", 1)[1].split("\n", 1)[0])
+    assert t[-1] >= stop_clock and all(v[-1] is not None for v in values) and t == sorted(t)
     nvidia, errors = parse_nvidia(nv)
     assert len(nvidia) >= 4 and not errors and nvidia[0][1:] == (70.5, 2040.0, 4)
     assert list(tel.iterdir()) == []

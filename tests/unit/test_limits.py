@@ -218,6 +218,25 @@ def test_constant_power_gives_the_energy_within_the_stated_error():
     assert total.j_per_token == pytest.approx(150 * 3.0 / 150, rel=0.01) and total.output_tokens == 150
 
 
+@pytest.mark.parametrize("uncertainty_s, measured", [(0.0, False), (0.04, True)])
+def test_a_window_past_the_readings_by_less_than_the_clock_uncertainty_is_measured_with_it(uncertainty_s, measured):
+    """A window is placed on the host's clock by an offset known to ± its uncertainty: the first
+    request's start may map up to that much before the first reading (the bug: that window had no
+    energy). Within it, the ends are taken at the readings and the error bound holds the true
+    energy; beyond it, the window stays unmeasured and says why."""
+    t = [1.0 + i * 0.1 for i in range(30)]  # readings 1.0 .. 3.9
+    series = unwrap_counter("xe card0 card", t, _counter(150.0, t))
+    windows = [Window("cold 1", "cold", 0, 0.97, 1.5, 10), Window("warm 1", "warm", 1, 3.5, 3.93, 10)]
+    first, last = measure_windows(windows, [series], None, clock_uncertainty_s=uncertainty_s)
+    for f, (a, b) in zip((first, last), ((0.97, 1.5), (3.5, 3.93))):
+        if measured:
+            assert abs(f.energy_j - 150 * (b - a)) <= f.energy_error_j, f
+        else:
+            assert f.energy_j is None and f.problems == ["the window is not inside the telemetry readings"]
+    (far,) = measure_windows([Window("w", "warm", 0, 0.9, 1.5, 10)], [series], None, clock_uncertainty_s=0.04)
+    assert far.energy_j is None
+
+
 def test_wrap_around_known_range_and_inferred_32_bit():
     t = [i * 0.1 for i in range(100)]
     rapl = unwrap_counter("rapl package-0", t,
