@@ -9,7 +9,10 @@ ladder from the profile's current value). Each candidate gets:
      same knob measured. The same change again expects that ratio; the next step further in
      the same direction expects half of it (returns diminish), the opposite direction its
      inverse; a change already decided against (``revert``/``no change``) is not proposed
-     again;
+     again. With no ``metric`` asked for, the knob's own metric is used when the history
+     decided it; else a metric on which the history decided this very change (or its undo),
+     :data:`HEADLINE_METRIC` first (a tune's objective: ``max_num_batched_tokens`` has a
+     prefill prior, and a decided decode gain of the same change is evidence, not noise);
   2. the baseline run's own evidence: speculative depth from the per-position acceptance the
      server reported (tokens per step ``1 + Σ rate_i``; one draft position costs
      :data:`DRAFT_STEP_COST` of a target step, a modelling assumption stated in the reasons);
@@ -227,6 +230,27 @@ def _history_gain(knob: Knob, current: Any, proposed: Any, history: list[Experim
     return best
 
 
+HEADLINE_METRIC = "warm decode_tok_s"
+"""The metric a history's evidence is read on first when none is asked for: the seed's headline
+figure and ``invoke tune``'s default objective, so that candidates measured on it rank on one
+scale (a TTFT "gain" beside a decode gain would compare two different things)."""
+
+
+def _decided_metrics(knob: Knob, current: Any, proposed: Any, history: list[ExperimentRecord]) -> list[str]:
+    """The metrics (``phase name``) on which this host's experiments of ``current`` →
+    ``proposed`` (or its undo) reached a verdict: :data:`HEADLINE_METRIC` first, then the
+    knob's own prior metrics, then the clearest (largest ``|log ratio|``)."""
+    found: dict[str, float] = {}
+    for rec in history:
+        if rec.variable is None or rec.knob != knob.id or (rec.a, rec.b) not in ((current, proposed),
+                                                                              (proposed, current)):
+            continue
+        for name, m in rec.metrics.items():
+            if m.verdict in DECIDED_VERDICTS and m.ratio is not None and m.ratio > 0:
+                found[name] = max(found.get(name, 0.0), abs(math.log(m.ratio)))
+    return sorted(found, key=lambda name: (name != HEADLINE_METRIC, name not in knob.prior_gain, -found[name]))
+
+
 def _pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:+.1f} %"
 
@@ -376,15 +400,23 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
                throttled=None) -> Candidate | None:
     why: list[str] = []
     direction = knob.direction(current, proposed)
+    asked = metric
     metric = metric or next(iter(knob.prior_gain), None)
     gain: float | None = None
     source = None
     decided = None
+    reason = None
     if metric is not None:
         gain, reason, decided = _history_gain(knob, current, proposed, history, metric)
-        if reason:
-            why.append(reason)
-            source = "history"
+    if reason is None and asked is None:
+        for other in _decided_metrics(knob, current, proposed, history):
+            gain, reason, decided = _history_gain(knob, current, proposed, history, other)
+            if reason is not None:
+                metric = other
+                break
+    if reason:
+        why.append(reason)
+        source = "history"
     if decided in DECIDED_ACTIONS:
         return None  # measured on this host, and not worth it
     if gain is None and knob.id == "spec-depth" and isinstance(current, int) and isinstance(proposed, int) and (

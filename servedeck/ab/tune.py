@@ -48,7 +48,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servedeck.ab.knowledge import KnowledgeBase, Knob, load_knowledge
-from servedeck.ab.next import dotted_get
+from servedeck.ab.next import HEADLINE_METRIC, dotted_get
 from servedeck.ab.stats import ALPHA, DEFAULT_MARGIN
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
@@ -60,7 +60,7 @@ STATE_FILE = "state.json"
 BASELINE_REQUESTS = 8
 EXPLORE_FACTOR = 2.0
 """An unmeasured step is expected to gain this many margins (module docstring)."""
-DEFAULT_METRIC = "warm decode_tok_s"
+DEFAULT_METRIC = HEADLINE_METRIC
 
 Finally = Literal["restore", "keep-winner"]
 BUDGET_FIELDS = ("max_experiments", "max_seconds", "finally_")

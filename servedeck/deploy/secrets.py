@@ -7,8 +7,8 @@ KEY``, ``--api_key KEY``, ``--api-key=KEY``, several keys after one ``--api-key`
 launcher's passthrough, as a launcher ``--set vllm.api_key=KEY`` or ``--set env.NAME=KEY``, and
 inside a shell string (``sh -c "vllm serve ... --api-key KEY"``, split as ``sh`` splits it); or the
 value of an environment variable whose name says it holds one (:data:`SECRET_ENV_RE`:
-``VLLM_API_KEY``, ``HF_TOKEN``, ``S3_SECRET_ACCESS_KEY``; not ``..._TOKENS`` or
-``..._TOKEN_THRESHOLD``) in mapping or ``NAME=VALUE`` list form; the variables an ``env_file``
+``VLLM_API_KEY``, ``HF_TOKEN``, ``S3_SECRET_ACCESS_KEY``; not ``..._TOKENS``,
+``..._TOKEN_THRESHOLD`` or ``..._PER_TOKEN``) in mapping or ``NAME=VALUE`` list form; the variables an ``env_file``
 gives are read as Compose reads them on the host (:func:`deployed_secrets`). Scrubbing is by
 value: every occurrence of a secret value in any string of any record (compose text, argv,
 profile dumps, diffs, startup logs, history lines, messages) becomes ``***``, so a shape nobody
@@ -40,9 +40,12 @@ SECRET_DESTS = {"api_key": "--api-key", "hf_token": "--hf-token"}
 """vLLM argparse dests whose value is a secret -> the name a record gives the secret."""
 SECRET_FLAGS = tuple(SECRET_DESTS.values())
 """vLLM flags whose value is a secret (as vLLM spells them)."""
-SECRET_ENV_RE = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY_ID)$"
+SECRET_ENV_RE = re.compile(r"(?:^|_)(?:KEY|(?<!PER_)(?<!MAX_)(?<!MIN_)(?<!NUM_)TOKEN|SECRET|PASSWORD|PASSWD"
+                           r"|CREDENTIALS?|KEY_ID)$"
                            r"|(?:^|_)(?:SECRET|PASSWORD|PASSWD)(?:_|$)", re.I)
-"""Environment variable names that hold secrets."""
+"""Environment variable names that hold secrets (``HF_TOKEN``, not a rate or a bound named per
+token: ``..._S_PER_TOKEN``, ``MAX_TOKEN``, whose values are numbers that scrubbing would erase
+from every record, and which a comparison could then no longer tell apart)."""
 REDACTED = "***"
 MIN_SECRET_CHARS = 4
 """Values shorter than this are not scrubbed (they would mangle text; no key is that short)."""

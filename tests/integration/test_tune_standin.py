@@ -49,9 +49,6 @@ def tuned(standin_lab):
     return project, host, entry, before, proc
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (CI 2026-12-03, after the round's merges): the tune deployed "
-                   "its baseline again instead of reusing the host's benchmarked run of the same configuration, "
-                   "and next ranked a knowledge-base candidate first; see the closing note of issue 34")
 def test_tune_reaches_the_best_setting_within_the_stated_experiments_and_stops_at_the_noise_floor(tuned):
     project, *_ , proc = tuned
     state = load_state(project.runs_dir, "surface")
@@ -73,9 +70,6 @@ def test_the_host_serves_its_original_deployment_again(tuned):
     assert now["serving"] and now["compose_sha256"] == before["compose_sha256"]
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (CI 2026-12-03, after the round's merges): the tune deployed "
-                   "its baseline again instead of reusing the host's benchmarked run of the same configuration, "
-                   "and next ranked a knowledge-base candidate first; see the closing note of issue 34")
 def test_next_on_the_same_history_ranks_the_truly_best_variable_first(tuned):
     project, *_ = tuned
     proc = _servedeck(project, "next", "--profile", "tune-base", "--host", HOST, "--json",

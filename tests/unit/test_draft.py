@@ -236,3 +236,42 @@ def test_next_reads_acceptance_history_and_says_when_nothing_clears_the_noise(se
     assert not any(c.clears_noise for c in plan.candidates)
     assert plan.statement.startswith("nothing left is expected to clear the noise floor")
     assert any(c.favours_quality and c.knob == "int8-prefill" for c in plan.candidates)
+
+
+def test_next_uses_the_metric_the_history_decided_when_the_knob_has_none_there(tmp_path):
+    """A tune judged on warm decode decided max_num_batched_tokens 4096 → 8192 (+20 %, kept) and
+    max_num_seqs 16 → 32 (+10 %, kept); neither knob's own metric (a prefill prior; none) was
+    decided. ``next`` ranks on that evidence (the bug: it fell back to the knowledge base and,
+    single stream, expected nothing); with a metric asked for, only that metric counts."""
+    from servedeck.ab.history import ExperimentRecord, MetricRecord
+    from servedeck.model.profile import ProfileStore
+    profile = ProfileStore(Path(__file__).resolve().parents[2] / "profiles").load("speed").profile
+    doc = profile.model_dump(mode="json")
+    doc["engine"].update(max_num_batched_tokens=4096, max_num_seqs=16)
+
+    def rec(n, knob, variable, a, b, ratio, verdict="faster", metric="warm decode_tok_s"):
+        return ExperimentRecord(report=f"r{n}/report.md", runs_a=[f"000{n}-a-b70"], runs_b=[f"000{n + 1}-b-b70"],
+                                host="b70", profile_a="a", profile_b="b", variable=variable, a=a, b=b, knob=knob,
+                                action="keep", verdict="kept",
+                                metrics={metric: MetricRecord(a=10.0, b=10.0 * ratio, ratio=ratio, verdict=verdict),
+                                         "cold prefill_tok_s": MetricRecord(a=1.0, b=1.0, ratio=1.01,
+                                                                            verdict="undecided"),
+                                         # a clearer verdict on another metric does not outrank the headline
+                                         "warm ttft_s": MetricRecord(a=1.0, b=0.7, ratio=0.7, verdict=verdict)},
+                                written_at="2026-12-03T00:00:00Z")
+    history = [rec(1, "batch-budget", "max_num_batched_tokens", 4096, 8192, 1.2),
+               rec(2, "max-seqs", "max_num_seqs", 16, 32, 1.1)]
+    only = ["engine.max_num_batched_tokens", "engine.max_num_seqs"]
+    plan = propose(doc, "b70", tmp_path, history=history, only=only)
+    first, second = plan.candidates[:2]
+    assert (first.profile_path, first.proposed, first.metric, first.gain_source) == (
+        "engine.max_num_batched_tokens", 8192, "warm decode_tok_s", "history")
+    assert first.expected_gain == pytest.approx(0.2) and first.clears_noise
+    assert (second.profile_path, second.proposed, second.gain_source) == ("engine.max_num_seqs", 32, "history")
+    # an undecided measurement is no evidence, on any metric
+    undecided = [rec(1, "batch-budget", "max_num_batched_tokens", 4096, 8192, 1.2, verdict="undecided")]
+    plan = propose(doc, "b70", tmp_path, history=undecided, only=only)
+    assert all(c.gain_source != "history" for c in plan.candidates)
+    # a metric asked for is the only one that counts
+    plan = propose(doc, "b70", tmp_path, history=history, only=only, metric="cold ttft_s")
+    assert all(c.gain_source != "history" for c in plan.candidates)

@@ -61,10 +61,20 @@ def test_the_key_vllm_uses_is_the_last_and_every_key_is_scrubbed():
 
 
 @pytest.mark.parametrize("name", ["VLLM_MAX_BAD_WORDS_TOTAL_TOKENS", "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD",
-                                  "VLLM_USE_FASTOKENS", "MAX_TOKENS", "KEYBOARD", "HF_HOME"])
+                                  "VLLM_USE_FASTOKENS", "MAX_TOKENS", "KEYBOARD", "HF_HOME",
+                                  "STANDIN_DECODE_S_PER_TOKEN", "cost_per_token", "MAX_TOKEN", "GEN_MIN_TOKEN",
+                                  "NUM_TOKEN"])
 def test_a_setting_named_after_tokens_is_not_a_secret(name):
-    """Their values (4096, 1024) are settings; scrubbing them would rewrite every 4096 in a record."""
+    """Their values (4096, 0.002) are settings; scrubbing them would rewrite every 4096 in a record
+    (the bug: a stand-in's seconds per token became ``***`` in the run record, and a tune could no
+    longer see that the host's benchmarked run had the configuration it was about to deploy)."""
     assert find_secrets([], {name: "409600"}).values == {}
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "ACCESS_TOKEN", "TOKEN",
+                                  "hf_token", "API_TOKEN", "PERSONAL_TOKEN"])
+def test_a_variable_named_for_a_token_is_a_secret(name):
+    assert find_secrets([], {name: "hf_abcdefgh"}).values == {f"environment.{name}": "hf_abcdefgh"}
 
 
 COMPOSE = f"""# rendered for the test; the key: {KEY}
