@@ -171,7 +171,10 @@ echo "clock$T$(date +%s.%N)"
 p=; IFS= read -r p 2>/dev/null <"$out.pid"
 if [ -n "$p" ] && grep -q "sd-telemetry-$token" "/proc/$p/cmdline" 2>/dev/null; then
   kill "$p" 2>/dev/null
-  i=0; while [ -e "/proc/$p" ] && [ "$i" -lt 100 ]; do sleep 0.01; i=$((i+1)); done
+  # until it has ended (a zombie nobody reaps yet has an empty command line), at most 1 s
+  i=0; while grep -q "sd-telemetry-$token" "/proc/$p/cmdline" 2>/dev/null && [ "$i" -lt 100 ]; do
+    sleep 0.01; i=$((i+1))
+  done
 fi
 p=; IFS= read -r p 2>/dev/null <"$out.nvpid"
 if [ -n "$p" ] && grep -q nvidia-smi "/proc/$p/cmdline" 2>/dev/null; then kill "$p" 2>/dev/null; fi
