@@ -1418,10 +1418,11 @@ def _project_profiles() -> list[dict]:
 
 
 def _interleave(profile_a, profile_b, host, inventory, repetitions, order, requests, sequential=None,
-                max_seconds=None, under_load=None):
+                max_seconds=None, under_load=None, sizes=(None, None)):
     """Deploy and benchmark two profiles alternately on one host (servedeck.ab.interleave);
     ``sequential`` (``{"alpha", "margin"}``): stop once every metric is decided; with
-    ``under_load`` (``_load_settings``) every deployment runs that workload's load schedule."""
+    ``under_load`` (``_load_settings``) every deployment runs that workload's load schedule;
+    ``sizes``: the bench's (prompt tokens, output tokens), None: sized to the server."""
     from servedeck.ab.interleave import run_interleaved
     from servedeck.bench.client import Workload
     from servedeck.bench.record import bench_deployed
@@ -1444,7 +1445,7 @@ def _interleave(profile_a, profile_b, host, inventory, repetitions, order, reque
             load_deployed(run_dir, remote, entry, w, profile=profile, slo=slo_)
             return
         from servedeck.bench.sizing import max_model_len_of, size_workload
-        prompt, out = size_workload(max_model_len_of(run_dir))
+        prompt, out = size_workload(max_model_len_of(run_dir), *sizes)
         bench_deployed(run_dir, remote, entry, Workload(prompt_tokens=prompt, max_tokens=out,
                                                         repetitions=requests), runs_dir=_project().runs_dir)
     go_on = monitor = None
@@ -1560,11 +1561,14 @@ def _next_plan(profile, host, inventory, only, margin, max_requests):
             "metric": "the objective, 'phase metric' (default 'warm decode_tok_s')",
             "margin": "practical-equivalence margin, relative (default 0.03)",
             "prompt_tokens": "bench prompt length", "max_tokens": "bench output tokens",
-            "max_requests": "a variant's sample budget, requests per phase (default 24)"}, iterable=["vary"],
-      auto_shortflags=False)
+            "max_requests": "a variant's sample budget, requests per phase (default 24)",
+            "interleave": "N: deploy the best and each variant alternately, A B B A, up to N times each (the "
+                          "sample budget spread over them; stops once decided): drift spreads over both arms"},
+      iterable=["vary"], auto_shortflags=False)
 @_cli
 def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8, max_minutes=None,
-         keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None):
+         keep_winner=False, metric=None, margin=None, prompt_tokens=None, max_tokens=None, max_requests=None,
+         interleave=0):
     """Tune a profile on a host: propose, deploy, bench, judge, keep or revert, until a budget or the noise floor stops it (resumable)."""  # noqa: E501 - invoke lists the first line
     from servedeck.ab.tune import DEFAULT_METRIC, TuneSpec, default_name, run_tune, start, summary
     from servedeck.fleet.sweep import parse_vary
@@ -1576,7 +1580,8 @@ def tune(c, base, host, vary=None, inventory=None, name=None, max_experiments=8,
                     **({"margin": float(margin)} if margin is not None else {}),
                     prompt_tokens=int(prompt_tokens) if prompt_tokens else None,
                     max_tokens=int(max_tokens) if max_tokens else None,
-                    **({"max_requests": int(max_requests)} if max_requests is not None else {}))
+                    **({"max_requests": int(max_requests)} if max_requests is not None else {}),
+                    interleave=int(interleave or 0))
     ops = _tune_ops(spec, inventory)
     runs_dir = _project().runs_dir
     state = start(runs_dir, spec, ops.profile_doc(base)["profile"], ops)
@@ -1658,9 +1663,15 @@ def _tune_ops(spec, inventory):
                 return row.path
         return None
 
+    def interleaved(profile_a, profile_b, deployments):
+        per_deployment = max(spec.batch, -(-spec.max_requests // deployments))  # the sample budget, spread
+        return _interleave(profile_a, profile_b, spec.host, inventory, deployments, "abba", per_deployment,
+                           sequential={"alpha": spec.alpha, "margin": spec.margin},
+                           sizes=(spec.prompt_tokens, spec.max_tokens))
+
     return TuneOps(write_profile=lambda b, o, n: write_arm_profile(project, b, o, f"tune {n}"), deploy=deploy,
                    bench=bench, serving=serving, restore=restore, profile_doc=profile_doc, reuse=reuse,
-                   say=lambda line: print(f"[tune] {line}", file=sys.stderr))
+                   say=lambda line: print(f"[tune] {line}", file=sys.stderr), interleaved=interleaved)
 
 
 @task(help={"profile": "the profile whose series to show (its parents and variants come along)",

@@ -17,7 +17,11 @@ at the profile's own value when the ladder holds it). It is deployed and benchma
    spent;
 3. *deploy* the best profile with that one change (a profile written as ``invoke sweep``
    writes its arms, ``<base>-sw<hash>``); *bench* it against the best's run until every metric
-   is decided (:func:`servedeck.ab.sequential.bench_against`); *judge* it with a normal report
+   is decided (:func:`servedeck.ab.sequential.bench_against`), or, with ``interleave`` N,
+   deploy the best and the variant alternately (``A B B A …``, N deployments each, looks after
+   each pair: ``invoke ab --interleave --sequential``, :mod:`servedeck.ab.interleave`) so that
+   a host drifting during the experiment (heat, other load) spreads over both arms and its
+   trend is reported; *judge* it with a normal report
    (``runs/tune/<name>/reports/NN-<A>_vs_<B>/report.md`` + ``experiment.json``);
 4. *keep* it as the new best when the objective metric (default ``warm decode_tok_s``) is
    measured faster and the drafted verdict is ``keep`` or ``trade-off`` (no measured speed loss,
@@ -81,6 +85,9 @@ class TuneSpec(BaseModel):
         prompt_tokens, max_tokens: the bench workload (None: sized to the server).
         baseline_requests, max_requests, batch: requests per phase of a baseline, the sample
             budget of a variant, and the requests added per look.
+        interleave: deployments per arm of each experiment in ``A B B A`` order (0: the variant
+            is benchmarked once, against the best's recorded run); the sample budget is then
+            spread over them.
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -99,6 +106,7 @@ class TuneSpec(BaseModel):
     baseline_requests: int = Field(BASELINE_REQUESTS, ge=2)
     max_requests: int = Field(24, ge=2)
     batch: int = Field(2, ge=1)
+    interleave: int = Field(0, ge=0, le=8)
 
 
 class TuneStep(BaseModel):
@@ -113,6 +121,11 @@ class TuneStep(BaseModel):
     overrides: dict[str, Any]
     run_a: str | None = None
     run_b: str | None = None
+    runs_a: list[str] = Field(default_factory=list)
+    runs_b: list[str] = Field(default_factory=list)
+    """An interleaved experiment's runs of each arm, in order (``run_a``/``run_b``: the first
+    of A, the last of B)."""
+    interleaving: dict[str, Any] | None = None
     status: Literal["planned", "deployed", "benched", "judged"] = "planned"
     expected_gain: float | None = None
     measured_gain: float | None = None
@@ -221,6 +234,8 @@ class TuneOps:
             effective settings) for the proposals.
         clock: seconds, monotonic.
         say: progress lines.
+        interleaved: ``(profile A, profile B, deployments per arm) -> (runs of A, runs of B,
+            Interleaving)``: an interleaved, sequentially sampled experiment (``interleave``).
     """
 
     write_profile: Callable[[str, dict[str, Any], str], str]
@@ -234,6 +249,7 @@ class TuneOps:
     reuse: Callable[[str], Path | None] = lambda profile: None
     """``profile name -> run directory``: a benchmarked run of this host that deployed exactly
     that configuration (the baseline then needs no deploy), or None."""
+    interleaved: Callable[[str, str, int], tuple[list[Path], list[Path], Any]] | None = None
 
 
 def start(runs_dir: Path, spec: TuneSpec, base_profile: dict, ops: TuneOps) -> TuneState:
@@ -270,7 +286,7 @@ def run_tune(runs_dir: Path, state: TuneState, ops: TuneOps, *, judge: Callable[
     it interrupted).
 
     Args:
-        judge: ``(runs_dir, run_a, run_b, out) -> Outcome`` (default
+        judge: ``(runs_dir, runs_a, runs_b, out, interleaving) -> Outcome`` (default
             :func:`servedeck.ab.experiment.compare_runs`).
         propose_fn: default :func:`servedeck.ab.next.propose`.
 
@@ -283,7 +299,7 @@ def run_tune(runs_dir: Path, state: TuneState, ops: TuneOps, *, judge: Callable[
     """
     from servedeck.ab.experiment import compare_runs
     from servedeck.ab.next import propose
-    judge = judge or (lambda rd, a, b, out: compare_runs(rd, [a], [b], out=out))
+    judge = judge or (lambda rd, a, b, out, ilv: compare_runs(rd, a, b, out=out, interleaving=ilv))
     propose_fn = propose_fn or propose
     spec = state.spec
     began = ops.clock() - state.elapsed_s
@@ -358,6 +374,8 @@ def _open_step(state: TuneState, variable, a, b, profile, overrides, expected=No
 
 def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, save, judge) -> None:
     """Deploy, bench and (for an experiment) judge one step, from where it stopped."""
+    if step.variable is not None and state.spec.interleave and step.status in ("planned", "deployed"):
+        _interleave_step(runs_dir, state, step, ops, save)
     if step.status == "planned" or (step.status == "deployed" and step.run_b is not None):
         ops.say(f"deploy {step.profile}")
         step.run_b = Path(ops.deploy(step.profile)).name
@@ -373,8 +391,10 @@ def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, sav
     if step.status == "benched":
         assert step.run_a is not None and step.run_b is not None  # a benched step has both runs
         out_dir = tune_dir(runs_dir, state.spec.name) / store.REPORTS_DIR / f"{step.n:02d}-{step.run_a}_vs_{step.run_b}"
-        outcome = judge(Path(runs_dir), Path(runs_dir) / step.run_a, Path(runs_dir) / step.run_b,
-                        out_dir / "report.md")
+        from servedeck.ab.interleave import Interleaving
+        outcome = judge(Path(runs_dir), [Path(runs_dir) / r for r in step.runs_a or [step.run_a]],
+                        [Path(runs_dir) / r for r in step.runs_b or [step.run_b]], out_dir / "report.md",
+                        Interleaving.model_validate(step.interleaving) if step.interleaving else None)
         m = outcome.comparison.metric(*reversed(state.spec.metric.split(" ", 1)))
         lower = m.lower_is_better if m is not None else False
         step.measured_gain = (None if m is None or not m.ratio else ((1 / m.ratio - 1) if lower else (m.ratio - 1)))
@@ -382,6 +402,24 @@ def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, sav
         step.kept = bool(m is not None and m.verdict == "faster" and step.action in ("keep", "trade-off"))
         step.report = str(outcome.report.relative_to(runs_dir)) if outcome.report else None
         step.status = "judged"
+
+
+def _interleave_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, save) -> None:
+    """An experiment as an interleaved one (``interleave``): the best and the variant deployed
+    alternately; an interrupted one is run again whole (its runs so far stay recorded)."""
+    if ops.interleaved is None:
+        raise ServedeckError("this tune interleaves its experiments, but no interleaving was given to run them",
+                             field="interleave")
+    ops.say(f"interleave {state.best_profile} and {step.profile}: up to {state.spec.interleave} deployments "
+            "each, A B B A")
+    step.status, step.runs_a, step.runs_b, step.run_b = "deployed", [], [], None
+    save()
+    runs_a, runs_b, interleaving = ops.interleaved(state.best_profile, step.profile, state.spec.interleave)
+    step.runs_a, step.runs_b = [Path(r).name for r in runs_a], [Path(r).name for r in runs_b]
+    step.run_a, step.run_b = step.runs_a[0], step.runs_b[-1]
+    step.interleaving = interleaving.model_dump(mode="json") if interleaving is not None else None
+    step.status = "benched"
+    save()
 
 
 def _next_candidate(runs_dir: Path, state: TuneState, ops: TuneOps, kb: KnowledgeBase, propose_fn):

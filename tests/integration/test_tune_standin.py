@@ -80,3 +80,24 @@ def test_next_on_the_same_history_ranks_the_truly_best_variable_first(tuned):
     assert (first["profile_path"], first["proposed"], first["gain_source"]) == (
         "engine.max_num_batched_tokens", 8192, "history"), plan["candidates"]
     assert first["clears_noise"] and 0.12 <= first["expected_gain"] <= 0.28
+
+
+def test_an_interleaved_tune_from_the_command_line(tuned):
+    """``tune --interleave 2``: the experiment deploys the best and the variant alternately
+    (A B B A, looks after each pair), judges the pooled runs with their order in the report,
+    and leaves the host serving what it served before."""
+    project, host, entry, before, _ = tuned
+    proc = _servedeck(project, "tune", "--base", "tune-base", "--host", HOST, "--name", "ilv",
+                      "--vary", "engine.max_num_batched_tokens=4096,8192", "--interleave", "2",
+                      "--max-experiments", "1", "--prompt-tokens", "64", "--max-tokens", "32", "--max-requests", "8")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state = load_state(project.runs_dir, "ilv")
+    (step,) = state.experiments
+    assert state.finished and step.status == "judged" and step.interleaving is not None
+    arms = [p["arm"] for p in step.interleaving["positions"]]
+    assert arms in (["A", "B"], ["A", "B", "B", "A"]) and len(step.runs_a) == arms.count("A")
+    for run in step.runs_a + step.runs_b:
+        meta = json.loads((project.runs_dir / run / "run.json").read_text())
+        assert meta["outcome"] == "ready" and meta["benched_at"] and meta["experiment"]
+    assert "### Interleaved order (ABBA" in (project.runs_dir / step.report).read_text()
+    assert status(host, entry)["compose_sha256"] == before["compose_sha256"]

@@ -212,3 +212,89 @@ def test_a_step_that_fails_the_quality_gate_is_reverted_and_not_proposed_again(t
     assert len(at_8192) == 1 and at_8192[0].action == "revert" and not at_8192[0].kept, summary(state)
     assert "quality gate" in (lab.runs / at_8192[0].report).read_text()
     assert state.best[MNBT] != 8192 and state.best[DEPTH] == 32, summary(state)
+
+
+class InterleavingLab(Lab):
+    """The simulated host, drifting: every deployment is ``drift`` slower than the one before
+    (heat, other load), and experiments are interleaved through the real
+    :func:`servedeck.ab.interleave.run_interleaved` with sequential looks."""
+
+    def __init__(self, root: Path, seed: int = 1, drift: float = 0.0) -> None:
+        super().__init__(root, seed)
+        self.drift = drift
+        self.interleaved_calls: list[tuple[str, str, int]] = []
+        self.interrupt_interleave_at: int | None = None
+
+    def _batch(self, pname: str, n: int) -> BenchResult:
+        result = super()._batch(pname, n)
+        slow = (1 - self.drift) ** len(self.deploys)
+        for s in result.samples:
+            s.decode_tok_s *= slow
+        return result
+
+    def interleaved(self, profile_a: str, profile_b: str, deployments: int):
+        from servedeck.ab.interleave import run_interleaved
+        from servedeck.ab.sequential import SequentialDesign, interleave_monitor
+        self.interleaved_calls.append((profile_a, profile_b, deployments))
+        go_on, _ = interleave_monitor(SequentialDesign(alpha=0.05, margin=0.03, max_requests_a=deployments * 4,
+                                                       max_requests_b=deployments * 4))
+
+        def bench(run: Path) -> None:
+            if self.interrupt_interleave_at is not None and len(self.deploys) == self.interrupt_interleave_at:
+                self.interrupt_interleave_at = None
+                raise KeyboardInterrupt
+            pname = json.loads((run / "run.json").read_text())["profile"]
+            self._batch(pname, 4).write(run)
+        return run_interleaved({"A": profile_a, "B": profile_b}, "abba", deployments, deploy_fn=self.deploy,
+                               bench_fn=bench, host="b70", go_on=go_on)
+
+    def ops(self) -> TuneOps:
+        ops = super().ops()
+        ops.interleaved = self.interleaved
+        return ops
+
+
+def test_an_interleaved_tune_deploys_both_arms_alternately_and_reaches_the_best_on_a_drifting_host(tmp_path):
+    """``interleave`` 4: each experiment deploys the best and the variant A B B A (looks after
+    each pair), pools each arm's runs for the verdict and reports the order and trend; the host
+    loses 1 % per deployment, which the interleaving spreads over both arms."""
+    lab = InterleavingLab(tmp_path, seed=3, drift=0.01)
+    spec = _spec(interleave=4)
+    state = start(lab.runs, spec, _base_profile(), lab.ops())
+    state = run_tune(lab.runs, state, lab.ops())
+    assert state.best == {MNBT: 8192, DEPTH: 32}, summary(state)
+    assert state.stopped.startswith("noise floor") and state.finished
+    for step, (_, b, n) in zip(state.experiments, lab.interleaved_calls):
+        assert (b, n) == (step.profile, 4) and len(step.runs_a) == len(step.runs_b) >= 1
+        arms = [p["arm"] for p in step.interleaving["positions"]]
+        assert arms == ["A", "B", "B", "A", "A", "B", "B", "A"][:len(arms)]
+        assert step.run_a == step.runs_a[0] and step.run_b == step.runs_b[-1]
+        report = (lab.runs / step.report).read_text()
+        assert all(r in report for r in step.runs_a + step.runs_b)
+        assert f"### Interleaved order (ABBA, {len(arms)} deployments on host b70)" in report
+    experiments = json.loads((lab.runs / state.experiments[0].report).with_name("experiment.json").read_text())
+    assert experiments["runs_a"] == state.experiments[0].runs_a  # the pooled runs are the experiment's
+
+
+def test_an_interrupted_interleaved_experiment_is_run_again_whole(tmp_path):
+    lab = InterleavingLab(tmp_path, seed=4)
+    lab.interrupt_interleave_at = 3  # baseline, A, B deployed: Ctrl-C while B benchmarks
+    spec = TuneSpec(name="t", base="base", host="b70", variables={MNBT: LADDERS[MNBT]}, interleave=2,
+                    max_experiments=1)
+    state = start(lab.runs, spec, _base_profile(), lab.ops())
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(lab.runs, state, lab.ops())
+    saved = load_state(lab.runs, "t")
+    assert saved.experiments[0].status == "deployed" and saved.experiments[0].runs_b == []
+    done = run_tune(lab.runs, saved, lab.ops())
+    assert done.finished and done.experiments[0].status == "judged" and len(lab.interleaved_calls) == 2
+    first_try = set(lab.deploys[1:3])
+    assert first_try <= {saved.best_profile, saved.experiments[0].profile}
+
+
+def test_an_interleaved_tune_without_an_interleaving_is_refused(tmp_path):
+    from servedeck.errors import ServedeckError
+    lab = Lab(tmp_path)
+    state = start(lab.runs, _spec(interleave=2), _base_profile(), lab.ops())
+    with pytest.raises(ServedeckError, match="interleaves its experiments"):
+        run_tune(lab.runs, state, lab.ops())
