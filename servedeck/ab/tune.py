@@ -375,7 +375,7 @@ def _open_step(state: TuneState, variable, a, b, profile, overrides, expected=No
 def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, save, judge) -> None:
     """Deploy, bench and (for an experiment) judge one step, from where it stopped."""
     if step.variable is not None and state.spec.interleave and step.status in ("planned", "deployed"):
-        _interleave_step(runs_dir, state, step, ops, save)
+        _interleave_step(state, step, ops, save)
     if step.status == "planned" or (step.status == "deployed" and step.run_b is not None):
         ops.say(f"deploy {step.profile}")
         step.run_b = Path(ops.deploy(step.profile)).name
@@ -404,7 +404,7 @@ def _do_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, sav
         step.status = "judged"
 
 
-def _interleave_step(runs_dir: Path, state: TuneState, step: TuneStep, ops: TuneOps, save) -> None:
+def _interleave_step(state: TuneState, step: TuneStep, ops: TuneOps, save) -> None:
     """An experiment as an interleaved one (``interleave``): the best and the variant deployed
     alternately; an interrupted one is run again whole (its runs so far stay recorded)."""
     if ops.interleaved is None:
