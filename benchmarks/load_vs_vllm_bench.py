@@ -34,6 +34,7 @@ Usage (under the services lock on a shared machine)::
 
     python benchmarks/load_vs_vllm_bench.py [--levels 1,2,4,8] [-n 32] [--prompt-tokens 256] [--max-tokens 128]
     python benchmarks/load_vs_vllm_bench.py --base-url http://127.0.0.1:9932   # a running server
+    python benchmarks/load_vs_vllm_bench.py --aa   # and vllm bench again at each level: the floor
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ def start_plain_server(image: str, port: int, model: str) -> str:
     if proc.returncode != 0:
         raise SystemExit(f"docker run of {image} failed: {proc.stderr.strip()}")
     return name
+
+
+def vllm_ttft(result: dict) -> float:
+    """The median TTFT (s) of a ``vllm bench serve`` result without its first request (in start
+    order: vLLM bench 0.32 sends that prompt as its test request too, so it hits the prefix cache)."""
+    return statistics.median([t for _, t in sorted(zip(result["start_times"], result["ttfts"]))][1:])
 
 
 def vllm_bench_level(args, image: str, out_dir: Path, c: int) -> dict:
@@ -133,6 +140,9 @@ def main() -> int:
     ap.add_argument("--metrics-interval", type=float, default=0.0,
                     help="servedeck's /metrics gauge sampling while a level runs, in s (0: off, as vllm bench "
                          "serve, which does not scrape; invoke bench samples every 0.5 s)")
+    ap.add_argument("--aa", action="store_true",
+                    help="also run vllm bench a second time at each level: its ratio to its own first run is the "
+                         "floor of this comparison on this machine (an A/A)")
     args = ap.parse_args()
     out_dir = (args.out or Path(tempfile.mkdtemp(prefix="load-vs-vllm-"))).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,20 +177,27 @@ def main() -> int:
                 got[f"{tool}_window"] = metrics_delta(before, scrape(args.base_url, args.model))
             lv = got["servedeck"].summary.levels[0]
             vb = got["vllm"]
-            ttfts = [t for _, t in sorted(zip(vb["start_times"], vb["ttfts"]))][1:]  # first: a cache hit
-            sd_ttft, vb_ttft = lv.medians["ttft_s"], statistics.median(ttfts)
+            sd_ttft, vb_ttft = lv.medians["ttft_s"], vllm_ttft(vb)
             sd_thr, vb_thr = lv.output_tok_s, vb["output_throughput"]
             win_sd, win_vb = got["servedeck_window"], got["vllm_window"]
             row = {"c": c, "order": order, "servedeck_ttft_s": sd_ttft, "vllm_ttft_s": vb_ttft,
                    "ttft_ratio": sd_ttft / vb_ttft, "servedeck_out_tok_s": sd_thr, "vllm_out_tok_s": vb_thr,
                    "throughput_ratio": sd_thr / vb_thr, "servedeck_failed": lv.failed, "vllm_failed": vb.get("failed"),
                    "server_decode_tok_s": {"servedeck": win_sd.decode_tok_s, "vllm": win_vb.decode_tok_s}}
+            if args.aa:
+                (out_dir / "aa").mkdir(exist_ok=True)
+                again = vllm_bench_level(args, image, out_dir / "aa", c)
+                row["aa_ttft_ratio"] = vllm_ttft(again) / vb_ttft
+                row["aa_throughput_ratio"] = again["output_throughput"] / vb_thr
             rows.append(row)
             print(f"c={c} ({' then '.join(order)}): TTFT median servedeck {sd_ttft * 1000:.1f} ms, vllm bench "
                   f"{vb_ttft * 1000:.1f} ms, ratio {row['ttft_ratio']:.4f}; output tok/s servedeck {sd_thr:.1f}, "
                   f"vllm bench {vb_thr:.1f}, ratio {row['throughput_ratio']:.4f}; failed {lv.failed}/"
                   f"{vb.get('failed')}; server decode tok/s in each window {win_sd.decode_tok_s or 0:.1f} / "
                   f"{win_vb.decode_tok_s or 0:.1f}", flush=True)
+            if args.aa:
+                print(f"c={c} A/A: vllm bench run again / its first run: TTFT ratio {row['aa_ttft_ratio']:.4f}, "
+                      f"throughput ratio {row['aa_throughput_ratio']:.4f}", flush=True)
     finally:
         if server:
             logs = _docker("logs", server)
@@ -193,7 +210,8 @@ def main() -> int:
     for r in rows:
         good = abs(r["ttft_ratio"] - 1) <= TARGET and abs(r["throughput_ratio"] - 1) <= TARGET
         print(f"  c={r['c']}: TTFT ratio {r['ttft_ratio']:.4f}  throughput ratio {r['throughput_ratio']:.4f}  "
-              f"{'pass' if good else 'MISS'}")
+              f"{'pass' if good else 'MISS'}"
+              + (f"  (A/A of vllm bench: {r['aa_ttft_ratio']:.4f}, {r['aa_throughput_ratio']:.4f})" if args.aa else ""))
     print(f"target median TTFT and throughput within {TARGET:.0%} at every level: {'pass' if ok else 'MISS'}")
     return 0
 
