@@ -30,9 +30,14 @@ class Reporter:
     #: the reader of the output has gone (see :func:`shown`): later lines are dropped
     lost = False
 
+    def _show(self, show: Callable[[], object], stream: TextIO) -> None:
+        """``show`` (writing to ``stream``) unless the reader has gone; marks it gone when it goes."""
+        if not self.lost and not shown(show, stream):
+            self.lost = True
+
     def _line(self, line: str, stream: TextIO | None = None) -> None:
         out = stream or sys.stdout
-        self.lost = self.lost or not shown(lambda: (out.write(line + "\n"), out.flush()), out, self.lost)
+        self._show(lambda: (out.write(line + "\n"), out.flush()), out)
 
     def phase(self, name: str, text: str) -> None:
         self._line(printable(f"[{name}] {text}"))
@@ -54,9 +59,8 @@ class Reporter:
         pass
 
 
-def shown(show: Callable[[], object], stream: TextIO, lost: bool = False) -> bool:
-    """Run ``show`` (which writes to ``stream``) unless the reader is already ``lost``; return
-    whether the reader is still there.
+def shown(show: Callable[[], object], stream: TextIO) -> bool:
+    """Run ``show`` (which writes to ``stream``); return whether the reader is still there.
 
     A reader that has gone — a closed pipe (the fleet's Ansible task running this command was
     stopped, a ``| head``), a terminal that hung up — costs the line and every later one, never
@@ -64,8 +68,6 @@ def shown(show: Callable[[], object], stream: TextIO, lost: bool = False) -> boo
     gives its lock back. The stream's descriptor is pointed at ``/dev/null`` so that the lines
     still buffered, and the interpreter's last flush, go nowhere instead of raising again.
     """
-    if lost:
-        return False
     try:
         show()
         return True
@@ -118,8 +120,7 @@ class ConsoleReporter(Reporter):
             self._line(line, self._stream)
 
     def _rich(self, markup: str, *, escaped: bool = True) -> None:
-        self.lost = self.lost or not shown(lambda: self.console.print(markup, markup=escaped), self._stream,
-                                           self.lost)
+        self._show(lambda: self.console.print(markup, markup=escaped), self._stream)
 
     @property
     def console(self):
@@ -160,8 +161,7 @@ class ConsoleReporter(Reporter):
         from servedeck.safetext import clip
         line = printable(f"{phase} {elapsed_s:6.1f} s | {clip(last_line, 110)}")  # from its start, cut between words
         if self.terminal:
-            if not self.lost:
-                self.lost = not shown(lambda: self._status_line(line), self._stream)
+            self._show(lambda: self._status_line(line), self._stream)
         elif elapsed_s - self._last_plain >= 10:
             self._last_plain = elapsed_s
             self._plain(f"          {line}")
@@ -177,8 +177,8 @@ class ConsoleReporter(Reporter):
     def done_waiting(self) -> None:
         if self._status is not None:
             status, self._status = self._status, None
-            stopped = shown(status.stop, self._stream)  # stopped even when lost: its refresh thread ends
-            self.lost = self.lost or not stopped
+            if not shown(status.stop, self._stream):  # stopped even when lost: its refresh thread ends
+                self.lost = True
         self._last_plain = 0.0
 
 
