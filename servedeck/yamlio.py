@@ -20,6 +20,9 @@ deep input; it is never used: libyaml parses into events, the bounded composer b
   styles kept: the catalog edited in place, compose files with their styles).
 * :func:`compose_nodes` — the node graph with marks and styles (the check's compose parser).
 * :func:`dump_data` / :func:`dump_block` — plain data → YAML text.
+* :func:`scalar_style` — the one quoting policy for strings servedeck writes into YAML (plain
+  only where every YAML 1.1 and 1.2 reader reads the same string back): :func:`scalar_text`
+  for a template's lines, :func:`dump_yaml` for data dumped whole.
 * :func:`launcher_value` — one ``--set KEY=VALUE`` value as the exl3xpu launcher reads it
   (PyYAML ``safe_load``: YAML 1.1; the raw string when it does not parse), as the exl3xpu
   image's ``scripts/serve.py`` does (in this repository: ``deploy/images/cpu-vllm/serve.py``
@@ -33,6 +36,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,11 +50,12 @@ from ruamel.yaml.resolver import VersionedResolver
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import read_bounded
+from servedeck.yaml11 import plain_is_string
 
 __all__ = ["YAMLError", "Limits", "LIMITS", "CATALOG_LIMITS", "LimitError", "load_data", "read_yaml_file",
            "load_roundtrip", "roundtrip", "compose_nodes", "dump_data", "dump_block", "launcher_value",
-           "to_plain", "flatten", "yaml_error_line", "syntax_error_at", "file_error", "styled", "is_styled",
-           "rewrite_scalars"]
+           "to_plain", "flatten", "yaml_error_line", "syntax_error_at", "file_error", "scalar_style",
+           "scalar_text", "dump_yaml", "rewrite_scalars"]
 
 
 @dataclass(frozen=True)
@@ -391,21 +396,53 @@ def dump_block(value: Any, *, indent: tuple[int, int, int] | None = None, width:
     return buf.getvalue()
 
 
-def styled(text: str, style: str) -> str:
-    """``text`` as a scalar string the dumpers write in ``style`` (``plain`` | ``single`` |
-    ``double``)."""
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
-    return (text if style == "plain" else SingleQuotedScalarString(text) if style == "single"
-            else DoubleQuotedScalarString(text))
+def scalar_style(text: str, force: bool = False) -> str:
+    """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
+    YAML 1.1 and 1.2 reader reads it back as the same string
+    (:func:`servedeck.yaml11.plain_is_string`), else ``single`` when it holds ``"``
+    and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
+    if not force and plain_is_string(text):
+        return "plain"
+    if '"' in text and "'" not in text and "\n" not in text:
+        return "single"
+    return "double"
 
 
-def is_styled(value: Any) -> bool:
-    """True for a scalar string with a style of its own (:func:`styled`, or loaded by the
-    round-trip loader with ``preserve_quotes``)."""
-    from ruamel.yaml.scalarstring import ScalarString
-    return isinstance(value, ScalarString)
+def scalar_text(text: str, force: bool = False) -> str:
+    """``text`` as YAML scalar text styled by :func:`scalar_style` (for templates that write
+    lines): a double-quoted scalar is JSON string syntax, which YAML reads the same way."""
+    style = scalar_style(text, force)
+    if style == "plain":
+        return text
+    if style == "single":
+        return f"'{text}'"
+    return json.dumps(text, ensure_ascii=False)
 
 
+def dump_yaml(value: Any, indent: int = 0) -> str:
+    """Plain data → YAML 1.2 block text (the round-trip dumper; sequences indented under their
+    key; every string styled by :func:`scalar_style` unless it is already a ruamel scalar
+    string, which keeps its own style), each line prefixed by ``indent`` spaces."""
+    text = dump_block(_styled(value), indent=(2, 4, 2))
+    if indent:
+        text = "".join(" " * indent + line if line.strip() else line
+                       for line in text.splitlines(keepends=True))
+    return text
+
+
+def _styled(value: Any) -> Any:
+    """``value`` with every string that has no style of its own (not a ruamel scalar string)
+    made one in its :func:`scalar_style` (dicts and lists copied; other values as they are)."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, ScalarString, SingleQuotedScalarString
+    if isinstance(value, dict):
+        return {k: _styled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_styled(v) for v in value]
+    if isinstance(value, str) and not isinstance(value, ScalarString):
+        style = scalar_style(value)
+        return (value if style == "plain" else SingleQuotedScalarString(value) if style == "single"
+                else DoubleQuotedScalarString(value))
+    return value
 
 
 def launcher_value(text: str) -> Any:

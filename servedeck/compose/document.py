@@ -21,7 +21,6 @@ verbatim in ``extra`` and dumped back unchanged, so parse then dump loses nothin
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any, Iterator, Mapping
 
 from servedeck.errors import ServedeckError
 from servedeck.vllm.argv import ASSIGNMENT
-from servedeck.yamlio import LIMITS, YAMLError, dump_block, load_data, to_plain, syntax_error_at
+from servedeck.yamlio import LIMITS, YAMLError, dump_yaml, load_data, to_plain, syntax_error_at
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
 
@@ -924,56 +923,3 @@ def load_document(path: str | Path) -> Document:
     except FileNotFoundError:
         raise ServedeckError("file not found", file=str(path)) from None
     return parse_document(text, file=str(path))
-
-
-def dump_yaml(value: Any, indent: int = 0) -> str:
-    """Plain data → YAML 1.2 block text (ruamel; sequences indented under their key, strings
-    quoted by :func:`yaml_string` unless already a ruamel scalar string), each line prefixed by
-    ``indent`` spaces."""
-    text = dump_block(_quoted(value), indent=(2, 4, 2))
-    if indent:
-        text = "".join(" " * indent + line if line.strip() else line
-                       for line in text.splitlines(keepends=True))
-    return text
-
-
-def scalar_style(text: str, force: bool = False) -> str:
-    """The one quoting policy for strings servedeck writes into YAML: ``plain`` when every
-    YAML 1.1 and 1.2 reader reads it back as the same string
-    (:func:`servedeck.yaml11.plain_is_string`), else ``single`` when it holds ``"``
-    and no ``'`` (nor a newline), else ``double``; ``force`` never gives ``plain``."""
-    from servedeck.yaml11 import plain_is_string
-    if not force and plain_is_string(text):
-        return "plain"
-    if '"' in text and "'" not in text and "\n" not in text:
-        return "single"
-    return "double"
-
-
-def yaml_string(text: str, force: bool = False) -> str:
-    """``text`` as a ruamel scalar string styled by :func:`scalar_style` (for :func:`dump_yaml`)."""
-    from servedeck.yamlio import styled
-    return styled(text, scalar_style(text, force))
-
-
-def scalar_text(text: str, force: bool = False) -> str:
-    """``text`` as YAML scalar text styled by :func:`scalar_style` (for templates that write
-    lines): a double-quoted scalar is JSON string syntax, which YAML reads the same way."""
-    style = scalar_style(text, force)
-    if style == "plain":
-        return text
-    if style == "single":
-        return f"'{text}'"
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _quoted(value: Any) -> Any:
-    from servedeck.yamlio import is_styled
-
-    if isinstance(value, dict):
-        return {k: _quoted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_quoted(v) for v in value]
-    if isinstance(value, str) and not is_styled(value):
-        return yaml_string(value)
-    return value

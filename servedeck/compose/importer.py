@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servedeck.compose.document import (Mount, ServiceDefinition, dump_yaml, interpolation_refs, literal_values,
+from servedeck.compose.document import (Mount, ServiceDefinition, interpolation_refs, literal_values,
                                         load_document)
 from servedeck.compose.service import Service
 from servedeck.errors import ServedeckError
@@ -34,6 +34,7 @@ from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
                                  spec_for)
 from servedeck.vllm.names import release_of
+from servedeck.yamlio import dump_yaml
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
 _CONTAINER_KEYS = ("container_name", "restart", "group_add", "shm_size", "ipc")

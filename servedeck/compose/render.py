@@ -1,15 +1,15 @@
 """Render a resolved profile into docker-compose text with ``templates/docker-compose.yml.j2``.
 
-Quoting follows the compose document model's one policy
-(:func:`servedeck.compose.document.scalar_style`): every value a YAML 1.1 or 1.2 reader could
+Quoting follows servedeck's one YAML policy
+(:func:`servedeck.yamlio.scalar_style`): every value a YAML 1.1 or 1.2 reader could
 misread is quoted (ports, numeric or boolean-looking strings, GIDs), and so is every mapping key
 (the ``key`` filter: a name is one YAML scalar, never text spliced into the document, whatever it
 holds; the model checks names against :mod:`servedeck.grammar` first); served model names are
 always quoted; every ``$`` is escaped as ``$$`` for Compose interpolation; one argv token per
 list item; JSON-valued flags are compact JSON in one item; ports and volumes are printed by the
 document model's grammar. Service keys servedeck does not model (``container.compose_extra``:
-GPU device requests, healthcheck, ulimits, ...) are emitted verbatim by the document model's
-YAML dumper (ruamel). The template writes the service line by line: emitting the whole
+GPU device requests, healthcheck, ulimits, ...) are emitted verbatim by
+:func:`servedeck.yamlio.dump_yaml` (ruamel). The template writes the service line by line: emitting the whole
 document with ruamel costs about 9 ms per render (pure-Python emitter), most of the per-profile
 budget of ``check --all``.
 """
@@ -29,16 +29,17 @@ import jinja2
 
 from servedeck import __version__
 from servedeck.fsutil import cache_dir
-from servedeck.compose.document import Mount, Port, dump_yaml, interpolated, scalar_text
+from servedeck.compose.document import Mount, Port, interpolated
 from servedeck.compose.service import Service
 from servedeck.model.catalog import Catalog, ImageFacts
 from servedeck.model.profile import LoadedProfile, Profile
+from servedeck.yamlio import dump_yaml, scalar_text
 
 
 def yaml_scalar(value: Any, force: bool = False) -> str:
     """One YAML scalar as text for a template line (the ``q`` filter): ``$`` → ``$$`` (Compose
-    interpolation), then quoted by the document model's policy
-    (:func:`servedeck.compose.document.scalar_text`)."""
+    interpolation), then quoted by servedeck's one YAML policy
+    (:func:`servedeck.yamlio.scalar_text`)."""
     return scalar_text(str(value).replace("$", "$$"), force)
 
 

@@ -1,4 +1,4 @@
-"""Render's emission: one quoting policy (the document model's ``scalar_style``) for the
+"""Render's emission: one quoting policy (``servedeck.yamlio.scalar_style``) for the
 template's ``q`` filter and for the ruamel-dumped pass-through keys; a user's own template
 written for the first release (kept in tests/fixtures/templates-line-by-line) still renders the
 same bytes as the shipped one."""
@@ -38,7 +38,7 @@ def test_scalar_quoting(value, force, text):
 
 
 def test_the_filter_and_the_dumper_quote_alike():
-    from servedeck.compose.document import dump_yaml
+    from servedeck.yamlio import dump_yaml
     for value in ("unless-stopped", "992", "yes", '"k"', "0123", "22:22", "a b", "on", "1e3", "--x"):
         assert dump_yaml([value]).strip() == "- " + yaml_scalar(value), value
 
