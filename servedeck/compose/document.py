@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from servedeck.errors import ServedeckError
-from servedeck.vllm.argv import ASSIGNMENT
+from servedeck.launchers.server import split_command
 from servedeck.yamlio import LIMITS, YAMLError, dump_yaml, load_data, to_plain, syntax_error_at
 
 _PORT_RE = re.compile(r"^(?:(?P<ip>\[[^\]]+\]|[^:]*):)??(?:(?P<published>[^:]*):)?(?P<target>[^:]+)$")
@@ -657,80 +657,6 @@ def literal_values(value: Any) -> Any:
     if isinstance(value, list):
         return [literal_values(v) for v in value]
     return value
-
-
-def split_command(value: Any) -> list[str] | None:
-    """``command``/``entrypoint`` → argv items. A list gives one item each (``None`` items
-    become ``""``); a string is split shell-style as Compose does (compose-go ``shellwords``);
-    None stays None (image default)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            return shlex.split(value)
-        except ValueError:
-            return value.split()
-    return ["" if v is None else str(to_plain(v)) for v in value]
-
-
-_SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
-_OPERATOR = re.compile(r"[;&|<>()]+")
-_KEYWORDS = {"if", "for", "while", "until", "case", "function", "{", "!"}
-
-
-def plain_command(script: str) -> list[str] | None:
-    """The words of a shell script that is one plain command (quotes removed as the shell
-    removes them; ``#`` starts a comment only at the start of a word, POSIX XCU 2.3), or None
-    when it uses expansions (``$``, backquotes), operators (``;``, ``&&``, ``|``, redirections,
-    subshells) or compound commands: those are not read."""
-    if "$" in script or "`" in script:
-        return None
-    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
-    lex.whitespace_split = True
-    lex.commenters = ""
-    try:
-        words = list(lex)
-    except ValueError:  # an unclosed quote: the shell refuses it too
-        return None
-    comment = next((k for k, w in enumerate(words) if w.startswith("#")), None)
-    words = words[:comment] if comment is not None else words
-    if not words or words[0] in _KEYWORDS or any(_OPERATOR.fullmatch(w) for w in words):
-        return None
-    return words
-
-
-def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None, list[str]] | None:
-    """For a process argv ``sh|bash|... [OPTIONS] -c SCRIPT [ARG0 ARGS...]`` (options such as
-    ``-e``, ``-o pipefail``, ``--login``; ``-c`` alone or in a cluster such as ``-lc``): (index
-    of SCRIPT, how many items follow a one-word SCRIPT (the shell takes them as ``$0``, ``$1``,
-    ...: 0 otherwise), the command SCRIPT runs when it is one plain command (:func:`plain_command`;
-    leading ``NAME=value`` words, then ``exec`` and its options, left out) or None, and those
-    leading ``NAME=value`` words (the command's environment)). None for any other argv."""
-    if not argv or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
-        return None
-    i = 1
-    while i < len(argv) and argv[i][:1] in ("-", "+") and argv[i] != "--":
-        opt = argv[i]
-        if opt[:2] != "--" and "c" in opt[1:]:
-            break
-        i += 2 if opt in ("-o", "+o", "-O", "+O") else 1
-    else:
-        return None
-    if i + 1 >= len(argv):
-        return None
-    script = argv[i + 1]
-    words = plain_command(script)
-    split = len(argv) - i - 2 if len(words if words is not None else script.split()) == 1 else 0
-    assignments: list[str] = []
-    if words is not None:
-        while words and ASSIGNMENT.fullmatch(words[0]):
-            assignments.append(words[0])
-            words = words[1:]
-        if words[:1] == ["exec"]:
-            words = words[1:]
-            while words and words[0] in ("-a", "-c", "-l", "-cl", "-lc"):
-                words = words[2:] if words[0] == "-a" else words[1:]
-    return i + 1, split, words, assignments
 
 
 # --------------------------------------------------------------------------- service, document

@@ -4,16 +4,11 @@ effective engine settings, each with its provenance.
 
 A :class:`Service` is read from a service mapping of a compose document as Compose reads it
 (``extends`` merged in, values interpolated: :func:`read_services`) by :meth:`Service.read`.
-Effective settings are computed once, there, by the service's launcher
-(:meth:`servedeck.launchers.base.Launcher.effective`). The check rules, the renderer (which hands
-the service of the file it wrote over to the check), the deploy plan, the A/B comparison and the
-KV prediction read this one object.
-
-How Compose and Docker start the server (Compose Specification ``entrypoint``/``command``;
-Docker runs ENTRYPOINT + CMD as one argv): an ``entrypoint`` replaces the image's and must start
-a server a launcher knows (after wrappers such as ``env`` or ``tini``, or as the one plain
-command of an ``sh -c`` script); without one, the image's own entrypoint runs the command, and a
-command that repeats a server start gives those words to the server as arguments.
+The launcher, the command as it reads it, the server's environment and the effective settings
+are computed once, there, in one descent into the launchers
+(:func:`servedeck.launchers.server.read_server`, which also says how Compose and Docker start
+the server). The check rules, the renderer (which hands the service of the file it wrote over
+to the check), the deploy plan, the A/B comparison and the KV prediction read this one object.
 """
 
 from __future__ import annotations
@@ -21,22 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from servedeck.compose.document import (env_file_paths, interpolated, resolve_extends, shell_script,
-                                        split_command)
-from servedeck.launchers import registry
-from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting, Token
-from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, infer_facts
-from servedeck.vllm.argv import ASSIGNMENT
+from servedeck.compose.document import env_file_paths, interpolated, resolve_extends
+from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting
+from servedeck.launchers.server import read_server
+from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, image_facts
 from servedeck.vllm.kv import KvSettings, kv_settings
-from servedeck.vllm.names import release_of
-
-def image_facts(catalog: Catalog | None, image: ImageRef | None) -> ImageFacts | None:
-    """The facts of ``image``: the catalog's for its digest, else inferred from its repository
-    and tag (:func:`servedeck.model.catalog.infer_facts`, marked ``inferred``), else None."""
-    if image is None:
-        return None
-    facts = catalog.lookup(image.digest) if (catalog is not None and image.digest) else None
-    return facts if facts is not None else infer_facts(image.repository, image.tag)
 
 
 @dataclass
@@ -48,7 +32,8 @@ class Service:
         data: the service mapping as Compose reads it (``extends`` merged, values interpolated;
             the image as written).
         image: the image reference (None when absent or not a string).
-        facts: the image's facts (catalog or inferred, :func:`image_facts`), or None.
+        facts: the image's facts (catalog or inferred, :func:`servedeck.model.catalog.image_facts`),
+            or None.
         launch: the server command as its launcher reads it (:class:`~servedeck.launchers.base.
             Launch`; ``launch.launcher`` None when the start is not one servedeck knows).
         defaults: the launcher config shipped in the image that the command names, if known.
@@ -133,22 +118,14 @@ class Service:
                 used instead of the catalog's.
         """
         path: DocPath = ("services", name)
+        items = _env_items(data, path, env_files or {})
         image_text = data.get("image")
         image = ImageRef.parse(image_text) if isinstance(image_text, str) else None
         facts = facts if facts is not None else image_facts(catalog, image)
-        launch = _launch(data, path, facts, image)
-        launcher = launch.launcher
-        items = _env_items(data, path, launch, env_files or {})
-        svc = cls(name, data, path, image, facts, launch, env_items=items, environment=list(items))
-        if launcher is None:
-            return svc
-        image_path = path + ("image",)
-        config = launch.config.s if launch.config is not None else None
-        svc.defaults = launcher.defaults(facts.launcher_defaults, config) if facts is not None else None
-        svc.environment = launcher.environment(launch, items, svc.defaults, image_path)
-        image_port = facts.port if facts is not None and facts.runs is launcher else None
-        svc.effective = launcher.effective(launch, svc.defaults, svc.environment, image_port, image_path)
-        return svc
+        server = read_server(data.get("entrypoint"), data.get("command"), path, facts,
+                             image.repository if image is not None else None, items)
+        return cls(name, data, path, image, facts, server.launch, defaults=server.defaults,
+                   env_items=server.env_items, environment=server.environment, effective=server.effective)
 
 
 def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mapping[str, str] | None = None,
@@ -182,99 +159,14 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
     return out
 
 
-# --------------------------------------------------------------------------- the server command
+# --------------------------------------------------------------------------- the environment
 
 
-def _tokens(value: Any, path: DocPath) -> tuple[list[Token], bool]:
-    if isinstance(value, str):
-        return [Token(p, path) for p in split_command(value) or []], True
-    if isinstance(value, list):
-        return [Token("" if v is None else str(v), path + (i,)) for i, v in enumerate(value)], False
-    return [], False
-
-
-def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[Token] | None, list[Token]]:
-    """:func:`~servedeck.compose.document.shell_script` on argv items: (the SCRIPT item, the
-    items after a one-word SCRIPT, the SCRIPT's argv as items at the SCRIPT's path, or None, its
-    leading ``NAME=value`` words as items at the SCRIPT's path)."""
-    found = shell_script([t.s for t in argv])
-    if found is None:
-        return None, [], None, []
-    i, split, words, assignments = found
-    script = argv[i]
-    return (script, argv[i + 1:i + 1 + split], None if words is None else [Token(w, script.path) for w in words],
-            [Token(w, script.path) for w in assignments])
-
-
-def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
-    """Number of leading command items that repeat an entrypoint (0 if none): a server start a
-    launcher knows (:func:`servedeck.launchers.registry.start_of`), or the effective entrypoint
-    itself."""
-    s = [t.s for t in cmd]
-    launcher, n = registry.start_of(s)
-    if launcher is not None:
-        return n
-    if entry and s[: len(entry)] == entry:
-        return len(entry)
-    return 0
-
-
-def _launch(data: dict[str, Any], path: DocPath, facts: ImageFacts | None, image: ImageRef | None) -> Launch:
-    """The server command of a service: which launcher starts it (an ``entrypoint``'s start,
-    else the image's launcher from its facts, else the command's own shape, else inferred facts,
-    else a repository that names vLLM) and the command as that launcher reads it."""
-    entry_tokens, _ = _tokens(data.get("entrypoint"), path + ("entrypoint",))
-    cmd, string_form = _tokens(data.get("command"), path + ("command",))
-    has_entry = data.get("entrypoint") is not None
-    effective_entry = [t.s for t in entry_tokens] if has_entry else (list(facts.entrypoint) if facts else [])
-    launcher: Launcher | None = None
-    start: list[Token] = []
-    script: Token | None = None
-    split: list[Token] = []
-    inner: list[Token] | None = None
-    env_words: list[Token] = []
-    if has_entry:
-        # Docker runs entrypoint + command as one argv; a shell's -c script is read as its argv
-        argv_tokens = entry_tokens + cmd
-        script, split, inner, env_words = _shell_script(argv_tokens)
-        if inner is not None:
-            argv_tokens = inner
-        launcher, n = registry.start_of([t.s for t in argv_tokens])
-        if launcher is not None:
-            start = argv_tokens[:n]
-            effective_entry = [t.s for t in start]
-            cmd = argv_tokens[n:]
-            env_words += [t for t in argv_tokens[:n] if ASSIGNMENT.fullmatch(t.s)]  # env NAME=v
-    elif facts is not None and not facts.inferred:
-        launcher = facts.runs
-    elif cmd and (found := registry.of_arguments([t.s for t in cmd])) is not None:
-        launcher = found
-    elif facts is not None:
-        launcher = facts.runs
-    elif image is not None:
-        launcher = registry.of_repository_name(image.repository)
-
-    repeat = _repeat_length(cmd, effective_entry) if launcher is not None else 0
-    version = release_of(facts.vllm_version) if facts else None
-    launch = launcher.read(cmd[repeat:], version) if launcher is not None else Launch(None, tokens=cmd)
-    launch.start_items = start
-    launch.repeated_entrypoint = cmd[:repeat]
-    launch.string_form = string_form
-    launch.shell_script, launch.shell_split = script, split
-    launch.entry_unknown = has_entry and launcher is None
-    launch.shell_plain = script is not None and inner is not None
-    launch.env_words = env_words
-    # the start is known: written in the file, or the image's own (not guessed from its name)
-    launch.start_known = launcher is not None and (has_entry or bool(repeat)
-                                                   or (facts is not None and not facts.inferred))
-    return launch
-
-
-def _env_items(data: dict[str, Any], path: DocPath, launch: Launch,
+def _env_items(data: dict[str, Any], path: DocPath,
                env_files: Mapping[str, Mapping[str, str] | None]) -> list[EnvItem]:
-    """The environment the service gives, in order (a later item overrides an earlier one): its
-    ``env_file`` files, its ``environment`` (mapping or list form), then the ``NAME=value``
-    words its argv sets (:attr:`Launch.env_words`)."""
+    """The environment the service's mapping gives, in order (a later item overrides an earlier
+    one): its ``env_file`` files, then its ``environment`` (mapping or list form); the
+    ``NAME=value`` words its argv sets follow them (:func:`servedeck.launchers.server.read_server`)."""
     out = [EnvItem(k, v, path + where, True) for where, file, _ in env_file_paths(data.get("env_file"))
            for k, v in (env_files.get(file) or {}).items()]
     env = data.get("environment")
@@ -287,10 +179,7 @@ def _env_items(data: dict[str, Any], path: DocPath, launch: Launch,
             if isinstance(item, str):
                 k, eq, v = item.partition("=")
                 out.append(EnvItem(k, v if eq else None, base + (i,), True))
-    for t in launch.env_words:
-        k, _, v = t.s.partition("=")
-        out.append(EnvItem(k, v, t.path, True))
     return out
 
 
-__all__ = ["Service", "image_facts", "read_services"]
+__all__ = ["Service", "read_services"]

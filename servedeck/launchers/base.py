@@ -30,7 +30,6 @@ key comes from ``--api-key``, else ``VLLM_API_KEY`` (``vllm/entrypoints/openai/a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Literal, Sequence
 
@@ -48,8 +47,6 @@ Source = Literal["image", "launcher-config", "set", "flag", "environment"]
 config shipped in the image (``launcher-config``: exl3xpu's ``model.yaml``), an edit of that
 config in the command (``set``: ``--set vllm.KEY=VALUE``), a command-line flag (``flag``: a vLLM
 flag, or a launcher option such as ``--port``), or the server's environment (``environment``)."""
-
-_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 
 ENV_SETTINGS: dict[str, str] = {"api_key": "VLLM_API_KEY"}
 """vLLM settings read from the environment when no flag gives them: dest → variable
@@ -214,7 +211,7 @@ class Launch:
         start_known: the start is written in the file or is the image's own, not guessed from
             the image's name (model-argument faults are reported only then).
 
-    Filled by :class:`servedeck.compose.service.Service` from the compose document:
+    Filled by :func:`servedeck.launchers.server.read_server` from the compose service:
         start_items: the ``entrypoint`` (+ command) items that start the launcher, when an
             ``entrypoint`` is given (wrappers included).
         repeated_entrypoint: leading command items that repeat the entrypoint.
@@ -300,22 +297,6 @@ def flag_of(arg: grammar.Arg, tokens: Sequence[Token]) -> Flag:
                 inline=arg.value if arg.inline else None, missing_value=arg.missing_value, arg=arg)
 
 
-def setting_value(arg: grammar.Arg) -> Any:
-    """The value vLLM holds for one flag occurrence, leniently (for views and rules that report
-    a refused value elsewhere): ``--no-x`` → False, a bare bool flag → True, ``nargs="+"`` →
-    a list, a value vLLM refuses → its text (``--max-model-len`` → None), an unknown flag's
-    numeric text → a number."""
-    try:
-        value = arg.typed()
-    except ServedeckError:
-        value = arg.value
-        if arg.base == "max-model-len":
-            return None
-    if isinstance(value, str) and (arg.base or "") not in grammar.FLAGS and _NUMBER.match(value):
-        return float(value) if any(c in value for c in ".eE") else int(value)
-    return value
-
-
 def merge_nested(base: dict[str, Any], parts: Sequence[str], value: Any) -> None:
     """Set ``base[parts[0]][parts[1]]...`` to ``value``, making mappings on the way (replacing a
     non-mapping), in place."""
@@ -327,14 +308,6 @@ def merge_nested(base: dict[str, Any], parts: Sequence[str], value: Any) -> None
             cur[p] = nxt
         cur = nxt
     cur[parts[-1]] = value
-
-
-def _merge_json(base: dict[str, Any], new: dict[str, Any]) -> None:
-    for k, v in new.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _merge_json(base[k], v)
-        else:
-            base[k] = v
 
 
 class Launcher:
@@ -567,26 +540,14 @@ class Launcher:
         """Overlay the command's config edits on ``eff`` (in place); none here."""
 
     def flag_settings(self, launch: Launch, eff: dict[str, Setting]) -> None:
-        """Overlay the vLLM flags of ``launch`` on ``eff`` (in place)."""
-        args = [f.arg for f in launch.flags if f.arg is not None]
+        """Overlay the vLLM flags of ``launch`` on ``eff`` (in place): the settings vLLM holds
+        from them (:func:`servedeck.vllm.argv.flag_settings`), each at the path of the item
+        that gives its value."""
         by_arg = {id(f.arg): f for f in launch.flags}
-        dotted: dict[str, tuple[dict[str, Any], DocPath]] = {}
-        for key, a in grammar.last_wins(args).items():
-            if a.missing_value:
-                continue
+        for dest, (value, a) in grammar.flag_settings([f.arg for f in launch.flags if f.arg is not None]).items():
             f = by_arg[id(a)]
-            path = f.token.path if f.inline is not None else f.value_path
-            value = setting_value(a)
-            if a.subkey:
-                into, _ = dotted.setdefault(a.dest or "", ({}, path))
-                if isinstance(value, dict):
-                    _merge_json(into, value)
-                continue
-            eff.pop(key, None)
-            eff[key] = Setting(value, "flag", path)
-        for dest, (value, path) in dotted.items():
             eff.pop(dest, None)
-            eff[dest] = Setting(value, "flag", path)
+            eff[dest] = Setting(value, "flag", f.token.path if f.inline is not None else f.value_path)
 
     def env_settings(self, environment: list[EnvItem], eff: dict[str, Setting]) -> None:
         """:data:`ENV_SETTINGS` not given by a flag, from the last value of their variable."""
@@ -668,5 +629,4 @@ def scalar(text: str) -> Any:
 
 
 __all__ = ["DocPath", "Source", "ENV_SETTINGS", "Setting", "LauncherDefaults", "LaunchSettings", "Token", "Flag",
-           "ConfigEdit", "Launch", "EnvItem", "ArgvError", "Launcher", "flag_of", "setting_value",
-           "merge_nested", "scalar"]
+           "ConfigEdit", "Launch", "EnvItem", "ArgvError", "Launcher", "flag_of", "merge_nested", "scalar"]

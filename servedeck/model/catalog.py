@@ -348,6 +348,15 @@ def image_device(reference: str, *, labels: dict[str, str] | None = None, env: d
     return None
 
 
+def image_facts(catalog: Catalog | None, image: ImageRef | None) -> ImageFacts | None:
+    """The facts of ``image``: the catalog's for its digest, else inferred from its repository
+    and tag (:func:`infer_facts`, marked ``inferred``), else None (no image, or nothing to infer)."""
+    if image is None:
+        return None
+    facts = catalog.lookup(image.digest) if (catalog is not None and image.digest) else None
+    return facts if facts is not None else infer_facts(image.repository, image.tag)
+
+
 def infer_facts(repository: str, tag: str | None) -> ImageFacts | None:
     """Facts guessed from an image's repository and tag when its digest is unknown and no Docker
     engine can be asked (``inferred=True``): the launcher whose repository hints match

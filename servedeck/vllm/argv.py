@@ -688,6 +688,47 @@ def settings(args: Iterable[Arg], *, strict: bool = False) -> dict[str, Any]:
     return out
 
 
+def setting_value(arg: Arg) -> Any:
+    """The value vLLM holds for one flag occurrence, leniently (for views and rules that report
+    a refused value elsewhere): ``--no-x`` → False, a bare bool flag → True, ``nargs="+"`` →
+    a list, a value vLLM refuses → its text (``--max-model-len`` → None), an unknown flag's
+    numeric text → a number."""
+    try:
+        value = arg.typed()
+    except ServedeckError:
+        value = arg.value
+        if arg.base == "max-model-len":
+            return None
+    if isinstance(value, str) and (arg.base or "") not in FLAGS and _NUMBER.match(value):
+        return float(value) if any(c in value for c in ".eE") else int(value)
+    return value
+
+
+def flag_settings(args: Iterable[Arg]) -> dict[str, tuple[Any, Arg]]:
+    """The settings vLLM holds from its flags, leniently (:func:`setting_value`), each with the
+    occurrence that gives it: ``{dest: (value, occurrence)}``. As :func:`settings`: the last
+    occurrence of a flag wins (:func:`last_wins`), a flag whose value is missing gives nothing,
+    and the JSON sub-key flags of one dest merge into one dict (a sub-key value that is not an
+    object adds nothing to it) that replaces a whole value of that flag and stands after the
+    other settings; its occurrence is the first sub-key flag."""
+    out: dict[str, tuple[Any, Arg]] = {}
+    dotted: dict[str, tuple[dict[str, Any], Arg]] = {}
+    for key, a in last_wins(args).items():
+        if a.missing_value:
+            continue
+        value = setting_value(a)
+        if a.subkey:
+            into, _ = dotted.setdefault(a.dest or "", ({}, a))
+            if isinstance(value, dict):
+                _merge(into, value)
+            continue
+        out[key] = (value, a)
+    for dest, given in dotted.items():
+        out.pop(dest, None)
+        out[dest] = given
+    return out
+
+
 def dotted_replaces(args: Iterable[Arg]) -> dict[str, tuple[Arg, list[Arg]]]:
     """JSON flags given both whole and by sub-keys: dest → (the whole value's last occurrence,
     the sub-key occurrences). vLLM keeps only the sub-keys' dict (:func:`settings`)."""
@@ -961,4 +1002,5 @@ __all__ = ["FlagSpec", "FLAGS", "ALIASES", "Arg", "KnownArgv", "looks_like_flag"
            "human_readable_int", "convert", "convert_lenient", "table_from_serve_args", "format_value", "compact_json",
            "flag_tokens", "flag", "parse_vllm", "parse_known", "print_args", "last_wins", "repeated", "settings",
            "ServerStyle", "ModelArgument", "model_argument", "wrapper_length", "python_start", "convert_kind",
-           "kind_of_type", "negative_option", "dotted_replaces", "bool_meaning", "config_json"]
+           "kind_of_type", "negative_option", "dotted_replaces", "bool_meaning", "config_json", "setting_value",
+           "flag_settings"]

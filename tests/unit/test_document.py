@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from servedeck.compose.document import (Device, DeviceRequest, Environment, Mount, Port,
-                                        device_requests, parse_document, split_command)
+                                        device_requests, parse_document)
 from servedeck.errors import ServedeckError
+from servedeck.launchers.server import split_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
