@@ -108,19 +108,6 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     return env
 
 
-def _flag_table(catalog: Catalog, profile: Profile, facts) -> Any:
-    """The image's vLLM argument table when the command needs one (a bool flag set false,
-    whose spelling differs between releases), chosen as the check chooses it
-    (:func:`servedeck.vllm.facts.table_for`); None when nothing fits (argparse's own default
-    spelling is then used)."""
-    if profile.engine.enable_prefix_caching is not False:
-        return None
-    from servedeck.vllm.facts import image_vllm_facts, table_for
-    choice = table_for(facts.vllm_version if facts else None, "serve_args",
-                       image_vllm_facts(catalog, profile.image_ref.digest))
-    return choice.facts if choice else None
-
-
 def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
                    templates_dir: Path | Sequence[Path], *, compose_name: str | None = None) -> Rendered:
     """Render ``profile`` to compose text with ``docker-compose.yml.j2``.
@@ -143,9 +130,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
-    launcher = profile.launcher.runs
-    defaults = launcher.defaults(facts.launcher_defaults, profile.launcher.config) if facts else None
-    command = launcher.build_argv(profile.launch_settings(), defaults, _flag_table(catalog, profile, facts))
+    command = profile.server_command(facts, catalog)
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
     mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
@@ -153,11 +138,13 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
               else [])
     mounts += [Mount(v.target, v.source, mode=v.options) for v in c.volumes]
     named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
-    # unmodelled service keys (file text already: no $ escaping) through the document dumper
-    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
-    dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
     volumes = [v.short() for v in mounts]
     ports = Port(str(c.port), str(c.host_port or c.port), c.host_ip).short()
+    data = _service_data(profile, command, ports, volumes)
+    service = Service.read(c.service, data, catalog=catalog)
+    # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
+    extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
+    dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
     text = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2").render(
         profile=profile, c=c, command=command, volumes=volumes,
         named_volumes=named, ports=ports,
@@ -165,7 +152,6 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
         compose_extra=extra, compose_name=compose_name)
     if not text.endswith("\n"):
         text += "\n"
-    service = Service.read(c.service, _service_data(profile, command, ports, volumes), catalog=catalog)
     return Rendered(profile=profile, facts=facts, command=command, compose_text=text,
                     profile_hash=phash, service=service)
 

@@ -127,9 +127,7 @@ class DeployPlan:
             return self.secrets
         from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
-        launcher = parent.launcher.runs
-        argv = launcher.build_argv(parent.launch_settings(),
-                                   launcher.defaults(self.image.facts.launcher_defaults, parent.launcher.config))
+        argv = parent.server_command(self.image.facts)
         svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
                                                       "environment": dict(parent.container.environment)},
                            facts=self.image.facts)

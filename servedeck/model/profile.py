@@ -28,7 +28,7 @@ from servedeck.grammar import (CONTAINER_NAME_RE, ENV_NAME_RE, PROFILE_NAME_RE, 
                                VOLUME_NAME_RE, check, check_all)
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings
-from servedeck.model.catalog import Device, ImageRef
+from servedeck.model.catalog import Catalog, Device, ImageFacts, ImageRef
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -468,6 +468,34 @@ class Profile(_Strict):
         return LaunchSettings(model=self.model.argument, served_model_name=tuple(self.model.served_model_name),
                               port=self.container.port, engine=engine, extra_args=tuple(e.extra_args),
                               config=self.launcher.config, gpu=self.launcher.gpu, env=dict(self.launcher_env))
+
+    def server_command(self, facts: ImageFacts | None, catalog: Catalog | None = None) -> list[str]:
+        """The container ``command`` (argv items) the profile's launcher builds from
+        :meth:`launch_settings` on an image with ``facts``: with the launcher config shipped in
+        the image that ``launcher.config`` names (none without facts). With ``catalog``, a bool
+        flag set false is spelled as the image's vLLM argument table spells it (the spelling
+        differs between releases; the table is chosen as the check chooses it,
+        :func:`servedeck.vllm.facts.table_for`: the image's own extracted facts, else the shipped
+        table of its release); without one, or when no table fits, argparse's ``--no-x``.
+
+        Raises:
+            ServedeckError: the image's extracted facts file cannot be read.
+        """
+        settings = self.launch_settings()
+        table = self._flag_table(facts, catalog) if catalog is not None else None
+        launcher = self.launcher.runs
+        defaults = launcher.defaults(facts.launcher_defaults, self.launcher.config) if facts else None
+        return launcher.build_argv(settings, defaults, table)
+
+    def _flag_table(self, facts: ImageFacts | None, catalog: Catalog) -> Any:
+        """The image's vLLM argument table (:class:`servedeck.vllm.facts.VllmFacts`) when the
+        command needs one (a bool flag set false), else None (also when nothing fits)."""
+        if self.engine.enable_prefix_caching is not False:
+            return None
+        from servedeck.vllm.facts import image_vllm_facts, table_for
+        choice = table_for(facts.vllm_version if facts else None, "serve_args",
+                           image_vllm_facts(catalog, self.image_ref.digest))
+        return choice.facts if choice else None
 
     @property
     def image_ref(self) -> ImageRef:
