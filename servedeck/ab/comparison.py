@@ -19,7 +19,7 @@ from servedeck.ab.sequential import replay
 from servedeck.ab import stats
 from servedeck.ab.stats import (ALPHA, COMPILE_TIMED_FACTS, DEFAULT_MARGIN, STARTUP_FACTS, Comparison, as_runs,
                                 bench_metrics, compare_startup_fact, compare_warnings, compile_cache_comparable,
-                                compile_cache_state, judge_bench, startup_facts)
+                                compile_cache_state, judge_bench, not_comparable_bench, startup_facts)
 from servedeck.bench.limits import limit_metrics
 from servedeck.runs import store
 
@@ -46,7 +46,8 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
     samples. Startup timings are ``not comparable`` when the arms' compile caches differed
     (:func:`servedeck.ab.stats.compile_cache_state`). When both arms ran a load benchmark
     (``load.jsonl``), each level's per-request ``ttft_s``/``tpot_s``/``e2e_s`` join the judged metrics (phase = the
-    level, ``c=4``) and ``load`` holds the curves and the capacity verdict
+    level, ``c=4``; a level delivered late in either arm is ``not comparable``, out of the family) and
+    ``load`` holds the curves and the capacity verdict
     (:func:`servedeck.ab.load.compare_load`). Metrics of registered sources
     (:func:`servedeck.ab.stats.register_metric_source`) are judged beside the bench metrics.
 
@@ -63,13 +64,15 @@ def compare_metrics(runs_a: Path | Sequence[Path], runs_b: Path | Sequence[Path]
                for n in STARTUP_FACTS]
     samples_a = [s for r in la for s in store.read(r, store.BENCH_SAMPLES)]
     samples_b = [s for r in lb for s in store.read(r, store.BENCH_SAMPLES)]
-    extra = [*load_metrics(la, lb), *limit_metrics(la, lb),  # roofline share and energy per token (bench.limits)
+    load_judged, load_held = load_metrics(la, lb)
+    extra = [*load_judged, *limit_metrics(la, lb),  # roofline share and energy per token (bench.limits)
              *(m for source in stats.METRIC_SOURCES for m in source(la, lb))]  # the registry as it is now
     if sequential is not None:
         alpha, margin = sequential.design.alpha, sequential.design.margin
         bench = replay(sequential, samples_a, samples_b, extra=extra)
     else:
         bench = judge_bench([*bench_metrics(samples_a, samples_b), *extra], alpha=alpha, margin=margin)
+    bench += [not_comparable_bench(*metric, reason=why) for metric, why in load_held]
 
     def label(runs: list[Path]) -> str:
         return runs[0].name if len(runs) == 1 else f"{runs[0].name} (+{len(runs) - 1})"

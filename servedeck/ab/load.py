@@ -21,6 +21,11 @@ level exists in both; an arm's runs are pooled per level.
   met, or both violated), so their capacities fall between the same two levels; ``no verdict``
   otherwise, with the reason. Each arm's capacity is the highest level at which its pooled
   share met the SLO (point estimate) and the bracket up to the next level.
+* **Late delivery** (:func:`servedeck.bench.loadresult.late_delivery`): a level at which either
+  arm's streams reached the client well after the server handled their first tokens measured
+  the host's delivery, not the engine (on vLLM's CPU server with 2 cores, whole streams arrive at
+  once, at random from one deployment to the next). Its latencies and its SLO shares are
+  ``not comparable``: held out of the Holm family and of the capacity tests, with the reason.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ class ArmLevel(BaseModel):
     medians: dict[str, Percentile] = Field(default_factory=dict, description="ttft_s/tpot_s/e2e_s medians")
     waiting_mean: float | None = None
     preemptions: int | None = None
+    delivery_lag_s: float | None = Field(None, description="the largest of its runs' (LevelResult.delivery_lag_s)")
+    late_delivery: bool = Field(False, description="a run of it delivered late")
 
 
 class LevelPair(BaseModel):
@@ -73,6 +80,7 @@ class LevelPair(BaseModel):
     b: ArmLevel
     p_b_holds_more: float | None = None
     p_a_holds_more: float | None = None
+    not_comparable: str | None = Field(None, description="why this level is held out (late delivery)")
 
 
 class CapacityVerdict(BaseModel):
@@ -131,13 +139,16 @@ def _arm(slot: dict[str, Any], slo: Slo | None) -> ArmLevel:
     values = {m: [v for r in ok if (v := getattr(r, m)) is not None] for m in LOAD_METRICS}
     pcts = {m: percentile(v, q) for m, v in values.items()}
     medians = {m: percentile(v, 0.5) for m, v in values.items()}
+    from servedeck.bench.loadresult import late_delivery
     waits = [lv.server.waiting_mean for lv in sums if lv.server is not None]
+    lags = [lv.delivery_lag_s for lv in sums if lv.delivery_lag_s is not None]
     pre = [lv.server.preemptions for lv in sums if lv.server is not None]
     arm = ArmLevel(runs=len(sums), requests=len(recs), completed=len(ok), failed=len(recs) - len(ok),
                    request_rps=[lv.request_rps for lv in sums], output_tok_s=[lv.output_tok_s for lv in sums],
                    percentiles=pcts, medians=medians,
                    waiting_mean=max((w for w in waits if w is not None), default=None),
-                   preemptions=sum(p for p in pre if p is not None) if any(p is not None for p in pre) else None)
+                   preemptions=sum(p for p in pre if p is not None) if any(p is not None for p in pre) else None,
+                   delivery_lag_s=max(lags, default=None), late_delivery=any(late_delivery(lv) for lv in sums))
     if slo is not None:
         good = sum(1 for r in recs if request_meets(slo, r))
         arm.attainment = proportion(good, len(recs))
@@ -153,20 +164,44 @@ def _slo_of(summary_a: LoadSummary | None, summary_b: LoadSummary | None, slo: S
     return next((s.slo for s in (summary_a, summary_b) if s is not None and s.slo is not None), None)
 
 
-def load_metrics(runs_a: Sequence[Path], runs_b: Sequence[Path]) -> list[tuple[str, str, list[float], list[float]]]:
-    """``(metric, level label, samples_a, samples_b)`` of every level both arms ran, for the
-    report's judged metrics (:func:`servedeck.ab.comparison.compare_metrics`); [] when either arm has
-    no load benchmark."""
+LoadMetric = tuple[str, str, list[float], list[float]]
+"""``(metric, level label, samples_a, samples_b)``."""
+
+
+def load_metrics(runs_a: Sequence[Path], runs_b: Sequence[Path]
+                 ) -> tuple[list[LoadMetric], list[tuple[LoadMetric, str]]]:
+    """The per-request metrics of every level both arms ran, for the report's judged metrics
+    (:func:`servedeck.ab.comparison.compare_metrics`): ``(judged, held_out)``, where ``held_out``
+    pairs each metric of a level delivered late (module docstring) with the reason it is not
+    comparable. Both empty when either arm has no load benchmark."""
     _, la = _arm_levels(runs_a)
     _, lb = _arm_levels(runs_b)
-    out = []
+    judged: list[LoadMetric] = []
+    held: list[tuple[LoadMetric, str]] = []
     for label in sorted(set(la) & set(lb), key=lambda k: la[k]["level"].value):
+        why = late_reason(label, _arm(la[label], None), _arm(lb[label], None))
         for metric in LOAD_METRICS:
             a = [v for r in la[label]["records"] if r.success and (v := getattr(r, metric)) is not None]
             b = [v for r in lb[label]["records"] if r.success and (v := getattr(r, metric)) is not None]
             if a or b:
-                out.append((metric, label, a, b))
-    return out
+                if why is None:
+                    judged.append((metric, label, a, b))
+                else:
+                    held.append(((metric, label, a, b), why))
+    return judged, held
+
+
+def late_reason(label: str, a: ArmLevel, b: ArmLevel) -> str | None:
+    """Why ``label`` is not comparable (late delivery in either arm, module docstring), or None."""
+    late = [name for name, arm in (("A", a), ("B", b)) if arm.late_delivery]
+    if not late:
+        return None
+    lags = ", ".join(f"{name} {arm.delivery_lag_s * 1000:.0f} ms" for name, arm in (("A", a), ("B", b))
+                     if arm.delivery_lag_s is not None)
+    return (f"late delivery in {' and '.join(late)} at {label}: first tokens reached the client well after the "
+            f"server handled them (client TTFT minus the server's own: {lags}): vLLM's API server fell "
+            f"behind the engine, so this level measured its delivery, not the engine; give the API server "
+            f"CPU, or stream fewer chunks (--stream-interval), and re-run it")
 
 
 def _holds_more(x: ArmLevel, y: ArmLevel, q: float) -> float | None:
@@ -191,7 +226,8 @@ def _capacity_of(pairs: list[LevelPair], arm: str, slo: Slo) -> tuple[float | No
 
 def compare_capacity(pairs: list[LevelPair], slo: Slo, alpha: float) -> CapacityVerdict:
     """Compare the arms' capacity under ``slo`` over the common levels (module docstring)."""
-    from servedeck.ab.stats import holm
+    held = [p for p in pairs if p.not_comparable]
+    pairs = [p for p in pairs if not p.not_comparable]
     cap_a, br_a = _capacity_of(pairs, "a", slo)
     cap_b, br_b = _capacity_of(pairs, "b", slo)
     tests: list[tuple[str, LevelPair, float]] = []
@@ -200,6 +236,15 @@ def compare_capacity(pairs: list[LevelPair], slo: Slo, alpha: float) -> Capacity
         p.p_a_holds_more = _holds_more(p.a, p.b, slo.q)
         tests += [(d, p, v) for d, v in (("b", p.p_b_holds_more), ("a", p.p_a_holds_more)) if v is not None]
     common = dict(capacity_a=cap_a, capacity_b=cap_b, bracket_a=br_a, bracket_b=br_b, alpha=alpha)
+    out = _compare_levels(pairs, tests, slo, alpha, common, br_a)
+    if held:
+        out.reason += f" ({', '.join(p.label for p in held)} held out: late delivery)"
+    return out
+
+
+def _compare_levels(pairs: list[LevelPair], tests: list[tuple[str, LevelPair, float]], slo: Slo, alpha: float,
+                    common: dict[str, Any], br_a: list[float | None]) -> CapacityVerdict:
+    from servedeck.ab.stats import holm
     if not tests:
         return CapacityVerdict(verdict="no verdict", reason="no level was judged against the SLO in both arms",
                                **common)
@@ -275,8 +320,9 @@ def compare_load(runs_a: Sequence[Path], runs_b: Sequence[Path], *, slo: Slo | N
     pairs = []
     for label in common:
         level = la[label]["level"]
-        pairs.append(LevelPair(label=label, kind=level.kind, value=level.value, unit=level.unit,
-                               a=_arm(la[label], slo_), b=_arm(lb[label], slo_)))
+        a, b = _arm(la[label], slo_), _arm(lb[label], slo_)
+        pairs.append(LevelPair(label=label, kind=level.kind, value=level.value, unit=level.unit, a=a, b=b,
+                               not_comparable=late_reason(label, a, b)))
     unit = pairs[0].unit if pairs else ""
     out = LoadComparison(workload=sa.workload.get("name") or sa.workload.get("kind"), load=sa.load,
                          slo=slo_, unit=unit, levels=pairs,

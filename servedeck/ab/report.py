@@ -56,7 +56,7 @@ def bench_sentence(m: MetricComparison) -> str:
     base = f"{m.key} {fmt_num(m.b)} vs {fmt_num(m.a)}"
     if not m.judged:
         return (f"{base} (ratio {fmt_ratio(m.ratio)}; n={len(m.samples_b)} vs {len(m.samples_a)}): "
-                f"not judged ({m.reason})")
+                f"{m.verdict} ({m.reason})")
     ci = f", 95% CI {m.ci_low:.3f}\u2013{m.ci_high:.3f}" if m.ci_low is not None else ""
     test = f"{m.method}, p={m.p:.2g}, Holm p={m.p_adjusted:.2g}"
     if m.looks:

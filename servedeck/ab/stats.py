@@ -144,7 +144,8 @@ class MetricComparison(BaseModel):
         ci_low, ci_high: 95 % bootstrap interval of the ratio of medians (judged metrics).
         lower_is_better: direction (None: no preferred direction).
         verdict: bench: ``faster`` | ``slower`` | ``within margin`` | ``equivalent`` |
-            ``no verdict`` | ``not judged`` (too few samples) | ``missing``; startup:
+            ``no verdict`` | ``not judged`` (too few samples) | ``not comparable`` (the arms did not
+            measure like with like: a load level delivered late) | ``missing``; startup:
             ``higher`` | ``lower`` | ``same`` | ``missing`` | ``not in either log``.
         judged: True when the rank test ran.
         method: the test (``Mann-Whitney U, exact``), None when not judged.
@@ -481,6 +482,17 @@ def _describe_bench(name: str, phase: str, a: list[float], b: list[float]) -> Me
         return MetricComparison(**common, verdict="not judged", judged=False,
                                 reason=f"needs at least {MIN_SAMPLES} positive samples per arm")
     return MetricComparison(**common, verdict="no verdict", judged=True)
+
+
+def not_comparable_bench(name: str, phase: str, a: Sequence[float], b: Sequence[float], *,
+                         reason: str) -> MetricComparison:
+    """A bench metric whose two arms did not measure like with like (``reason``, one clause):
+    described (medians and ratio), not judged, outside the report's Holm family; verdict ``not
+    comparable`` (``missing`` when an arm has no sample)."""
+    m = _describe_bench(name, phase, list(a), list(b))
+    if m.verdict != "missing":
+        m.verdict, m.judged, m.reason = "not comparable", False, reason
+    return m
 
 
 MetricSamples = tuple[str, str, Sequence[float], Sequence[float]]

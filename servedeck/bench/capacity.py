@@ -20,7 +20,9 @@ record keeps each level's interval and state (met / violated / undecided,
 (``vllm:num_preemptions_total`` grew), ``throughput flat`` (load × r over the next lower level,
 output throughput up by less than 10 % of that while the median end-to-end latency rose by more
 than 25 %), ``behind`` (an open-loop level completed fewer than 90 % of the requests/s it
-offered). The saturation point is the lowest level with a flag.
+offered), ``late delivery`` (the level's streams reached the client well after the server
+handled their first tokens, :func:`servedeck.bench.loadresult.late_delivery`: the host's front end,
+not the engine, set its latencies). The saturation point is the lowest level with a flag.
 
 **Knee** (:func:`knee`): the point of maximum curvature of output throughput against load,
 by Kneedle (Satopää, Albrecht, Irwin, Raghavan, "Finding a 'Kneedle' in a Haystack", ICDCS
@@ -40,6 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from servedeck.bench.loadresult import late_delivery
 from servedeck.errors import ServedeckError
 from servedeck.runs.records import CapacityResult, KvCheck, LevelResult, LoadLevel, SearchStep, Slo
 
@@ -218,6 +221,8 @@ def saturation_flags(levels: Sequence[LevelResult]) -> None:
             offered = lv.level.value
             if lv.request_rps < BEHIND_SHARE * offered and lv.requests >= 4:
                 flags.append("behind")
+        if late_delivery(lv):
+            flags.append("late delivery")
         lv.saturation = flags
         prev = lv
 

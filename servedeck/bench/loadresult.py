@@ -19,6 +19,16 @@ interval needs), the SLO judgement and goodput (:mod:`servedeck.bench.slo`), and
 server's ``/metrics`` said meanwhile (:class:`LevelServer`): its request, token and
 preemption counters over the level, and its queue (``vllm:num_requests_waiting``) and batch
 (``vllm:num_requests_running``) sampled while the level ran.
+
+**Delivery** (``LevelResult.delivery_lag_s``, :func:`late_delivery`): vLLM stamps a request's first token
+when its API server's output processor handles it (``vllm:time_to_first_token_seconds``,
+``vllm/v1/metrics/stats.py`` ``IterationStats``, vLLM 0.32), before the stream's bytes are
+written. The level's mean client TTFT minus that histogram's mean over the same level is the time
+first tokens spent between the server's output processing and the client. A level delivered
+late (lag above :data:`LATE_DELIVERY_MIN_S` and above :data:`LATE_DELIVERY_SHARE` of the mean
+end-to-end latency) measured the host's delivery, not the engine: on a host whose cores are all
+taken by the engine (vLLM's CPU server on 2 cores: the worker and the engine core's busy loop),
+whole streams reach the client at once, and the gauges the API server publishes are as late.
 """
 
 from __future__ import annotations
@@ -32,12 +42,23 @@ from servedeck.runs.records import (LevelResult, LevelServer, LoadLevel, LoadSum
                                     ServerSample, Slo)
 
 __all__ = ["LATENCY_METRICS", "REPORTED_QUANTILES", "RequestRecord", "ServerSample", "LevelServer", "LevelResult",
-           "LoadSummary", "summarise_level", "server_gauges"]
+           "LoadSummary", "summarise_level", "server_gauges", "late_delivery"]
 
 #: Latency metrics summarised per level (seconds).
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 #: Percentiles reported per metric (each only from the samples its interval needs).
 REPORTED_QUANTILES = (0.5, 0.9, 0.99)
+#: Late delivery (module docstring): a lag of at least this many seconds …
+LATE_DELIVERY_MIN_S = 0.05
+#: … that is also at least this share of the level's mean end-to-end latency (a network's constant
+#: round trip on a long request is not late delivery; a stream held back for most of its life is).
+LATE_DELIVERY_SHARE = 0.25
+
+
+def late_delivery(level: LevelResult) -> bool:
+    """True when ``level``'s streams reached the client late (module docstring)."""
+    lag, e2e = level.delivery_lag_s, level.means.get("e2e_s")
+    return lag is not None and e2e is not None and lag >= max(LATE_DELIVERY_MIN_S, LATE_DELIVERY_SHARE * e2e)
 
 
 def _values(records: Sequence[RequestRecord], metric: str) -> list[float]:

@@ -804,7 +804,22 @@ class LevelResult(Record):
     server: LevelServer | None = Field(None, description="what the server's /metrics said")
     slo: LevelSlo | None = Field(None, description="the SLO judged, when one was given")
     saturation: list[str] = Field(default_factory=list, description="`queue`, `preemption`, `throughput flat`, "
-                                                                    "`behind`")
+                                                                    "`behind`, `late delivery`")
+    delivery_lag_s: float | None = Field(
+        None, description="mean client TTFT minus the server's own mean TTFT over the level "
+                          "(`vllm:time_to_first_token_seconds`, stamped when vLLM's output processor handled the "
+                          "first token): how long first tokens took from the server's output processing to the "
+                          "client; null without the server's count. Filled from `means` and `server` when a "
+                          "record lacks it (records written before the field)")
+
+    @model_validator(mode="after")
+    def _delivery_lag(self) -> "LevelResult":
+        delta = self.server.delta if self.server is not None else None
+        client = self.means.get("ttft_s")
+        if self.delivery_lag_s is None and client is not None and delta is not None \
+                and delta.ttft_s is not None and delta.ttft_count:
+            self.delivery_lag_s = client - delta.ttft_s
+        return self
 
     @property
     def x(self) -> float:

@@ -122,6 +122,29 @@ def test_the_servers_counters_agree_with_the_client(concurrency_search):
         assert lv.means["ttft_s"] >= delta.ttft_s - 0.002
 
 
+def test_streams_held_back_by_the_host_are_flagged_late_delivery(tmp_path, concurrency_search):
+    """A server that handles every first token on time but whose streams reach the client whole,
+    after the last token (``STANDIN_HOLD_STREAM``: vLLM's CPU server on 2 busy cores): the client's
+    TTFT is then the whole request, the server's own a few ms, and the level says it measured
+    delivery. The same levels of the plain stand-in (the search above) are not flagged."""
+    url, proc = _start(tmp_path, STANDIN_MAX_NUM_SEQS=str(SEQS), STANDIN_DECODE_S_PER_TOKEN=str(DECODE_S),
+                       STANDIN_HOLD_STREAM="1")
+    try:
+        run = run_load(url, _chat(requests=8), LoadProfile(kind="concurrency", levels=[
+            LoadLevel(kind="concurrency", value=2)]), served_model=MODEL, metrics_interval_s=0)
+    finally:
+        proc.kill()
+        proc.wait()
+    (lv,) = run.summary.levels
+    decode = (OUTPUT - 1) * DECODE_S
+    assert lv.completed == 8 and lv.server.delta.ttft_count == 8 and lv.server.delta.ttft_s < 0.1
+    assert lv.delivery_lag_s == pytest.approx(decode, rel=0.5) and lv.means["ttft_s"] > decode
+    assert "late delivery" in lv.saturation
+    assert all(r.ttft_s > 0.8 * r.e2e_s for r in run.records if r.level == 0)
+    for plain in concurrency_search.summary.levels:
+        assert "late delivery" not in plain.saturation and plain.delivery_lag_s < 0.05, plain.delivery_lag_s
+
+
 def test_a_rate_search_lands_near_what_the_slots_can_complete(slots, concurrency_search):
     at_capacity = next(lv for lv in concurrency_search.summary.levels if lv.level.value == SEQS)
     mu = at_capacity.request_rps  # requests/s four slots complete, measured by the same client

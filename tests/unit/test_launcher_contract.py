@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -208,3 +209,56 @@ def test_image_model_yaml_has_the_real_shape() -> None:
     assert data["vllm"]["dtype"] == "bfloat16"
     assert data["vllm"]["max_model_len"] == 2048
     assert data["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+_FAKE_VLLM = r"""
+import os, subprocess, sys, time
+role = sys.argv[1] if len(sys.argv) > 1 else "api"
+if role == "api":  # the API server: starts the engine core, which starts the worker
+    engine = subprocess.Popen([sys.executable, __file__, "engine"])
+    engine.wait()
+elif role == "engine":
+    open("/proc/self/comm", "w").write("VLLM::EngineCore")
+    worker = subprocess.Popen([sys.executable, __file__, "worker"])
+    worker.wait()
+else:
+    open("/proc/self/comm", "w").write("VLLM::Worker")
+    time.sleep(0.3)  # bound a little after it appears, as vLLM's worker binds during its init
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_engine_core_joins_its_worker_and_the_api_server_keeps_the_rest(tmp_path: Path) -> None:
+    """vLLM's process tree played by three processes named as vLLM names them: once the worker has
+    bound itself to one core, the engine core (every thread) moves onto it and the API server
+    onto the cores left."""
+    launcher = serve
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(_FAKE_VLLM)
+    api = subprocess.Popen([sys.executable, str(script)])
+    try:
+        line = launcher.place_engine_core(api.pid, timeout_s=20, poll_s=0.05)
+        procs = {launcher._comm(c): c for c in launcher._children(api.pid)}
+        worker, engine = procs["VLLM::Worker"], procs["VLLM::EngineCor"]
+        core = os.sched_getaffinity(worker)
+        assert len(core) == 1
+        assert all(os.sched_getaffinity(int(t)) == core for t in os.listdir(f"/proc/{engine}/task"))
+        assert os.sched_getaffinity(api.pid) == os.sched_getaffinity(0) - core
+        assert line and f"the engine core (pid {engine}) on CPUs {sorted(core)}" in line
+    finally:
+        for pid in launcher._children(api.pid):
+            os.kill(pid, 9)
+        api.kill()
+        api.wait()
+
+
+def test_placement_gives_up_when_no_worker_appears(tmp_path: Path) -> None:
+    launcher = serve
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert launcher.place_engine_core(idle.pid, timeout_s=0.3, poll_s=0.05) is None
+    finally:
+        idle.kill()
+        idle.wait()

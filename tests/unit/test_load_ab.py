@@ -18,11 +18,14 @@ from servedeck.ab.load import ArmLevel, LevelPair, compare_capacity, compare_loa
 from servedeck.bench.external import import_vllm_bench
 from servedeck.bench.interop import export_vllm_bench, import_curve
 from servedeck.bench.load import LoadLevel
-from servedeck.bench.loadresult import LevelServer, LoadSummary, RequestRecord, summarise_level
+from servedeck.ab.report import bench_sentence
+from servedeck.bench.loadresult import (LevelResult, LevelServer, LoadSummary, RequestRecord, late_delivery,
+                                        summarise_level)
 from servedeck.bench.quantiles import proportion
 from servedeck.bench.slo import Slo, state_of
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
+from servedeck.runs.records import ServerDelta
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs-cpu"
 SLO = Slo(ttft_s=0.5, percentile=50)
@@ -42,16 +45,21 @@ def _records(level: int, n: int, ttfts, rng) -> list[RequestRecord]:
     return out
 
 
-def _write_load(run: Path, capacity: int, seed: int, n: int = 12) -> None:
+def _write_load(run: Path, capacity: int, seed: int, n: int = 12, late: tuple[int, ...] = ()) -> None:
     """A load benchmark of a server that holds ``capacity`` requests at once: beyond it, requests
-    wait about a request's duration for their first token."""
+    wait about a request's duration for their first token. At the levels in ``late`` the server
+    handled every first token at once (its own TTFT: the queue wait alone) but the streams reached
+    the client a whole request later (late delivery)."""
     rng = np.random.default_rng(seed)
     levels, records = [], []
     for i, c in enumerate(LEVELS):
         base = rng.uniform(0.05, 0.15, n)
-        ttfts = base + (0.0 if c <= capacity else rng.uniform(0.8, 1.2, n))
+        queued = 0.0 if c <= capacity else 1.0
+        delivery = 0.5 if c in late else 0.0
+        ttfts = base + (0.0 if c <= capacity else rng.uniform(0.8, 1.2, n)) + delivery
         recs = _records(i, n, ttfts, rng)
-        server = LevelServer(interval_s=0.5, waiting_mean=max(0, c - capacity), preemptions=0)
+        delta = ServerDelta(ttft_s=0.1 + queued, ttft_count=n, requests_finished=n)
+        server = LevelServer(delta=delta, interval_s=0.5, waiting_mean=max(0, c - capacity), preemptions=0)
         levels.append(summarise_level(i, LoadLevel(kind="concurrency", value=c), recs,
                                       started_at="2026-12-03T10:00:00Z", server=server, slo=SLO))
         records += recs
@@ -115,6 +123,48 @@ def test_another_slo_rejudges_the_recorded_runs(arms):
     assert load.capacity.verdict == "same bracket" and load.capacity.bracket_a == [8, None]
     res = compare_runs(runs_dir, [a], [b], slo=lenient)
     assert res.comparison.load.slo == lenient
+
+
+def test_a_level_delivered_late_is_held_out_of_the_verdicts(arms):
+    """B's streams reached the client a request late at c=4 and c=8 (its server handled the first
+    tokens at once): the client's TTFT there is the host's delivery, so neither the latencies nor
+    the SLO shares of those levels are compared, and no capacity is claimed from them."""
+    runs_dir, a, b, _ = arms
+    _write_load(b, 8, seed=2, late=(4, 8))
+    summary, _ = store.read_load(b)
+    lags = {lv.level.label: lv.delivery_lag_s for lv in summary.levels}
+    assert lags["c=1"] == pytest.approx(0.0, abs=0.06) and lags["c=4"] == pytest.approx(0.5, abs=0.06)
+    assert [late_delivery(lv) for lv in summary.levels] == [False, False, True, True]
+    res = compare_runs(runs_dir, [a], [b])
+    ttft4 = res.comparison.metric("ttft_s", "c=4")
+    assert ttft4.verdict == "not comparable" and not ttft4.judged and ttft4.p_adjusted is None
+    assert "late delivery in B at c=4" in ttft4.reason and "B 5" in ttft4.reason
+    assert res.comparison.metric("ttft_s", "c=1").judged  # the levels delivered on time are judged as before
+    cap = res.comparison.load.capacity
+    # Without the hold-out B's late TTFTs (0.55-0.65 s) miss the 0.5 s SLO at c=4 and c=8 as A's
+    # queued ones do, and the verdict would read "same bracket [2, 4)": B's capacity of 8 called 2.
+    # With it, only c=1 and c=2 are compared: both arms hold 2 or more.
+    assert cap.verdict == "same bracket" and cap.bracket_b == [2, None]
+    assert "c=4, c=8 held out: late delivery" in cap.reason
+    assert [p.not_comparable is not None for p in res.comparison.load.levels] == [False, False, True, True]
+    report = bench_sentence(ttft4)
+    assert "not comparable (late delivery in B at c=4" in report
+
+
+def test_late_delivery_needs_a_lag_both_absolute_and_relative_to_the_request():
+    def level(client_ttft: float, server_ttft: float | None, e2e: float) -> LevelResult:
+        rec = _records(0, 4, [client_ttft] * 4, np.random.default_rng(0))
+        for r in rec:
+            r.e2e_s = e2e
+        delta = ServerDelta(ttft_s=server_ttft, ttft_count=4 if server_ttft is not None else 0)
+        return summarise_level(0, LoadLevel(kind="concurrency", value=4), rec, started_at="t",
+                               server=LevelServer(delta=delta, interval_s=0.5), slo=None)
+    assert late_delivery(level(0.30, 0.01, 0.35))               # the whole stream at once
+    assert not late_delivery(level(0.06, 0.01, 20.0))           # a 50 ms round trip on a 20 s request
+    assert not late_delivery(level(0.04, 0.01, 0.05))           # 30 ms: below the absolute floor
+    assert not late_delivery(level(1.20, 1.15, 1.5))            # the server's own queue, seen by both
+    assert level(0.30, None, 0.35).delivery_lag_s is None       # no server count: nothing claimed
+    assert not late_delivery(level(0.30, None, 0.35))
 
 
 @functools.lru_cache(maxsize=None)

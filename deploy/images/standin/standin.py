@@ -83,6 +83,11 @@ then finds no vLLM to judge it with and skips, instead of waiting on a server.
     that grows slows each of its requests.
 * ``STANDIN_SEND_TIMES=1``: every streamed chunk carries ``standin_sent_unix_s``, the wall-clock
   time the stand-in wrote it (for measuring a client's timing error); off by default.
+* ``STANDIN_HOLD_STREAM=1``: a streamed answer's chunks are produced on time (its TTFT in
+  ``vllm:time_to_first_token_seconds`` is the engine's) but written only after its last token,
+  all at once: what the client sees of vLLM's CPU server on a 2-core host whose cores the
+  worker and the engine core's busy loop take (measured there: the server's own TTFT 8-15 ms,
+  the client's 0.2-1.3 s, every chunk of a stream arriving together). Off by default.
 * ``STANDIN_KEEPALIVE=1``: HTTP/1.1 with keep-alive, streamed answers in chunked transfer
   encoding, ``TCP_NODELAY``, as uvicorn serves vLLM (default: HTTP/1.0, one connection per
   request).
@@ -708,6 +713,7 @@ def make_handler(cfg: dict, metrics: str):
                                                "total_tokens": n + usage_out}}
 
     keepalive = os.environ.get("STANDIN_KEEPALIVE", "").strip() == "1"
+    hold_stream = os.environ.get("STANDIN_HOLD_STREAM", "").strip() == "1"
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
@@ -828,6 +834,7 @@ def make_handler(cfg: dict, metrics: str):
                     if engine.send_times:
                         obj["standin_sent_unix_s"] = time.time()
                     return f"data: {json.dumps(obj)}\n\n".encode()
+                held: list[bytes] = []
                 t_first = time.perf_counter()
                 due = t_first  # decode steps are paced by deadlines: writing a chunk does not add to the next step
                 for k in range(1, max_tokens + 1):
@@ -838,9 +845,13 @@ def make_handler(cfg: dict, metrics: str):
                             load.admit(ticket, front=True)  # preempted: wait, then recompute
                             time.sleep((ticket.prompt + ticket.generated) * engine.prefill_s * load.factor())
                             due = time.perf_counter()
-                    if stream:
+                    if stream and hold_stream:
+                        held.append(chunk(k, "length" if k == max_tokens else None))
+                    elif stream:
                         self._stream_write(chunk(k, "length" if k == max_tokens else None))
                         self.wfile.flush()
+                for data in held:  # STANDIN_HOLD_STREAM: the whole stream at once, after its last token
+                    self._stream_write(data)
                 decode_s = time.perf_counter() - t_first
             finally:
                 if load:
