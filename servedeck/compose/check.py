@@ -252,7 +252,6 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
     and the other images are still judged. Findings in document order."""
     from servedeck.compose.service import read_services
     from servedeck.launchers import registry
-    from servedeck.vllm.argv import wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
     # (document, path, image, command, the start an entrypoint: gives (None: the image's own), how it is judged)
     per_document: list[list[Finding]] = []
@@ -276,7 +275,8 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
                 entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
                 launcher, n = registry.start_of(whole)
-                if launcher is None or launcher.in_image not in ("serve", "api_server") or wrapper_length(whole):
+                if (launcher is None or launcher.in_image not in ("serve", "api_server")
+                        or registry.wrapper_length(whole)):
                     ctx.info("inimage/skipped", svc.path + ("entrypoint",),
                              "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
                              "launcher replaced by another program); the in-image dry run judges vLLM "

@@ -310,6 +310,18 @@ def merge_nested(base: dict[str, Any], parts: Sequence[str], value: Any) -> None
     cur[parts[-1]] = value
 
 
+def env_settings(environment: Sequence[EnvItem]) -> dict[str, Setting]:
+    """The :data:`ENV_SETTINGS` the server's ``environment`` gives (dest → :class:`Setting`,
+    source ``environment``, at the item's path): the last value of each variable, when it is
+    set and not empty. :meth:`Launcher.effective` takes them for what no flag gives."""
+    out: dict[str, Setting] = {}
+    for dest, var in ENV_SETTINGS.items():
+        item = next((e for e in reversed(environment) if e.key == var), None)
+        if item is not None and item.value:
+            out[dest] = Setting(item.value, "environment", item.path)
+    return out
+
+
 class Launcher:
     """One launcher (see the module docstring). Subclasses set the class attributes and
     override what differs from vLLM's own argv.
@@ -511,12 +523,13 @@ class Launcher:
         launcher's port option, else the image's default), the command's config edits
         (:meth:`edit_settings`), the vLLM flags (last occurrence wins; sub-key flags of a JSON
         flag form one value that replaces the whole one), then :data:`ENV_SETTINGS` from the
-        environment.
+        environment where no flag gives them (:func:`env_settings`).
 
         Args:
             image_port: the image's default port from its facts (None: :attr:`default_port`).
             image_path: the document path of the image reference.
         """
+        from_env = env_settings(environment)
         eff = self.config_settings(defaults, image_path)
         port = self.option_of("port", launch)
         if port is not None and port.value is not None:
@@ -528,8 +541,16 @@ class Launcher:
         else:
             eff["port"] = Setting(image_port if image_port is not None else self.default_port, "image", image_path)
         self.edit_settings(launch, eff)
-        self.flag_settings(launch, eff)
-        self.env_settings(environment, eff)
+        # the settings vLLM holds from its flags (servedeck.vllm.argv.flag_settings), each at the
+        # path of the item that gives its value
+        by_arg = {id(f.arg): f for f in launch.flags}
+        for dest, (value, a) in grammar.flag_settings([f.arg for f in launch.flags if f.arg is not None]).items():
+            f = by_arg[id(a)]
+            eff.pop(dest, None)
+            eff[dest] = Setting(value, "flag", f.token.path if f.inline is not None else f.value_path)
+        for dest, setting in from_env.items():  # what no flag gives
+            if eff.get(dest) is None or eff[dest].value is None:
+                eff[dest] = setting
         return eff
 
     def config_settings(self, defaults: LauncherDefaults | None, image_path: DocPath) -> dict[str, Setting]:
@@ -538,25 +559,6 @@ class Launcher:
 
     def edit_settings(self, launch: Launch, eff: dict[str, Setting]) -> None:
         """Overlay the command's config edits on ``eff`` (in place); none here."""
-
-    def flag_settings(self, launch: Launch, eff: dict[str, Setting]) -> None:
-        """Overlay the vLLM flags of ``launch`` on ``eff`` (in place): the settings vLLM holds
-        from them (:func:`servedeck.vllm.argv.flag_settings`), each at the path of the item
-        that gives its value."""
-        by_arg = {id(f.arg): f for f in launch.flags}
-        for dest, (value, a) in grammar.flag_settings([f.arg for f in launch.flags if f.arg is not None]).items():
-            f = by_arg[id(a)]
-            eff.pop(dest, None)
-            eff[dest] = Setting(value, "flag", f.token.path if f.inline is not None else f.value_path)
-
-    def env_settings(self, environment: list[EnvItem], eff: dict[str, Setting]) -> None:
-        """:data:`ENV_SETTINGS` not given by a flag, from the last value of their variable."""
-        for dest, var in ENV_SETTINGS.items():
-            if eff.get(dest) is not None and eff[dest].value is not None:
-                continue
-            item = next((e for e in reversed(environment) if e.key == var), None)
-            if item is not None and item.value:
-                eff[dest] = Setting(item.value, "environment", item.path)
 
     # ------------------------------------------------------------------ views
 
@@ -629,4 +631,5 @@ def scalar(text: str) -> Any:
 
 
 __all__ = ["DocPath", "Source", "ENV_SETTINGS", "Setting", "LauncherDefaults", "LaunchSettings", "Token", "Flag",
-           "ConfigEdit", "Launch", "EnvItem", "ArgvError", "Launcher", "flag_of", "merge_nested", "scalar"]
+           "ConfigEdit", "Launch", "EnvItem", "ArgvError", "Launcher", "env_settings", "flag_of", "merge_nested",
+           "scalar"]

@@ -5,7 +5,7 @@ base.Launcher` subclass) and one line in :data:`_BUILT_IN` (or :func:`register` 
 Recognition, first match in registration order:
 
 * :func:`start_of`: the start of a process argv (after wrappers: ``env NAME=value``,
-  ``tini --``, ``dumb-init``, ``nice``);
+  ``tini --``, ``dumb-init``, ``nice``: :func:`wrapper_length`);
 * :func:`of_image`: an image's ENTRYPOINT;
 * :func:`of_arguments`: the arguments given to an image servedeck has no facts for;
 * :func:`of_repository`: a repository name (first contact with an unknown digest), and
@@ -17,11 +17,43 @@ Recognition, first match in registration order:
 from __future__ import annotations
 
 import difflib
+import re
 
 from servedeck.errors import ServedeckError
 from servedeck.launchers import api_server, exl3xpu, vllm_serve
 from servedeck.launchers.base import Launcher
-from servedeck.vllm.argv import wrapper_length
+
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+"""A ``NAME=value`` word: a variable assignment before a command (POSIX shell, and ``env``)."""
+
+
+def wrapper_length(argv: list[str]) -> int:
+    """Number of leading items that only wrap the program they run: ``env`` (with its options
+    and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
+    ``--``), ``nice -n N``."""
+    i = 0
+    while i < len(argv):
+        base = argv[i].rsplit("/", 1)[-1]
+        if base == "env":
+            i += 1
+            while i < len(argv) and (ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
+                i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
+        elif base in ("tini", "dumb-init"):
+            i += 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+                if argv[i - 1] == "--":
+                    break
+        elif base == "nice":
+            i += 1
+            if i < len(argv) and argv[i] == "-n":
+                i += 2
+            elif i < len(argv) and re.fullmatch(r"-n?-?\d+", argv[i]):
+                i += 1
+        else:
+            return i
+    return i
+
 
 _BUILT_IN: tuple[Launcher, ...] = (exl3xpu.LAUNCHER, vllm_serve.LAUNCHER, api_server.LAUNCHER)
 _KNOWN: dict[str, Launcher] = {launcher.name: launcher for launcher in _BUILT_IN}
@@ -136,5 +168,5 @@ def of_repository(repository: str) -> tuple[Launcher, str] | None:
     return None
 
 
-__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts", "start_of",
-           "of_image", "of_arguments", "of_repository", "of_repository_name"]
+__all__ = ["ASSIGNMENT", "register", "unregister", "launchers", "names", "find", "get", "default", "known_starts",
+           "wrapper_length", "start_of", "of_image", "of_arguments", "of_repository", "of_repository_name"]

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servedeck.launchers import registry
+from servedeck.launchers.registry import ASSIGNMENT
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting, Token
-from servedeck.vllm.argv import ASSIGNMENT
 from servedeck.vllm.facts import release_of
 from servedeck.yamlio import to_plain
 

@@ -123,37 +123,7 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-"""A ``NAME=value`` word: a variable assignment before a command (POSIX shell, and ``env``)."""
 _PYTHON_OPT_WITH_VALUE = {"-X", "-W", "-Q"}
-
-
-def wrapper_length(argv: list[str]) -> int:
-    """Number of leading items that only wrap the program they run: ``env`` (with its options
-    and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
-    ``--``), ``nice -n N``."""
-    i = 0
-    while i < len(argv):
-        base = argv[i].rsplit("/", 1)[-1]
-        if base == "env":
-            i += 1
-            while i < len(argv) and (ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
-                i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
-        elif base in ("tini", "dumb-init"):
-            i += 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 1
-                if argv[i - 1] == "--":
-                    break
-        elif base == "nice":
-            i += 1
-            if i < len(argv) and argv[i] == "-n":
-                i += 2
-            elif i < len(argv) and re.fullmatch(r"-n?-?\d+", argv[i]):
-                i += 1
-        else:
-            return i
-    return i
 
 
 def python_start(argv: list[str]) -> tuple[str | None, str | None, int]:
@@ -1001,6 +971,6 @@ def _model_not_first(toks: list[str], config: bool) -> ModelArgument:
 __all__ = ["FlagSpec", "FLAGS", "ALIASES", "Arg", "KnownArgv", "looks_like_flag", "spec_for", "is_bool_flag",
            "human_readable_int", "convert", "convert_lenient", "table_from_serve_args", "format_value", "compact_json",
            "flag_tokens", "flag", "parse_vllm", "parse_known", "print_args", "last_wins", "repeated", "settings",
-           "ServerStyle", "ModelArgument", "model_argument", "wrapper_length", "python_start", "convert_kind",
+           "ServerStyle", "ModelArgument", "model_argument", "python_start", "convert_kind",
            "kind_of_type", "negative_option", "dotted_replaces", "bool_meaning", "config_json", "setting_value",
            "flag_settings"]
