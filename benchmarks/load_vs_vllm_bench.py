@@ -15,7 +15,9 @@ request: servedeck's :func:`servedeck.bench.loadclient.run_load` with ``concurre
 ``--max-concurrency c --request-rate inf``. The order of the two tools alternates by level, so
 drift on the shared machine falls on both. vLLM bench 0.32 sends its first prompt also as its
 test and warm-up request, so its first measured request is a prefix-cache hit: it is left out
-of its TTFT median (its ``--save-detailed`` arrays, ordered by start time).
+of its TTFT median (its ``--save-detailed`` arrays, ordered by start time). Both tools send the
+same ``-n`` requests (an earlier version gave vLLM bench one more to keep ``n`` TTFTs: at ``c`` in
+flight that made a last wave of one request, and its throughput 17 % lower at c=8 for it).
 
 servedeck's ``/metrics`` gauge sampler is off by default (``--metrics-interval 0``), so that
 both tools put the same load on the server: ``vllm bench serve`` does not scrape while it runs,
@@ -27,8 +29,12 @@ Printed per level: median TTFT of both and their ratio (servedeck / vllm bench),
 throughput (output tokens of successful requests per second of the level: servedeck's
 ``output_tok_s``, vLLM's ``output_throughput``) and its ratio, and the server's own
 ``/metrics`` over each tool's run (Δ``vllm:generation_tokens_total`` / Δ``vllm:request_decode_time_seconds_sum``
-per tool, a check that the server did the same work for both). Target (pass/MISS, nothing
-asserted): both ratios within 2 % at every level.
+per tool, a check that the server did the same work for both), and each tool's delivery lag:
+its mean client TTFT minus the server's own mean TTFT over its window (Δsum / Δcount of
+``vllm:time_to_first_token_seconds``, stamped when vLLM's output processor handled the first
+token; the window also holds each tool's one warm-up request): the time a tool's own reading adds
+to what the server measured, so the tool with the smaller lag read closer to the server. Target
+(pass/MISS, nothing asserted): both ratios within 2 % at every level.
 
 Usage (under the services lock on a shared machine)::
 
@@ -93,7 +99,7 @@ def vllm_bench_level(args, image: str, out_dir: Path, c: int) -> dict:
            "--model", args.model, "--served-model-name", args.model, "--tokenizer", IMAGE_TOKENIZER,
            "--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
            "--random-output-len", str(args.max_tokens), "--random-range-ratio", "0",
-           "--num-prompts", str(args.n + 1), "--max-concurrency", str(c), "--request-rate", "inf",
+           "--num-prompts", str(args.n), "--max-concurrency", str(c), "--request-rate", "inf",
            "--num-warmups", "1", "--ignore-eos", "--temperature", "0", "--seed", str(int(time.time()) + c),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result", "--save-detailed",
            "--result-dir", "/out", "--result-filename", fname, "--disable-tqdm"]
@@ -106,6 +112,10 @@ def vllm_bench_level(args, image: str, out_dir: Path, c: int) -> dict:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"vllm bench serve failed at concurrency {c} (exit {proc.returncode})")
     return json.loads((out_dir / fname).read_text())
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
 def servedeck_level(args, c: int):
@@ -180,10 +190,13 @@ def main() -> int:
             sd_ttft, vb_ttft = lv.medians["ttft_s"], vllm_ttft(vb)
             sd_thr, vb_thr = lv.output_tok_s, vb["output_throughput"]
             win_sd, win_vb = got["servedeck_window"], got["vllm_window"]
+            lag_sd = lv.means["ttft_s"] - win_sd.ttft_s if win_sd.ttft_s is not None else None
+            lag_vb = statistics.fmean(vb["ttfts"]) - win_vb.ttft_s if win_vb.ttft_s is not None else None
             row = {"c": c, "order": order, "servedeck_ttft_s": sd_ttft, "vllm_ttft_s": vb_ttft,
                    "ttft_ratio": sd_ttft / vb_ttft, "servedeck_out_tok_s": sd_thr, "vllm_out_tok_s": vb_thr,
                    "throughput_ratio": sd_thr / vb_thr, "servedeck_failed": lv.failed, "vllm_failed": vb.get("failed"),
-                   "server_decode_tok_s": {"servedeck": win_sd.decode_tok_s, "vllm": win_vb.decode_tok_s}}
+                   "server_decode_tok_s": {"servedeck": win_sd.decode_tok_s, "vllm": win_vb.decode_tok_s},
+                   "delivery_lag_s": {"servedeck": lag_sd, "vllm": lag_vb}}
             if args.aa:
                 (out_dir / "aa").mkdir(exist_ok=True)
                 again = vllm_bench_level(args, image, out_dir / "aa", c)
@@ -194,7 +207,8 @@ def main() -> int:
                   f"{vb_ttft * 1000:.1f} ms, ratio {row['ttft_ratio']:.4f}; output tok/s servedeck {sd_thr:.1f}, "
                   f"vllm bench {vb_thr:.1f}, ratio {row['throughput_ratio']:.4f}; failed {lv.failed}/"
                   f"{vb.get('failed')}; server decode tok/s in each window {win_sd.decode_tok_s or 0:.1f} / "
-                  f"{win_vb.decode_tok_s or 0:.1f}", flush=True)
+                  f"{win_vb.decode_tok_s or 0:.1f}; delivery lag (client mean TTFT - the server's own) "
+                  f"servedeck {_ms(lag_sd)}, vllm bench {_ms(lag_vb)}", flush=True)
             if args.aa:
                 print(f"c={c} A/A: vllm bench run again / its first run: TTFT ratio {row['aa_ttft_ratio']:.4f}, "
                       f"throughput ratio {row['aa_throughput_ratio']:.4f}", flush=True)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servedeck.deploy.console import ConsoleReporter, QuietReporter, Reporter, Scrubbed
-from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, preflight_kv_power, preflight_reads, recheck_kv,
-                                       record_kv, restore_power)
+from servedeck.deploy.kv_power import (KvPowerPlan, apply_power, calibration, preflight_kv_power, preflight_reads,
+                                       recheck_kv, record_kv, restore_power)
 from servedeck.deploy.plan import (DeployOptions, DeployPlan, build_plan, judge_preflight, owner, preflight_paths,
                                    judge_in_image, published_port, render, render_and_check, resolve_image)
 from servedeck.deploy.readiness import Readiness, wait_ready
@@ -172,9 +172,11 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
         rendered = render(profile, catalog, project, entry.workdir)
         if catalog.lookup(profile.image_ref.digest) is not None:
             checked = render_and_check(profile, catalog, project, entry, reporter, rendered=rendered)
+        history = calibration(project, host, profile)  # the recorded runs, read while the round trip runs
         facts, state = pre.result()
         # KV capacity and the power cap, judged before anything changes (a refusal gives the lock back)
-        kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter)
+        kvp = preflight_kv_power(project, host, entry, profile, rendered.service, reporter=reporter,
+                                 history=history)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt) and not pre.ended.is_set():
             reporter.warn("interrupted: waiting for the preflight round trip to come back (it takes the "

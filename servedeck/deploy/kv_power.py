@@ -26,7 +26,7 @@ from servedeck.host.power import (POWER_STATE, PowerLimit, apply_power_cap, keep
 from servedeck.host.remote import RemoteHost
 from servedeck.runs import kv_history
 from servedeck.runs.store import RunRecord, utcnow
-from servedeck.vllm.kv import ModelShape, judge_kv, model_shape_from_config
+from servedeck.vllm.kv import CalibrationPoint, ModelShape, judge_kv, model_shape_from_config
 
 
 @dataclass
@@ -75,8 +75,16 @@ def read_model_shape(host: RemoteHost, weights_dir: str) -> tuple[ModelShape | N
         return None, f"{host.abspath(path)}: {exc}"
 
 
+def calibration(project, host: RemoteHost, profile) -> list[CalibrationPoint]:
+    """The KV calibration of ``profile``'s image on ``host``: the project's recorded runs
+    (:func:`servedeck.runs.kv_history.kv_history`); local files only, so a deploy reads them
+    while its preflight round trip runs."""
+    return kv_history.kv_history(project.runs_dir, host=host.name, image_digest=profile.image_ref.digest)
+
+
 def preflight_kv_power(project, host: RemoteHost, entry, profile, service, *,
-                       change_threshold_pct: float = 10.0, reporter=None) -> KvPowerPlan:
+                       change_threshold_pct: float = 10.0, reporter=None,
+                       history: list[CalibrationPoint] | None = None) -> KvPowerPlan:
     """KV prediction and power-limit checks before a deploy (nothing is changed on the host
     except the power-limit write-back probe, which writes the value already in force).
 
@@ -86,6 +94,7 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, service, *,
         service: the rendered service (:class:`servedeck.compose.service.Service`): its
             effective settings, environment and image facts (catalog facts, or inferred ones
             when the catalog does not know the digest yet: :func:`recheck_kv` judges again).
+        history: :func:`calibration`, when the caller read it already (None: read here).
 
     Raises:
         DeployError: vLLM would refuse to start (the message carries the prediction), or the
@@ -97,8 +106,7 @@ def preflight_kv_power(project, host: RemoteHost, entry, profile, service, *,
         plan.shape, why = read_model_shape(host, profile.model.weights_dir)
     else:  # a Hugging Face repo id: the config is in the cache, not at a known host path
         plan.shape, why = None, "the model is a Hugging Face repo id (no local config.json to read)"
-    plan.history = kv_history.kv_history(project.runs_dir, host=host.name,
-                                         image_digest=profile.image_ref.digest)
+    plan.history = calibration(project, host, profile) if history is None else history
     problems = _judge(plan, profile, service, reporter)
     if plan.shape is None and why:
         plan.findings.append(Finding(severity=Severity.info, rule="kv/no-model-config",
