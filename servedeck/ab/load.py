@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servedeck.bench.loadresult import late_delivery
 from servedeck.bench.quantiles import percentile, proportion
 from servedeck.bench.slo import request_meets, state_of
 from servedeck.numfmt import fmt_load
@@ -139,7 +140,6 @@ def _arm(slot: dict[str, Any], slo: Slo | None) -> ArmLevel:
     values = {m: [v for r in ok if (v := getattr(r, m)) is not None] for m in LOAD_METRICS}
     pcts = {m: percentile(v, q) for m, v in values.items()}
     medians = {m: percentile(v, 0.5) for m, v in values.items()}
-    from servedeck.bench.loadresult import late_delivery
     waits = [lv.server.waiting_mean for lv in sums if lv.server is not None]
     lags = [lv.delivery_lag_s for lv in sums if lv.delivery_lag_s is not None]
     pre = [lv.server.preemptions for lv in sums if lv.server is not None]
