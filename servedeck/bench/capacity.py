@@ -14,6 +14,9 @@ one integer is exact), or ``max_levels`` levels have run. A level *meets* the SL
 when its share of good requests is at least the SLO's percentile (the point estimate); the
 record keeps each level's interval and state (met / violated / undecided,
 :mod:`servedeck.bench.slo`), and the answer says which ends of the bracket the samples carry.
+A level delivered late (below: its latencies are the host's front end's, which on a busy host
+comes and goes between runs) steers nothing the first time: it runs once more, and that run
+steers, late or not; the answer names such levels.
 
 **Saturation** (:func:`saturation_flags`), per level: ``queue`` (the server's
 ``vllm:num_requests_waiting`` averaged over the level ≥ 0.5), ``preemption``
@@ -95,6 +98,7 @@ class CapacitySearch:
         self.results: dict[float, LevelResult] = {}
         self._next: float | None = start.value
         self._phase: str = "start"
+        self._ran_again: set[float] = set()  # levels run once more after a late delivery
 
     # ---- the bracket
     def precise(self) -> bool:
@@ -131,16 +135,24 @@ class CapacitySearch:
         return self.start.with_value(self._next)
 
     def record(self, result: LevelResult) -> None:
-        """Take the result of the level :meth:`next_level` gave."""
+        """Take the result of the level :meth:`next_level` gave. A level delivered late
+        (:func:`~servedeck.bench.loadresult.late_delivery`: its latencies are the host's front
+        end's, which on a busy host comes and goes between runs) does not steer the search the
+        first time: the same level runs again, and that run steers, late or not."""
         value = result.level.value
         passed = level_passes(result)
         st = result.slo
+        late = late_delivery(result)
         self.results[value] = result
         self.steps.append(SearchStep(value=value, passed=passed, state=st.state if st else "no SLO",
                                      attainment=st.attainment.value if st else None,
                                      attainment_low=st.attainment.low if st else None,
                                      attainment_high=st.attainment.high if st else None,
-                                     phase=self._phase))
+                                     phase=self._phase, late=late))
+        if late and value not in self._ran_again:
+            self._ran_again.add(value)
+            self._next, self._phase = value, "again"
+            return
         if passed:
             self.lo = value if self.lo is None else max(self.lo, value)
         else:
@@ -189,6 +201,14 @@ class CapacitySearch:
                        f"{self.lo:g} {lo_state}, {self.hi:g} {hi_state})")
             if not precise:
                 reading += f"; not yet within ±{self.precision:.0%} after {len(self.steps)} levels"
+        late = sorted({step.value for step in self.steps if step.late})
+        if late:
+            steered = [v for v in late if [s.late for s in self.steps if s.value == v][-1]]
+            reading += (f"; delivered late (the host's front end, not the engine, set the latencies), so run "
+                        f"again: {', '.join(f'{v:g}' for v in late)} {unit}")
+            if steered:
+                reading += (f"; late again, and steering as measured: {', '.join(f'{v:g}' for v in steered)} "
+                            f"{unit}")
         return CapacityResult(
             kind=self.start.kind, unit=unit, slo=slo, capacity=cap, lo=self.lo, hi=self.hi,
             lo_state=lo_state, hi_state=hi_state, precise=precise, precision=self.precision,

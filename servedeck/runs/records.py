@@ -852,7 +852,11 @@ class SearchStep(Record):
     attainment: float | None = Field(description="share of good requests")
     attainment_low: float | None = Field(description="its interval's low end")
     attainment_high: float | None = Field(description="its interval's high end")
-    phase: Literal["start", "grow", "shrink", "bisect"] = Field(description="why it ran")
+    phase: Literal["start", "grow", "shrink", "bisect", "again"] = Field(
+        description="why it ran (``again``: the level before it was delivered late)")
+    late: bool = Field(False, description="its streams reached the client late "
+                                          "(servedeck.bench.loadresult.late_delivery): a first such run of a "
+                                          "level did not steer the search and the level ran again")
 
 
 class KvCheck(Record):

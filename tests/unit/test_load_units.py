@@ -224,6 +224,37 @@ def test_search_reports_when_it_cannot_answer():
     assert not res.precise and "not yet within ±10%" in res.reading and res.lo <= 20 < res.hi
 
 
+def _late_search(truth, late_at: dict[float, int]):
+    """A search whose level at a value is delivered late for its first ``late_at[value]`` runs
+    (the client's latencies set by the host's front end: missing the SLO although the engine
+    would meet it)."""
+    s = CapacitySearch(LoadLevel(kind="concurrency", value=1.0), precision=0.1, max_levels=10)
+    runs: dict[float, int] = {}
+    while (level := s.next_level()) is not None:
+        v = level.value
+        runs[v] = runs.get(v, 0) + 1
+        late = runs[v] <= late_at.get(v, 0)
+        lv = _level("concurrency", v, v <= truth and not late)
+        if late:
+            lv.delivery_lag_s = 0.6  # of a mean end-to-end latency of 1.0 s
+        s.record(lv)
+    return s.result(SLO), runs
+
+
+def test_a_level_delivered_late_runs_again_and_steers_only_then():
+    res, runs = _late_search(13, {4.0: 1})
+    assert runs[4.0] == 2 and res.lo <= 13 < res.hi and res.precise, res.steps
+    first, again = [st for st in res.steps if st.value == 4.0]
+    assert first.late and not first.passed and (again.phase, again.late, again.passed) == ("again", False, True)
+    assert "run again: 4 requests in flight" in res.reading and "steering as measured" not in res.reading
+    _, without = _search(13)
+    assert res.capacity == without.capacity
+    # late twice: the second run steers as measured (the host's front end is part of what the client gets)
+    res, runs = _late_search(13, {4.0: 2})
+    assert runs[4.0] == 2 and res.hi == 4 and "late again, and steering as measured: 4" in res.reading
+    assert not any(st.late for st in _search(13)[1].steps)
+
+
 def test_search_settings_are_checked():
     with pytest.raises(ServedeckError, match="not ramp"):
         CapacitySearch(LoadLevel(kind="ramp", start_rps=1, value=2))
