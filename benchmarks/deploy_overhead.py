@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import shutil
 import statistics
 import subprocess
@@ -197,6 +198,66 @@ process start, beside the CLI's start-up; ``tasks``: once invoke has loaded its 
 earliest point at which ``invoke deploy`` runs any of servedeck's code."""
 
 
+HOST_COMMANDS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2")
+"""The loopback host's processes by name (beside its sshd, found by its configuration directory)."""
+
+
+def host_processes() -> list[int]:
+    """The PIDs of the loopback card host of ``scripts/test-services`` on this machine: the Docker
+    engine (``dockerd``, ``containerd``, the shims and the containers under them) and the sshd
+    whose configuration lives in ``/var/lib/servedeck-test/sshd`` with its sessions, each with all
+    of its descendants."""
+    parent, roots = {}, set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        pid = int(entry.name)
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        parent[pid] = int(rest[1])
+        if comm in HOST_COMMANDS or "/var/lib/servedeck-test/sshd/" in cmdline:
+            roots.add(pid)
+    found = set(roots)
+    for pid in parent:
+        chain, p = [], pid
+        while p in parent and p not in found and p > 1:
+            chain.append(p)
+            p = parent[p]
+        if p in found:
+            found.update(chain)
+    return sorted(found)
+
+
+def pin(pids: list[int], cpus: set[int]) -> dict[int, set[int]]:
+    """Every thread of ``pids`` onto ``cpus``; returns the masks they had (by thread id), for
+    :func:`unpin`. A process or thread gone meanwhile is skipped."""
+    before = {}
+    for pid in pids:
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                before[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+    return before
+
+
+def unpin(before: dict[int, set[int]]) -> None:
+    for tid, cpus in before.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass
+
+
 def latest_run(project: Path) -> dict:
     import json
     runs = sorted(p for p in (project / "runs").iterdir() if (p / "run.json").exists())
@@ -226,7 +287,30 @@ def main() -> int:
     ap.add_argument("--python", choices=("wheel", "current"), default="wheel",
                     help="run the deploys on a plain virtualenv with the wheel installed (default), or "
                          "on this interpreter")
+    ap.add_argument("--host-cpus", help="CPUs (e.g. 1, or 2-3) for the loopback card host alone, the rest for the "
+                                         "client: its Docker engine, containers and sshd sessions are pinned there "
+                                         "and this process and its children (the deploys, every peer) elsewhere, as "
+                                         "a card host and the machine that deploys to it are two machines; the "
+                                         "masks are restored at the end. Default: all share every CPU")
     args = ap.parse_args()
+    global PYTHON
+    if args.host_cpus:
+        host_cpus = {c for part in args.host_cpus.split(",") for lo, _, hi in [part.partition("-")]
+                     for c in range(int(lo), int(hi or lo) + 1)}
+        client_cpus = os.sched_getaffinity(0) - host_cpus
+        if not host_cpus or not client_cpus:
+            ap.error(f"--host-cpus {args.host_cpus}: leave at least one of {sorted(os.sched_getaffinity(0))} "
+                     "to the client")
+        before = pin(host_processes(), host_cpus)
+        os.sched_setaffinity(0, client_cpus)
+        try:
+            return _main(args)
+        finally:
+            unpin(before)
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     global PYTHON
 
     subprocess.run(["bash", str(ROOT / "scripts" / "test-services"), "up"], check=True,

@@ -6,12 +6,14 @@ counts milliseconds from the process's own start (``/proc/self/stat`` field 22, 
 interpreter's start-up shows too) and EVENT is ``import M`` / ``imported M`` around the import
 of each module of :data:`CALLS`, or ``> NAME`` / ``< NAME`` around each call of the functions
 named there (wrapped as their module finishes importing, so nothing is imported earlier than
-servedeck would import it). Without ``SD_CALLTRACE`` it does nothing.
+servedeck would import it), and ``gc generation G: MS ms`` for each pause of the garbage
+collector of 1 ms or more. Without ``SD_CALLTRACE`` it does nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.abc
 import os
 import sys
@@ -26,6 +28,7 @@ CALLS = {
     "servedeck.host.remote": ["RemoteHost.preflight", "RemoteHost.switch", "RemoteHost.finish"],
     "servedeck.host.ssh": ["SshTransport.open_session_soon", "SshTransport._ensure_session"],
     "servedeck.model.catalog": ["Catalog.__init__"],
+    "servedeck.deploy.record": ["startup_facts", "RunWriter.write", "RunWriter.save_meta"],
 }
 """Module → the functions (``name`` or ``Class.name``) whose calls are timed."""
 
@@ -85,6 +88,15 @@ def _install(path: str) -> None:
             return spec
 
     sys.meta_path.insert(0, Finder())
+    started: list[float] = []
+
+    def collection(phase, info):  # the collector's pauses of 1 ms or more
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started and (ms := (time.perf_counter() - started[0]) * 1000) >= 1:
+            log(f"gc generation {info['generation']}: {ms:.0f} ms, {info['collected']} collected")
+
+    gc.callbacks.append(collection)
     log("site")
 
 

@@ -45,6 +45,7 @@ from servedeck.host.remote import HostState, HostUnreachable, RemoteHost
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import LoadedProfile
 from servedeck.model.project import Project
+from servedeck.runs import store
 from servedeck.runs.store import RunRecord, utcnow
 
 __all__ = ["deploy", "DeployOptions", "DeployResult", "Reporter", "ConsoleReporter",
@@ -372,6 +373,8 @@ class _Deploy:
                 self.run.secrets = self.run.secrets.including(theirs, "host")
                 self.run.save_meta(redacted=self.run.secrets.names)
                 api_key = theirs.api_key or api_key
+            # what the record after ready validates is built while the server starts
+            store.prepare(store.STARTUP, store.ARGS_VERIFICATION, store.KV)
             readiness = wait_ready(self.host, service=p.service, base_url=p.base_url,
                                    served_name=p.served_name, api_key=api_key,
                                    timeout_s=p.timeout_s, reporter=self.reporter)

@@ -112,15 +112,36 @@ SWITCH_COMPOSE_MARK = "servedeck-switch: compose up"
 """What the switch script prints (stdout) just before Compose starts: from there on the old
 server may be stopped."""
 
+CLEAR_WORKDIR_SH = r"""
+sd_clear_workdir() {  # $1 working directory, $2 Compose project
+  # another project's container here (an older naming, or by hand) goes; so does one of ours that
+  # does not run (created, exited, dead): what an interrupted Compose leaves between stopping the
+  # old container and removing it (the old one renamed <id>_<name>, the new one created), whose
+  # name the next `up` would find taken ("Conflict. The container name ... is already in use").
+  # One Engine call; a Docker CLI without {{.State}} in `ps --format` is asked per container.
+  sd_here="label=com.docker.compose.project.working_dir=$1"
+  sd_found=$(docker ps -a --filter "$sd_here" --format '{{.ID}}|{{.Label "com.docker.compose.project"}}|{{.State}}' 2>/dev/null) ||
+    sd_found=$(for c in $(docker ps -aq --filter "$sd_here" 2>/dev/null); do
+      docker inspect -f "$c"'|{{index .Config.Labels "com.docker.compose.project"}}|{{.State.Status}}' "$c" 2>/dev/null
+    done)
+  printf '%s\n' "$sd_found" | while IFS='|' read -r c p st; do
+    [ -n "$c" ] || continue
+    if [ "$p" != "$2" ]; then docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1
+    elif [ "$st" != running ] && [ "$st" != restarting ]; then docker rm -f "$c" >/dev/null 2>&1
+    fi
+  done
+}
+"""  # noqa: E501 - a shell program: its lines are the script's
+"""``sd_clear_workdir WORKDIR PROJECT``: the switch's clearing before compose's replace (POSIX ``sh``)."""
+
 # $1 workdir, $2 source ("-": stdin, else a good/ hash), $3 sha256, $4 history line, $5 the
 # Compose project, $6 the revision, then the `docker compose up` arguments. Installs the compose
-# file (0600), appends the history line, stops and removes containers of this workdir that run
-# under another project name (Compose's old default, the directory name: a deploy of the new
-# project could not replace them), then runs compose up in the workdir's project in the
+# file (0600), appends the history line, clears the workdir's containers that would stand in the
+# new one's way (sd_clear_workdir), then runs compose up in the workdir's project in the
 # background of this script, recording "REVISION PID" in .servedeck/switch.pid while it runs and
 # "REVISION STATUS" in .servedeck/switch.done when it ended: the host keeps the step's outcome
 # whatever happens to the connection that started it (RemoteHost.switch_status reads it).
-_SWITCH_SCRIPT = COMPOSE_SH + hist.APPEND_SH + r"""
+_SWITCH_SCRIPT = COMPOSE_SH + hist.APPEND_SH + CLEAR_WORKDIR_SH + r"""
 set -u
 umask 077
 wd=$1; src=$2; sha=$3; line=$4; proj=$5; rev=$6; shift 6
@@ -145,17 +166,7 @@ err=$(mv -f "$tmp" "$wd/docker-compose.yml" 2>&1) || { rm -f "$tmp"; nothing "ca
 rm -f "$sd/switch.done"
 echo "$SWITCH_MARK"
 (
-  # another project's container here (an older naming, or by hand) goes; so does one of ours that
-  # does not run (created, exited, dead): what an interrupted Compose leaves between stopping the
-  # old container and removing it (the old one renamed <id>_<name>, the new one created), whose
-  # name the next `up` would find taken ("Conflict. The container name ... is already in use")
-  for c in $(docker ps -aq --filter "label=com.docker.compose.project.working_dir=$wd" 2>/dev/null); do
-    info=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}|{{.State.Status}}' "$c" 2>/dev/null) || continue
-    p=${info%|*}; st=${info##*|}
-    if [ "$p" != "$proj" ]; then docker stop "$c" >/dev/null 2>&1; docker rm -f "$c" >/dev/null 2>&1
-    elif [ "$st" != running ] && [ "$st" != restarting ]; then docker rm -f "$c" >/dev/null 2>&1
-    fi
-  done
+  sd_clear_workdir "$wd" "$proj"
   sd_compose -p "$proj" -f "$wd/docker-compose.yml" --project-directory "$wd" "$@"
 ) &
 pid=$!

@@ -35,11 +35,13 @@ API used by the deploy, rollback, bench and comparison stages (names are stable)
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 import math
 import os
 import re
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -306,15 +308,38 @@ def git_commit(path: Path) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 _adapters: dict[str, Any] = {}
+_adapters_lock = threading.Lock()
 
 
 def _adapter(file: RunFile[Any]) -> Any:
-    """The pydantic ``TypeAdapter`` of ``file``'s model (one per model and process)."""
+    """The pydantic ``TypeAdapter`` of ``file``'s model (one per model and process; built
+    once even when two threads ask at the same time)."""
     adapter = _adapters.get(file.model or "")
     if adapter is None:
-        from pydantic import TypeAdapter
-        adapter = _adapters[file.model or ""] = TypeAdapter(file.model_class())
+        with _adapters_lock:
+            adapter = _adapters.get(file.model or "")
+            if adapter is None:
+                from pydantic import TypeAdapter
+                adapter = _adapters[file.model or ""] = TypeAdapter(file.model_class())
     return adapter
+
+
+def prepare(*files: RunFile[Any]) -> None:
+    """Build the validators of ``files``' models in a daemon thread, for a writer that waits on
+    something else first (a deploy waiting for its server to serve): pydantic builds a model's
+    schema at its first use (the records are ``defer_build``; ``StartupFacts`` takes ~35 ms), and
+    the write after the wait then finds it built. A failure here is left to the write that
+    meets it (:func:`encode` raises it there)."""
+    def _build() -> None:
+        for file in files:
+            if file.model is not None:
+                try:
+                    _adapter(file)
+                except Exception:  # noqa: BLE001 - the write builds it again and raises
+                    pass
+        gc.collect()  # the objects the build made are collected now, not in the write after the wait
+
+    threading.Thread(target=_build, daemon=True, name="servedeck-prepare-records").start()
 
 
 def _invalid(file: RunFile[Any], path: Path, exc: Any, verb: str, line: int | None = None) -> ServedeckError:

@@ -566,6 +566,37 @@ def test_status_names_a_leftover_container_and_a_record_that_contradicts_the_hos
         subprocess.run(["docker", "rm", "-f", leftover], capture_output=True)
 
 
+def test_the_switch_clears_what_would_take_the_new_containers_name(project, card, standin):  # noqa: F811
+    """Before compose's replace, the switch removes every container of the working directory that
+    would stand in its way (the ``Conflict. The container name ... is already in use`` of a raced
+    switch): one of ours that does not run (a ``<id>_<name>`` in Created state, as an interrupted
+    Compose leaves it), and another Compose project's, running or not; the serving one is
+    Compose's to replace. Another working directory's container is left alone."""
+    host, entry = card
+    assert _deploy(project, card, _profile(project, "good", startup_s=0.3), standin).outcome == "ready"
+    (name, _, proj), = _containers(host.workdir)
+    tag = uuid.uuid4().hex[:8]
+    made = {"ours": f"{tag}_{name}", "other": f"sd-other-{tag}", "elsewhere": f"sd-elsewhere-{tag}"}
+    labels = {"ours": (proj, host.workdir), "other": (f"older-{tag}", host.workdir),
+              "elsewhere": (proj, host.workdir + "-elsewhere")}
+    try:
+        for key, cname in made.items():
+            p, wd = labels[key]
+            subprocess.run(["docker", "run" if key == "other" else "create", *(["-d"] if key == "other" else []),
+                            "--name", cname, "--label", f"com.docker.compose.project={p}",
+                            "--label", f"com.docker.compose.project.working_dir={wd}", "--entrypoint", "sleep",
+                            standin, "300"], check=True, capture_output=True)
+        assert len(_containers(host.workdir)) == 3
+        assert _deploy(project, card, _profile(project, "good", startup_s=0.3), standin).outcome == "ready"
+        after = _containers(host.workdir)
+        assert [(n, st) for n, st, _ in after] == [(name, "running")], after
+        left = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"name=^{made['elsewhere']}$"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert len(left) == 1, "another working directory's container was removed"
+    finally:
+        subprocess.run(["docker", "rm", "-f", *made.values()], capture_output=True)
+
+
 def test_two_working_directories_with_one_name_are_two_projects(project, standin, test_services):  # noqa: F811
     """/…/a-X/same and /…/b-X/same: each deploy keeps the other's container (the bug: Compose's
     project was the directory name, and a deploy to one removed the other's). A container the

@@ -196,3 +196,51 @@ def test_start_and_stop_find_the_card_run_nvidia_smi_beside_and_kill_only_their_
             break
         time.sleep(0.1)
     assert running == "0"
+
+
+# ------------------------------------------------------------------ the switch's clearing
+
+_FAKE_DOCKER = r"""#!/bin/sh
+echo "$*" >> "$CALLS"
+case "$1 $2" in
+  "ps -a")
+    case "$*" in *"{{.State}}"*)
+      [ -n "$OLD_CLI" ] && { echo "template: :1: can't evaluate field State" >&2; exit 1; }
+      cat "$TABLE" ;;
+    esac ;;
+  "ps -aq") cut -d'|' -f1 "$TABLE" ;;
+  "inspect -f") grep "^$4|" "$TABLE" ;;
+esac
+"""
+
+
+def _clear(tmp_path, containers: list[str], *, old_cli: bool) -> list[str]:
+    """Run sd_clear_workdir against a fake `docker` knowing ``containers`` (``ID|project|state``);
+    the Docker commands it ran that change something."""
+    from servedeck.host.remote import CLEAR_WORKDIR_SH
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "docker").write_text(_FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    (tmp_path / "table").write_text("".join(c + "\n" for c in containers))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "TABLE": str(tmp_path / "table"),
+           "OLD_CLI": "1" if old_cli else ""}
+    subprocess.run(["sh", "-c", CLEAR_WORKDIR_SH + 'set -u; sd_clear_workdir "$1" "$2"', "sh", "/srv/w d", "proj"],
+                   env=env, check=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0].startswith("ps -a --filter label=com.docker.compose.project.working_dir=/srv/w d --format")
+    return [c for c in calls if c.split()[0] in ("stop", "rm")]
+
+
+def test_the_switch_clears_another_projects_containers_and_ours_that_do_not_run(tmp_path) -> None:
+    """In one Engine call with a current Docker CLI, and per container with one whose ``ps
+    --format`` has no ``{{.State}}``; the serving container (running or restarting) is left to
+    Compose's replace."""
+    table = ["aaa|proj|running", "bbb|proj|created", "ccc|old|running", "ddd|proj|exited", "eee|proj|restarting",
+             "fff|old|exited"]
+    want = ["rm -f bbb", "stop ccc", "rm -f ccc", "rm -f ddd", "stop fff", "rm -f fff"]
+    for old_cli in (False, True):
+        changed = _clear(tmp_path / str(old_cli), table, old_cli=old_cli)
+        assert changed == want, (old_cli, changed)
+    assert _clear(tmp_path / "none", [], old_cli=False) == []
+    assert _clear(tmp_path / "serving", ["aaa|proj|running"], old_cli=True) == []
