@@ -856,6 +856,9 @@ def bench(c, host=None, inventory=None, run=None, prompt_tokens=None, max_tokens
         if not run:
             raise ServedeckError("--export-vllm needs --run RUN")
         from servedeck.bench.interop import export_vllm_bench
+        if Path(export_vllm).is_dir():
+            raise ServedeckError(f"--export-vllm {export_vllm} is a directory", field="--export-vllm",
+                                 hint="give the file to write, e.g. DIR/results.json")
         path = export_vllm_bench(resolve_run(runs_dir, run), Path(export_vllm))
         print(f"wrote {path}")
         return
@@ -953,8 +956,8 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
     ``invoke bench``/``invoke ab`` under load."""
     from servedeck.bench.load import SEARCHABLE, LoadProfile
     from servedeck.bench.slo import parse_slo
-    if requests:
-        workload = workload.model_copy(update={"requests": int(requests)})
+    if requests is not None:
+        workload = workload.with_requests(_whole_number("--requests", requests))
     profile = LoadProfile.parse(load or workload.default_load())
     slo_ = parse_slo(slo) if slo else workload.slo
     search = None
@@ -965,9 +968,28 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
         if profile.kind not in SEARCHABLE:
             raise ServedeckError(f"--capacity varies {', '.join(SEARCHABLE)} levels, not {profile.kind}",
                                  field="--load")
-        search = {"start": profile.levels[0], "precision": float(precision) if precision else None,
-                  "max_levels": int(max_levels) if max_levels else None}
+        from servedeck.bench.capacity import CapacitySearch
+        search = {"start": profile.levels[0],
+                  "precision": _number("--precision", precision) if precision is not None else None,
+                  "max_levels": _whole_number("--max-levels", max_levels) if max_levels is not None else None}
+        CapacitySearch(**{k: v for k, v in search.items() if v is not None})  # its settings judged before the host
     return workload, profile, slo_, search
+
+
+def _number(option: str, text) -> float:
+    """A command-line number. Raises ServedeckError naming ``option`` when ``text`` is not one."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise ServedeckError(f"{option} {text!r} is not a number", field=option) from None
+
+
+def _whole_number(option: str, text) -> int:
+    """A command-line whole number. Raises ServedeckError naming ``option`` when ``text`` is not one."""
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ServedeckError(f"{option} {text!r} is not a whole number", field=option) from None
 
 
 def _bench_load(run_dir, remote, entry, workload, profile, slo_, search, *, probes=True, quality=None,
@@ -1002,12 +1024,21 @@ def workloads(c, json_=False):
     from servedeck.bench.workload import available_workloads, describe, load_workload
     root = _project().root
     found = available_workloads(root)
-    docs = {name: load_workload(name, root) for name in found}
+    docs, invalid = {}, {}
+    for name in found:  # one invalid file is named in its row; the others are still listed
+        try:
+            docs[name] = load_workload(name, root)
+        except ServedeckError as exc:
+            invalid[name] = exc.message + (f" ({exc.field})" if exc.field else "")
     if json_:
-        print(json.dumps({n: {"path": str(found[n]), **w.model_dump(mode="json")} for n, w in docs.items()}, indent=2))
-        return
-    print_table(None, [("workload", "left"), ("kind", "left"), ("what", "left")],
-                [[n, w.kind, describe(w).split(": ", 1)[-1]] for n, w in docs.items()])
+        print(json.dumps({n: {"path": str(found[n]), **(docs[n].model_dump(mode="json") if n in docs
+                                                        else {"invalid": invalid[n]})} for n in found}, indent=2))
+    else:
+        print_table(None, [("workload", "left"), ("kind", "left"), ("what", "left")],
+                    [[n, docs[n].kind, describe(docs[n]).split(": ", 1)[-1]] if n in docs
+                     else [n, "invalid", f"{found[n]}: {invalid[n]}"] for n in found])
+    if invalid:
+        raise Exit(code=1)
 
 
 def _quality_options(needle_tokens, lm_eval, include, limit, backend):

@@ -5,7 +5,8 @@ Pure code over :class:`servedeck.runs.records.LevelResult` lists; the client dri
 
 **Search** (:class:`CapacitySearch`), over one load kind (concurrency, or a constant/Poisson
 rate): start at the given level; *grow* by ``growth`` (default ×4) while levels meet the SLO
-(shrink by it while they do not, down to concurrency 1), then *bisect* the bracket
+(shrink by it while they do not, down to concurrency 1, or to a rate at which requests seldom
+overlap: rate × mean end-to-end latency below 0.1), then *bisect* the bracket
 ``[lo, hi)`` between the highest level that met it and the lowest that did not, at the
 geometric midpoint (rounded for concurrency), until the answer is as precise as asked: the
 geometric midpoint of the bracket is within ``±precision`` of every value in it
@@ -56,6 +57,9 @@ QUEUE_WAITING_MEAN = 0.5
 FLAT_THROUGHPUT_SHARE = 0.1
 CLIMBING_LATENCY = 0.25
 BEHIND_SHARE = 0.9
+SEQUENTIAL_IN_FLIGHT = 0.1
+"""A rate search stops shrinking below a level whose rate × mean end-to-end latency (requests
+in flight on average) was under this: its requests already ran one at a time."""
 KNEE_MIN_DISTANCE = 0.05
 
 
@@ -84,12 +88,12 @@ class CapacitySearch:
         if start.kind not in ("concurrency", "constant", "poisson"):
             raise ServedeckError(f"a capacity search varies concurrency or a constant/Poisson rate, not {start.kind}",
                                  field="--load", hint="e.g. --load concurrency:1 or --load poisson:2")
-        if not 0 < precision < 1:
+        if not 0 < precision < 1:  # NaN fails this too
             raise ServedeckError(f"precision must be between 0 and 1 (relative), got {precision}", field="--precision")
         if max_levels < 2:
             raise ServedeckError(f"a capacity search needs at least 2 levels, got {max_levels}", field="--max-levels")
-        if growth <= 1:
-            raise ServedeckError(f"growth must be above 1, got {growth}", field="--growth")
+        if not 1 < growth < math.inf:
+            raise ServedeckError(f"growth must be a finite number above 1, got {growth}", field="growth")
         self.start, self.precision, self.max_levels, self.growth = start, precision, max_levels, growth
         self.integer = start.kind == "concurrency"
         self.lo: float | None = None   # highest value that met the SLO
@@ -109,6 +113,15 @@ class CapacitySearch:
         if self.integer and top <= self.lo:
             return True
         return top / self.lo <= (1 + self.precision) ** 2
+
+    def sequential(self, value: float) -> bool:
+        """Whether the rate level run at ``value`` was, in effect, one request at a time: the
+        rate times its mean end-to-end latency (the requests in flight on average, Little's law)
+        below :data:`SEQUENTIAL_IN_FLIGHT`. Never for a concurrency search."""
+        if self.integer or value not in self.results:
+            return False
+        e2e = self.results[value].means.get("e2e_s")
+        return e2e is not None and value * e2e < SEQUENTIAL_IN_FLIGHT
 
     def answer(self) -> float | None:
         """The geometric midpoint of the bracket (``lo`` when it is one integer)."""
@@ -168,6 +181,8 @@ class CapacitySearch:
                 if self.hi <= 1:
                     return None  # even one request at a time misses the SLO
                 nxt = float(max(1, math.floor(nxt)))
+            elif self.sequential(self.hi):
+                return None  # its requests seldom overlapped: a lower rate only waits longer between them
             return nxt
         if self.hi is None:  # everything met it so far: grow
             self._phase = "grow"
@@ -191,6 +206,9 @@ class CapacitySearch:
         if self.lo is None:
             reading = (f"no level met the SLO ({slo.describe()}); the lowest run, {self.hi:g} {unit}, "
                        f"missed it" if self.hi is not None else "no level ran")
+            if self.hi is not None and self.sequential(self.hi):
+                reading += (", with its requests seldom in flight together: a lower rate would not "
+                            "change the latencies")
         elif self.hi is None:
             reading = (f"every level met the SLO up to {self.lo:g} {unit}: the capacity is higher "
                        f"than the search reached in {len(self.steps)} levels")

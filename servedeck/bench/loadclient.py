@@ -449,7 +449,8 @@ def run_capacity(base_url: str, workload: RequestWorkload, start: LoadLevel, slo
                                           kv_check)
 
     search = CapacitySearch(start, precision=DEFAULT_PRECISION if precision is None else precision,
-                            max_levels=max_levels or DEFAULT_MAX_LEVELS, growth=growth or DEFAULT_GROWTH)
+                            max_levels=DEFAULT_MAX_LEVELS if max_levels is None else max_levels,
+                            growth=DEFAULT_GROWTH if growth is None else growth)
 
     async def main() -> LoadRun:
         async with LoadRunner(base_url, workload, served_model=served_model, headers=headers,

@@ -37,13 +37,13 @@ def format_table(result: Any) -> str:
     for m in SUMMARY_METRICS:
         cells = []
         for p in phases:
-            st = summ["phases"][p][m]
+            st = summ["phases"][p].get(m) or {"n": 0}  # a metric an older bench.json did not have: not measured
             cells.append("-" if not st["n"] else f"{fmt(st['median'])} [{fmt(st['min'])}-{fmt(st['max'])}] n={st['n']}")
         rows.append((m, *cells))
     for key in ("spec_accept_len", "spec_per_position", "spec_drafts", "prefix_cache_hits", "ttft_s_server_mean"):
         cells = []
         for p in phases:
-            v = summ["server"][p].get(key)
+            v = (summ.get("server") or {}).get(p, {}).get(key)
             cells.append(", ".join(f"{x:.3f}" for x in v) if isinstance(v, list) and v else fmt(v if v != [] else None))
         rows.append((f"server.{key}", *cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

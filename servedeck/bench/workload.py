@@ -60,8 +60,10 @@ class Lengths(BaseModel):
     value: int | None = Field(None, ge=1)
     min: int | None = Field(None, ge=1)
     max: int | None = Field(None, ge=1)
-    median: float | None = Field(None, gt=0)
-    sigma: float | None = Field(None, ge=0)
+    median: float | None = Field(None, gt=0, allow_inf_nan=False)
+    sigma: float | None = Field(None, ge=0, le=5, allow_inf_nan=False,
+                                description="of the natural log (above 5, one draw in a hundred would be "
+                                            "10^5 times the median)")
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +78,12 @@ class Lengths(BaseModel):
         missing = [k for k in need[self.distribution] if getattr(self, k) is None]
         if missing:
             raise ValueError(f"a {self.distribution} length needs {', '.join(missing)}")
+        unused = [k for k in ("value", "median", "sigma") if k not in need[self.distribution]
+                  and getattr(self, k) is not None]
+        unused += [k for k in ("min", "max") if self.distribution == "fixed" and getattr(self, k) is not None]
+        if unused:  # a field of another distribution would be ignored without a word
+            raise ValueError(f"a {self.distribution} length does not use {', '.join(unused)} "
+                             f"(fixed: value; uniform: min, max; lognormal: median, sigma, and min/max to clip)")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max}")
         return self
@@ -112,7 +120,7 @@ class _Common(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("", description="set from the file name when empty")
     description: str = ""
-    seed: int = Field(0, description="lengths and corpus positions are drawn from it")
+    seed: int = Field(0, ge=0, description="lengths and corpus positions are drawn from it")
 
 
 class SingleStreamWorkload(_Common):
@@ -155,6 +163,18 @@ class RequestWorkload(_Common):
             except ServedeckError as exc:
                 raise ValueError(exc.message) from None
         return v
+
+    def with_requests(self, requests: int) -> "RequestWorkload":
+        """This workload sending ``requests`` per level (``--requests``), validated as the file's
+        own field is.
+
+        Raises:
+            ServedeckError: not a count this workload accepts (field ``--requests``).
+        """
+        try:
+            return type(self).model_validate({**self.model_dump(), "requests": requests})
+        except ValidationError as exc:
+            raise ServedeckError(f"--requests {requests}: {exc.errors()[0]['msg']}", field="--requests") from None
 
     # ---- what each kind sends (filled by the subclasses)
     def lengths(self, rng: Any, n: int, max_model_len: int | None) -> list[tuple[int, int, int]]:
@@ -284,13 +304,19 @@ def workload_from_dict(data: Any, *, name: str = "", source: str | None = None) 
         raise ServedeckError(f"invalid workload: {err['msg']}", file=source, field=path) from None
     if not w.name:
         w = w.model_copy(update={"name": name})
+    if isinstance(w, RequestWorkload):  # a missing corpus is named now, not once a server is asked
+        try:
+            corpus_words(w.corpus)
+        except ServedeckError as exc:
+            raise ServedeckError(exc.message, file=exc.file or source, field="corpus", hint=exc.hint) from None
     return w
 
 
 def _yaml(path: Path) -> Any:
-    from servedeck.yamlio import load_data
+    from servedeck.fsutil import read_bounded
+    from servedeck.yamlio import LIMITS, load_data
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, LIMITS.max_bytes, what="workload")  # not UTF-8: named with its line
     except OSError as exc:
         raise ServedeckError(f"cannot read the workload file: {exc.strerror}", file=str(path)) from None
     try:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, RootModel, field_validator,
+                      model_validator)
 
 from servedeck import __version__
 from servedeck.vllm.startup_facts import StartupFacts
@@ -638,10 +639,23 @@ class Slo(Record):
     """Per-request limits (seconds; None = not limited) and the share of requests, as a
     percentile, that must meet all of them (:mod:`servedeck.bench.slo`)."""
 
-    ttft_s: float | None = Field(None, gt=0, description="time to first token, s")
-    tpot_s: float | None = Field(None, gt=0, description="time per output token after the first, s")
-    e2e_s: float | None = Field(None, gt=0, description="end-to-end request latency, s")
-    percentile: float = Field(90.0, gt=0, lt=100, description="share of requests (%) that must meet every limit")
+    ttft_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="time to first token, s")
+    tpot_s: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                 description="time per output token after the first, s")
+    e2e_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="end-to-end request latency, s")
+    percentile: float = Field(90.0, gt=0, lt=100, validation_alias=AliasChoices("percentile", "p"),
+                              description="share of requests (%) that must meet every limit "
+                                          "(``p`` is read as the same field)")
+
+    @field_validator("percentile")
+    @classmethod
+    def _a_percentile(cls, value: float) -> float:
+        if value <= 1:  # 0.9 meant as 90 % would judge a level met when 1 % of its requests meet the limits
+            if 1 < value * 100 < 100:
+                raise ValueError(f"the percentile is in percent: {value:g} would mean {value:g} % of requests; "
+                                 f"write {value * 100:g} for {value * 100:g} %")
+            raise ValueError(f"the percentile is in percent, above 1 (90: 90 % of requests), got {value:g}")
+        return value
 
     @model_validator(mode="after")
     def _some_limit(self) -> "Slo":
@@ -685,8 +699,8 @@ class LoadLevel(Record):
 
     model_config = ConfigDict(extra="forbid", defer_build=True, frozen=True)
     kind: LoadKind = Field(description="`concurrency` (closed loop), `constant`, `poisson` or `ramp` (open loop)")
-    value: float = Field(gt=0, description="requests in flight, or requests/s")
-    start_rps: float | None = Field(None, gt=0, description="a ramp's start rate, requests/s")
+    value: float = Field(gt=0, allow_inf_nan=False, description="requests in flight, or requests/s")
+    start_rps: float | None = Field(None, gt=0, allow_inf_nan=False, description="a ramp's start rate, requests/s")
     max_concurrency: int | None = Field(None, ge=1, description="cap on requests in flight of an open-loop level")
 
     @model_validator(mode="after")

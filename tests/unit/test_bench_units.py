@@ -262,3 +262,14 @@ def test_the_bench_guard_gives_a_restart_of_the_same_file_to_the_run_that_restar
     assert not _restarted_by_another_run(first, {**line, "run_id": failed.run_id})  # automatic rollback
     assert not _restarted_by_another_run(first, {**line, "run_id": "0099-a-elsewhere"})  # not recorded here
     assert not _restarted_by_another_run(first, {"revision": 3, "compose_sha256": "0" * 64, "run_id": again.run_id})
+
+
+def test_an_older_bench_summary_shows_the_metrics_it_did_not_measure_as_not_measured() -> None:
+    """The repository's fixture runs predate ``decode_s`` and the server block: ``show`` prints
+    them with a dash, not a KeyError."""
+    from pathlib import Path
+    old = json.loads((Path(__file__).parents[1] / "fixtures" / "runs" / "0002-base-b70" / "bench.json").read_text())
+    assert "decode_s" not in old["phases"]["cold"]
+    table = format_table(old)
+    row = next(line for line in table.splitlines() if line.startswith("decode_s"))
+    assert row.split()[1:] == ["-"] * len(row.split()[1:]) and "ttft_s" in table

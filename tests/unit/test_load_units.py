@@ -80,7 +80,20 @@ def test_project_workloads_shadow_shipped_ones(tmp_path):
     ("kind: chat\nprompt_tokens: {distribution: uniform, min: 9}\n", "prompt_tokens", "needs max"),
     ("kind: chat\nprompt_tokens: {distribution: uniform, min: 90, max: 10}\n", "prompt_tokens", "above max"),
     ("kind: chat\nload: sideways:3\n", "load", "unknown load profile"),
-    ("kind: chat\nslo: {ttft_s: 2, p: 90}\n", "slo.p", "Extra inputs"),
+    ("kind: chat\nslo: {ttft_s: 2, p: 0.9}\n", "slo.p", "write 90 for 90 %"),
+    ("kind: chat\nslo: {ttft_s: 2, percentile: 1e-300}\n", "slo.percentile", "in percent, above 1"),
+    ("kind: chat\nslo: {ttft_s: .inf}\n", "slo.ttft_s", "finite number"),
+    ("kind: chat\nload: ramp:1-inf\n", "load", "finite number"),
+    ("kind: chat\nseed: -1\n", "seed", "greater than or equal to 0"),
+    ("kind: chat\nprompt_tokens: {distribution: lognormal, median: .inf, sigma: 1}\n", "prompt_tokens.median",
+     "finite number"),
+    ("kind: chat\nprompt_tokens: {distribution: lognormal, median: 100, sigma: 1e308, max: 900}\n",
+     "prompt_tokens.sigma", "less than or equal to 5"),
+    ("kind: chat\noutput_tokens: {distribution: fixed, value: 100, min: 500, max: 600}\n", "output_tokens",
+     "does not use min, max"),
+    ("kind: chat\noutput_tokens: {distribution: uniform, min: 1, max: 5, value: 9999}\n", "output_tokens",
+     "does not use value"),
+    ("kind: chat\ncorpus: /nonexistent/corpus.txt\n", "corpus", "no corpus named"),
     ("kind: full-context\ncontext_fraction: 1.5\n", "context_fraction", "less than or equal to 1"),
     ("- a list\n", None, "must hold a mapping"),
 ])
@@ -90,6 +103,22 @@ def test_bad_workload_files_name_file_and_field(tmp_path, text, field, words):
     with pytest.raises(ServedeckError, match=words) as exc:
         load_workload(str(path))
     assert exc.value.file == str(path) and exc.value.field == field
+
+
+def test_a_workload_file_that_is_not_utf8_is_named_with_its_line_and_the_listing_goes_on(tmp_path):
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "workloads").mkdir()
+    bad = tmp_path / "workloads" / "latin1.yaml"
+    bad.write_bytes(b"kind: chat\ndescription: caf\xe9\n")
+    with pytest.raises(ServedeckError, match="UTF-8") as exc:
+        load_workload(str(bad))
+    assert exc.value.file == str(bad) and "line 2" in exc.value.message
+    res = subprocess.run([sys.executable, "-m", "servedeck", "workloads"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "SERVEDECK_PROJECT": str(tmp_path)}, cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "latin1" in res.stdout and "invalid" in res.stdout and "chat" in res.stdout, res.stdout
 
 
 def test_unknown_workload_lists_the_known_ones():
@@ -255,11 +284,27 @@ def test_a_level_delivered_late_runs_again_and_steers_only_then():
     assert not any(st.late for st in _search(13)[1].steps)
 
 
+def test_a_rate_search_stops_shrinking_once_its_requests_ran_one_at_a_time():
+    """Nothing meets the SLO at any rate: the search stops at the first rate whose requests were
+    seldom in flight together (rate × mean latency 1 s below 0.1), not after hours-long levels."""
+    s = CapacitySearch(LoadLevel(kind="poisson", value=64.0), precision=0.1, max_levels=8)
+    while (level := s.next_level()) is not None:
+        s.record(_level("poisson", level.value, False, e2e=1.0))
+    res = s.result(SLO)
+    assert [st.value for st in res.steps] == [64.0, 16.0, 4.0, 1.0, 0.25, 0.0625], res.steps
+    assert res.capacity is None and "seldom in flight together" in res.reading
+    _, res = _search(0.3, kind="poisson", start=1.0)  # latencies that fall with the rate: still found
+    assert res.lo <= 0.3 < res.hi
+
+
 def test_search_settings_are_checked():
     with pytest.raises(ServedeckError, match="not ramp"):
         CapacitySearch(LoadLevel(kind="ramp", start_rps=1, value=2))
     with pytest.raises(ServedeckError, match="precision"):
         CapacitySearch(LoadLevel(kind="concurrency", value=1), precision=1.5)
+    for growth in (math.nan, math.inf, 1.0):
+        with pytest.raises(ServedeckError, match="growth must be a finite number above 1"):
+            CapacitySearch(LoadLevel(kind="poisson", value=1), growth=growth)
 
 
 def test_saturation_flags():
@@ -319,6 +364,18 @@ def test_prompts_from_the_corpus_are_sized_exactly_with_a_many_tokens_per_word_t
     (["--workload", "chat", "--load", "concurrency:1.5"], "whole number of requests"),
     (["--workload", "chat", "--slo", "ttft=1"], "unknown SLO key 'ttft'"),
     (["--workload", "nope"], "no workload named 'nope'"),
+    (["--workload", "chat", "--slo", "ttft_s=2,p=0.9"], "write 90 for 90 %"),
+    (["--workload", "chat", "--slo", "ttft_s=inf"], "finite number"),
+    (["--workload", "chat", "--load", "ramp:inf-20"], "finite number"),
+    (["--workload", "chat", "--requests", "abc"], "--requests 'abc' is not a whole number"),
+    (["--workload", "chat", "--requests", "-5"], "greater than or equal to 1"),
+    (["--workload", "chat", "--requests", "0"], "greater than or equal to 1"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--precision", "abc"], "--precision 'abc' is not"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--precision", "5"], "between 0 and 1"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--precision", "nan"], "between 0 and 1"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--max-levels", "1.5"], "not a whole number"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--max-levels", "0"], "at least 2 levels"),
+    (["--run", "latest", "--export-vllm", "/tmp"], "--export-vllm /tmp is a directory"),
 ])
 def test_bench_under_load_settings_are_refused_before_the_host_is_asked(args, words):
     import subprocess
