@@ -318,6 +318,7 @@ def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> 
     ext = import_file(path, benchmark=benchmark)
     raw = path.read_bytes()
     name = path.name
+    _not_another_file(run_dir, store.external_raw(name), raw)
     run.write(store.external_raw(name), raw)
     mapped = ExternalSummary(**dict(ext), sha256=hashlib.sha256(raw).hexdigest())
     summary = name
@@ -326,6 +327,26 @@ def import_external(run_dir: Path, path: Path, benchmark: str | None = None) -> 
         summary = f"{Path(name).stem}@{ext.benchmark.index}-{label}{Path(name).suffix}"
     run.write(store.external_summary(summary), mapped)
     return mapped.model_dump(mode="json")
+
+
+def _not_another_file(run_dir: Path, file: "store.RunFile[bytes]", raw: bytes) -> None:
+    """Refuse to store ``raw`` as ``file`` of the run when the run holds another file under that
+    name (an import of a file of the same name from elsewhere): its summary would no longer match
+    the stored file. The same bytes again are fine (an import repeated).
+
+    Raises:
+        ServedeckError: the run holds different bytes under that name (nothing is written).
+    """
+    held = Path(run_dir) / file
+    try:
+        old = held.read_bytes()
+    except OSError:
+        return
+    if old != raw:
+        raise ServedeckError(f"run {Path(run_dir).name} already holds another imported file named {file} "
+                             f"(sha256 {hashlib.sha256(old).hexdigest()[:12]}, this one "
+                             f"{hashlib.sha256(raw).hexdigest()[:12]}); nothing was written",
+                             file=str(held), hint="import a copy under another name")
 
 
 def import_external_curve(run_dir: Path, path: Path, *, serve: str | None = None) -> dict[str, Any]:
@@ -346,10 +367,13 @@ def import_external_curve(run_dir: Path, path: Path, *, serve: str | None = None
     path = Path(path)
     curve = import_curve(path, serve=serve)
     files = sorted(f for f in path.rglob("*.json") if f.is_file()) if path.is_dir() else [path]
-    digests = {}
+    digests, raws = {}, {}
     for f in files:
         raw = f.read_bytes()
         rel = f"{path.name}/{f.relative_to(path)}" if path.is_dir() else path.name
+        _not_another_file(run_dir, store.EXTERNAL_RAW.named(f"{store.EXTERNAL_DIR}/{rel}"), raw)
+        raws[rel] = raw
+    for rel, raw in raws.items():  # each file judged before any is written
         run.write(store.EXTERNAL_RAW.named(f"{store.EXTERNAL_DIR}/{rel}"), raw)
         digests[rel] = hashlib.sha256(raw).hexdigest()
     mapped = CurveSummary(**dict(curve), sha256=digests)

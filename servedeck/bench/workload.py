@@ -223,6 +223,13 @@ class SharedPrefixWorkload(RequestWorkload):
         return [(self.prefix_tokens + s, o, self.prefix_tokens)
                 for s, o in zip(self.suffix_tokens.draw(rng, n), self.output_tokens.draw(rng, n))]
 
+    @model_validator(mode="after")
+    def _prefixes_shared(self) -> "SharedPrefixWorkload":
+        if self.requests <= self.prefixes:  # request i uses prefix i mod prefixes
+            raise ValueError(f"{self.requests} requests a level over {self.prefixes} prefixes: no two requests "
+                             f"share a prefix, so prefix caching is not measured (give more requests than prefixes)")
+        return self
+
     def prefix_group(self, index: int) -> int | None:
         return index % self.prefixes
 
@@ -300,7 +307,7 @@ def workload_from_dict(data: Any, *, name: str = "", source: str | None = None) 
         w = _adapter().validate_python(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        path = ".".join(str(p) for p in err["loc"][1:]) or "kind"
+        path = ".".join(str(p) for p in err["loc"][1:]) or None  # None: the workload as a whole
         raise ServedeckError(f"invalid workload: {err['msg']}", file=source, field=path) from None
     if not w.name:
         w = w.model_copy(update={"name": name})

@@ -94,6 +94,7 @@ def test_project_workloads_shadow_shipped_ones(tmp_path):
     ("kind: chat\noutput_tokens: {distribution: uniform, min: 1, max: 5, value: 9999}\n", "output_tokens",
      "does not use value"),
     ("kind: chat\ncorpus: /nonexistent/corpus.txt\n", "corpus", "no corpus named"),
+    ("kind: shared-prefix\nprefixes: 100\nrequests: 4\n", None, "no two requests share a prefix"),
     ("kind: full-context\ncontext_fraction: 1.5\n", "context_fraction", "less than or equal to 1"),
     ("- a list\n", None, "must hold a mapping"),
 ])
