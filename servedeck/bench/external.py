@@ -38,6 +38,7 @@ is no measurement in it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -59,6 +60,10 @@ def load_documents(path: str | Path, what: str) -> list[Any]:
     """The JSON documents of a result file: one, or, for ``vllm bench serve --append-result``,
     one per non-empty line (in file order).
 
+    A file that is not one JSON document is read as JSON lines only when its first non-empty
+    line is a JSON object on its own; otherwise the whole-file syntax error is reported at its
+    line and column.
+
     Raises:
         ServedeckError: unreadable, or neither JSON nor JSON lines (names the line).
     """
@@ -73,6 +78,10 @@ def load_documents(path: str | Path, what: str) -> list[Any]:
     except JsonRefused as first:
         if first.line is None:  # a bound, not a syntax error: no second reading
             raise ServedeckError(f"{what} result refused: {first.message}", file=str(path)) from None
+        if text.strip() and not _first_line_is_object(text):  # one pretty-printed document: its own error and place
+            raise ServedeckError(f"not a JSON {what} result (line {first.line}: {first.message})",
+                                 file=str(path), line=first.line,
+                                 hint="fix the file there, or write it again with the tool") from None
     docs = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -85,6 +94,63 @@ def load_documents(path: str | Path, what: str) -> list[Any]:
     if not docs:
         raise ServedeckError(f"not a JSON {what} result (empty)", file=str(path))
     return docs
+
+
+def _first_line_is_object(text: str) -> bool:
+    """Whether the first non-empty line of ``text`` is a JSON object by itself (the shape of a
+    ``--append-result`` file)."""
+    from servedeck.jsonio import JsonRefused, parse
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    try:
+        return isinstance(parse(line), dict)
+    except JsonRefused:
+        return False
+
+
+_FIX_HINT = "the tool writes a number there: fix that value, or write the file again with the tool"
+
+
+def number(value: Any, *, file: str | Path, key: str, negative: bool = False) -> float | None:
+    """A statistic of an imported file as a float (None when absent, i.e. null).
+
+    Args:
+        negative: whether a negative value is allowed (latencies, throughputs, counts: no).
+
+    Raises:
+        ServedeckError: naming ``file`` and ``key``: the value is not a number (a string, a
+            list, true/false), not finite (NaN, Infinity), or negative when it may not be.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ServedeckError(f"{key} is {_shown(value)}, not a number", file=str(file), field=key, hint=_FIX_HINT)
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
+    if not math.isfinite(v):
+        raise ServedeckError(f"{key} is {v}, not a finite number: no measurement gives it", file=str(file),
+                             field=key, hint=_FIX_HINT)
+    if v < 0 and not negative:
+        raise ServedeckError(f"{key} is {value}: a latency, throughput or count is never negative",
+                             file=str(file), field=key, hint=_FIX_HINT)
+    return v
+
+
+def _item(value: Any, file: str | Path, key: str) -> float:
+    """One item of a per-request array (:func:`number`; null is refused too).
+
+    Raises:
+        ServedeckError: as :func:`number`, or the item is null."""
+    v = number(value, file=file, key=key)
+    if v is None:
+        raise ServedeckError(f"{key} is null, not a number", file=str(file), field=key, hint=_FIX_HINT)
+    return v
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def _load_json(path: str | Path, what: str) -> Any:
@@ -118,9 +184,13 @@ def guidellm_strategy(bench: Any) -> dict[str, Any]:
     return {}
 
 
-def guidellm_entry(index: int, bench: Any) -> BenchEntry:
+def guidellm_entry(index: int, bench: Any, path: str | Path = "") -> BenchEntry:
     """A guidellm benchmark's strategy (:func:`guidellm_strategy`) as a :class:`BenchEntry`,
-    labelled as guidellm prints it."""
+    labelled as guidellm prints it.
+
+    Raises:
+        ServedeckError: a request count of the benchmark is not a whole number (names ``path``
+            and ``benchmarks[index-1]...``)."""
     strategy = guidellm_strategy(bench)
     kind = str(strategy.get("type_") or strategy.get("type") or "unknown")
     rate = _num(strategy.get("rate"))
@@ -139,14 +209,18 @@ def guidellm_entry(index: int, bench: Any) -> BenchEntry:
     else:
         label = kind
     metrics = bench.get("metrics") if isinstance(bench, dict) else None
-    counts = _guidellm_counts(bench, metrics) if isinstance(metrics, dict) else RequestCounts()
+    counts = _guidellm_counts(bench, metrics, path, f"benchmarks[{index - 1}]") if isinstance(metrics, dict) \
+        else RequestCounts()
     return BenchEntry(index=index, label=label, strategy=kind, rate_rps=rate, concurrency=concurrency,
                       requests=counts.total)
 
 
-def _vllm_entry(index: int, doc: Any) -> BenchEntry:
+def _vllm_entry(index: int, doc: Any, path: str | Path = "") -> BenchEntry:
     """A ``vllm bench serve`` result's load (``request_rate``, ``max_concurrency``, ``label``)
-    as a :class:`BenchEntry`."""
+    as a :class:`BenchEntry`.
+
+    Raises:
+        ServedeckError: ``num_prompts`` is not a whole number (names ``path``)."""
     doc = doc if isinstance(doc, dict) else {}
     rate = _num(doc.get("request_rate"))
     rate = None if rate is None or rate == float("inf") else rate
@@ -162,7 +236,7 @@ def _vllm_entry(index: int, doc: Any) -> BenchEntry:
         label += f",ramp-up@{doc['ramp_up_strategy']}"
     name = doc.get("label") if isinstance(doc.get("label"), str) and doc.get("label") else None
     return BenchEntry(index=index, label=label, strategy=strategy, rate_rps=rate, concurrency=conc, name=name,
-                      requests=_int(doc.get("num_prompts")))
+                      requests=_int(doc.get("num_prompts"), file=path, key="num_prompts"))
 
 
 def _is_guidellm(docs: list[Any]) -> bool:
@@ -178,14 +252,14 @@ def list_benchmarks(path: str | Path) -> list[BenchEntry]:
     docs = load_documents(path, "benchmark")
     if _is_guidellm(docs):
         return _guidellm_entries(docs[0], path)
-    return [_vllm_entry(i, d) for i, d in enumerate(docs, start=1)]
+    return [_vllm_entry(i, d, path) for i, d in enumerate(docs, start=1)]
 
 
 def _guidellm_entries(report: dict[str, Any], path: str | Path) -> list[BenchEntry]:
     benches = report.get("benchmarks")
     if not isinstance(benches, list) or not benches:
         raise ServedeckError("the guidellm report holds no benchmark", file=str(path))
-    return [guidellm_entry(i, b) for i, b in enumerate(benches, start=1)]
+    return [guidellm_entry(i, b, path) for i, b in enumerate(benches, start=1)]
 
 
 def choose(entries: list[BenchEntry], selector: str | None, *, path: str | Path = "") -> BenchEntry:
@@ -227,7 +301,9 @@ def choose(entries: list[BenchEntry], selector: str | None, *, path: str | Path 
 
 def _by_value(entries: list[BenchEntry], low: str) -> list[BenchEntry]:
     """``constant@1.5500`` / ``concurrent@4`` / ``rate@2``: a strategy and its rate or
-    concurrency, compared as numbers (labels print rates to 2 decimals)."""
+    concurrency, compared as numbers (labels print rates to 2 decimals). A rate kind
+    (``rate``, ``constant``, ``poisson``) compares only the rate, a concurrency kind
+    (``concurrency``, ``concurrent``, ``throughput``) only the concurrency; no match: []."""
     kind, at, value = low.partition("@")
     number = _num(value) if at else None
     if number is None:
@@ -236,9 +312,22 @@ def _by_value(entries: list[BenchEntry], low: str) -> list[BenchEntry]:
     for e in entries:
         if kind not in (e.strategy.lower(), e.label.lower().split("@", 1)[0]):
             continue
-        if e.rate_rps is not None and abs(e.rate_rps - number) < 0.005 or e.concurrency == number:
+        same_rate = e.rate_rps is not None and abs(e.rate_rps - number) < 0.005
+        same_concurrency = e.concurrency is not None and e.concurrency == number
+        if kind in _RATE_KINDS:  # rate@4 of `rate@1.00,concurrency@4` is not rate 4
+            match = same_rate
+        elif kind in _CONCURRENCY_KINDS:
+            match = same_concurrency
+        else:
+            match = same_rate or same_concurrency
+        if match:
             out.append(e)
     return out
+
+
+#: selector kinds whose value is a request rate, and those whose value is a concurrency
+_RATE_KINDS = frozenset({"rate", "constant", "poisson"})
+_CONCURRENCY_KINDS = frozenset({"concurrency", "concurrent", "throughput", "synchronous"})
 
 
 def _ext_stats(vals: list[float]) -> dict[str, float | int | None]:
@@ -249,8 +338,20 @@ def _ext_stats(vals: list[float]) -> dict[str, float | int | None]:
             "max": max(vals), "n": len(vals)}
 
 
-def _int(value: Any) -> int | None:
-    return None if value is None or isinstance(value, bool) else int(value)
+def _int(value: Any, *, file: str | Path = "", key: str = "count") -> int | None:
+    """A request count of an imported file (None when absent).
+
+    Raises:
+        ServedeckError: naming ``file`` and ``key``: not a whole number (a string, a list,
+            true/false, 9.5), not finite, or negative.
+    """
+    v = number(value, file=file, key=key)
+    if v is None:
+        return None
+    if not v.is_integer():
+        raise ServedeckError(f"{key} is {value}, not a whole number of requests", file=str(file), field=key,
+                             hint=_FIX_HINT)
+    return int(v)
 
 
 def _failure_note(counts: RequestCounts, reasons: list[dict[str, Any]], *, what: str) -> str:
@@ -310,7 +411,7 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
             results and ``benchmark`` names none of them, or no request succeeded.
     """
     docs = load_documents(path, "vllm bench serve")
-    entries = [_vllm_entry(i, doc) for i, doc in enumerate(docs, start=1)]
+    entries = [_vllm_entry(i, doc, path) for i, doc in enumerate(docs, start=1)]
     entry = choose(entries, benchmark, path=path)
     d = docs[entry.index - 1]
     if not isinstance(d, dict) or "median_ttft_ms" not in d:
@@ -318,31 +419,47 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
 
     notes: list[str] = []
     errors = d.get("errors")
-    arrays = {k: d.get(k) for k in ("ttfts", "input_lens", "output_lens", "latencies")}
-    present = {k: v for k, v in arrays.items() if isinstance(v, list) and v}
+    present: dict[str, list[float]] = {}
+    for k in ("ttfts", "input_lens", "output_lens", "latencies"):
+        v = d.get(k)
+        if v is not None and not isinstance(v, list):
+            raise ServedeckError(f"{k} is {_shown(v)}, not a list of per-request values", file=str(path), field=k,
+                                 hint="--save-detailed writes one number per request there; fix the file or "
+                                      "write it again")
+        if v:
+            present[k] = [_item(x, path, f"{k}[{i}]") for i, x in enumerate(v)]
     ok_mask: list[bool] | None = None
     reasons: list[dict[str, Any]] = []
     unmatched = False
     if isinstance(errors, list) and errors:
         ok_mask = [not e and not _unanswered(present, i) for i, e in enumerate(errors)]
         reasons = [{"text": str(t), "count": c} for t, c in Counter(str(e) for e in errors if e).most_common()]
-    completed, failed, num_prompts = _int(d.get("completed")), _int(d.get("failed")), _int(d.get("num_prompts"))
-    if ok_mask is not None and failed is not None and failed > ok_mask.count(False) \
-            and (completed is None or completed + failed == len(ok_mask)):
+    completed = _int(d.get("completed"), file=path, key="completed")
+    failed = _int(d.get("failed"), file=path, key="failed")
+    num_prompts = _int(d.get("num_prompts"), file=path, key="num_prompts")
+    # the failures the file's own counts tell (the largest): `failed`, the prompts that did not
+    # complete (with no `num_prompts`: the errors array's items beyond `completed`)
+    sent = num_prompts if num_prompts is not None else len(ok_mask) if ok_mask is not None else None
+    claims = [c for c in (failed, sent - completed if sent is not None and completed is not None else None)
+              if c is not None and c >= 0]
+    said_failed = max(claims) if claims else None
+    if ok_mask is not None and said_failed is not None and said_failed > ok_mask.count(False):
         # more failures than items marked failed: a failure with an empty error text (vLLM's
-        # request functions write `response.reason or ""`) that answered something
-        notes.append(f"the file says {failed} requests failed but only {ok_mask.count(False)} of its "
+        # request functions write `response.reason or ""`) that answered something, or an
+        # array that does not match the counts
+        notes.append(f"the file says {said_failed} requests failed but only {ok_mask.count(False)} of its "
                      "per-request items show a failure (error text, or no first token and no output): "
                      "servedeck follows the file's counts and takes no per-request minima and maxima")
-        completed = len(ok_mask) - failed if completed is None else completed
+        failed = said_failed
+        completed = max(len(ok_mask) - failed, 0) if completed is None else completed
         ok_mask, unmatched = None, True
     if ok_mask is not None:
         if completed is not None and completed != sum(ok_mask):
             notes.append(f"the file says {completed} requests completed, its errors array {sum(ok_mask)}: "
                          "servedeck follows the errors array")
         completed, failed = sum(ok_mask), len(ok_mask) - sum(ok_mask)
-    elif failed is None and completed is not None and num_prompts is not None:
-        failed = max(num_prompts - completed, 0)
+    elif said_failed is not None and completed is not None:
+        failed = said_failed
     total = completed + failed if completed is not None and failed is not None else num_prompts
     counts = RequestCounts(total=total, completed=completed, failed=failed)
     if completed == 0:
@@ -363,15 +480,15 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
 
     def ok(key: str) -> list[float] | None:
         values = present.get(key) if usable else None
-        return None if values is None else [float(v) for v, good in zip(values, ok_mask or []) if good]
+        return None if values is None else [v for v, good in zip(values, ok_mask or []) if good]
 
     def ms(key: str) -> float | None:
-        v = d.get(key)
-        return None if v is None else float(v) / 1000.0
+        v = number(d.get(key), file=path, key=key)
+        return None if v is None else v / 1000.0
 
     def inv(key: str) -> float | None:
-        v = d.get(key)
-        return None if not v else 1000.0 / float(v)
+        v = number(d.get(key), file=path, key=key)
+        return None if not v else 1000.0 / v
 
     n = completed if completed is not None else int(num_prompts or 0)
     def summary(median: float | None, mean: float | None) -> dict[str, float | int | None]:
@@ -388,6 +505,9 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
         metrics["ttft_s"].update(min=min(ttfts), max=max(ttfts))
     if lats and "e2e_s" in metrics:
         metrics["e2e_s"].update(min=min(lats), max=max(lats))
+    _check_ttft(metrics, path, "median_ttft_ms", "mean_ttft_ms")
+    _check_within(metrics, "ttft_s", path, "median_ttft_ms", "ttfts", 1000.0)
+    _check_within(metrics, "e2e_s", path, "median_e2el_ms", "latencies", 1000.0)
     if ttfts and ins:
         metrics["prefill_tok_s"] = _ext_stats([i / t for i, t in zip(ins, ttfts) if t])
         metrics["prompt_tokens"] = _ext_stats(ins)
@@ -395,12 +515,19 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
         metrics["output_tokens"] = _ext_stats(outs)
     server: dict[str, Any] = {}
     if d.get("spec_decode_acceptance_length") is not None:
+        rates = d.get("spec_decode_per_position_acceptance_rates") or []
+        if not isinstance(rates, list):
+            raise ServedeckError(f"spec_decode_per_position_acceptance_rates is {_shown(rates)}, not a list",
+                                 file=str(path), field="spec_decode_per_position_acceptance_rates", hint=_FIX_HINT)
         server = {
-            "spec_accept_len": d.get("spec_decode_acceptance_length"),
-            "spec_per_position": list(d.get("spec_decode_per_position_acceptance_rates") or []),
-            "spec_drafts": d.get("spec_decode_num_drafts"),
-            "spec_accepted_tokens": d.get("spec_decode_accepted_tokens"),
-            "spec_draft_tokens": d.get("spec_decode_draft_tokens"),
+            "spec_accept_len": number(d.get("spec_decode_acceptance_length"), file=path,
+                                      key="spec_decode_acceptance_length"),
+            "spec_per_position": [number(r, file=path, key=f"spec_decode_per_position_acceptance_rates[{i}]")
+                                  for i, r in enumerate(rates)],
+            "spec_drafts": _int(d.get("spec_decode_num_drafts"), file=path, key="spec_decode_num_drafts"),
+            "spec_accepted_tokens": _int(d.get("spec_decode_accepted_tokens"), file=path,
+                                         key="spec_decode_accepted_tokens"),
+            "spec_draft_tokens": _int(d.get("spec_decode_draft_tokens"), file=path, key="spec_decode_draft_tokens"),
         }
     partial = bool(failed)
     if partial:
@@ -409,6 +536,41 @@ def import_vllm_bench(path: str | Path, *, benchmark: str | None = None) -> Exte
     return ExternalBench(source="vllm-bench-serve", path=str(path), metrics=metrics, server=server,
                          raw_keys=sorted(d), requests=counts, partial=partial,
                          failure_reasons=reasons, notes=notes, benchmark=entry, benchmarks_in_file=len(entries))
+
+
+def _check_ttft(metrics: dict[str, dict[str, float | int | None]], path: str | Path, *keys: str) -> None:
+    """Refuse a zero TTFT median or mean of successful requests (``keys``: the file's own keys
+    of ``metrics["ttft_s"]`` median and mean): a request that succeeded got its first token
+    after some time; 0.00 is the figure of failed requests (vllm-project/vllm issue 5895).
+
+    Raises:
+        ServedeckError: naming the key."""
+    ttft = metrics.get("ttft_s") or {}
+    for stat, key in zip(("median", "mean"), keys):
+        if ttft.get(stat) == 0:
+            raise ServedeckError(f"{key} is 0 although requests succeeded: a successful request takes time to "
+                                 "its first token, so this figure does not measure them (abnormal median TTFT "
+                                 "0.00, vllm-project/vllm issue 5895)", file=str(path), field=key,
+                                 hint="benchmark again; check that the requests got answers")
+
+
+def _check_within(metrics: dict[str, dict[str, float | int | None]], name: str, path: str | Path,
+                  key: str, range_key: str, scale: float) -> None:
+    """Refuse a median of ``metrics[name]`` outside its own minimum and maximum when both are
+    known (``key``: the file's key of the median, ``range_key`` where the extremes come from,
+    ``scale``: file units per stored unit, for the message).
+
+    Raises:
+        ServedeckError: naming ``key``."""
+    st = metrics.get(name) or {}
+    med, lo, hi = st.get("median"), st.get("min"), st.get("max")
+    if med is None or lo is None or hi is None:
+        return
+    slack = 1e-6 * max(abs(lo), abs(hi), 1e-9)
+    if not lo - slack <= med <= hi + slack:
+        raise ServedeckError(f"{key} is {med * scale:g}, outside the {range_key} of the successful requests "
+                             f"({lo * scale:g} to {hi * scale:g}): the file contradicts itself",
+                             file=str(path), field=key, hint="write the file again with the tool")
 
 
 def _note_choice(notes: list[str], entry: BenchEntry, count: int) -> None:
@@ -437,50 +599,105 @@ def import_guidellm(path: str | Path, *, benchmark: str | None = None) -> Extern
         raise ServedeckError("not a guidellm report (no benchmarks)", file=str(path))
     entries = _guidellm_entries(d, path)
     entry = choose(entries, benchmark, path=path)
-    try:
-        bench = d["benchmarks"][entry.index - 1]
-        m = bench["metrics"]
-    except (KeyError, IndexError, TypeError) as e:
-        raise ServedeckError(f"benchmark {entry.describe()} of the guidellm report has no metrics",
-                             file=str(path)) from e
-
-    def succ(name: str) -> dict[str, Any] | None:
-        v = m.get(name)
-        return v.get("successful") if isinstance(v, dict) else None
-
-    def scaled(name: str, f: float) -> dict[str, float | int | None] | None:
-        s = succ(name)
-        if not s:
-            return None
-        g = lambda k: None if s.get(k) is None else float(s[k]) * f  # noqa: E731
-        return {"median": g("median"), "mean": g("mean"), "min": g("min"), "max": g("max"),
-                "n": int(s.get("count") or 0)}
-
-    counts = _guidellm_counts(bench, m)
+    where = f"benchmarks[{entry.index - 1}]"
+    bench = d["benchmarks"][entry.index - 1]
+    if not isinstance(bench, dict):
+        raise ServedeckError(f"{where} is {_shown(bench)}, not a benchmark object", file=str(path), field=where,
+                             hint="give the JSON report guidellm wrote (--output-path ...json)")
+    m = bench.get("metrics")
+    if not isinstance(m, dict):
+        raise ServedeckError(f"benchmark {entry.describe()} of the guidellm report has no metrics"
+                             + (f" ({where}.metrics is {_shown(m)}, not an object)" if m is not None else ""),
+                             file=str(path), field=f"{where}.metrics",
+                             hint="give the JSON report guidellm wrote (--output-path ...json)")
+    metrics = guidellm_metrics(m, path, f"{where}.metrics")
+    counts = _guidellm_counts(bench, m, path, where)
     if counts.completed == 0:
         _refuse_all_failed(path, counts, [])
-    metrics: dict[str, dict[str, float | int | None]] = {}
-    if (t := scaled("time_to_first_token_ms", 1e-3)) is not None:
-        metrics["ttft_s"] = t
-    if (s := succ("inter_token_latency_ms")):
-        inv = lambda k: (1000.0 / float(s[k])) if s.get(k) else None  # noqa: E731
-        metrics["decode_tok_s"] = {"median": inv("median"), "mean": inv("mean"), "min": inv("max"),
-                                   "max": inv("min"), "n": int(s.get("count") or 0)}
-    if (t := scaled("request_latency", 1.0)) is not None:
-        metrics["e2e_s"] = t
+    if not {"ttft_s", "decode_tok_s", "e2e_s"} & set(metrics):
+        raise ServedeckError(f"benchmark {entry.describe()} of the guidellm report has no statistics of its "
+                             "successful requests (no time_to_first_token_ms, inter_token_latency_ms or "
+                             "request_latency): there is no measurement in it", file=str(path),
+                             field=f"{where}.metrics", hint="give the full JSON report guidellm wrote")
     partial = bool(counts.failed or counts.incomplete)
     notes = [_failure_note(counts, [], what="guidellm's successful statistics")] if partial else []
+    if counts.completed is None:
+        notes.append("the report does not say how many requests succeeded or failed (no request_totals and "
+                     "no request_latency counts): failures cannot be ruled out")
     _note_choice(notes, entry, len(entries))
     return ExternalBench(source="guidellm", path=str(path), metrics=metrics, server={}, raw_keys=sorted(m),
                          requests=counts, partial=partial, notes=notes, benchmark=entry,
                          benchmarks_in_file=len(entries))
 
 
-def _guidellm_counts(bench: dict[str, Any], m: dict[str, Any]) -> RequestCounts:
-    totals = bench.get("request_totals") or m.get("request_totals")
+def guidellm_metrics(m: dict[str, Any], path: str | Path, where: str) -> dict[str, dict[str, float | int | None]]:
+    """The successful requests' statistics of a guidellm benchmark's ``metrics`` (``where``:
+    its key path, ``benchmarks[0].metrics``) on servedeck's names (:func:`import_guidellm`).
+
+    Raises:
+        ServedeckError: naming ``path`` and the key: a statistic is not an object, not a
+            number, not finite, negative, a TTFT median of 0, or a median outside its min and max.
+    """
+    def succ(name: str) -> dict[str, Any] | None:
+        v = m.get(name)
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise ServedeckError(f"{where}.{name} is {_shown(v)}, not an object of statistics", file=str(path),
+                                 field=f"{where}.{name}", hint=_FIX_HINT)
+        s = v.get("successful")
+        if s is not None and not isinstance(s, dict):
+            raise ServedeckError(f"{where}.{name}.successful is {_shown(s)}, not an object of statistics",
+                                 file=str(path), field=f"{where}.{name}.successful", hint=_FIX_HINT)
+        return s or None
+
+    def stats(name: str) -> dict[str, Any] | None:
+        s = succ(name)
+        if s is None:
+            return None
+        at = f"{where}.{name}.successful"
+        out: dict[str, Any] = {k: number(s.get(k), file=path, key=f"{at}.{k}")
+                               for k in ("median", "mean", "min", "max")}
+        out["n"] = _int(s.get("count"), file=path, key=f"{at}.count") or 0
+        return out
+
+    metrics: dict[str, dict[str, float | int | None]] = {}
+    if (t := stats("time_to_first_token_ms")) is not None:
+        metrics["ttft_s"] = {k: (v * 1e-3 if v is not None and k != "n" else v) for k, v in t.items()}
+        _check_ttft(metrics, path, f"{where}.time_to_first_token_ms.successful.median",
+                    f"{where}.time_to_first_token_ms.successful.mean")
+        _check_within(metrics, "ttft_s", path, f"{where}.time_to_first_token_ms.successful.median",
+                      "time_to_first_token_ms min and max", 1000.0)
+    if (t := stats("inter_token_latency_ms")) is not None:
+        inv = lambda v: (1000.0 / v) if v else None  # noqa: E731
+        metrics["decode_tok_s"] = {"median": inv(t["median"]), "mean": inv(t["mean"]), "min": inv(t["max"]),
+                                   "max": inv(t["min"]), "n": t["n"]}
+        _check_within(metrics, "decode_tok_s", path, f"{where}.inter_token_latency_ms.successful.median",
+                      "inter_token_latency_ms min and max (as tokens/s)", 1.0)
+    if (t := stats("request_latency")) is not None:
+        metrics["e2e_s"] = t
+        _check_within(metrics, "e2e_s", path, f"{where}.request_latency.successful.median",
+                      "request_latency min and max", 1.0)
+    return metrics
+
+
+def _guidellm_counts(bench: dict[str, Any], m: dict[str, Any], path: str | Path = "",
+                     where: str = "benchmarks[0]") -> RequestCounts:
+    """A guidellm benchmark's request counts (``request_totals``, else the per-status
+    ``count`` of ``request_latency``); unknown counts are None.
+
+    Raises:
+        ServedeckError: a count is not a whole number, naming ``path`` and the key under
+            ``where`` (``benchmarks[0].metrics.request_totals.successful``).
+    """
+    if isinstance(bench.get("request_totals"), dict) and bench["request_totals"]:
+        totals, at = bench["request_totals"], f"{where}.request_totals"
+    else:
+        totals, at = m.get("request_totals"), f"{where}.metrics.request_totals"
     if isinstance(totals, dict):
-        ok, err, inc = (_int(totals.get(k)) for k in ("successful", "errored", "incomplete"))
-        total = _int(totals.get("total"))
+        ok, err, inc = (_int(totals.get(k), file=path, key=f"{at}.{k}")
+                        for k in ("successful", "errored", "incomplete"))
+        total = _int(totals.get("total"), file=path, key=f"{at}.total")
     else:
         lat = m.get("request_latency")
         if not isinstance(lat, dict):
@@ -488,7 +705,8 @@ def _guidellm_counts(bench: dict[str, Any], m: dict[str, Any]) -> RequestCounts:
 
         def count(status: str) -> int | None:
             part = lat.get(status)
-            return _int(part.get("count")) if isinstance(part, dict) and part.get("count") is not None else None
+            return _int(part.get("count"), file=path, key=f"{where}.metrics.request_latency.{status}.count") \
+                if isinstance(part, dict) else None
 
         ok, err, inc = count("successful"), count("errored"), count("incomplete")
         total = None
