@@ -114,7 +114,7 @@ def _append_file(tmp_path: Path, loads: list[dict], name: str = "sweep.json") ->
     base = json.loads(CASE_42B.read_text())
     lines = []
     for i, load in enumerate(loads):
-        doc = {**base, **load, "median_ttft_ms": 100.0 * (i + 1)}
+        doc = {**base, **load, "median_ttft_ms": 420.0 + 50.0 * i}  # within the file's own ttfts
         lines.append(json.dumps(doc))
     path = tmp_path / name
     path.write_text("\n".join(lines))  # vLLM writes a newline before each appended result
@@ -127,7 +127,7 @@ def test_an_append_result_loop_over_concurrency_is_listed_and_chosen(tmp_path):
     with pytest.raises(ServedeckError, match="3 benchmarks in this file .concurrency@1, concurrency@4"):
         import_file(path)
     ext = import_file(path, benchmark="concurrency@4")
-    assert ext.metrics["ttft_s"]["median"] == pytest.approx(0.2)
+    assert ext.metrics["ttft_s"]["median"] == pytest.approx(0.47)
     assert (ext.benchmark.concurrency, ext.benchmark.strategy) == (4, "concurrency")
 
 
