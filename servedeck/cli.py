@@ -968,6 +968,10 @@ def _load_settings(workload, load, slo, capacity, precision, max_levels, request
         if profile.kind not in SEARCHABLE:
             raise ServedeckError(f"--capacity varies {', '.join(SEARCHABLE)} levels, not {profile.kind}",
                                  field="--load")
+        if load and len(profile.levels) > 1:  # the search would start at the first and ignore the rest
+            raise ServedeckError(f"--capacity starts from one level and chooses the next ones itself; --load "
+                                 f"{load} gives {len(profile.levels)}", field="--load",
+                                 hint=f"give the first: --load {profile.kind}:{profile.levels[0].value:g}")
         from servedeck.bench.capacity import CapacitySearch
         search = {"start": profile.levels[0],
                   "precision": _number("--precision", precision) if precision is not None else None,

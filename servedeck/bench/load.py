@@ -109,9 +109,10 @@ class LoadProfile(BaseModel):
             cap = int(cap_text)
         try:
             if kind == "ramp":
-                start, dash, end = rest.partition("-")
-                if not dash:
+                parts = re.split(r"(?<![eE])-", rest, maxsplit=1)  # not the sign of an exponent (1e-5-20)
+                if len(parts) != 2:
                     raise ValueError("a ramp is START-END requests/s")
+                start, end = parts
                 levels = [LoadLevel(kind="ramp", start_rps=float(start), value=float(end), max_concurrency=cap)]
             else:
                 values = [float(v) for v in rest.split(",") if v.strip()]

@@ -41,7 +41,8 @@ def parse_slo(text: str) -> Slo:
     """Read ``ttft_s=2,tpot_s=0.05,e2e_s=30,p=90`` (``p`` defaults to 90).
 
     Raises:
-        ServedeckError: an unknown key, a value that is not a positive number, or no limit.
+        ServedeckError: an unknown key, a key given twice, a value that is not a positive
+            number, a percentile of 1 or below, or no limit.
     """
     fields: dict[str, Any] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
@@ -55,6 +56,9 @@ def parse_slo(text: str) -> Slo:
         elif key not in SLO_METRICS:
             raise ServedeckError(f"unknown SLO key {key!r}", field="--slo",
                                  hint=f"keys: {', '.join(SLO_METRICS)}, p")
+        if key in fields:
+            raise ServedeckError(f"SLO {text!r} gives {key} twice", field="--slo",
+                                 hint="give each limit once, e.g. --slo ttft_s=2,tpot_s=0.05,p=90")
         try:
             fields[key] = float(value)
         except ValueError:

@@ -25,6 +25,8 @@ SLO = Slo(ttft_s=1.0, percentile=90)
 def test_profiles_parse_and_round_trip():
     for text in ("concurrency:1,2,4,8", "constant:2.5,5", "poisson:1,2@16", "ramp:1-20@8"):
         assert LoadProfile.parse(text).text == text
+    (ramp,) = LoadProfile.parse("ramp:1e-2-20").levels  # an exponent's sign is not the ramp's dash
+    assert (ramp.start_rps, ramp.value) == (0.01, 20.0)
     assert [lv.label for lv in LoadProfile.parse("poisson:1,2@16").levels] == ["poisson 1 req/s \u226416",
                                                                                "poisson 2 req/s \u226416"]
 
@@ -377,6 +379,9 @@ def test_prompts_from_the_corpus_are_sized_exactly_with_a_many_tokens_per_word_t
     (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--max-levels", "1.5"], "not a whole number"),
     (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--max-levels", "0"], "at least 2 levels"),
     (["--run", "latest", "--export-vllm", "/tmp"], "--export-vllm /tmp is a directory"),
+    (["--workload", "chat", "--slo", "ttft_s=1", "--capacity", "--load", "concurrency:1,2,4"],
+     "--capacity starts from one level"),
+    (["--workload", "chat", "--slo", "ttft_s=2,tpot_s=0.1,ttft_s=3"], "gives ttft_s twice"),
 ])
 def test_bench_under_load_settings_are_refused_before_the_host_is_asked(args, words):
     import subprocess
