@@ -45,6 +45,7 @@ from servedeck.compose.service import read_services
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, Token, scalar
+from servedeck.launchers.server import of_arguments
 from servedeck.runs import store
 from servedeck.runs.records import FactsRecord, compared_paths
 from servedeck.yamlio import flatten
@@ -252,7 +253,7 @@ def flatten_argv(command: list[str], launcher: Launcher | None = None) -> dict[s
     (:meth:`servedeck.launchers.base.Launcher.argv_view`; None: the launcher whose argument
     shape the command has, else the default one). Values are converted as the receiving parser
     does (vLLM: ``16K`` = 16384; a launcher's ``--set`` value as its YAML 1.1 reads it)."""
-    launcher = launcher or registry.of_arguments([str(t) for t in command]) or registry.default()
+    launcher = launcher or of_arguments([str(t) for t in command]) or registry.default()
     return launcher.argv_view(launcher.read([Token(str(t), ("command", i)) for i, t in enumerate(command)]))
 
 

@@ -251,7 +251,7 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
     present, not pullable: a ServedeckError) leaves its commands ``inimage/not-judged`` (error)
     and the other images are still judged. Findings in document order."""
     from servedeck.compose.service import read_services
-    from servedeck.launchers import registry
+    from servedeck.launchers.server import start_of, wrapper_length
     jobs: list[tuple[Ctx, tuple, str, list[str], tuple[str, ...] | None, str | None]] = []
     # (document, path, image, command, the start an entrypoint: gives (None: the image's own), how it is judged)
     per_document: list[list[Finding]] = []
@@ -274,9 +274,9 @@ def check_in_image_each(documents: list[tuple[str, str | None]], *, judge: Judge
             if "entrypoint" in data:
                 entry = data["entrypoint"]
                 whole = [str(e) for e in entry] + command if isinstance(entry, list) else []
-                launcher, n = registry.start_of(whole)
+                launcher, n = start_of(whole)
                 if (launcher is None or launcher.in_image not in ("serve", "api_server")
-                        or registry.wrapper_length(whole)):
+                        or wrapper_length(whole)):
                     ctx.info("inimage/skipped", svc.path + ("entrypoint",),
                              "entrypoint: does not start vLLM directly (a wrapper, a shell, the image's "
                              "launcher replaced by another program); the in-image dry run judges vLLM "

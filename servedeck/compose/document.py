@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from servedeck.errors import ServedeckError
+from servedeck.launchers.base import EnvItem
 from servedeck.launchers.server import split_command
 from servedeck.yamlio import LIMITS, YAMLError, dump_yaml, load_data, to_plain, syntax_error_at
 
@@ -512,6 +513,29 @@ def env_file_paths(value: Any) -> list[tuple[tuple[str | int, ...], str, bool]]:
             out.append((("env_file", i), item, True))
         elif isinstance(item, dict) and isinstance(item.get("path"), str):
             out.append((("env_file", i), item["path"], item.get("required", True) is not False))
+    return out
+
+
+def env_items(service: dict[str, Any], path: tuple[str | int, ...],
+              env_files: Mapping[str, Mapping[str, str] | None]) -> list[EnvItem]:
+    """The environment a service mapping (at document path ``path``) gives the container, in
+    order (a later item overrides an earlier one): its ``env_file`` files (their variables in
+    ``env_files``, by the path as written; a file not there adds nothing), then its
+    ``environment`` (mapping or list form; compose-spec ``05-services.md`` ``environment``).
+    The ``NAME=value`` words its argv sets follow them
+    (:func:`servedeck.launchers.server.read_server`)."""
+    out = [EnvItem(k, v, path + where, True) for where, file, _ in env_file_paths(service.get("env_file"))
+           for k, v in (env_files.get(file) or {}).items()]
+    env = service.get("environment")
+    base = path + ("environment",)
+    if isinstance(env, dict):
+        for k, v in env.items():
+            out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))
+    elif isinstance(env, list):
+        for i, item in enumerate(env):
+            if isinstance(item, str):
+                k, eq, v = item.partition("=")
+                out.append(EnvItem(k, v if eq else None, base + (i,), True))
     return out
 
 

@@ -29,7 +29,8 @@ from servedeck.compose.service import Service
 from servedeck.errors import ServedeckError
 from servedeck.launchers import registry
 from servedeck.launchers.base import ConfigEdit, Launch, Launcher
-from servedeck.model.catalog import Catalog, ImageRef
+from servedeck.launchers.server import of_arguments
+from servedeck.model.catalog import Catalog, ImageRef, image_facts
 from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
                                  spec_for)
@@ -333,7 +334,7 @@ def _server_launch(svc: ServiceDefinition, argv: list[str], catalog: Catalog, fi
     data: dict[str, Any] = {"image": svc.image, "command": argv}
     if svc.entrypoint is not None:
         data["entrypoint"] = [literal_values(t) for t in svc.entrypoint]
-    launch = Service.read(svc.name, data, catalog=catalog).launch
+    launch = Service.read(svc.name, data, image_facts(catalog, ImageRef.of(svc.image))).launch
     fix = "write the server's own command as entrypoint + command items (no shell) and import again"
     if svc.entrypoint is not None:
         if launch.shell_script is not None and (not launch.shell_plain or launch.shell_split):
@@ -363,7 +364,7 @@ def _server_launch(svc: ServiceDefinition, argv: list[str], catalog: Catalog, fi
         notes.append(f"{base}.command: {words!r} is left out: the profile passes the arguments to the "
                      "image's entrypoint, which must start the server")
     if launch.launcher is None:
-        launcher = registry.of_arguments(argv) or registry.default()
+        launcher = of_arguments(argv) or registry.default()
         return launcher.read(launch.tokens)
     return launch
 

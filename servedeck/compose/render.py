@@ -31,7 +31,7 @@ from servedeck import __version__
 from servedeck.fsutil import cache_dir
 from servedeck.compose.document import Mount, Port, interpolated
 from servedeck.compose.service import Service
-from servedeck.model.catalog import Catalog, ImageFacts
+from servedeck.model.catalog import Catalog, ImageFacts, image_facts
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.yamlio import dump_yaml, scalar_text
 
@@ -130,6 +130,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
+    service_facts = facts if facts is not None else image_facts(catalog, profile.image_ref)  # else inferred
     command = profile.server_command(facts, catalog)
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
@@ -141,7 +142,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     volumes = [v.short() for v in mounts]
     ports = Port(str(c.port), str(c.host_port or c.port), c.host_ip).short()
     data = _service_data(profile, command, ports, volumes)
-    service = Service.read(c.service, data, catalog=catalog)
+    service = Service.read(c.service, data, service_facts)
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)

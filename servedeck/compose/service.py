@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from servedeck.compose.document import env_file_paths, interpolated, resolve_extends
+from servedeck.compose.document import env_items, interpolated, resolve_extends
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting
 from servedeck.launchers.server import read_server
 from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, image_facts
@@ -93,35 +93,30 @@ class Service:
             out[e.key] = e.value
         return {k: v for k, v in out.items() if v is not None}
 
-    def same_as(self, data: dict[str, Any], catalog: Catalog | None) -> bool:
-        """Whether reading ``data`` with ``catalog`` would give this service: the same mapping,
+    def same_as(self, data: dict[str, Any], facts: ImageFacts | None) -> bool:
+        """Whether reading ``data`` with ``facts`` would give this service: the same mapping,
         and the same facts for its image."""
-        if data != self.data:
-            return False
-        return image_facts(catalog, self.image) == self.facts
+        return data == self.data and facts == self.facts
 
     # ------------------------------------------------------------------ reading
 
     @classmethod
-    def read(cls, name: str, data: dict[str, Any], *, catalog: Catalog | None = None,
-             env_files: Mapping[str, Mapping[str, str] | None] | None = None,
-             facts: ImageFacts | None = None) -> "Service":
+    def read(cls, name: str, data: dict[str, Any], facts: ImageFacts | None, *,
+             env_files: Mapping[str, Mapping[str, str] | None] | None = None) -> "Service":
         """Read one service mapping (as Compose reads it).
 
         Args:
             name: the service name.
             data: the mapping (``extends`` merged, values interpolated).
-            catalog: the image catalog (None: facts are inferred from the repository and tag).
+            facts: the facts of the image it names, as the caller has them: the catalog's or
+                inferred (:func:`servedeck.model.catalog.image_facts`), or read from the pulled
+                image; None for none.
             env_files: the variables of the ``env_file`` files, by the path as written (None:
                 not readable); a file not listed here adds nothing.
-            facts: the image's facts when the caller has them (read from the pulled image):
-                used instead of the catalog's.
         """
         path: DocPath = ("services", name)
-        items = _env_items(data, path, env_files or {})
-        image_text = data.get("image")
-        image = ImageRef.parse(image_text) if isinstance(image_text, str) else None
-        facts = facts if facts is not None else image_facts(catalog, image)
+        image = ImageRef.of(data.get("image"))
+        items = env_items(data, path, env_files or {})
         server = read_server(data.get("entrypoint"), data.get("command"), path, facts,
                              image.repository if image is not None else None, items)
         return cls(name, data, path, image, facts, server.launch, defaults=server.defaults,
@@ -142,7 +137,8 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
         extends_files: other compose documents services ``extends``, by the path as written.
         known: services the caller read already (the renderer's, of the file it wrote): one is
             taken as it is, not read again, when the document's mapping of that name is its
-            mapping and its image has the same facts (:meth:`Service.same_as`).
+            mapping and its image has the same facts (:meth:`Service.same_as`). Each image's
+            facts are found once (:func:`servedeck.model.catalog.image_facts`).
     """
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         return []
@@ -153,32 +149,10 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
         if not isinstance(svc, dict):
             continue
         mapping = {k: v if k == "image" else interpolated(v, variables or {}) for k, v in svc.items()}
+        facts = image_facts(catalog, ImageRef.of(mapping.get("image")))
         have = by_name.get(str(name))
-        out.append(have if have is not None and have.same_as(mapping, catalog) and not env_files
-                   else Service.read(str(name), mapping, catalog=catalog, env_files=env_files))
-    return out
-
-
-# --------------------------------------------------------------------------- the environment
-
-
-def _env_items(data: dict[str, Any], path: DocPath,
-               env_files: Mapping[str, Mapping[str, str] | None]) -> list[EnvItem]:
-    """The environment the service's mapping gives, in order (a later item overrides an earlier
-    one): its ``env_file`` files, then its ``environment`` (mapping or list form); the
-    ``NAME=value`` words its argv sets follow them (:func:`servedeck.launchers.server.read_server`)."""
-    out = [EnvItem(k, v, path + where, True) for where, file, _ in env_file_paths(data.get("env_file"))
-           for k, v in (env_files.get(file) or {}).items()]
-    env = data.get("environment")
-    base = path + ("environment",)
-    if isinstance(env, dict):
-        for k, v in env.items():
-            out.append(EnvItem(str(k), None if v is None else str(v), base + (str(k),), False))
-    elif isinstance(env, list):
-        for i, item in enumerate(env):
-            if isinstance(item, str):
-                k, eq, v = item.partition("=")
-                out.append(EnvItem(k, v if eq else None, base + (i,), True))
+        out.append(have if have is not None and have.same_as(mapping, facts) and not env_files
+                   else Service.read(str(name), mapping, facts, env_files=env_files))
     return out
 
 

@@ -130,7 +130,7 @@ class DeployPlan:
         argv = parent.server_command(self.image.facts)
         svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
                                                       "environment": dict(parent.container.environment)},
-                           facts=self.image.facts)
+                           self.image.facts)
         return self.secrets.including(find_secrets(argv, svc.server_env()), f"parent {parent.name}")
 
 

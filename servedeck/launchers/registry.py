@@ -2,58 +2,25 @@
 
 A new launcher is one module of :mod:`servedeck.launchers` (a :class:`~servedeck.launchers.
 base.Launcher` subclass) and one line in :data:`_BUILT_IN` (or :func:`register` at run time).
-Recognition, first match in registration order:
+Recognition from an image, first match in registration order:
 
-* :func:`start_of`: the start of a process argv (after wrappers: ``env NAME=value``,
-  ``tini --``, ``dumb-init``, ``nice``: :func:`wrapper_length`);
 * :func:`of_image`: an image's ENTRYPOINT;
-* :func:`of_arguments`: the arguments given to an image servedeck has no facts for;
-* :func:`of_repository`: a repository name (first contact with an unknown digest), and
-  :func:`of_repository_name`: an image named after vLLM;
+* :func:`of_repository`: a repository name (first contact with an unknown digest);
 * :func:`default`: the launcher assumed when nothing says otherwise (``vllm serve``, the start
   of vLLM's own images).
+
+Recognition from a command (a process argv, the arguments to an image without facts, an image
+named after vLLM) is part of reading how a container starts its server:
+:mod:`servedeck.launchers.server` (``start_of``, ``of_arguments``, ``of_repository_name``).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 
 from servedeck.errors import ServedeckError
 from servedeck.launchers import api_server, exl3xpu, vllm_serve
 from servedeck.launchers.base import Launcher
-
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-"""A ``NAME=value`` word: a variable assignment before a command (POSIX shell, and ``env``)."""
-
-
-def wrapper_length(argv: list[str]) -> int:
-    """Number of leading items that only wrap the program they run: ``env`` (with its options
-    and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
-    ``--``), ``nice -n N``."""
-    i = 0
-    while i < len(argv):
-        base = argv[i].rsplit("/", 1)[-1]
-        if base == "env":
-            i += 1
-            while i < len(argv) and (ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
-                i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
-        elif base in ("tini", "dumb-init"):
-            i += 1
-            while i < len(argv) and argv[i].startswith("-"):
-                i += 1
-                if argv[i - 1] == "--":
-                    break
-        elif base == "nice":
-            i += 1
-            if i < len(argv) and argv[i] == "-n":
-                i += 2
-            elif i < len(argv) and re.fullmatch(r"-n?-?\d+", argv[i]):
-                i += 1
-        else:
-            return i
-    return i
-
 
 _BUILT_IN: tuple[Launcher, ...] = (exl3xpu.LAUNCHER, vllm_serve.LAUNCHER, api_server.LAUNCHER)
 _KNOWN: dict[str, Launcher] = {launcher.name: launcher for launcher in _BUILT_IN}
@@ -130,33 +97,10 @@ def default() -> Launcher:
     return _DEFAULT
 
 
-def start_of(argv: list[str]) -> tuple[Launcher | None, int]:
-    """``(launcher, n)``: the launcher whose start begins process argv ``argv`` (after
-    wrappers) and the number of leading items up to the end of that start; ``(None, 0)``."""
-    w = wrapper_length(argv)
-    rest = [a.strip() for a in argv[w:]]
-    for launcher in _KNOWN.values():
-        n = launcher.start_length(rest)
-        if n:
-            return launcher, w + n
-    return None, 0
-
-
 def of_image(entrypoint: list[str] | None) -> Launcher | None:
     """The launcher an image's ENTRYPOINT starts, or None."""
     entry = [str(e) for e in entrypoint or []]
     return next((launcher for launcher in _KNOWN.values() if launcher.recognises_image(entry)), None)
-
-
-def of_arguments(argv: list[str]) -> Launcher | None:
-    """The launcher whose own argument shape ``argv`` has (arguments to an unknown image), or None."""
-    return next((launcher for launcher in _KNOWN.values() if launcher.recognises_arguments(argv)), None)
-
-
-def of_repository_name(repository: str) -> Launcher | None:
-    """The launcher assumed for an image without facts whose name (the repository's last part)
-    mentions vLLM: :func:`default`; None for any other name."""
-    return _DEFAULT if "vllm" in repository.lower().rsplit("/", 1)[-1] else None
 
 
 def of_repository(repository: str) -> tuple[Launcher, str] | None:
@@ -168,5 +112,5 @@ def of_repository(repository: str) -> tuple[Launcher, str] | None:
     return None
 
 
-__all__ = ["ASSIGNMENT", "register", "unregister", "launchers", "names", "find", "get", "default", "known_starts",
-           "wrapper_length", "start_of", "of_image", "of_arguments", "of_repository", "of_repository_name"]
+__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts",
+           "of_image", "of_repository"]

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servedeck.launchers import registry
-from servedeck.launchers.registry import ASSIGNMENT
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting, Token
 from servedeck.vllm.facts import release_of
 from servedeck.yamlio import to_plain
@@ -101,6 +100,66 @@ def read_server(entrypoint: Any, command: Any, path: DocPath, facts: ImageFacts 
     return server
 
 
+# --------------------------------------------------------------------------- which launcher starts it
+
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+"""A ``NAME=value`` word: a variable assignment before a command (POSIX shell, and ``env``)."""
+
+
+def wrapper_length(argv: list[str]) -> int:
+    """Number of leading items that only wrap the program they run: ``env`` (with its options
+    and ``NAME=value`` words), the init processes ``tini`` / ``dumb-init`` (their options and
+    ``--``), ``nice -n N``."""
+    i = 0
+    while i < len(argv):
+        base = argv[i].rsplit("/", 1)[-1]
+        if base == "env":
+            i += 1
+            while i < len(argv) and (ASSIGNMENT.fullmatch(argv[i]) or argv[i].startswith("-")):
+                i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
+        elif base in ("tini", "dumb-init"):
+            i += 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+                if argv[i - 1] == "--":
+                    break
+        elif base == "nice":
+            i += 1
+            if i < len(argv) and argv[i] == "-n":
+                i += 2
+            elif i < len(argv) and re.fullmatch(r"-n?-?\d+", argv[i]):
+                i += 1
+        else:
+            return i
+    return i
+
+
+def start_of(argv: list[str]) -> tuple[Launcher | None, int]:
+    """``(launcher, n)``: the known launcher (:func:`servedeck.launchers.registry.launchers`,
+    first match in registration order) whose start begins process argv ``argv`` (after
+    wrappers: :func:`wrapper_length`) and the number of leading items up to the end of that
+    start; ``(None, 0)``."""
+    w = wrapper_length(argv)
+    rest = [a.strip() for a in argv[w:]]
+    for launcher in registry.launchers():
+        n = launcher.start_length(rest)
+        if n:
+            return launcher, w + n
+    return None, 0
+
+
+def of_arguments(argv: list[str]) -> Launcher | None:
+    """The first known launcher whose own argument shape ``argv`` has (arguments to an image
+    servedeck has no facts for), or None."""
+    return next((launcher for launcher in registry.launchers() if launcher.recognises_arguments(argv)), None)
+
+
+def of_repository_name(repository: str) -> Launcher | None:
+    """The launcher assumed for an image without facts whose name (the repository's last part)
+    mentions vLLM: :func:`servedeck.launchers.registry.default`; None for any other name."""
+    return registry.default() if "vllm" in repository.lower().rsplit("/", 1)[-1] else None
+
+
 # --------------------------------------------------------------------------- the server command
 
 
@@ -130,10 +189,10 @@ def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[To
 
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
     """Number of leading command items that repeat an entrypoint (0 if none): a server start a
-    launcher knows (:func:`servedeck.launchers.registry.start_of`), or the effective entrypoint
+    launcher knows (:func:`start_of`), or the effective entrypoint
     itself."""
     s = [t.s for t in cmd]
-    launcher, n = registry.start_of(s)
+    launcher, n = start_of(s)
     if launcher is not None:
         return n
     if entry and s[: len(entry)] == entry:
@@ -162,7 +221,7 @@ def _launch(entrypoint: Any, command: Any, path: DocPath, facts: ImageFacts | No
         script, split, inner, env_words = _shell_script(argv_tokens)
         if inner is not None:
             argv_tokens = inner
-        launcher, n = registry.start_of([t.s for t in argv_tokens])
+        launcher, n = start_of([t.s for t in argv_tokens])
         if launcher is not None:
             start = argv_tokens[:n]
             effective_entry = [t.s for t in start]
@@ -170,12 +229,12 @@ def _launch(entrypoint: Any, command: Any, path: DocPath, facts: ImageFacts | No
             env_words += [t for t in argv_tokens[:n] if ASSIGNMENT.fullmatch(t.s)]  # env NAME=v
     elif facts is not None and not facts.inferred:
         launcher = facts.runs
-    elif cmd and (found := registry.of_arguments([t.s for t in cmd])) is not None:
+    elif cmd and (found := of_arguments([t.s for t in cmd])) is not None:
         launcher = found
     elif facts is not None:
         launcher = facts.runs
     elif repository is not None:
-        launcher = registry.of_repository_name(repository)
+        launcher = of_repository_name(repository)
 
     repeat = _repeat_length(cmd, effective_entry) if launcher is not None else 0
     version = release_of(facts.vllm_version) if facts else None
@@ -270,4 +329,5 @@ def shell_script(argv: list[str]) -> tuple[int, int, list[str] | None, list[str]
     return i + 1, split, words, assignments
 
 
-__all__ = ["ImageFacts", "Server", "read_server", "split_command", "plain_command", "shell_script"]
+__all__ = ["ASSIGNMENT", "ImageFacts", "Server", "read_server", "wrapper_length", "start_of", "of_arguments",
+           "of_repository_name", "split_command", "plain_command", "shell_script"]

@@ -58,6 +58,12 @@ class ImageRef:
             name = name[: len(name) - len(tag) - 1]
         return cls(text, name, tag, digest or None)
 
+    @classmethod
+    def of(cls, value: Any) -> "ImageRef | None":
+        """:meth:`parse` of a service's ``image`` value when it is a string, else None (absent,
+        or a value Compose would refuse: the schema reports it)."""
+        return cls.parse(value) if isinstance(value, str) else None
+
     @property
     def repo_digest(self) -> str:
         """``repository@digest``: the reference without its tag, as the Engine lists it in an

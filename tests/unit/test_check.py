@@ -344,7 +344,7 @@ def test_launcher_env_overridden(catalog):
                                     "- env\n- A=1\n- vllm\n- serve"])
 def test_launcher_entrypoint_repeated(catalog, prefix):
     """A command that starts the server again after the image's entrypoint (the same server
-    starts the launchers know, :func:`servedeck.launchers.registry.start_of`, by any path or wrapper)."""
+    starts the launchers know, :func:`servedeck.launchers.server.start_of`, by any path or wrapper)."""
     text = xpu().replace("      - models/qwen3.8", "".join(f"      {p}\n" for p in prefix.splitlines())
                          + "      - models/qwen3.8")
     assert "launcher/entrypoint-repeated" in rules(run(text, catalog), "error")

@@ -14,7 +14,7 @@ import pytest
 
 from servedeck.compose.check import check_compose_text
 from servedeck.model.catalog import Catalog, ImageFacts
-from servedeck.launchers import registry
+from servedeck.launchers.server import start_of
 from servedeck.vllm.argv import model_argument
 
 OLD, MOVED, FIRST = (0, 11, 0), (0, 16, 0), (0, 32, 0)
@@ -70,7 +70,7 @@ def test_the_api_server_module_reads_only_the_model_option(tokens, model, fault,
     (["/entrypoint.sh"], None), (["python3", "scripts/serve.py"], None), ([], None),
 ])
 def test_the_start_says_how_vllm_reads_the_model(start, style):
-    launcher, n = registry.start_of(start)
+    launcher, n = start_of(start)
     assert (launcher.style if launcher is not None and n == len(start) and start else None) == style
 
 

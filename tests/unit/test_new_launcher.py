@@ -20,6 +20,7 @@ from servedeck.compose.importer import dump_profile_yaml, import_compose
 from servedeck.compose.render import render_profile
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings, LauncherDefaults
+from servedeck.launchers.server import of_arguments, start_of
 from servedeck.model.catalog import Catalog, ImageFacts, infer_facts
 from servedeck.model.profile import Profile, ProfileStore
 from servedeck.vllm.argv import FlagSpec, flag_tokens
@@ -84,8 +85,8 @@ def _render(tmp_path: Path, name: str = "r", **engine: object):
 def test_the_registry_knows_it_and_every_recognition_rule_finds_it(relay):
     assert registry.get("relay") is relay and "relay" in registry.names()
     assert registry.of_image(["relay"]) is relay
-    assert registry.start_of(["env", "A=1", "/usr/bin/relay", "--weights", "/m"]) == (relay, 3)
-    assert registry.of_arguments(["--weights=/m", "--", "--max-model-len", "8"]) is relay
+    assert start_of(["env", "A=1", "/usr/bin/relay", "--weights", "/m"]) == (relay, 3)
+    assert of_arguments(["--weights=/m", "--", "--max-model-len", "8"]) is relay
     facts = infer_facts("example.org/relay-server", "1.4")
     assert (facts.launcher, facts.device, facts.default_port, facts.vllm_version) == ("relay", "cpu", 7000, "unknown")
     assert ImageFacts(repository="x/y", launcher="relay", vllm_version="0.32.0", device="cpu").port == 7000

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from servedeck.compose.document import Port
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._context import Ctx, Flag, Service
-from servedeck.launchers.base import EnvItem
 
 if TYPE_CHECKING:
     from servedeck.vllm.facts import TableChoice
@@ -35,7 +34,8 @@ def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
     key = ("judge", svc.name, need)
     if key not in cache:
         from servedeck.vllm.facts import table_for
-        cache[key] = table_for(svc.facts.vllm_version if svc.facts else None, need, own_facts(ctx, svc))
+        own = own_facts(ctx, svc)
+        cache[key] = table_for(svc.facts.vllm_version if svc.facts else None, need, own)
     return cache[key]
 
 
@@ -59,19 +59,11 @@ def vllm_flags(svc: Service) -> list[Flag]:
     return list(svc.launch.flags) if svc.launcher is not None else []
 
 
-def env_items(svc: Service) -> list[EnvItem]:
-    """The service's environment as Compose hands it to the container, in order (a later item
-    overrides an earlier one): its ``env_file`` files (when the caller read them), its
-    ``environment`` (mapping or list form), then the ``NAME=value`` words its argv sets
-    (:attr:`servedeck.compose.service.Service.env_items`)."""
-    return svc.env_items
-
-
 def env_value(svc: Service, key: str) -> str | None:
-    """The last value the server gets for ``key`` from the service itself (:func:`env_items`:
-    env_file, environment, argv; None when absent)."""
+    """The last value the server gets for ``key`` from the service itself (env_file,
+    environment, argv: :attr:`servedeck.compose.service.Service.env_items`; None when absent)."""
     val = None
-    for e in env_items(svc):
+    for e in svc.env_items:
         if e.key == key:
             val = e.value
     return val

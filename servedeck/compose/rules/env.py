@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 
-from servedeck.compose.rules._facts import env_items, judge, version_tuple
+from servedeck.compose.rules._facts import judge, version_tuple
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.grammar import ENV_NAME_RE
 
@@ -86,7 +86,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
             ctx.error("env/file-missing", svc.path + where,
                       f"env_file {name!r} is not there (relative to the compose file's directory): "
                       f"Compose refuses to run the file", f"create {name}, or mark it required: false")
-    items = env_items(svc)
+    items = svc.env_items
     for e in items:
         _check_quotes(ctx, e)
         if not any(q in e.key for q in _QUOTES) and not ENV_NAME_RE.match(e.key):
