@@ -315,3 +315,6 @@ def test_the_check_takes_the_renderers_service_instead_of_reading_the_command_ag
     other = rendered.compose_text.replace('- "Qwen3.8-27B"', '- "other"')
     assert other != rendered.compose_text
     assert read_services(parse(other).data, catalog=CATALOG, known=[rendered.service])[0] is not rendered.service
+    # the same mapping whose image has other facts (no catalog: inferred from its name) is read anew
+    again = read_services(data, catalog=None, known=[rendered.service])[0]
+    assert again is not rendered.service and again.facts is not None and again.facts.inferred
