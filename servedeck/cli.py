@@ -1261,8 +1261,9 @@ def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeat
         doc = measure_ceilings(remote, running["name"], buffer_mib=int(buffer_mib), repeats=int(repeats))
         measured = MeasuredCeilings(**doc, host=host, container=running["name"], measured_at=store.utcnow())
         path = store.write_host_ceilings(runs_dir, measured)
+        rates = ", ".join(f"{d} {fmt_num(r)}" for d, r in (measured.matrix_tflops_by_dtype or {}).items())
         print(f"measured on {host} ({measured.device}): read {fmt_num(measured.memory_bandwidth_gb_s)} GB/s, "
-              f"{measured.matrix_dtype} matmul {fmt_num(measured.matrix_tflops)} TFLOPS; kept in {path}",
+              f"matmul {rates or '–'} TFLOPS (the ceiling: {measured.matrix_dtype or '–'}); kept in {path}",
               file=sys.stderr)
     from servedeck.bench.limits import deployed_service, device_of
     from servedeck.runs.history import newest_served
@@ -1281,7 +1282,7 @@ def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeat
         return
     print(f"{host}: card {ceil.card_name or '–'} ({ceil.card_source or 'unknown'})")
     print(f"  memory bandwidth {fmt_num(ceil.memory_bandwidth_gb_s)} GB/s ({ceil.bandwidth_source or '–'})")
-    print(f"  matrix rate {fmt_num(ceil.matrix_tflops)} TFLOPS FP16 ({ceil.matrix_source or '–'})")
+    print(f"  matrix rate {fmt_num(ceil.matrix_tflops)} TFLOPS ({ceil.matrix_source or '–'})")
     for note in ceil.notes:
         print(f"  note: {note}")
 

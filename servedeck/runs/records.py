@@ -1316,8 +1316,11 @@ class MeasuredCeilings(Record):
     container: str | None = Field(None, description="the server container measured in")
     device: str | None = Field(None, description="`xpu`, `cuda`, `cpu`: the device torch drove")
     memory_bandwidth_gb_s: float | None = Field(None, description="best read bandwidth, GB/s")
-    matrix_tflops: float | None = Field(None, description="best square matmul rate, TFLOPS")
-    matrix_dtype: str | None = Field(None, description="the matmul's dtype (`float16`, `bfloat16`)")
+    matrix_tflops: float | None = Field(None, description="best square matmul rate, TFLOPS: the prefill ceiling")
+    matrix_dtype: str | None = Field(None, description="the dtype of that rate (`float16`; on a CPU the better "
+                                                       "of `bfloat16` and `float32`)")
+    matrix_tflops_by_dtype: dict[str, float] | None = Field(None, description="each dtype's best matmul rate, "
+                                                                              "TFLOPS")
     method: str | None = Field(None, description="how it was measured")
     buffer_mib: int | None = Field(None, description="the bandwidth buffer, MiB")
     repeats: int | None = Field(None, description="timed passes of each kind (the best counts)")
