@@ -189,8 +189,7 @@ def _shell_script(argv: list[Token]) -> tuple[Token | None, list[Token], list[To
 
 def _repeat_length(cmd: list[Token], entry: list[str]) -> int:
     """Number of leading command items that repeat an entrypoint (0 if none): a server start a
-    launcher knows (:func:`start_of`), or the effective entrypoint
-    itself."""
+    launcher knows (:func:`start_of`), or the effective entrypoint itself."""
     s = [t.s for t in cmd]
     launcher, n = start_of(s)
     if launcher is not None:
