@@ -130,7 +130,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     facts = catalog.lookup(profile.image_ref.digest)
-    service_facts = facts if facts is not None else image_facts(catalog, profile.image_ref)  # else inferred
+    service_facts = image_facts(catalog, profile.image_ref)  # the catalog's, else inferred from the name
     command = profile.server_command(facts, catalog)
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
