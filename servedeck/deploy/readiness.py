@@ -117,6 +117,8 @@ class _Watcher(threading.Thread):
                     if self.unreachable_since is None:
                         self.unreachable_since = self.call_started or time.time()
                     self._container = None
+                    if self.stop.is_set():
+                        break  # told to stop mid-call: the caller may be using the connection now
                     try:
                         self.host.reconnect()
                     except Exception:  # noqa: BLE001

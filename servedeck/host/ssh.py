@@ -238,18 +238,25 @@ class SshTransport:
 
     def reconnect(self) -> None:
         """Stop using the current shared connection (it may be frozen) and open a fresh one on
-        the next call. The old master is asked to exit in the background (it may not answer)."""
+        the next call.
+
+        The old master is asked, in the background (it may not answer), to stop taking new
+        sessions (``ssh -O stop``), not to exit: other users of the same connection (another
+        servedeck command, a thread of this one opening its session) ride on it, and an exit
+        would end their commands mid-way (ssh 255, nothing on stderr). It ends by itself once
+        its last session closes, over a frozen link within ``ServerAliveInterval`` x
+        ``ServerAliveCountMax`` (15 s)."""
         if self.multiplexed:
             old = self.control_path()
 
-            def _exit() -> None:
+            def _stop() -> None:
                 try:
-                    subprocess.run(["ssh", "-o", f"ControlPath={old}", "-O", "exit",
+                    subprocess.run(["ssh", "-o", f"ControlPath={old}", "-O", "stop",
                                     self.target.destination], capture_output=True, timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
 
-            threading.Thread(target=_exit, daemon=True).start()
+            threading.Thread(target=_stop, daemon=True).start()
         self._generation = "-" + uuid.uuid4().hex[:6]
         if self._session_lock.acquire(blocking=False):
             try:

@@ -8,6 +8,8 @@ import json
 import re
 import socket
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -60,6 +62,43 @@ def test_commands_share_one_remote_session_over_the_real_sshd(test_host: RemoteH
         assert test_host.run(same).stdout == own.run(same).stdout
     finally:
         own.close()
+
+
+def test_a_reconnect_does_not_end_what_others_run_over_the_shared_connection(
+        test_host: RemoteHost) -> None:
+    """Two users of one shared connection (two commands of servedeck against the same host, or a
+    deploy's watcher thread and its main thread): one of them reconnects (a fault it met) while
+    the other's command runs and while the other opens its session. Both finish (the bug: the
+    old master was told to exit, the other's ssh ended with status 255 and nothing on stderr:
+    "cannot connect over SSH: the connection closed")."""
+    other = RemoteHost("other", test_host.ssh_target, test_host.workdir)
+    try:
+        test_host.run(["true"])
+        assert other.transport.control_path() == test_host.transport.control_path()
+        master = test_host.transport.master_pid()
+        assert master
+        out: dict[str, object] = {}
+
+        def long_command() -> None:
+            try:
+                out["result"] = other.run("sleep 2; echo finished").stdout
+            except ServedeckError as exc:
+                out["result"] = exc
+        t = threading.Thread(target=long_command)
+        t.start()
+        time.sleep(0.8)  # the other's command is under way on the master
+        test_host.reconnect()
+        for _ in range(5):  # sessions opened while the old master is being stopped
+            other.close()
+            assert other.run("echo again").stdout == "again\n"
+        t.join(30)
+        assert out["result"] == "finished\n"
+        # the one that reconnected rides a connection of its own from now on
+        assert test_host.transport.control_path() != other.transport.control_path()
+        assert test_host.run("echo fresh").stdout == "fresh\n"
+        assert test_host.transport.master_pid() not in (None, master)
+    finally:
+        other.close()
 
 
 def test_unreachable_port_is_a_servedeck_error(test_services: dict[str, str]) -> None:

@@ -178,6 +178,46 @@ def test_a_frozen_engine_is_cannot_reach_the_host_at_the_deadline() -> None:
     assert "cannot reach the host" in r.reason and "never seen" in r.reason
 
 
+class _FailingEngine(_Engine):
+    """Each Engine call fails (a broken connection); ``hold`` keeps the first one hanging until
+    it is set, and the call then fails too."""
+
+    def __init__(self, hold: threading.Event | None = None):
+        super().__init__()
+        self.hold = hold
+
+    def container(self, workdir, service):
+        if self.hold is not None:
+            self.hold.wait()
+        raise OSError("the forwarded Engine socket closed")
+
+
+def _watchers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "servedeck-watch"]
+
+
+def test_an_engine_failure_during_the_wait_reconnects_and_one_after_it_does_not() -> None:
+    """During the wait a failing Engine call reconnects the host (the connection may be the frozen
+    one); a call still hanging when the wait ended fails later, while the deploy goes on over the
+    same connection (its rollback, its final state): that late failure must not reconnect it
+    (the bug: the old master was stopped under the deploy's next command)."""
+    during = _Host(_FailingEngine(), _Api())
+    assert _wait(during, timeout_s=1.0).diagnosis == "unreachable"
+    assert during.reconnects >= 1
+    hold = threading.Event()
+    after = _Host(_FailingEngine(hold), _Api())
+    before = set(_watchers())
+    r = _wait(after, timeout_s=1.0)
+    assert not r.ready
+    late = [t for t in _watchers() if t not in before]
+    assert late, "the watcher's call should still hang after the wait"
+    hold.set()
+    for t in late:
+        t.join(5)
+    assert not any(t.is_alive() for t in late)
+    assert after.reconnects == 0
+
+
 class _StartingContainer(_Container):
     """Streams a start-up log whose last line is uvicorn's, then serves (``api.health``)."""
 
