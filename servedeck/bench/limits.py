@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servedeck.bench.energy import TelemetryRecord, Window, telemetry_record
-from servedeck.bench.roofline import Roofline, int8_prefill, model_cost, resolve_ceilings, roofline
+from servedeck.bench.roofline import Ceilings, Roofline, int8_prefill, model_cost, resolve_ceilings, roofline
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
 
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from servedeck.host.telemetry import RawTelemetry, TelemetryHandle
 
 __all__ = ["BenchTelemetry", "record_roofline", "recompute_roofline", "read_telemetry", "read_roofline",
-           "device_of", "format_roofline", "format_telemetry", "limit_samples", "limit_metrics", "limits_view",
-           "LIMIT_METRICS"]
+           "device_of", "format_roofline", "format_telemetry", "matrix_rate_text", "limit_samples", "limit_metrics",
+           "limits_view", "LIMIT_METRICS"]
 
 
 class BenchTelemetry:
@@ -290,6 +290,17 @@ def _gb(x: float | None) -> str:
     return "–" if x is None else f"{x / 1e9:.3g} GB"
 
 
+def matrix_rate_text(c: Ceilings) -> str | None:
+    """The prefill ceiling as a label, its unit and the dtype it is for (``"98.3 TFLOPS
+    float16"``, ``"367 TOPS int8"``, ``"0.155 TFLOPS float32"`` measured on an AVX2 CPU), or None
+    without a rate. A record older than ``matrix_dtype`` names its precision class instead."""
+    from servedeck.numfmt import fmt_num
+    if not c.matrix_tflops:
+        return None
+    unit = "TOPS" if c.matrix_precision == "int8" else "TFLOPS"
+    return f"{fmt_num(c.matrix_tflops)} {unit} {c.matrix_dtype or c.matrix_precision.upper()}"
+
+
 def format_roofline(r: Roofline | None) -> list[str]:
     """``show``'s roofline lines (empty when the run has none)."""
     from servedeck.numfmt import fmt_num
@@ -299,7 +310,7 @@ def format_roofline(r: Roofline | None) -> list[str]:
     card = c.card_name or "no card"
     bw = f"{fmt_num(c.memory_bandwidth_gb_s)} GB/s" if c.memory_bandwidth_gb_s else "no bandwidth"
     unit = "TOPS" if c.matrix_precision == "int8" else "TFLOPS"
-    mx = f"{fmt_num(c.matrix_tflops)} {c.matrix_precision.upper()} {unit}" if c.matrix_tflops else "no matrix rate"
+    mx = matrix_rate_text(c) or "no matrix rate"
     out = [f"roofline: {card}; {bw} ({c.bandwidth_source or 'unknown'}); {mx}"
            + (f" ({c.matrix_source})" if c.matrix_source else "")]
     if c.spec_memory_bandwidth_gb_s:
@@ -431,8 +442,7 @@ def limits_view(run_dir: Path) -> dict[str, Any]:
     if roof is not None:
         c = roof.ceilings
         view.update(card=c.card_name, bandwidth_gb_s=c.memory_bandwidth_gb_s, bandwidth_source=c.bandwidth_source,
-                    matrix=(f"{c.matrix_tflops:g} {c.matrix_precision.upper()} "
-                            f"{'TOPS' if c.matrix_precision == 'int8' else 'TFLOPS'}") if c.matrix_tflops else None)
+                    matrix=matrix_rate_text(c))
         steps = [r.bytes_per_step for r in roof.requests if r.bytes_per_step and r.phase != "warmup"]
         view["bytes_per_step_gb"] = (sorted(steps)[len(steps) // 2] / 1e9) if steps else None
         for phase, p in roof.phases.items():

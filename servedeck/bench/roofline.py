@@ -129,12 +129,15 @@ def resolve_ceilings(entry: Any = None, *, host: str | None = None, device: str 
     measured_ok = measured.get("matrix_tflops") and (measured.get("matrix_dtype") == "int8") == int8
     if inv:
         out.matrix_tflops, out.matrix_source = float(inv), f"inventory: hosts.{name}.{key}"
+        out.matrix_dtype = "int8" if int8 else "float16"
     elif measured_ok:
         out.matrix_tflops = float(measured["matrix_tflops"])
+        out.matrix_dtype = measured.get("matrix_dtype")
         out.matrix_source = (f"measured on {name} {measured.get('measured_at', '')} "
-                             f"({measured.get('matrix_dtype')} matmul)")
+                             f"({out.matrix_dtype} matmul)")
     elif c is not None and getattr(c, key):
         out.matrix_tflops = getattr(c, key)
+        out.matrix_dtype = "int8" if int8 else "float16"
         out.matrix_source = f"card table: {c.name} dense {what}"
     else:
         out.notes.append(f"no matrix rate ({what}) for {name}: the prefill has no ceiling")

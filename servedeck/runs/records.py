@@ -1227,6 +1227,9 @@ class Ceilings(Record):
     bandwidth_source: str | None = Field(None, description="inventory, measured on the host, or the card table")
     matrix_tflops: float | None = Field(None, description="the prefill ceiling: dense TFLOPS (TOPS for int8)")
     matrix_precision: Literal["fp16", "int8"] = Field("fp16", description="`int8` when the prefill runs W8A8")
+    matrix_dtype: str | None = Field(None, description="the dtype the matrix rate is for: `float16` or `int8` "
+                                                       "(card table, inventory), or the one measured (on a "
+                                                       "CPU `bfloat16` or `float32`); null in older records")
     matrix_source: str | None = Field(None, description="where the matrix rate comes from")
     spec_memory_bandwidth_gb_s: float | None = Field(None, description="the card table's figure when another "
                                                                        "one is used")

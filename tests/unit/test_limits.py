@@ -14,8 +14,9 @@ import pytest
 
 from servedeck.bench.energy import (MAX_PLAUSIBLE_W, Signals, Window, measure_windows, series_from_power,
                                     summarize, telemetry_record, unwrap_counter)
-from servedeck.bench.roofline import (GIB, LOW_SHARE, ModelCost, int8_prefill, model_cost, resolve_ceilings,
-                                      roofline)
+from servedeck.bench.limits import format_roofline, matrix_rate_text
+from servedeck.bench.roofline import (GIB, LOW_SHARE, Ceilings, ModelCost, Roofline, int8_prefill, model_cost,
+                                      resolve_ceilings, roofline)
 from servedeck.errors import ServedeckError
 from servedeck.host.telemetry import Column, RawTelemetry, parse_nvidia, parse_samples, parse_start
 from servedeck.model.cards import CARDS, card, card_for_name, cards_for_memory
@@ -95,6 +96,7 @@ def test_ceilings_inventory_beats_measured_beats_table():
     c = resolve_ceilings(Entry(), host="b70", measured=measured, int8=True)
     assert (c.matrix_tflops, c.matrix_precision, c.matrix_source) == \
         (300.0, "int8", "inventory: hosts.b70.matrix_int8_tops")
+    assert matrix_rate_text(c) == "300 TOPS int8"
     Entry.memory_bandwidth_gb_s = 560.0
     assert resolve_ceilings(Entry(), host="b70", measured=measured).bandwidth_source == \
         "inventory: hosts.b70.memory_bandwidth_gb_s"
@@ -105,6 +107,28 @@ def test_ceilings_inventory_beats_measured_beats_table():
 
 # ------------------------------------------------------------------------------------ roofline
 
+
+
+def test_the_matrix_ceiling_is_labelled_with_the_dtype_it_is_for() -> None:
+    """A rate measured on a CPU without bfloat16 arithmetic is a float32 matmul's: its label says
+    float32 (it said "FP16 TFLOPS", a claim no sample carried); a card's or the inventory's rate
+    is float16 (int8 when the prefill runs W8A8); a record written before the dtype was kept
+    names its precision class."""
+    measured = {"memory_bandwidth_gb_s": 40.0, "matrix_tflops": 0.155, "matrix_dtype": "float32",
+                "matrix_tflops_by_dtype": {"bfloat16": 0.0012, "float32": 0.155},
+                "measured_at": "2026-12-04T00:00:00Z", "method": "torch sum"}
+    cpu = resolve_ceilings(None, host="local", device="cpu", measured=measured)
+    assert (cpu.matrix_tflops, cpu.matrix_dtype) == (0.155, "float32")
+    assert matrix_rate_text(cpu) == "0.155 TFLOPS float32" and "(float32 matmul)" in cpu.matrix_source
+    card = resolve_ceilings(None, host="b70", device="xpu", total_memory_gib=31.89)
+    assert card.matrix_dtype == "float16" and matrix_rate_text(card).endswith("TFLOPS float16")
+    w8a8 = resolve_ceilings(None, host="b70", device="xpu", total_memory_gib=31.89, int8=True)
+    assert matrix_rate_text(w8a8) == "367 TOPS int8"
+    older = Ceilings.model_validate({"matrix_tflops": 98.3, "matrix_precision": "fp16"})
+    assert matrix_rate_text(older) == "98.3 TFLOPS FP16"
+    assert matrix_rate_text(Ceilings()) is None
+    assert any("0.155 TFLOPS float32" in line
+               for line in format_roofline(Roofline(ceilings=cpu, model=ModelCost())))
 
 def test_the_seed_run_is_near_70_percent_of_the_b70_ceiling():
     """17.34 GiB of weights, warm decode 57.0 tok/s at acceptance 2.6: ~22 steps/s, ~410 GB/s."""
