@@ -329,25 +329,42 @@ class SshTransport:
         if self._session is not None and (self._session.stale or not self._session.alive()):
             self._drop_session()
         if self._session is None and not self._session_off:
-            nonce = uuid.uuid4().hex
-            session = _Session(self.argv(shlex.join(["exec", "sh", "-c", _SESSION_LOOP, "sh", nonce])),
-                               nonce)
-            try:
-                session.start(timeout)
-            except _SessionFailed as exc:
-                if exc.returncode == 255:
-                    self._raise_for_ssh_failure(Result(session.argv, "(remote session)", 255, b"",
-                                                       exc.stderr))
-                    raise HostUnreachable(f"host {self.name}: the SSH session closed: "
-                                          f"{exc.stderr.decode('utf-8', 'replace').strip()}") from None
-                self._session_off = True  # e.g. no base64 or mktemp on the host
+            session = self._start_session(timeout)
+            if session is None:
                 return None
-            except TimeoutError:
-                raise HostUnreachable(f"host {self.name}: no SSH session within {timeout:g} s",
-                                      hint="the host or the connection to it may be slow or hung") from None
             self._session = session
             atexit.register(session.close)
         return self._session
+
+    def _start_session(self, timeout: float | None, *, again: bool = True) -> "_Session | None":
+        """A started session, or None when this host cannot run one (then ``_session_off``).
+
+        An ssh that ends with status 255 and not a word before the loop's banner met a shared
+        connection whose master went away as the session started (another user's ``-O stop``
+        or ``-O exit``, its ``ControlPersist`` running out: OpenSSH's mux client logs "Control
+        master terminated unexpectedly" at debug level only, mux.c); nothing ran on the host
+        yet, so the start is tried once more (a fresh master).
+
+        Raises:
+            HostUnreachable / ServedeckError: as :meth:`run`.
+        """
+        nonce = uuid.uuid4().hex
+        session = _Session(self.argv(shlex.join(["exec", "sh", "-c", _SESSION_LOOP, "sh", nonce])), nonce)
+        try:
+            session.start(timeout)
+        except _SessionFailed as exc:
+            if exc.returncode == 255 and again and not exc.stderr.strip():
+                return self._start_session(timeout, again=False)
+            if exc.returncode == 255:
+                self._raise_for_ssh_failure(Result(session.argv, "(remote session)", 255, b"", exc.stderr))
+                raise HostUnreachable(f"host {self.name}: the SSH session closed: "
+                                      f"{exc.stderr.decode('utf-8', 'replace').strip()}") from None
+            self._session_off = True  # e.g. no base64 or mktemp on the host
+            return None
+        except TimeoutError:
+            raise HostUnreachable(f"host {self.name}: no SSH session within {timeout:g} s",
+                                  hint="the host or the connection to it may be slow or hung") from None
+        return session
 
     def master_pid(self) -> int | None:
         """PID of the running shared connection's ``ssh`` master, or None (``ssh -O check``)."""

@@ -156,6 +156,41 @@ def test_open_session_soon_hands_its_error_to_the_next_command() -> None:
         transport.run(["true"])
 
 
+class _MasterGone(LocalTransport):
+    """The first ``silent`` session starts end as ssh ends when the shared connection's master
+    goes away under it: status 255, nothing on stderr."""
+
+    def __init__(self, silent: int) -> None:
+        super().__init__()
+        self.silent = silent
+
+    def argv(self, command: str) -> list[str]:
+        if "servedeck-session" in command and self.silent > 0:
+            self.silent -= 1
+            self.commands.append(command)
+            return ["/bin/sh", "-c", "exit 255"]
+        return super().argv(command)
+
+    def resolve(self):
+        raise AssertionError("not needed")
+
+
+def test_a_session_whose_shared_connection_went_away_as_it_started_is_started_again() -> None:
+    """Nothing ran on the host before the loop's banner: one silent end is met by a second start
+    (the bug: "cannot connect over SSH: the connection closed" for a host that answered); a
+    second silent end is the host's answer."""
+    once = _MasterGone(silent=1)
+    try:
+        assert once.run(["echo", "served"]).stdout == "served\n"
+        assert sum("servedeck-session" in c for c in once.commands) == 2
+    finally:
+        once.close()
+    twice = _MasterGone(silent=2)
+    with pytest.raises(HostUnreachable, match="cannot connect over SSH"):
+        twice.run(["true"])
+    assert sum("servedeck-session" in c for c in twice.commands) == 2
+
+
 def test_closing_removes_the_session_directory(tmp_path) -> None:
     transport = LocalTransport()
     assert transport.run(["echo", "hi"]).stdout == "hi\n"
