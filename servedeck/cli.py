@@ -1265,7 +1265,7 @@ def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeat
         print(f"measured on {host} ({measured.device}): read {fmt_num(measured.memory_bandwidth_gb_s)} GB/s, "
               f"matmul {rates or '–'} TFLOPS (the ceiling: {measured.matrix_dtype or '–'}); kept in {path}",
               file=sys.stderr)
-    from servedeck.bench.limits import deployed_service, device_of
+    from servedeck.bench.limits import deployed_service, device_of, matrix_rate_text
     from servedeck.runs.history import newest_served
     try:
         newest = newest_served(runs_dir, host)
@@ -1282,7 +1282,7 @@ def ceilings(c, host=None, inventory=None, measure=False, buffer_mib=256, repeat
         return
     print(f"{host}: card {ceil.card_name or '–'} ({ceil.card_source or 'unknown'})")
     print(f"  memory bandwidth {fmt_num(ceil.memory_bandwidth_gb_s)} GB/s ({ceil.bandwidth_source or '–'})")
-    print(f"  matrix rate {fmt_num(ceil.matrix_tflops)} TFLOPS ({ceil.matrix_source or '–'})")
+    print(f"  matrix rate {matrix_rate_text(ceil) or '–'} ({ceil.matrix_source or '–'})")
     for note in ceil.notes:
         print(f"  note: {note}")
 
