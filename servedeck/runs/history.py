@@ -202,7 +202,9 @@ def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, R
     """Run directories, newest first, with their run.json (None when it is missing or invalid);
     with ``profile`` only directories whose name can belong to it (``NNNN-PROFILE-HOST``) and
     whose run.json says so. Only the names are listed up front; run.json is read one directory
-    at a time."""
+    at a time. A runs directory not made yet (no run recorded) has none."""
+    if not runs_dir.is_dir():
+        return
     match = store.RUN_DIR_RE.match
     # newest first without parsing every name: a run name's sequence is its digits before the
     # first "-", zero-padded, so (digit count, name) orders them; the rest (not a run name, not

@@ -437,6 +437,10 @@ def test_newest_served_includes_rollback_runs(tmp_path):
     assert newest_served(tmp_path, "local") == r.path
     with pytest.raises(ServedeckError, match="no ready run of host 'b70'"):
         newest_served(tmp_path, "b70")
+    # a project that has recorded no run yet (no runs directory): the same answer, not a
+    # FileNotFoundError traceback (`invoke ceilings --host H` in a fresh project)
+    with pytest.raises(ServedeckError, match="no ready run of host 'local'"):
+        newest_served(tmp_path / "runs", "local")
 
 
 # ---------------------------------------------------------------- bench sizing
