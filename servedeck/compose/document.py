@@ -213,9 +213,10 @@ class Device:
     @classmethod
     def parse(cls, item: Any) -> "Device":
         """Read the short syntax ``SOURCE[:TARGET[:PERMISSIONS]]`` or a CDI name (compose-go
-        ``loader`` v2: a qualified CDI name is kept whole), or the long syntax mapping."""
+        ``loader`` v2: a qualified CDI name is kept whole), or the long syntax mapping (plain
+        data, as the checked document, :func:`servedeck.yamlio.to_plain` and the YAML file
+        readers give it)."""
         if isinstance(item, dict):
-            item = to_plain(item)
             return cls(str(item.get("source", "")), item.get("target"), item.get("permissions"), long=True)
         text = str(item)
         if is_cdi_name(text):
@@ -259,8 +260,10 @@ class DeviceRequest:
 
     @classmethod
     def parse(cls, item: Any) -> "DeviceRequest":
-        """Read one request mapping; anything but a mapping reads as an empty request."""
-        item = to_plain(item) if isinstance(item, dict) else {}
+        """Read one request mapping (plain data, as :meth:`Device.parse`); anything but a mapping
+        reads as an empty request."""
+        if not isinstance(item, dict):
+            item = {}
         ids = item.get("device_ids")
         caps = item.get("capabilities")
         known = ("capabilities", "driver", "count", "device_ids", "options")
@@ -292,6 +295,15 @@ class DeviceRequest:
         if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
             return count
         return None
+
+
+def devices(service: dict[str, Any]) -> list[tuple[int, Device]]:
+    """The ``devices`` entries of one service mapping Compose reads as devices, each with its
+    index: a string (short syntax, CDI name) or a mapping with a string ``source`` (long syntax).
+    Other entries, and a ``devices`` that is not a list, are left out (the schema reports them)."""
+    items = service.get("devices")
+    return [(i, Device.parse(item)) for i, item in enumerate(items if isinstance(items, list) else [])
+            if isinstance(item, str) or isinstance(item, dict) and isinstance(item.get("source"), str)]
 
 
 def device_requests(service: dict[str, Any]) -> list[tuple[tuple[str | int, ...], DeviceRequest]]:

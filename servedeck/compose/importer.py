@@ -34,7 +34,6 @@ from servedeck.model.catalog import Catalog, ImageRef, image_facts
 from servedeck.model.profile import ENGINE_FLAGS, IMAGE_RE, Profile
 from servedeck.vllm.argv import (Arg, ServerStyle, dotted_replaces, last_wins, model_argument, repeated, settings,
                                  spec_for)
-from servedeck.vllm.names import release_of
 from servedeck.yamlio import dump_yaml
 
 #: Service keys with a typed :class:`~servedeck.model.profile.Container` field.
@@ -498,7 +497,7 @@ def _served_model(argv: list[str], style: ServerStyle, facts, where, file: str, 
         ServedeckError: the model is given twice, a second positional item follows it, or the
             model is only a positional the api_server module never uses.
     """
-    version = release_of(facts.vllm_version) if facts is not None else None
+    version = facts.release if facts is not None else None
     release = f"vLLM {facts.vllm_version}" if version else "vLLM"
     found = model_argument(argv, style, version)
     refused = found.fault == "model-option-refused"

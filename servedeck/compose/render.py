@@ -31,7 +31,7 @@ from servedeck import __version__
 from servedeck.fsutil import cache_dir
 from servedeck.compose.document import Mount, Port, interpolated
 from servedeck.compose.service import Service
-from servedeck.model.catalog import Catalog, ImageFacts, image_facts
+from servedeck.model.catalog import Catalog, image_facts
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.yamlio import dump_yaml, scalar_text
 
@@ -64,7 +64,6 @@ class Rendered:
 
     Attributes:
         profile: the resolved profile.
-        facts: catalog facts of its image digest, or None when unknown.
         command: the container command (argv tokens), built by the profile's launcher.
         compose_text: the docker-compose file text (UTF-8, ends with a newline).
         profile_hash: ``sha256:<hex>`` of the resolved profile.
@@ -74,7 +73,6 @@ class Rendered:
     """
 
     profile: Profile
-    facts: ImageFacts | None
     command: list[str]
     compose_text: str
     profile_hash: str
@@ -129,8 +127,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     """
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
-    facts = catalog.lookup(profile.image_ref.digest)
-    service_facts = image_facts(catalog, profile.image_ref)  # the catalog's, else inferred from the name
+    facts = image_facts(catalog, profile.image_ref)  # the catalog's, else inferred from the name
     command = profile.server_command(facts, catalog)
     phash = profile_hash(profile)
     c, m = profile.container, profile.model
@@ -142,7 +139,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     volumes = [v.short() for v in mounts]
     ports = Port(str(c.port), str(c.host_port or c.port), c.host_ip).short()
     data = _service_data(profile, command, ports, volumes)
-    service = Service.read(c.service, data, service_facts)
+    service = Service.read(c.service, data, facts)
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
@@ -153,7 +150,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
         compose_extra=extra, compose_name=compose_name)
     if not text.endswith("\n"):
         text += "\n"
-    return Rendered(profile=profile, facts=facts, command=command, compose_text=text,
+    return Rendered(profile=profile, command=command, compose_text=text,
                     profile_hash=phash, service=service)
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from servedeck.compose.document import env_items, interpolated, resolve_extends
+from servedeck.compose.document import (Device, DeviceRequest, device_requests, devices, env_items, interpolated,
+                                        resolve_extends)
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting
 from servedeck.launchers.server import read_server
 from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, image_facts
@@ -44,6 +45,10 @@ class Service:
             launcher sets over them (a later item wins; value None unsets).
         effective: the effective engine settings by vLLM dest name, each a
             :class:`~servedeck.launchers.base.Setting` (value, source, document path).
+        devices: the ``devices`` entries Compose reads, each with its document path
+            (:func:`servedeck.compose.document.devices`).
+        device_requests: the GPU device requests (``deploy.resources.reservations.devices``,
+            ``gpus``), each with its document path (:func:`servedeck.compose.document.device_requests`).
     """
 
     name: str
@@ -56,10 +61,17 @@ class Service:
     env_items: list[EnvItem] = field(default_factory=list)
     environment: list[EnvItem] = field(default_factory=list)
     effective: dict[str, Setting] = field(default_factory=dict)
+    devices: list[tuple[DocPath, Device]] = field(default_factory=list)
+    device_requests: list[tuple[DocPath, DeviceRequest]] = field(default_factory=list)
 
     @property
     def launcher(self) -> Launcher | None:
         return self.launch.launcher
+
+    @property
+    def release(self) -> tuple[int, int, int] | None:
+        """The image's vLLM release (:attr:`ImageFacts.release`), None when unknown."""
+        return self.facts.release if self.facts else None
 
     @property
     def device(self) -> str | None:
@@ -117,10 +129,13 @@ class Service:
         path: DocPath = ("services", name)
         image = ImageRef.of(data.get("image"))
         items = env_items(data, path, env_files or {})
+        devs = [(path + ("devices", i), d) for i, d in devices(data)]
+        requests = [(path + sub, r) for sub, r in device_requests(data)]
         server = read_server(data.get("entrypoint"), data.get("command"), path, facts,
                              image.repository if image is not None else None, items)
         return cls(name, data, path, image, facts, server.launch, defaults=server.defaults,
-                   env_items=server.env_items, environment=server.environment, effective=server.effective)
+                   env_items=server.env_items, environment=server.environment, effective=server.effective,
+                   devices=devs, device_requests=requests)
 
 
 def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mapping[str, str] | None = None,

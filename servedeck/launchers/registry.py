@@ -73,7 +73,7 @@ def known_name(name: str) -> str:
     return name
 
 
-def get(name: str) -> Launcher:
+def named(name: str) -> Launcher:
     """The launcher named ``name``.
 
     Raises:
@@ -112,5 +112,5 @@ def of_repository(repository: str) -> tuple[Launcher, str] | None:
     return None
 
 
-__all__ = ["register", "unregister", "launchers", "names", "find", "get", "default", "known_starts",
+__all__ = ["register", "unregister", "launchers", "names", "find", "named", "default", "known_starts",
            "of_image", "of_repository"]

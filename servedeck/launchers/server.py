@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from servedeck.launchers import registry
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting, Token
-from servedeck.vllm.facts import release_of
 from servedeck.yamlio import to_plain
 
 
@@ -38,7 +37,7 @@ class ImageFacts(Protocol):
     def runs(self) -> Launcher: ...
 
     @property
-    def vllm_version(self) -> str: ...
+    def release(self) -> tuple[int, int, int] | None: ...
 
     @property
     def launcher_defaults(self) -> list[LauncherDefaults]: ...
@@ -236,8 +235,8 @@ def _launch(entrypoint: Any, command: Any, path: DocPath, facts: ImageFacts | No
         launcher = of_repository_name(repository)
 
     repeat = _repeat_length(cmd, effective_entry) if launcher is not None else 0
-    version = release_of(facts.vllm_version) if facts else None
-    launch = launcher.read(cmd[repeat:], version) if launcher is not None else Launch(None, tokens=cmd)
+    release = facts.release if facts else None
+    launch = launcher.read(cmd[repeat:], release) if launcher is not None else Launch(None, tokens=cmd)
     launch.start_items = start
     launch.repeated_entrypoint = cmd[:repeat]
     launch.string_form = string_form

@@ -149,9 +149,16 @@ class ImageFacts(BaseModel):
         return self.default_port if self.default_port is not None else self.runs.default_port
 
     @property
+    def release(self) -> tuple[int, int, int] | None:
+        """The image's vLLM release as ``(major, minor, patch)``, None when :attr:`vllm_version`
+        is unknown or not a release (:func:`servedeck.vllm.facts.release_of`)."""
+        from servedeck.vllm.facts import release_of
+        return release_of(self.vllm_version)
+
+    @property
     def runs(self) -> Launcher:
         """The image's launcher: the one its ENTRYPOINT starts, else the one recorded by name."""
-        return registry.of_image(self.entrypoint) or registry.get(self.launcher)
+        return registry.of_image(self.entrypoint) or registry.named(self.launcher)
 
     def defaults_for(self, config: str | None) -> LauncherDefaults | None:
         """The launcher config shipped in the image that ``config`` names, or None

@@ -87,8 +87,8 @@ class LauncherSpec(_Strict):
 
     @property
     def runs(self) -> Launcher:
-        """The launcher itself (:func:`servedeck.launchers.registry.get`)."""
-        return registry.get(self.kind)
+        """The launcher itself (:func:`servedeck.launchers.registry.named`)."""
+        return registry.named(self.kind)
 
     @model_validator(mode="after")
     def _options_it_takes(self) -> "LauncherSpec":

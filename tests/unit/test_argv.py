@@ -16,7 +16,7 @@ from servedeck.launchers.base import Launch, Token
 from servedeck.vllm.argv import (convert, dotted_replaces, flag_tokens, human_readable_int, parse_vllm, print_args,
                                  repeated, settings)
 
-EXL3XPU, VLLM = registry.get("exl3xpu"), registry.get("vllm")
+EXL3XPU, VLLM = registry.named("exl3xpu"), registry.named("vllm")
 
 
 def read_exl3xpu(tokens: list[str]) -> Launch:

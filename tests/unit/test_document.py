@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from servedeck.compose.document import (Device, DeviceRequest, Environment, Mount, Port,
-                                        device_requests, parse_document)
+                                        device_requests, devices, parse_document)
 from servedeck.errors import ServedeckError
 from servedeck.launchers.server import split_command
 
@@ -113,6 +113,28 @@ def test_device_requests_come_from_deploy_and_gpus_with_their_paths():
         (("deploy", "resources", "reservations", "devices", 0), 1), (("gpus", 0), 2)]
     ((path, every),) = device_requests({"gpus": "all"})
     assert path == ("gpus",) and every.gpu_count is None and every.is_nvidia
+
+
+def test_the_devices_compose_reads_are_read_once_and_every_rule_sees_the_same_entries():
+    """One reading of a service's ``devices`` (strings, and mappings with a string source),
+    carried by the service model with their paths; the gpu and devices rules read it."""
+    from servedeck.compose.check import check_compose_text
+    from servedeck.compose.service import Service
+    data = {"image": "img", "devices": ["/dev/dri/card0", 7, {"source": 3}, {"source": "/dev/dri/renderD128"},
+                                        {"source": "/dev/kfd", "target": "/dev/kfd"}, "nvidia.com/gpu=all"],
+            "gpus": [{"count": 1}]}
+    assert [(i, d.source, d.long) for i, d in devices(data)] == [
+        (0, "/dev/dri/card0", False), (3, "/dev/dri/renderD128", True), (4, "/dev/kfd", True),
+        (5, "nvidia.com/gpu=all", False)]
+    assert devices({"devices": "/dev/dri"}) == [] and devices({}) == []
+    svc = Service.read("s", data, None)
+    assert [p for p, _ in svc.devices] == [("services", "s", "devices", i) for i in (0, 3, 4, 5)]
+    assert [p for p, _ in svc.device_requests] == [("services", "s", "gpus", 0)]
+    # the long entry without a target is reported at its own index, however many entries precede it
+    text = ("services:\n  s:\n    image: img\n    devices:\n      - 7\n      - /dev/kfd\n"
+            "      - source: /dev/dri/renderD128\n")
+    missing = [f for f in check_compose_text(text) if f.rule == "devices/missing-target"]
+    assert [(f.path, f.line) for f in missing] == [("services.s.devices[2]", 7)]
 
 
 @pytest.mark.parametrize("text, source, cdi", [

@@ -60,7 +60,7 @@ def _normalised(doc: dict, directory: Path, kind: str) -> dict:
         return doc
     doc.pop("name", None)
     for svc in doc["services"].values():
-        svc["command"] = registry.get(kind).meaning(svc.get("command") or [])
+        svc["command"] = registry.named(kind).meaning(svc.get("command") or [])
         # list and mapping forms of environment are the same values (quotes kept in both)
         svc["environment"] = Environment.parse(svc.get("environment")).values
         for vol in svc.get("volumes", []):
@@ -133,6 +133,6 @@ def test_a_file_with_variables_imports_as_compose_reads_it(tmp_path: Path) -> No
     assert original["command"][-3:] == ["chat-dev", "--api-key", "sk-x$y"]
     rendered = as_the_server_gets_it(tmp_path / "mine" / "docker-compose.yml")
     assert rendered["environment"] == original["environment"] == {"HF_TOKEN": "hf_abc", "PRICE": "$5"}
-    vllm = registry.get(registry.default().name)
+    vllm = registry.named(registry.default().name)
     assert vllm.meaning(rendered["command"]) == vllm.meaning(original["command"])
     assert rendered["published"] == original["published"] == ["8123"]

@@ -83,7 +83,7 @@ def _render(tmp_path: Path, name: str = "r", **engine: object):
 
 
 def test_the_registry_knows_it_and_every_recognition_rule_finds_it(relay):
-    assert registry.get("relay") is relay and "relay" in registry.names()
+    assert registry.named("relay") is relay and "relay" in registry.names()
     assert registry.of_image(["relay"]) is relay
     assert start_of(["env", "A=1", "/usr/bin/relay", "--weights", "/m"]) == (relay, 3)
     assert of_arguments(["--weights=/m", "--", "--max-model-len", "8"]) is relay

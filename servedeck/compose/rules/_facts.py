@@ -21,12 +21,6 @@ if TYPE_CHECKING:
     from servedeck.vllm.facts import TableChoice
 
 
-def version_tuple(svc: Service) -> tuple[int, int, int] | None:
-    """The image's vLLM version as (major, minor, patch), or None when unknown or unreadable."""
-    from servedeck.vllm.names import release_of
-    return release_of(svc.facts.vllm_version) if svc.facts is not None else None
-
-
 def judge(ctx: Ctx, svc: Service, need: str) -> TableChoice | None:
     """:func:`servedeck.vllm.facts.table_for` of ``svc``'s image for ``need`` (``serve_args``,
     ``env_vars``, ``json_configs`` ...), memoised per check run. None when nothing fits."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 
 from servedeck.compose.rules._context import Ctx, Flag, Service, Token
-from servedeck.compose.rules._facts import judge, version_tuple
+from servedeck.compose.rules._facts import judge
 from servedeck.launchers.registry import known_starts
 from servedeck.vllm import argv
 from servedeck.vllm.argv import FLAGS, looks_like_flag, spec_for
@@ -190,7 +190,7 @@ def check_model_argument(ctx: Ctx, svc: Service) -> None:
     if svc.launcher is None or not launch.start_known or found is None or found.fault is None:
         return
     toks = launch.tokens
-    version = version_tuple(svc)
+    version = svc.release
     at = toks[found.fault_index] if found.fault_index is not None else None
     sure = version is not None
     release = f"vLLM {svc.facts.vllm_version}" if sure and svc.facts else "recent vLLM releases"

@@ -4,18 +4,15 @@
 
 from __future__ import annotations
 
-from servedeck.compose.document import Device
 from servedeck.compose.rules._context import Ctx, Service
 
 
 def check_devices(ctx: Ctx, svc: Service) -> None:
     """``devices/missing-target``."""
-    for i, item in enumerate(svc.data.get("devices") or []):
-        if not isinstance(item, dict) or not isinstance(item.get("source"), str):
-            continue
-        d = Device.parse(item)
+    for path, d in svc.devices:
         if d.long and not d.target:
-            ctx.error("devices/missing-target", svc.path + ("devices", i),
+            i = path[-1]
+            ctx.error("devices/missing-target", path,
                       f"device {d.source!r} in the long syntax has no target: Compose refuses the file "
                       f"(\"service device services.{svc.name}.devices.[{i}] is missing a mount target\")",
                       f"write it in the short syntax (devices: [\"{d.source}\"]) or add target:")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 
-from servedeck.compose.rules._facts import judge, version_tuple
+from servedeck.compose.rules._facts import judge
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.grammar import ENV_NAME_RE
 
@@ -102,7 +102,7 @@ def check_environment(ctx: Ctx, svc: Service) -> None:
         return
     known = set(j.facts.env_vars or [])
     version = svc.facts.vllm_version if svc.facts else j.facts.vllm_version
-    v1_only = (version_tuple(svc) or (0, 0, 0)) >= (0, 11, 0)
+    v1_only = (svc.release or (0, 0, 0)) >= (0, 11, 0)
     for e in items:
         if not e.key.startswith("VLLM_") or e.key in known or e.key in _NOT_ENVS_PY:
             continue

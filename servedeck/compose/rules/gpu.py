@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from servedeck.compose.document import Device, device_requests
 from servedeck.compose.rules._context import Ctx, Service
 from servedeck.compose.rules._doc import Path
 from servedeck.compose.rules._facts import int_setting, judge, server_environment
@@ -48,18 +47,13 @@ def parse_size(value: Any) -> int | None:
     return None
 
 
-def _device_hosts(svc: Service) -> list[str]:
-    return [Device.parse(d).source for d in svc.data.get("devices") or []
-            if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
-
-
 def check_gpu(ctx: Ctx, svc: Service) -> None:
     """``gpu/*``: device access for xpu (/dev/dri, render group) and cpu (/dev/shm)."""
     device = svc.device
     data = svc.data
     privileged = data.get("privileged") is True
     if device == "xpu":
-        hosts = _device_hosts(svc)
+        hosts = [d.source for _, d in svc.devices]
         if not privileged and not any(h == "/dev/dri" or h.startswith("/dev/dri/") for h in hosts):
             ctx.error("gpu/no-device", svc.path + ("devices",) if "devices" in data else svc.path,
                       "the image needs an Intel GPU (xpu) but /dev/dri is not passed into the container",
@@ -123,8 +117,7 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
     sink = ctx if report else _Silent()
     data = svc.data
     out: list[GpuRequest] = []
-    for sub, req in device_requests(data):
-        path = svc.path + sub
+    for path, req in svc.device_requests:
         if req.count is not None and req.device_ids is not None:
             sink.error("gpu/count-and-device-ids", path,
                        f"the GPU request sets both count ({req.count}) and device_ids "
@@ -132,14 +125,10 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
                        f"(\"count\" and \"device_ids\" are exclusive) and older engines fail at "
                        f"container create (\"cannot set both Count and DeviceIDs on device request\")",
                        "keep device_ids to pin particular GPUs, or count to take any N; not both")
-        via = "gpus" if sub[0] == "gpus" else "deploy.resources"
+        via = "gpus" if path[len(svc.path)] == "gpus" else "deploy.resources"
         out.append(GpuRequest("nvidia" if req.is_nvidia else "any", req.gpu_count, via, path,
                               req.device_ids or []))
-    for i, item in enumerate(data.get("devices") or []):
-        if not isinstance(item, (str, dict)) or (isinstance(item, dict) and not isinstance(item.get("source"), str)):
-            continue
-        d = Device.parse(item)
-        path = svc.path + ("devices", i)
+    for path, d in svc.devices:
         if d.long and not d.target:
             continue  # Compose refuses it: devices/missing-target
         if d.is_cdi:
@@ -148,7 +137,7 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
                 "intel" if kind.startswith("intel.com/") else "any")
             out.append(GpuRequest(vendor, None if name == "all" else 1, "cdi", path, [name]))
         elif d.source == "/dev/dri" or d.source.startswith("/dev/dri/"):
-            out.append(GpuRequest("intel", None if d.source == "/dev/dri" else _dri_count(d.source, data), "dri",
+            out.append(GpuRequest("intel", None if d.source == "/dev/dri" else _dri_count(d.source, svc), "dri",
                                   path))
     if data.get("runtime") == "nvidia":
         out.append(GpuRequest("nvidia", None, "runtime", svc.path + ("runtime",)))
@@ -157,16 +146,14 @@ def gpu_requests(ctx: Ctx, svc: Service, report: bool = True) -> list[GpuRequest
     return out
 
 
-def _dri_count(node: str, data: dict) -> int:
+def _dri_count(node: str, svc: Service) -> int:
     """GPUs one ``/dev/dri/NODE`` entry gives: Level Zero computes through a card's render node
     (``renderD*``), so with render nodes listed each counts one and ``card*`` nodes none;
     without any, each ``card*`` counts one (the render-node rule judges them)."""
     base = node.rstrip("/").rsplit("/", 1)[-1]
     if base.startswith("renderD"):
         return 1
-    listed = [Device.parse(d).source for d in data.get("devices") or []
-              if isinstance(d, str) or isinstance(d, dict) and isinstance(d.get("source"), str)]
-    if any(x.rsplit("/", 1)[-1].startswith("renderD") for x in listed):
+    if any(d.source.rsplit("/", 1)[-1].startswith("renderD") for _, d in svc.devices):
         return 0
     return 1 if base.startswith("card") else 0
 

@@ -12,12 +12,11 @@ from servedeck.compose.rules._context import Ctx
 from servedeck.compose.rules._doc import Path, field_context
 
 
-def _literal_variable(ctx: Ctx, path: Path, value: str) -> None:
-    """A profile's command or environment value holding ``${NAME}`` / ``$NAME``: the renderer
-    wrote its ``$`` as ``$$``, so neither Compose nor vLLM (no shell runs the argv) substitutes
-    it, and the server gets those characters."""
-    names, _ = interpolation_refs(value)
-    if names and field_context(path)[0] in ("command", "entrypoint", "environment"):
+def _literal_variable(ctx: Ctx, path: Path, value: str, names: list[str]) -> None:
+    """A profile's command or environment value holding ``${NAME}`` / ``$NAME`` (``names``, the
+    variables it names): the renderer wrote its ``$`` as ``$$``, so neither Compose nor vLLM (no
+    shell runs the argv) substitutes it, and the server gets those characters."""
+    if field_context(path)[0] in ("command", "entrypoint", "environment"):
         shown = ", ".join(f"${n}" for n in dict.fromkeys(names))
         ctx.warning("interpolation/literal", path,
                     f"{value!r} reaches the server as written: a profile value is literal "
@@ -40,7 +39,10 @@ def check_interpolation(ctx: Ctx) -> None:
             continue
         seen.add((sc.line, sc.raw))
         if ctx.expect.rendered and not refs and bad is None and "$$" in sc.raw:
-            _literal_variable(ctx, path, literal_values(sc.raw))
+            value = literal_values(sc.raw)
+            names, _ = interpolation_refs(value)
+            if names:
+                _literal_variable(ctx, path, value, names)
             continue
         if bad is not None:
             ctx.error("interpolation/invalid", path,
@@ -60,8 +62,8 @@ def check_interpolation(ctx: Ctx) -> None:
         # by Compose is what the author meant
         meant = interpolate(sc.raw, ctx.expect.variables) is not None
         if (argv_like or json_like or env_embedded) and not meant:
-            names = ", ".join(f"${r}" for r in dict.fromkeys(refs))
+            shown = ", ".join(f"${r}" for r in dict.fromkeys(refs))
             ctx.warning("interpolation/unintended", path,
-                        f"Compose substitutes {names} from the environment of whoever runs "
+                        f"Compose substitutes {shown} from the environment of whoever runs "
                         f"`docker compose` (empty when unset), before the container sees it",
                         "write $$ for a literal $ (a shell in the container then expands it)")
