@@ -12,7 +12,10 @@ alternating the commands so that machine load hits all alike:
 * peer: ``python -c "import servedeck.runs.history"`` as a whole process (interpreter start-up
   plus the imports every one of those commands needs), so the command's own share is visible,
 * in-process: ``list_runs`` warm, ``resolve_run(latest)``, and the pre-index way of listing
-  (read run.json, startup.json and bench.jsonl of every run) as the in-process peer.
+  (read run.json, startup.json and bench.jsonl of every run) as the in-process peer,
+* in-process: the KV calibration a deploy reads before it changes anything (``kv_history`` of
+  the runs' host and image), warm (``runs/.kv-index.json`` present) against its first reading
+  (no cache yet: every run's run.json, startup.json and effective.json read and validated).
 
 Printed figures are medians of ``-n`` runs (min and max beside them). Targets (pass/MISS; nothing
 is asserted): ``invoke runs`` ≤ 1 s and ``invoke show latest`` ≤ 0.3 s (issue 10).
@@ -42,7 +45,7 @@ from common import byte_compile  # noqa: E402  (benchmarks/common.py)
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servedeck.runs import history, store  # noqa: E402
+from servedeck.runs import history, kv_history, store  # noqa: E402
 
 SOURCE = ROOT / "tests" / "fixtures" / "runs-cpu" / "0001-cpu-4096-local"
 
@@ -127,6 +130,18 @@ def main() -> int:
             t = time.perf_counter()
             old_listing(runs_dir)
             inproc["peer: read 3 files per run"].append(time.perf_counter() - t)
+        meta = json.loads((SOURCE / store.RUN_META).read_text())
+        which = {"host": meta["host"], "image_digest": meta["image"]["digest"]}
+        (runs_dir / store.KV_INDEX).unlink(missing_ok=True)
+        t = time.perf_counter()
+        points = len(kv_history.kv_history(runs_dir, **which))
+        kv_first = time.perf_counter() - t
+        kv_warm = []
+        for _ in range(args.n):
+            t = time.perf_counter()
+            kv_history.kv_history(runs_dir, **which)
+            kv_warm.append(time.perf_counter() - t)
+        inproc[f"kv_history ({points} calibration points, warm cache)"] = kv_warm
         print(f"\n{args.runs} runs, medians of {args.n}\n\nwhole processes:")
         print(f"  {'invoke runs (first: no index yet)':52} {first:.3f} s")
         for name, values in rows.items():
@@ -134,6 +149,8 @@ def main() -> int:
         print("in-process:")
         for name, values in inproc.items():
             print(f"  {name:52} {fmt(values)}")
+        print(f"  {'kv_history, first (no cache yet: every run read)':52} {kv_first:.3f} s = "
+              f"{kv_first / statistics.median(kv_warm):.0f}x the warm one")
         peer = statistics.median(rows["peer: python -c 'import servedeck.runs.history'"])
         runs_s = statistics.median(rows["invoke runs"])
         show_s = statistics.median(rows["invoke show latest"])

@@ -32,7 +32,8 @@ only module that knows these names); the content of each file is validated again
 `servedeck.runs.records` when it is written and when it is read (unknown fields are refused).
 `<sequence>` is a zero-padded 4-digit counter over the runs directory
 (`0001`, `0002`, ...); the run id is the directory name, e.g. `0003-batch-8192-b70`.
-Beside the run directories, `runs/` holds `{index}` (a listing cache, safe to delete),
+Beside the run directories, `runs/` holds `{index}` and `{kv_index}` (the listing's and the KV
+calibration's caches, safe to delete),
 `{reports}/<A>_vs_<B>/` (A/B reports), `{noise}/<host>-<digest>.json` (A/A noise floors) and
 `{ceilings}/<host>.json` (a host's measured bandwidth and matrix rate, `servedeck ceilings --measure`).
 
@@ -130,7 +131,7 @@ def render() -> str:
         if f.model:
             model = f.model_class()
             sections += _model_section(f"## `{f}` (`{model.__name__}`)", model, seen)
-    text = HEADER.format(index=store.INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR,
+    text = HEADER.format(index=store.INDEX, kv_index=store.KV_INDEX, reports=store.REPORTS_DIR, noise=store.NOISE_DIR,
                          ceilings=store.CEILINGS_DIR)
     return text + "\n".join(files) + "\n\n" + "\n\n".join(sections) + "\n"
 

@@ -1,7 +1,8 @@
 """Run history: list runs, resolve run references (``latest:PROFILE``, ``newest``, ``3``, ...).
 
 Listing 10,000 runs must not read 30,000 files: :func:`list_runs` keeps a cache of one summary
-row per run in ``runs/.index.json`` keyed by the run directory's modification time (every
+row per run in ``runs/.index.json`` (:func:`cached_rows`, which the KV calibration's
+``runs/.kv-index.json`` uses too) keyed by the run directory's modification time (every
 atomic write into a run directory renames a file into it, which moves that time). A row is
 recomputed whenever its directory changed; rows of directories changed in the last
 :data:`HOT_S` seconds are never cached (file-system timestamps are coarser than a burst of
@@ -26,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import atomic_write
@@ -139,12 +140,12 @@ def summarize_run(run_dir: Path) -> RunSummary:
         runs_dir=run_dir.parent)
 
 
-def _load_index(runs_dir: Path) -> dict:
+def _load_index(path: Path, fmt: int) -> dict:
     try:
-        doc = parse((runs_dir / store.INDEX).read_bytes())
+        doc = parse(path.read_bytes())
     except (OSError, ValueError):  # missing, unreadable or refused: the cache is rebuilt
         return {}
-    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or not isinstance(doc.get("runs"), dict):
+    if not isinstance(doc, dict) or doc.get("format") != fmt or not isinstance(doc.get("runs"), dict):
         return {}
     return doc["runs"]
 
@@ -162,40 +163,49 @@ def _scan(runs_dir: Path) -> list[tuple[int, str, int]]:
     return out
 
 
+def cached_rows(runs_dir: Path, index: str, fmt: int, width: int,
+                row_of: Callable[[Path], list]) -> list[tuple[int, str, list]]:
+    """``(sequence, run name, row)`` of every run directory of ``runs_dir``, oldest first:
+    ``row_of(run_dir)`` (a JSON list of ``width`` values), kept in ``runs_dir / index`` (format
+    ``fmt``) as the module docstring says. A runs directory that cannot be written gives its rows
+    all the same, only slower."""
+    cached = _load_index(runs_dir / index, fmt)
+    fresh: dict[str, list] = {}
+    out: list[tuple[int, str, list]] = []
+    changed = False
+    hot_after = (time.time() - HOT_S) * 1e9
+    for seq, name, mtime in _scan(runs_dir):
+        hit = cached.get(name)
+        if hit and hit[0] == mtime and isinstance(hit[1], list) and len(hit[1]) == width:
+            row = hit[1]
+            fresh[name] = hit
+        else:
+            row = row_of(runs_dir / name)
+            if mtime < hot_after:
+                fresh[name] = [mtime, row]
+                changed = True
+        out.append((seq, name, row))
+    if changed or len(fresh) != len(cached):
+        try:
+            atomic_write(runs_dir / index, json.dumps({"format": fmt, "runs": fresh}, separators=(",", ":")))
+        except OSError:
+            pass  # a read-only runs directory lists fine, only slower
+    return out
+
+
 def list_runs(runs_dir: Path, profile: str | None = None) -> list[RunSummary]:
     """Run history, oldest first, optionally only runs of ``profile``.
 
-    Uses and refreshes the ``runs/.index.json`` cache (module docstring); a runs directory that
-    cannot be written is listed all the same.
+    Uses and refreshes the ``runs/.index.json`` cache (:func:`cached_rows`).
 
     Raises:
         ServedeckError: ``runs_dir`` does not exist.
     """
     runs_dir = _existing_dir(runs_dir)
-    cached = _load_index(runs_dir)
-    fresh: dict[str, list] = {}
-    rows: list[RunSummary] = []
-    changed = False
-    hot_after = (time.time() - HOT_S) * 1e9
-    for _, name, mtime in _scan(runs_dir):
-        hit = cached.get(name)
-        if hit and hit[0] == mtime and len(hit[1]) == len(_CACHED_FIELDS):
-            row = RunSummary(*hit[1] + [runs_dir])  # the cached fields in their order, then runs_dir
-            fresh[name] = hit
-        else:
-            row = summarize_run(runs_dir / name)
-            if mtime < hot_after:
-                fresh[name] = [mtime, row.cached()]
-                changed = True
-        if profile is None or row.profile == profile:
-            rows.append(row)
-    if changed or len(fresh) != len(cached):
-        try:
-            atomic_write(runs_dir / store.INDEX,
-                         json.dumps({"format": INDEX_FORMAT, "runs": fresh}, separators=(",", ":")))
-        except OSError:
-            pass  # a read-only runs directory lists fine, only slower
-    return rows
+    rows = cached_rows(runs_dir, store.INDEX, INDEX_FORMAT, len(_CACHED_FIELDS),
+                       lambda d: summarize_run(d).cached())
+    out = [RunSummary(*row + [runs_dir]) for _, _, row in rows]  # the cached fields in their order, then runs_dir
+    return out if profile is None else [r for r in out if r.profile == profile]
 
 
 def _newest_first(runs_dir: Path, profile: str | None) -> Iterator[tuple[Path, RunMeta | None]]:

@@ -8,6 +8,7 @@ The layout of a run directory belongs to :mod:`servedeck.runs.store`; this modul
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,10 +31,17 @@ def _read(run_dir: Path, file: RunFile[M]) -> M | None:
         return None
 
 
+KV_INDEX_FORMAT = 1
+
+
 def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
                up_to: Path | None = None) -> list[CalibrationPoint]:
     """Calibration points of the recorded runs on ``host`` with ``image_digest``, oldest
     first, that logged a KV pool (runs without ``startup.json`` or a KV size are skipped).
+
+    A deploy reads this before it changes anything, so each run's point is kept in the
+    ``runs/.kv-index.json`` cache (:func:`servedeck.runs.history.cached_rows`, keyed by the run
+    directory's modification time): a run's files are read once, not at every deploy.
 
     Args:
         runs_dir: the project's runs directory.
@@ -42,24 +50,35 @@ def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
         up_to: only runs up to this run directory's sequence (inclusive): "from what was
             known when that run was the newest".
     """
+    from servedeck.runs.history import cached_rows
     limit = None
     if up_to is not None:
         limit = next((n for n, d in run_dirs(runs_dir) if d.resolve() == Path(up_to).resolve()), None)
+    if not Path(runs_dir).is_dir():
+        return []
     out = []
-    for seq, d in run_dirs(runs_dir):
+    for seq, _, (run_host, digest, point) in cached_rows(Path(runs_dir), store.KV_INDEX, KV_INDEX_FORMAT, 3,
+                                                         _calibration_row):
         if limit is not None and seq > limit:
             continue
-        meta = _read(d, store.RUN_META)
-        if host is not None and (meta is None or meta.host != host):
+        if (host is not None and run_host != host) or (image_digest is not None and digest != image_digest):
             continue
-        if image_digest is not None and (meta is None or meta.image is None or meta.image.digest != image_digest):
-            continue
-        startup = _read(d, store.STARTUP)
-        if startup is None or not startup.kv_cache_tokens:
-            continue
-        effective = _read(d, store.EFFECTIVE)
-        out.append(calibration_from_startup(d.name, startup.to_dict(), effective.root if effective else None))
+        if point is not None:
+            out.append(CalibrationPoint(*point))
     return out
+
+
+def _calibration_row(run_dir: Path) -> list:
+    """``[host, image digest, the run's calibration point's fields or None]`` (the
+    ``.kv-index.json`` row of one run)."""
+    meta = _read(run_dir, store.RUN_META)
+    host, digest = (meta.host, meta.image.digest if meta.image else None) if meta else (None, None)
+    startup = _read(run_dir, store.STARTUP)
+    if startup is None or not startup.kv_cache_tokens:
+        return [host, digest, None]
+    effective = _read(run_dir, store.EFFECTIVE)
+    point = calibration_from_startup(run_dir.name, startup.to_dict(), effective.root if effective else None)
+    return [host, digest, list(astuple(point))]
 
 
 def run_identity(run_dir: Path) -> tuple[str | None, str | None]:

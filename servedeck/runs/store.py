@@ -177,6 +177,8 @@ RUN_FILES: tuple[RunFile[Any], ...] = (
 EXTERNAL_DIR = "external"
 INDEX = ".index.json"
 """The listing cache at the top of the runs directory (see :mod:`servedeck.runs.history`)."""
+KV_INDEX = ".kv-index.json"
+"""The KV calibration cache beside it (:func:`servedeck.runs.kv_history.kv_history`), kept the same way."""
 REPORTS_DIR = "reports"
 """A/B reports live under ``runs/reports/<A>_vs_<B>/``."""
 NOISE_DIR = "noise"

@@ -204,3 +204,43 @@ def test_033_log_with_consumed_memory_calibrates():
                       gpu_memory_utilization=point.gpu_memory_utilization)
     pred = predict_kv(same, history=[point])
     assert pred.pool_tokens_low <= facts["kv_cache_tokens"] <= pred.pool_tokens_high
+
+
+def test_the_calibration_is_read_from_its_cache_until_a_run_changes(tmp_path, monkeypatch):
+    """A deploy reads the KV calibration before it changes anything: each run's point is kept in
+    ``runs/.kv-index.json`` keyed by the run directory's time, so a run's files are read once;
+    a changed run is read again, and a lost or broken cache loses nothing."""
+    import os
+    import shutil
+    from servedeck.runs import history, kv_history as kvh
+    monkeypatch.setattr(history, "HOT_S", 0.0)  # cache every row at once
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in ("0002-base-b70", "0003-batch-8192-b70", "0004-multi-b70"):
+        shutil.copytree(FIX / "runs" / name, runs / name)
+    digest = run_identity(runs / "0002-base-b70")[1]
+    expected = kv_history(FIX / "runs", host="b70", image_digest=digest)
+    reads: list[str] = []
+    real = kvh._calibration_row
+    monkeypatch.setattr(kvh, "_calibration_row", lambda d: reads.append(d.name) or real(d))
+    first = kv_history(runs, host="b70", image_digest=digest)
+    assert first == expected and [p.run_id for p in first] == ["0002-base-b70", "0003-batch-8192-b70",
+                                                                "0004-multi-b70"]
+    assert sorted(reads) == ["0002-base-b70", "0003-batch-8192-b70", "0004-multi-b70"]
+    reads.clear()
+    assert kv_history(runs, host="b70", image_digest=digest) == expected and reads == []  # from the cache
+    assert kv_history(runs, host="other", image_digest=digest) == [] and reads == []
+    assert [p.run_id for p in kv_history(runs, host="b70", image_digest=digest, up_to=runs / "0002-base-b70")] \
+        == ["0002-base-b70"]
+    # a cached row is used while its directory keeps its time ...
+    index = json.loads((runs / ".kv-index.json").read_text())
+    index["runs"]["0003-batch-8192-b70"][1][1] = "sha256:" + "f" * 64
+    (runs / ".kv-index.json").write_text(json.dumps(index))
+    assert [p.run_id for p in kv_history(runs, host="b70", image_digest=digest)] == ["0002-base-b70",
+                                                                                   "0004-multi-b70"]
+    # ... and read again once a write moved it
+    os.utime(runs / "0003-batch-8192-b70", ns=(1, index["runs"]["0003-batch-8192-b70"][0] + 1))
+    assert kv_history(runs, host="b70", image_digest=digest) == expected and reads == ["0003-batch-8192-b70"]
+    (runs / ".kv-index.json").write_text("{not json")
+    assert kv_history(runs, host="b70", image_digest=digest) == expected
+    assert kv_history(tmp_path / "none", host="b70", image_digest=digest) == []
