@@ -2,7 +2,11 @@
 """How fast are ``servedeck check --profile P`` and ``invoke check --profile P``, against
 ``docker compose config -q`` in the same run?
 
-Measured in one invocation, alternating the commands so that machine load hits all alike:
+Measured in one invocation, alternating the commands so that machine load hits all alike, on
+the interpreter of a plain virtualenv holding the wheel built from this checkout (as a user
+installs servedeck: :func:`devtools.wheelenv.wheel_venv`; ``--python current`` runs the
+development interpreter instead, with its editable-install finder and whatever ``.pth`` start-up
+hooks the base interpreter has):
 
 * ``servedeck check --profile P`` as a whole process (the console script; ``python -m
   servedeck`` when the script is not on PATH, the same code), wall time,
@@ -22,6 +26,7 @@ config -q``.
 Usage::
 
     python benchmarks/check_speed.py [--profile speed] [-n 7] [--importtime always|auto|never]
+                                     [--python wheel|current]
 
 Runs from the repository root (where ``tasks.py`` is); needs ``invoke`` on PATH and Compose v2
 (``docker compose``); no Docker engine is needed for ``config -q``.
@@ -166,12 +171,23 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=7, help="runs per command (median)")
     ap.add_argument("--importtime", choices=("auto", "always", "never"), default="auto",
                     help="profile import time: when the check process misses 0.5 s (auto)")
+    ap.add_argument("--python", choices=("wheel", "current"), default="wheel",
+                    help="the commands' interpreter: a plain virtualenv holding the wheel built from this "
+                         "checkout, as a user installs servedeck (default), or the development one (its "
+                         "editable-install finder and the base interpreter's .pth start-up hooks included)")
     args = ap.parse_args()
 
-    invoke, real_invoke = resolve_invoke()
-    servedeck = resolve_servedeck()
     byte_compile()  # as pip install leaves the package
     with tempfile.TemporaryDirectory(prefix="check-speed-") as tmp:
+        if args.python == "wheel":
+            sys.path.insert(0, str(ROOT))
+            from devtools.wheelenv import wheel_venv
+            bin_dir = wheel_venv(ROOT, Path(tmp) / "wheel", compile_bytecode=True)
+            invoke, real_invoke = [str(bin_dir / "invoke")], None
+            servedeck = [str(bin_dir / "servedeck")]
+        else:
+            invoke, real_invoke = resolve_invoke()
+            servedeck = resolve_servedeck()
         compose = Path(tmp) / "docker-compose.yml"
         # the rendered file is made by the same command whose time is measured
         render_cmd = [*invoke, "render", "--profile", args.profile, "--out", str(compose)]
@@ -233,7 +249,7 @@ def main() -> int:
               f"{'pass' if med < TARGET_CHECK_S else 'MISS'};  < {TARGET_RATIO:g}x compose config -q: "
               f"{r:.2f}x  {'pass' if r < TARGET_RATIO else 'MISS'}")
     if args.importtime == "always" or (args.importtime == "auto" and not ok1):
-        python = sys.executable
+        python = sys.executable  # (the wheel's virtualenv is gone by now: its modules are the checkout's)
         if real_invoke:  # the interpreter behind the invoke script
             first = Path(real_invoke[0]).read_text(errors="replace").splitlines()[0]
             if first.startswith("#!") and "python" in first:

@@ -4,7 +4,10 @@
 Generates N run directories (default 10,000) in a temporary runs directory, each with the files a
 benchmarked deploy leaves (run.json, startup.json, bench.jsonl, docker-compose.yml, copied from
 ``tests/fixtures/runs-cpu/0001-cpu-4096-local`` with their identity fields rewritten), then measures,
-alternating the commands so that machine load hits all alike:
+alternating the commands so that machine load hits all alike, on the interpreter of a plain
+virtualenv holding the wheel built from this checkout (as a user installs servedeck;
+``--python current``: the development interpreter, its editable-install finder and the base
+interpreter's ``.pth`` start-up hooks included):
 
 * ``invoke runs`` as a whole process, the first time (no ``runs/.index.json`` yet: every run is
   read and the index written) and warm (index present),
@@ -22,7 +25,7 @@ is asserted): ``invoke runs`` ≤ 1 s and ``invoke show latest`` ≤ 0.3 s (issu
 
 Usage::
 
-    python benchmarks/runs_scale.py [--runs 10000] [-n 5] [--keep DIR]
+    python benchmarks/runs_scale.py [--runs 10000] [-n 5] [--keep DIR] [--python wheel|current]
 
 Runs from the repository root (where ``tasks.py`` is); needs nothing but Python.
 """
@@ -99,11 +102,21 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--keep", help="generate into this directory and keep it")
+    ap.add_argument("--python", choices=("wheel", "current"), default="wheel",
+                    help="the commands' interpreter: a plain virtualenv holding the wheel built from this "
+                         "checkout, as a user installs servedeck (default; the checkout's byte-compiled "
+                         "sources run, as invoke -r puts them first), or the development one")
     args = ap.parse_args()
     byte_compile()  # as pip install leaves the package
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sd-runs-scale-"))
     runs_dir = tmp / "runs"
+    python = sys.executable
+    venv_dir = None
     try:
+        if args.python == "wheel":
+            from devtools.wheelenv import wheel_venv
+            venv_dir = Path(tempfile.mkdtemp(prefix="sd-runs-scale-venv-"))
+            python = str(wheel_venv(ROOT, venv_dir, compile_bytecode=True) / "python")
         if not runs_dir.exists():
             runs_dir.mkdir(parents=True)
             t = time.perf_counter()
@@ -111,14 +124,14 @@ def main() -> int:
             print(f"generated {args.runs} run records in {runs_dir} ({time.perf_counter() - t:.1f} s)")
         (runs_dir / store.INDEX).unlink(missing_ok=True)
         env = {**os.environ, "SERVEDECK_RUNS_DIR": str(runs_dir), "PYTHONPATH": str(ROOT)}
-        invoke = [sys.executable, "-m", "invoke", "-r", str(ROOT)]
+        invoke = [python, "-m", "invoke", "-r", str(ROOT)]
         first = timed([*invoke, "runs"], env)
         rows = {"invoke runs": [], "invoke show latest": [], "peer: python -c 'import servedeck.runs.history'": []}
         for _ in range(args.n):
             rows["invoke runs"].append(timed([*invoke, "runs"], env))
             rows["invoke show latest"].append(timed([*invoke, "show", "latest"], env))
             rows["peer: python -c 'import servedeck.runs.history'"].append(
-                timed([sys.executable, "-c", "import servedeck.runs.history"], env))
+                timed([python, "-c", "import servedeck.runs.history"], env))
         inproc = {"list_runs (warm index)": [], "resolve_run('latest')": [], "peer: read 3 files per run": []}
         for _ in range(args.n):
             t = time.perf_counter()
@@ -162,6 +175,8 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+        if venv_dir is not None:
+            shutil.rmtree(venv_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
