@@ -24,10 +24,16 @@ from servedeck.deploy.secrets import find_secrets
 from servedeck.host.remote import RemoteHost
 from servedeck.model.inventory import get_host, load_inventory
 from servedeck.model.profile import ProfileStore
+from servedeck.runs.store import run_dirs
 
 KEY = "sk-servedeck-e2e-$" + uuid.uuid4().hex  # a profile value is literal: the server gets the $ too
 ESCAPED = KEY.replace("$", "$$")  # as a compose file writes it
 PORT = 9932
+
+
+def _runs(project) -> list:
+    """The project's run directories, oldest first (its runs/ also holds the store's caches)."""
+    return [d for _, d in run_dirs(project.runs_dir)]
 
 
 @pytest.fixture(scope="module")
@@ -182,4 +188,4 @@ def test_an_interrupt_during_the_switch_of_the_real_server_rolls_back_to_one_ser
     last = [(r.event, r.profile, r.outcome) for r in hist.revisions(records)][-2:]
     assert last == [("deploy", "keyed-next", "interrupted"), ("rollback", "keyed-envfile", "ready")]
     assert host.read_lock() is None
-    assert json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())["outcome"] == "interrupted"
+    assert json.loads((_runs(project)[-1] / "run.json").read_text())["outcome"] == "interrupted"

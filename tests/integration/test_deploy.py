@@ -31,11 +31,17 @@ from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
 from servedeck.host.history import revisions
 from servedeck.host.remote import RemoteHost, SshTarget
+from servedeck.runs.store import run_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SSH_CONFIG = "/var/lib/servedeck-test/client/ssh_config"
 WEIGHTS = "models/qwen3.8-27b-exl3-4.00bpw"
 PORT = 9932
+
+
+def _runs(project) -> list[Path]:
+    """The project's run directories, oldest first (its runs/ also holds the store's caches)."""
+    return [d for _, d in run_dirs(project.runs_dir)]
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +235,9 @@ def test_the_rollback_sends_the_restored_servers_own_key_and_records_neither(pro
     st = status(host, card[1])  # the running container's environment, $ and all, is the file's
     assert st["serving"] is True and st["drift"] == []
     needles = [k.encode() for k in (key_a, key_a.replace("$", "$$"), key_b)]  # $$: as a compose file has it
-    for run in project.runs_dir.iterdir():
-        leaks = [p.name for p in run.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
-        assert leaks == [], run.name
+    leaks = [str(p.relative_to(project.runs_dir)) for p in project.runs_dir.rglob("*")  # the caches too
+             if p.is_file() and any(n in p.read_bytes() for n in needles)]
+    assert leaks == []
 
 
 def test_a_key_kept_on_the_host_in_an_env_file_is_read_there_and_never_recorded(project, card, standin):
@@ -338,7 +344,7 @@ def test_killed_client_leaves_a_stale_lock_that_rollback_takes_over(project, car
         time.sleep(0.3)
     proc.kill()
     proc.communicate(timeout=30)
-    killed_run = max(project.runs_dir.iterdir())
+    killed_run = _runs(project)[-1]
     assert json.loads((killed_run / "run.json").read_text())["outcome"] == "started"
     lock = host.read_lock()
     assert lock is not None and lock.stale_reason() is not None
@@ -354,7 +360,7 @@ def test_killed_client_leaves_a_stale_lock_that_rollback_takes_over(project, car
     assert host.read_lock() is None
     killed = json.loads((killed_run / "run.json").read_text())
     assert killed["outcome"] == "abandoned" and "client died" in killed["failure"]
-    runs = sorted(project.runs_dir.iterdir())
+    runs = _runs(project)
     meta = json.loads((runs[-1] / "run.json").read_text())
     assert meta["kind"] == "rollback" and meta["outcome"] == "ready" and meta["rollback_to"] == 1
     assert [o for _, _, _, o in _revisions(host)] == ["ready", "abandoned", "ready"]
@@ -377,14 +383,14 @@ def test_a_second_concurrent_deploy_is_refused_by_the_lock_without_a_run_record(
     while host.read_lock() is None and time.time() < deadline and t.is_alive():
         time.sleep(0.2)
     assert host.read_lock() is not None, "the first deploy never took the lock"
-    runs_before = sorted(project.runs_dir.iterdir())
+    runs_before = _runs(project)
     other = RemoteHost("b70", host.ssh_target, host.workdir)
     with pytest.raises(DeployError, match="another deploy holds the lock"):
         deploy(project, other, entry, ProfileStore(project.profiles_dir).load(slow),
                DeployOptions(image=standin), QuietReporter())
     with pytest.raises(DeployError, match="cannot down"):
         down(other)
-    assert sorted(project.runs_dir.iterdir()) == runs_before  # no orphan run record
+    assert _runs(project) == runs_before  # no orphan run record
     t.join(120)
     assert outcome["result"].outcome == "ready"
     assert host.read_lock() is None
@@ -456,7 +462,7 @@ def test_unknown_digest_pull_failure_marks_the_run_failed(project, card, standin
     with pytest.raises(DeployError, match="pulling .* failed") as exc:
         deploy(project, host, entry, ProfileStore(project.profiles_dir).load("batch-8192"),
                DeployOptions(image=missing), QuietReporter())
-    run = sorted(project.runs_dir.iterdir())[-1]
+    run = _runs(project)[-1]
     meta = json.loads((run / "run.json").read_text())
     assert meta["outcome"] == "failed" and "pulling" in meta["failure"] and meta["failure_phase"] == "pull"
     assert _revisions(host) == [(1, "deploy", None, "failed")]
@@ -485,7 +491,7 @@ def test_interrupted_first_deploy_is_left_as_it_is_and_recorded(project, card, s
     assert st["lock"] is None and st["last_deploy"]["outcome"] == "interrupted"
     assert st["compose_present"] and st["drift"] == []
     assert st["container"]["state"] == "running"
-    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    run = json.loads((_runs(project)[-1] / "run.json").read_text())
     assert run["outcome"] == "interrupted"
 
 
@@ -510,7 +516,7 @@ def test_rollback_to_a_revision_then_logs_then_down(project, card, standin):
         rollback(host, entry, to=99, reporter=QuietReporter(), project=project)
     assert _models() == ["Qwen3.8-27B"]
     assert status(host, entry)["drift"] == []
-    kinds = [json.loads((p / "run.json").read_text())["kind"] for p in sorted(project.runs_dir.iterdir())]
+    kinds = [json.loads((p / "run.json").read_text())["kind"] for p in _runs(project)]
     assert kinds == ["deploy", "deploy", "rollback", "rollback"]  # a refusal records nothing
 
     lines: list[str] = []
@@ -582,7 +588,7 @@ def test_frozen_ssh_during_the_wait_is_diagnosed_within_the_deadline(project, ca
         t.join(60)
         _resume(frozen)
     assert frozen, "nothing was frozen"
-    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    run = json.loads((_runs(project)[-1] / "run.json").read_text())
     assert run["diagnosis"] == "unreachable" and "cannot reach the host" in run["failure"]
     assert run["failure_phase"] == "readiness"
     assert "cannot reach the host" in exc.value.message

@@ -40,10 +40,16 @@ from servedeck.host.remote import RemoteHost, SshTarget
 from servedeck.model.inventory import HostEntry
 from servedeck.model.profile import ProfileStore
 from servedeck.model.project import Project
+from servedeck.runs.store import run_dirs
 
 PORT = 9932
 ENV = {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "HF_HOME": "/root/.cache/huggingface",
        "HUGGINGFACE_HUB_CACHE": "/root/.cache/huggingface/hub"}
+
+def _runs(project) -> list[Path]:
+    """The project's run directories, oldest first (its runs/ also holds the store's caches)."""
+    return [d for _, d in run_dirs(project.runs_dir)]
+
 
 
 def _profile(project: Project, name: str, *, startup_s: float = 1.0, stop_s: float = 0.0,
@@ -176,7 +182,7 @@ def test_an_interrupt_during_a_slow_switch_waits_for_it_then_rolls_back_to_one_c
     _assert_host_is_clean(host, host.workdir, "good")
     (name, state, proj), = _containers(host.workdir)
     assert state == "running" and proj == compose_project_name(host.workdir)
-    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    run = json.loads((_runs(project)[-1] / "run.json").read_text())
     assert run["outcome"] == "interrupted" and run["rollback"]["ready"] is True
 
 
@@ -370,7 +376,7 @@ def test_a_full_or_read_only_working_directory_is_named_and_changes_nothing(proj
     assert "rollback" not in msg and not any("[rollback]" in line for line in reporter.lines)
     assert _served() == ["good"]
     assert len(_containers(wd)) == 1 and not _lock_file(wd).exists()
-    run = json.loads((sorted(project.runs_dir.iterdir())[-1] / "run.json").read_text())
+    run = json.loads((_runs(project)[-1] / "run.json").read_text())
     assert run["outcome"] == "failed" and "No space left on device" in run["failure"]
     assert "rollback" not in run
     # rollback on the full disk: the only known-good deployment serves, so there is nothing to roll
@@ -536,7 +542,7 @@ def test_a_damaged_history_and_hostile_history_values_are_survived(project, card
     st = status(host, entry)
     assert st["history_damaged"] == 1 and st["serving"]
     assert oct(history.stat().st_mode & 0o777) == "0o600"
-    first = sorted(project.runs_dir.iterdir())[0]
+    first = _runs(project)[0]
     log = (first / "startup.log").read_text()
     assert "\x1b" not in log and "\\x1b]0;owned\\x07" in log and "\u202e" not in log
 
