@@ -140,7 +140,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         runs_dir=run_dir.parent)
 
 
-def _load_index(path: Path, fmt: int) -> dict:
+def _load_index(path: Path, fmt: int | str) -> dict:
     try:
         doc = parse(path.read_bytes())
     except (OSError, ValueError):  # missing, unreadable or refused: the cache is rebuilt
@@ -163,7 +163,7 @@ def _scan(runs_dir: Path) -> list[tuple[int, str, int]]:
     return out
 
 
-def cached_rows(runs_dir: Path, index: str, fmt: int, width: int,
+def cached_rows(runs_dir: Path, index: str, fmt: int | str, width: int,
                 row_of: Callable[[Path], list]) -> list[tuple[int, str, list]]:
     """``(sequence, run name, row)`` of every run directory of ``runs_dir``, oldest first:
     ``row_of(run_dir)`` (a JSON list of ``width`` values), kept in ``runs_dir / index`` (format

@@ -8,7 +8,7 @@ The layout of a run directory belongs to :mod:`servedeck.runs.store`; this modul
 
 from __future__ import annotations
 
-from dataclasses import astuple
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,7 +31,9 @@ def _read(run_dir: Path, file: RunFile[M]) -> M | None:
         return None
 
 
-KV_INDEX_FORMAT = 1
+KV_INDEX_FORMAT = "calibration:" + ",".join(f.name for f in fields(CalibrationPoint))
+"""The ``.kv-index.json`` format: a row holds a point's fields in this order, so a change to
+:class:`~servedeck.vllm.kv.CalibrationPoint`'s fields is a new format (the cache is rebuilt)."""
 
 
 def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,

@@ -243,4 +243,11 @@ def test_the_calibration_is_read_from_its_cache_until_a_run_changes(tmp_path, mo
     assert kv_history(runs, host="b70", image_digest=digest) == expected and reads == ["0003-batch-8192-b70"]
     (runs / ".kv-index.json").write_text("{not json")
     assert kv_history(runs, host="b70", image_digest=digest) == expected
+    # rows of another CalibrationPoint (a field added, removed or moved) are not taken for this one's
+    index = json.loads((runs / ".kv-index.json").read_text())
+    assert index["format"] == kvh.KV_INDEX_FORMAT
+    for _, row in index["runs"].values():
+        row[2] = row[2][1:] + [0.5] if row[2] else row[2]
+    (runs / ".kv-index.json").write_text(json.dumps({**index, "format": "calibration:run_id,other"}))
+    assert kv_history(runs, host="b70", image_digest=digest) == expected
     assert kv_history(tmp_path / "none", host="b70", image_digest=digest) == []
