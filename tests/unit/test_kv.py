@@ -245,7 +245,9 @@ def test_the_calibration_is_read_from_its_cache_until_a_run_changes(tmp_path, mo
     assert kv_history(runs, host="b70", image_digest=digest) == expected
     # rows of another CalibrationPoint (a field added, removed or moved) are not taken for this one's
     index = json.loads((runs / ".kv-index.json").read_text())
-    assert index["format"] == kvh.KV_INDEX_FORMAT
+    from dataclasses import fields
+    assert index["format"] == kvh.KV_INDEX_FORMAT  # names the point's fields in their order
+    assert index["format"].endswith(":" + ",".join(f.name for f in fields(CalibrationPoint)))
     for _, row in index["runs"].values():
         row[2] = row[2][1:] + [0.5] if row[2] else row[2]
     (runs / ".kv-index.json").write_text(json.dumps({**index, "format": "calibration:run_id,other"}))
