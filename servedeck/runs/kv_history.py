@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from servedeck.errors import ServedeckError
 from servedeck.runs import store
-from servedeck.runs.store import RunFile, RunRecord, run_dirs
+from servedeck.runs.store import RunFile, RunRecord
 from servedeck.vllm.kv import CalibrationPoint, calibration_from_startup, compare_with_measured
 
 if TYPE_CHECKING:
@@ -53,14 +53,15 @@ def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
             known when that run was the newest".
     """
     from servedeck.runs.history import cached_rows
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        return []
+    rows = cached_rows(runs_dir, store.KV_INDEX, KV_INDEX_FORMAT, 3, _calibration_row)
     limit = None
     if up_to is not None:
-        limit = next((n for n, d in run_dirs(runs_dir) if d.resolve() == Path(up_to).resolve()), None)
-    if not Path(runs_dir).is_dir():
-        return []
+        limit = next((seq for seq, name, _ in rows if (runs_dir / name).resolve() == Path(up_to).resolve()), None)
     out = []
-    for seq, _, (run_host, digest, point) in cached_rows(Path(runs_dir), store.KV_INDEX, KV_INDEX_FORMAT, 3,
-                                                         _calibration_row):
+    for seq, _, (run_host, digest, point) in rows:
         if limit is not None and seq > limit:
             continue
         if (host is not None and run_host != host) or (image_digest is not None and digest != image_digest):
@@ -73,8 +74,7 @@ def kv_history(runs_dir: Path, *, host: str | None, image_digest: str | None,
 def _calibration_row(run_dir: Path) -> list:
     """``[host, image digest, the run's calibration point's fields or None]`` (the
     ``.kv-index.json`` row of one run)."""
-    meta = _read(run_dir, store.RUN_META)
-    host, digest = (meta.host, meta.image.digest if meta.image else None) if meta else (None, None)
+    host, digest = run_identity(run_dir)
     startup = _read(run_dir, store.STARTUP)
     if startup is None or not startup.kv_cache_tokens:
         return [host, digest, None]
