@@ -219,11 +219,10 @@ def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: lis
 @_cli
 def render(c, profile, out=None, flags=False):
     """Render a profile to a verified docker-compose file (or its launcher argv with --flags)."""
-    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.compose.check import check_rendered, format_findings
     from servedeck.findings import Severity, has_errors
     rendered = _render(profile)
-    findings = check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=_catalog(),
-                                  expect=CheckExpectations(rendered=True), known=[rendered.service])
+    findings = check_rendered(rendered, catalog=_catalog())
     if has_errors(findings):
         from servedeck.compose.positions import profile_positions
         findings = profile_positions(findings, _load(profile), rendered)
@@ -309,15 +308,15 @@ def _check_profile(name: str) -> tuple[str | None, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings); a profile that does not load: (None, one finding
     per problem, :data:`LOAD_RULES`)."""
-    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.check import CheckExpectations, check_rendered
     try:
         rendered = _render(name)
     except ServedeckError as exc:
         return None, _load_findings(exc)
     from servedeck.compose.positions import profile_positions
-    return rendered.compose_text, profile_positions(check_compose_text(
-        rendered.compose_text, file=f"profile:{name}", catalog=_catalog(), known=[rendered.service],
-        expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))), _load(name), rendered)
+    return rendered.compose_text, profile_positions(check_rendered(
+        rendered, catalog=_catalog(), expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))),
+        _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)

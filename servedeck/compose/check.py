@@ -51,7 +51,8 @@ its launcher, the command as that launcher reads it, the effective settings with
 provenance), read as Compose reads it: its ``extends`` merged in, and its values interpolated with
 the file's own defaults and, when the caller read them, its ``.env`` and ``env_file`` files
 (``CheckExpectations``); what only the shell of whoever runs Compose can give is judged as
-written. A service the renderer hands over (``known``) is taken as it is.
+written. A file servedeck rendered is judged on the renderer's own reading of it
+(:func:`check_rendered`): parsed once, each service's command read once.
 
 Severity: ``error`` for what will break or silently change meaning, ``warning`` for likely
 mistakes, ``info`` for facts worth knowing.
@@ -60,10 +61,10 @@ mistakes, ``info`` for facts worth knowing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servedeck.model.catalog import Catalog
 from servedeck.errors import ServedeckError
@@ -75,7 +76,11 @@ from servedeck.compose.rules._doc import DocError, parse
 from servedeck.compose.rules._context import CheckExpectations, Ctx, services
 from servedeck.compose.service import Service
 
-__all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "format_findings", "findings_to_json"]
+if TYPE_CHECKING:
+    from servedeck.compose.render import Rendered
+
+__all__ = ["CheckExpectations", "check_compose_file", "check_compose_text", "check_rendered", "format_findings",
+           "findings_to_json"]
 
 _RANK = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
@@ -89,7 +94,7 @@ _SERVICE_RULES = (image.check_image, image.check_placeholder_digest, argv.check_
 
 
 def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog | None = None,
-                       expect: CheckExpectations | None = None, known: Iterable[Service] = ()) -> list[Finding]:
+                       expect: CheckExpectations | None = None) -> list[Finding]:
     """Check one compose document and return its findings, sorted by line.
 
     Args:
@@ -100,9 +105,6 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
             (:func:`servedeck.model.catalog.infer_facts`) and the rules run on them, with one
             info finding ``image/unknown-digest`` per service saying so.
         expect: what the caller knows (host render gid, whether servedeck rendered the file).
-        known: services the caller read already: the renderer hands over the service of the
-            file it wrote (``Rendered.service``), so its command is not read a second time
-            (:func:`servedeck.compose.service.read_services`).
 
     Returns:
         Findings (possibly empty). A YAML syntax error is a single ``yaml/syntax`` error finding,
@@ -112,7 +114,18 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
         Nothing for bad input; exceptions are bugs.
     """
     ctx = _document_context(text, file, catalog, expect)
-    return ctx if isinstance(ctx, list) else _check(ctx, known)
+    return ctx if isinstance(ctx, list) else _check(ctx, services(ctx))
+
+
+def check_rendered(rendered: Rendered, *, catalog: Catalog | None = None,
+                   expect: CheckExpectations | None = None) -> list[Finding]:
+    """:func:`check_compose_text` of a file servedeck rendered, on what the renderer read from
+    it already (:class:`servedeck.compose.render.Rendered`: its parsed text and its services as
+    they will run): the text is not parsed and no command read a second time. Findings name the
+    file ``profile:NAME``."""
+    ctx = Ctx(doc=rendered.doc, file=f"profile:{rendered.profile.name}", catalog=catalog,
+              expect=expect or CheckExpectations(rendered=True))
+    return _check(ctx, list(rendered.services))
 
 
 def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
@@ -140,16 +153,16 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     data = ctx.doc.data
     ctx.expect = CheckExpectations(variables=dotenv_variables(path), env_files=env_file_variables(path, data),
                                    extends_files=extends_files(path, data))
-    return text, _check(ctx)
+    return text, _check(ctx, services(ctx))
 
 
-def _check(ctx: Ctx, known: Iterable[Service] = ()) -> list[Finding]:
-    """Every rule over a parsed document's context; its findings, sorted by line."""
+def _check(ctx: Ctx, svcs: list[Service]) -> list[Finding]:
+    """Every rule over a parsed document's context and its services as they will run
+    (:func:`servedeck.compose.rules._context.services`); its findings, sorted by line."""
     schema.check_schema(ctx)
     keys.check_keys(ctx)
     yaml11.check_yaml11(ctx)
     interpolation.check_interpolation(ctx)
-    svcs = services(ctx, known)
     for svc in svcs:
         for rule in _SERVICE_RULES:
             rule(ctx, svc)

@@ -29,9 +29,11 @@ import jinja2
 
 from servedeck import __version__
 from servedeck.fsutil import cache_dir
-from servedeck.compose.document import Mount, Port, interpolated
-from servedeck.compose.service import Service
-from servedeck.model.catalog import Catalog, image_facts
+from servedeck.compose.document import Mount, Port
+from servedeck.compose.rules._doc import Doc, DocError, parse
+from servedeck.compose.service import Service, read_services
+from servedeck.errors import ServedeckError
+from servedeck.model.catalog import Catalog
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.yamlio import dump_yaml, scalar_text
 
@@ -67,15 +69,21 @@ class Rendered:
         command: the container command (argv tokens), built by the profile's launcher.
         compose_text: the docker-compose file text (UTF-8, ends with a newline).
         profile_hash: ``sha256:<hex>`` of the resolved profile.
-        service: the rendered service as it will run (:class:`servedeck.compose.service.
-            Service`, read from the mapping the file holds): its effective settings and
-            environment, with their provenance.
+        doc: the compose text as the check reads it (:class:`servedeck.compose.rules._doc.Doc`:
+            plain data, lines, scalar styles), parsed once for the check and the services.
+        services: every service of the file as it will run
+            (:func:`servedeck.compose.service.read_services`, read from the text as Compose
+            reads it), in file order.
+        service: the profile's own service among them (``container.service``): its effective
+            settings and environment, with their provenance.
     """
 
     profile: Profile
     command: list[str]
     compose_text: str
     profile_hash: str
+    doc: Doc
+    services: tuple[Service, ...]
     service: Service
 
     @property
@@ -124,12 +132,13 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
 
     Raises:
         jinja2.TemplateError: when the template is broken (a bug, not user input).
+        ServedeckError: the template renders text that is not a YAML mapping (line and
+            problem named) or no service of the profile's ``container.service`` name.
     """
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
-    facts = image_facts(catalog, profile.image_ref)  # the catalog's, else inferred from the name
-    command = profile.server_command(facts, catalog)
     phash = profile_hash(profile)
+    command = profile.server_command(catalog)
     c, m = profile.container, profile.model
     mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
               else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
@@ -138,41 +147,31 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     named = [v.source for v in ([m.hf_cache] if m.hf_cache else []) + list(c.volumes) if v.is_named]
     volumes = [v.short() for v in mounts]
     ports = Port(str(c.port), str(c.host_port or c.port), c.host_ip).short()
-    data = _service_data(profile, command, ports, volumes)
-    service = Service.read(c.service, data, facts)
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
-    text = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2").render(
+    template = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2")
+    text = template.render(
         profile=profile, c=c, command=command, volumes=volumes,
         named_volumes=named, ports=ports,
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
         compose_extra=extra, compose_name=compose_name)
     if not text.endswith("\n"):
         text += "\n"
-    return Rendered(profile=profile, command=command, compose_text=text,
-                    profile_hash=phash, service=service)
-
-
-def _service_data(profile: Profile, command: list[str], ports: str, volumes: list[str]) -> dict[str, Any]:
-    """The service mapping the shipped template writes, as Compose reads it back (values
-    interpolated: the ``compose_extra`` keys are file text)."""
-    c = profile.container
-    data: dict[str, Any] = {"image": profile.image}
-    if c.container_name:
-        data["container_name"] = c.container_name
-    data["restart"] = c.restart
-    data["ports"] = [ports]
-    for key in ("devices", "group_add"):
-        if getattr(c, key):
-            data[key] = list(getattr(c, key))
-    for key in ("shm_size", "ipc"):
-        if getattr(c, key):
-            data[key] = getattr(c, key)
-    if c.environment:
-        data["environment"] = dict(c.environment)
-    if volumes:
-        data["volumes"] = list(volumes)
-    data["command"] = list(command)
-    data.update(interpolated(c.compose_extra, {}))
-    return data
+    try:  # what the file says, whatever the template: the check's reading, its services as they will run
+        doc = parse(text, f"profile:{profile.name}")
+    except DocError as exc:
+        raise ServedeckError(f"profile {profile.name} renders a compose file that is not YAML: "
+                             f"{exc.finding.message}", file=template.filename,
+                             field=f"rendered line {exc.finding.line}" if exc.finding.line else None,
+                             hint="fix the template: `invoke render --profile NAME` shows no file "
+                                  "until it renders YAML") from None
+    services = read_services(doc.data, catalog=catalog)
+    own = [s for s in services if s.name == c.service]
+    if not own:
+        raise ServedeckError(f"profile {profile.name} renders no service named {c.service!r} "
+                             "(its container.service)", file=template.filename,
+                             hint="the template writes the profile's service under `services:` as "
+                                  "`{{ c.service | key }}:`")
+    return Rendered(profile=profile, command=command, compose_text=text, profile_hash=phash, doc=doc,
+                    services=(own[0], *(s for s in services if s is not own[0])), service=own[0])

@@ -14,7 +14,7 @@ to the check), the deploy plan, the A/B comparison and the KV prediction read th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from servedeck.compose.document import (Device, DeviceRequest, device_requests, devices, env_items, interpolated,
                                         resolve_extends)
@@ -105,11 +105,6 @@ class Service:
             out[e.key] = e.value
         return {k: v for k, v in out.items() if v is not None}
 
-    def same_as(self, data: dict[str, Any], facts: ImageFacts | None) -> bool:
-        """Whether reading ``data`` with ``facts`` would give this service: the same mapping,
-        and the same facts for its image."""
-        return data == self.data and facts == self.facts
-
     # ------------------------------------------------------------------ reading
 
     @classmethod
@@ -140,8 +135,7 @@ class Service:
 
 def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mapping[str, str] | None = None,
                   env_files: Mapping[str, Mapping[str, str] | None] | None = None,
-                  extends_files: Mapping[str, Any] | None = None,
-                  known: Iterable[Service] = ()) -> list[Service]:
+                  extends_files: Mapping[str, Any] | None = None) -> list[Service]:
     """Every service of a compose document's plain data as Compose reads it: its ``extends``
     merged in, then its values interpolated with ``variables`` (the image as written: its pinning
     must not depend on a variable). Services that are not mappings are skipped.
@@ -150,14 +144,9 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
         data: the document as plain data. catalog / env_files: as :meth:`Service.read`.
         variables: what Compose substitutes (``.env``, defaults in the file).
         extends_files: other compose documents services ``extends``, by the path as written.
-        known: services the caller read already (the renderer's, of the file it wrote): one is
-            taken as it is, not read again, when the document's mapping of that name is its
-            mapping and its image has the same facts (:meth:`Service.same_as`). Each image's
-            facts are found once (:func:`servedeck.model.catalog.image_facts`).
     """
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         return []
-    by_name = {s.name: s for s in known}
     resolved = resolve_extends(data["services"], extends_files or {})
     out = []
     for name, svc in resolved.items():
@@ -165,9 +154,7 @@ def read_services(data: Any, *, catalog: Catalog | None = None, variables: Mappi
             continue
         mapping = {k: v if k == "image" else interpolated(v, variables or {}) for k, v in svc.items()}
         facts = image_facts(catalog, ImageRef.of(mapping.get("image")))
-        have = by_name.get(str(name))
-        out.append(have if have is not None and have.same_as(mapping, facts) and not env_files
-                   else Service.read(str(name), mapping, facts, env_files=env_files))
+        out.append(Service.read(str(name), mapping, facts, env_files=env_files))
     return out
 
 

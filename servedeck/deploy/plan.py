@@ -127,7 +127,7 @@ class DeployPlan:
             return self.secrets
         from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
-        argv = parent.server_command(self.image.facts)
+        argv = parent.server_command(facts=self.image.facts)
         svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
                                                       "environment": dict(parent.container.environment)},
                            self.image.facts)
@@ -196,11 +196,10 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
         DeployError: the check finds errors (listed), or the published port is not the
             inventory's.
     """
-    from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings
+    from servedeck.compose.check import CheckExpectations, check_rendered, format_findings
     rendered = rendered if rendered is not None else render(profile, catalog, project, entry.workdir)
-    findings = check_compose_text(
-        rendered.compose_text, file=f"profile:{profile.name}", catalog=catalog, known=[rendered.service],
-        expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
+    findings = check_rendered(rendered, catalog=catalog,
+                              expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:
         if f.severity is Severity.warning:

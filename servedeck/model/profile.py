@@ -28,7 +28,7 @@ from servedeck.grammar import (CONTAINER_NAME_RE, ENV_NAME_RE, PROFILE_NAME_RE, 
                                VOLUME_NAME_RE, check, check_all)
 from servedeck.launchers import registry
 from servedeck.launchers.base import Launcher, LaunchSettings
-from servedeck.model.catalog import Catalog, Device, ImageFacts, ImageRef
+from servedeck.model.catalog import Catalog, Device, ImageFacts, ImageRef, image_facts
 from servedeck.model.local_images import LocalImages
 from servedeck.yamlio import flatten, read_yaml_file
 
@@ -469,19 +469,28 @@ class Profile(_Strict):
                               port=self.container.port, engine=engine, extra_args=tuple(e.extra_args),
                               config=self.launcher.config, gpu=self.launcher.gpu, env=dict(self.launcher_env))
 
-    def server_command(self, facts: ImageFacts | None, catalog: Catalog | None = None) -> list[str]:
+    def server_command(self, catalog: Catalog | None = None, *, facts: ImageFacts | None = None) -> list[str]:
         """The container ``command`` (argv items) the profile's launcher builds from
-        :meth:`launch_settings` on an image with ``facts``: with the launcher config shipped in
-        the image that ``launcher.config`` names (none without facts). With ``catalog``, a bool
-        flag set false is spelled as the image's vLLM argument table spells it (the spelling
-        differs between releases; the table is chosen as the check chooses it,
-        :func:`servedeck.vllm.facts.table_for`: the image's own extracted facts, else the shipped
-        table of its release); without one, or when no table fits, argparse's ``--no-x``.
+        :meth:`launch_settings` on its image: with the launcher config shipped in the image that
+        ``launcher.config`` names (none without facts).
+
+        Args:
+            catalog: the image catalog: the image's facts are the catalog's, else inferred from
+                its name (:func:`servedeck.model.catalog.image_facts`), and a bool flag set false
+                is spelled as the image's vLLM argument table spells it (the spelling differs
+                between releases; the table is chosen as the check chooses it,
+                :func:`servedeck.vllm.facts.table_for`: the image's own extracted facts, else the
+                shipped table of its release); without one, or when no table fits, argparse's
+                ``--no-x``.
+            facts: the image's facts when the caller has them (read from the pulled image): in
+                place of the catalog's.
 
         Raises:
             ServedeckError: the image's extracted facts file cannot be read.
         """
         settings = self.launch_settings()
+        if facts is None and catalog is not None:
+            facts = image_facts(catalog, self.image_ref)
         table = self._flag_table(facts, catalog) if catalog is not None else None
         launcher = self.launcher.runs
         defaults = launcher.defaults(facts.launcher_defaults, self.launcher.config) if facts else None

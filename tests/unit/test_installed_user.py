@@ -295,7 +295,7 @@ def test_positions_follow_the_extends_chain_and_list_items_by_value():
     from servedeck.model.profile import ProfileStore
     loaded = ProfileStore(ROOT / "profiles").load("speed")
     rendered = _render("speed")
-    found = profile_positions(check_compose_text(rendered.compose_text, file="profile:speed", known=[rendered.service],
+    found = profile_positions(check_compose_text(rendered.compose_text, file="profile:speed",
                                                  expect=CheckExpectations(rendered=True)), loaded, rendered)
     by = {(f.rule, f.path): f for f in found}
     restart = by[("restart/loops-on-failure", "services.exl3xpu.restart")]

@@ -295,26 +295,59 @@ def test_dollar_signs_are_escaped_for_compose_and_json_stays_one_item(store, tmp
     assert "- --hf-overrides\n      - '{\"a\": \"$$x\"}'" in text
 
 
-def test_the_check_takes_the_renderers_service_instead_of_reading_the_command_again():
-    """The renderer hands the service of the file it wrote to the check: for every shipped
-    profile the document's mapping is the renderer's, so the check reads the command once (in
-    the render) and finds the same as when it reads the file alone."""
-    from servedeck.compose.check import CheckExpectations, check_compose_text
+def test_the_renderer_reads_its_file_once_and_the_check_judges_that_reading():
+    """The renderer reads the file it wrote as the check reads any file (one parse, one read of
+    each service's command): for every shipped profile its services are those of the text, the
+    profile's own first, and the check of the rendered file finds what the check of its text
+    alone finds."""
+    from servedeck.compose.check import CheckExpectations, check_compose_text, check_rendered
     from servedeck.compose.rules._doc import parse
     from servedeck.compose.service import read_services
     for name in STORE.names():
         rendered = render_profile(STORE.load(name), CATALOG, ROOT / "templates")
-        data = parse(rendered.compose_text).data
-        assert read_services(data, catalog=CATALOG, known=[rendered.service]) == [rendered.service], name
-        assert read_services(data, catalog=CATALOG, known=[rendered.service])[0] is rendered.service
+        doc = parse(rendered.compose_text)
+        assert rendered.doc.data == doc.data and rendered.doc.lines == doc.lines, name
+        assert list(rendered.services) == read_services(doc.data, catalog=CATALOG), name
+        assert rendered.service is rendered.services[0] and rendered.service.name == rendered.profile.container.service
         expect = CheckExpectations(rendered=True)
-        assert check_compose_text(rendered.compose_text, catalog=CATALOG, expect=expect,
-                                  known=[rendered.service]) == check_compose_text(
-            rendered.compose_text, catalog=CATALOG, expect=expect), name
-    # a file that differs from what the renderer read is read anew
-    other = rendered.compose_text.replace('- "Qwen3.8-27B"', '- "other"')
-    assert other != rendered.compose_text
-    assert read_services(parse(other).data, catalog=CATALOG, known=[rendered.service])[0] is not rendered.service
-    # the same mapping whose image has other facts (no catalog: inferred from its name) is read anew
-    again = read_services(data, catalog=None, known=[rendered.service])[0]
-    assert again is not rendered.service and again.facts is not None and again.facts.inferred
+        assert check_rendered(rendered, catalog=CATALOG, expect=expect) == check_compose_text(
+            rendered.compose_text, file=f"profile:{name}", catalog=CATALOG, expect=expect), name
+
+
+def _template_dir(tmp_path: Path, edit) -> Path:
+    """A copy of the shipped template with ``edit(text) -> text`` applied."""
+    d = tmp_path / "templates"
+    d.mkdir(exist_ok=True)
+    (d / "docker-compose.yml.j2").write_text(edit((ROOT / "templates" / "docker-compose.yml.j2").read_text()))
+    return d
+
+
+def test_the_rendered_service_is_what_a_projects_template_writes(tmp_path):
+    """A project's own template may write more than the profile says (a setting, a second
+    service): the service as it will run, whose settings the deploy records and the KV
+    prediction reads, is read from the text, not assumed to be the shipped template's."""
+    def edit(text):
+        text = text.replace("    restart: {{ c.restart | q }}\n",
+                            "    restart: {{ c.restart | q }}\n    env_file: [{path: site.env, required: false}]\n", 1)
+        return text.replace("services:\n", "services:\n  sidecar:\n    image: busybox\n"
+                                           "    command: [sleep, infinity]\n", 1)
+    loaded = STORE.load("speed")
+    plain = render_profile(loaded, CATALOG, ROOT / "templates")
+    assert "env_file" not in plain.service.data
+    rendered = render_profile(loaded, CATALOG, _template_dir(tmp_path, edit))
+    assert [s.name for s in rendered.services] == [plain.service.name, "sidecar"]
+    assert rendered.service.data["env_file"] == [{"path": "site.env", "required": False}]
+    assert rendered.service.settings() == plain.service.settings()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda t: t.replace("services:\n", "services: [\n", 1), "renders a compose file that is not YAML"),
+    (lambda t: t.replace("  {{ c.service | key }}:", "  other:", 1), "renders no service named 'exl3xpu'"),
+    (lambda t: t.replace("services:\n", "services:\n  exl3xpu: 1\nx-other:\n", 1),
+     "renders no service named 'exl3xpu'"),
+])
+def test_a_template_that_renders_no_readable_service_is_refused_naming_the_template(tmp_path, edit, says):
+    templates = _template_dir(tmp_path, edit)
+    with pytest.raises(ServedeckError) as err:
+        render_profile(STORE.load("speed"), CATALOG, templates)
+    assert says in err.value.message and err.value.file == str(templates / "docker-compose.yml.j2")

@@ -7,7 +7,7 @@ once per check or handed over by the renderer).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,12 +82,11 @@ class Ctx:
         self.add(Severity.info, rule, path, message, hint, **kw)
 
 
-def services(ctx: Ctx, known: Iterable[Service] = ()) -> list[Service]:
+def services(ctx: Ctx) -> list[Service]:
     """The services of the document (:func:`servedeck.compose.service.read_services`), each as
-    Compose reads it with what ``ctx.expect`` knows; ``known``: services the caller read already
-    (the renderer's), taken as they are when the document's mapping is theirs."""
+    Compose reads it with what ``ctx.expect`` knows."""
     return read_services(ctx.doc.data, catalog=ctx.catalog, variables=ctx.expect.variables,
-                         env_files=ctx.expect.env_files, extends_files=ctx.expect.extends_files, known=known)
+                         env_files=ctx.expect.env_files, extends_files=ctx.expect.extends_files)
 
 
 __all__ = ["CheckExpectations", "Ctx", "Service", "Flag", "Token", "services", "path_str"]
