@@ -13,7 +13,8 @@ hooks the base interpreter has):
 * ``invoke check --profile P`` as a whole process (render + full verification), wall time,
 * ``invoke render --profile P`` as a whole process, wall time,
 * ``docker compose -f FILE config -q`` on the very file ``invoke render`` wrote, wall time,
-* in-process: ``render_profile`` + ``check_compose_text`` after loading profile, catalog and
+* in-process: ``render_profile`` (which parses the file it wrote and reads its services) +
+  ``check_rendered`` after loading profile, catalog and
   templates once (median of N calls), so the share of Python start-up and imports is visible,
 * when the ``invoke check`` process misses the 0.5 s target: ``python -X importtime`` of what
   the check task imports, summarised by top-level package (self time summed over the package's
@@ -84,7 +85,7 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
     """(load seconds, render seconds per call, check seconds per call), imports included in load."""
     t = time.perf_counter()
     sys.path.insert(0, str(ROOT))
-    from servedeck.compose.check import CheckExpectations, check_compose_text
+    from servedeck.compose.check import CheckExpectations, check_rendered
     from servedeck.model.profile import ProfileStore
     from servedeck.model.project import Project
     from servedeck.compose.render import render_profile
@@ -97,8 +98,7 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
         t = time.perf_counter()
         rendered = render_profile(loaded, catalog, project.templates_dir)
         t1 = time.perf_counter()
-        check_compose_text(rendered.compose_text, file=f"profile:{profile}", catalog=catalog,
-                           expect=CheckExpectations(rendered=True))
+        check_rendered(rendered, catalog=catalog, expect=CheckExpectations(rendered=True))
         t2 = time.perf_counter()
         render_s.append(t1 - t)
         check_s.append(t2 - t1)
@@ -111,7 +111,7 @@ IMPORT_RE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 def import_profile(python: str, top: int = 12) -> None:
     """Print what dominates import time of the check task's imports (``-X importtime``)."""
     code = ("import invoke, servedeck.cli\n"
-            "from servedeck.compose.check import CheckExpectations, check_compose_text, format_findings\n"
+            "from servedeck.compose.check import CheckExpectations, check_rendered, format_findings\n"
             "from servedeck.findings import has_errors\n"
             "from servedeck.model.profile import ProfileStore\n"
             "from servedeck.compose.render import render_profile\n"
@@ -227,7 +227,7 @@ def main() -> int:
     print(f"  invoke render --profile {args.profile:<9} {stats(t_render)}")
     print(f"  docker compose config -q         {stats(t_config)}")
     print(f"  in-process render_profile        {stats(r_s)}")
-    print(f"  in-process check_compose_text    {stats(c_s)}")
+    print(f"  in-process check_rendered        {stats(c_s)}")
     in_proc = statistics.median(r_s) + statistics.median(c_s)
     print(f"  in-process render + check        median {in_proc * 1000:8.1f} ms  "
           f"(one-time imports + load of profile/catalog: {load_s * 1000:.1f} ms)")
