@@ -1144,7 +1144,7 @@ def show_lines(path: Path) -> list[str]:
         ServedeckError: a file is not valid JSON or does not match its model.
     """
     from servedeck.runs import store
-    from servedeck.yamlio import flatten
+    from servedeck.dotted import flatten
     meta = store.read_meta(path)
     lines = [f"{path.name}: {meta.profile} on {meta.host}, {meta.outcome} "
              f"(started {meta.started_at}, ready {meta.ready_at})"]

@@ -28,7 +28,7 @@ deep input; it is never used: libyaml parses into events, the bounded composer b
   image's ``scripts/serve.py`` does (in this repository: ``deploy/images/cpu-vllm/serve.py``
   ``parse_value``).
 * :func:`to_plain` / :func:`flatten` — ruamel nodes → plain Python; nested mappings →
-  dotted paths.
+  dotted paths (:func:`servedeck.dotted.flatten`, re-exported here).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.resolver import VersionedResolver
 
+from servedeck.dotted import flatten
 from servedeck.errors import ServedeckError
 from servedeck.fsutil import read_bounded
 from servedeck.yaml11 import plain_is_string
@@ -479,17 +480,3 @@ def to_plain(node: Any) -> Any:
     if isinstance(node, str):
         return str(node)
     return node
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Flatten nested mappings to dotted paths; lists, scalars and empty mappings are leaves.
-
-    ``{"engine": {"max_model_len": 1}}`` → ``{"engine.max_model_len": 1}``.
-    """
-    out: dict[str, Any] = {}
-    if isinstance(value, dict) and value:
-        for key, sub in value.items():
-            out.update(flatten(sub, f"{prefix}.{key}" if prefix else str(key)))
-    elif prefix or not isinstance(value, dict):
-        out[prefix] = value
-    return out

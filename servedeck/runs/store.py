@@ -94,7 +94,7 @@ class RunFile(str, Generic[M]):
         return RunFile(name, self.model, self.about, form=self.form, shown=self.shown)
 
     def model_class(self) -> Any:
-        """The content's model class (imports :mod:`servedeck.runs.records`)."""
+        """The content's model class (imports the module of :mod:`servedeck.runs.records` that holds it)."""
         from servedeck.runs import records
         return getattr(records, self.model) if self.model else None
 

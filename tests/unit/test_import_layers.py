@@ -16,7 +16,7 @@ PACKAGE = ROOT / "servedeck"
 #: The package's layers, bottom first: a module imports only from layers below its own (or
 #: from its own subpackage). ``servedeck`` is the package's ``__init__`` (its version).
 LAYERS: list[set[str]] = [
-    {"servedeck", "findings", "numfmt", "yaml11", "grammar", "safetext"},
+    {"servedeck", "findings", "numfmt", "yaml11", "grammar", "safetext", "dotted"},
     {"errors"},
     {"fsutil"},
     {"yamlio", "jsonio", "vllm"},

@@ -129,6 +129,25 @@ def test_cli_module_imports_no_heavy_library(module):
     assert res.stdout.strip() == ""
 
 
+def test_show_imports_the_models_of_the_files_it_reads_only(tmp_path):
+    """``show`` of a run holding what a deploy and a bench leave (run.json, startup.json,
+    bench.jsonl, the compose file; benchmarks/runs_scale.py) creates the models of run.json and
+    startup.json, not the other ~70, and imports no YAML library."""
+    run = tmp_path / "0001-cpu-4096-local"
+    run.mkdir()
+    for name in ("run.json", "startup.json", "bench.jsonl", "docker-compose.yml"):
+        (run / name).write_bytes((ROOT / "tests" / "fixtures" / "runs-cpu" / run.name / name).read_bytes())
+    code = ("import sys\n"
+            "from servedeck.cli import show_lines\n"
+            f"show_lines(__import__('pathlib').Path({str(run)!r}))\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('servedeck.runs.records.', 'ruamel')))))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["servedeck.runs.records.base", "servedeck.runs.records.run",
+                                  "servedeck.runs.records.startup"]
+
+
 def test_cli_imports_invoke_without_unittest_mock_and_mock_context_still_works():
     """invoke imports unittest.mock (and asyncio) for MockContext; servedeck.cli keeps it out
     of start-up, and both the real unittest.mock and invoke's MockContext work afterwards."""

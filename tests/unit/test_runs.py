@@ -198,6 +198,20 @@ def test_finish_records_the_final_state_and_reason(tmp_path):
         run.finish("started")
 
 
+def test_every_record_name_is_found_in_the_module_the_package_names():
+    """servedeck.runs.records imports a module when one of its names is first asked for: the
+    table (MODULES) is each module's __all__, and every name resolves through the package."""
+    import importlib
+
+    from servedeck.runs import records, store
+    for module, names in records.MODULES.items():
+        assert tuple(importlib.import_module(f"servedeck.runs.records.{module}").__all__) == names, module
+    assert all(getattr(records, name) is not None for name in records.__all__)
+    assert {f.model for f in store.RUN_FILES if f.model} <= set(records.__all__)
+    with pytest.raises(AttributeError):
+        records.NoSuchRecord  # noqa: B018
+
+
 def test_docs_run_record_is_generated_from_the_code():
     from servedeck.runs.doc import render
     assert (ROOT / "docs" / "run-record.md").read_text() == render(), \
