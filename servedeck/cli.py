@@ -220,9 +220,14 @@ def print_table(title: str | None, columns: list[tuple[str, Justify]], rows: lis
 def render(c, profile, out=None, flags=False):
     """Render a profile to a verified docker-compose file (or its launcher argv with --flags)."""
     from servedeck.compose.check import check_rendered, format_findings
+    from servedeck.compose.render import RenderRefused
     from servedeck.findings import Severity, has_errors
-    rendered = _render(profile)
-    findings = check_rendered(rendered, catalog=_catalog())
+    try:
+        rendered = _render(profile)
+    except RenderRefused as exc:
+        print(as_typed(format_findings([exc.finding])), file=sys.stderr)
+        raise Exit("error: the rendered file does not pass the check; nothing was written", code=1) from None
+    findings = check_rendered(rendered, _catalog())
     if has_errors(findings):
         from servedeck.compose.positions import profile_positions
         findings = profile_positions(findings, _load(profile), rendered)
@@ -308,15 +313,17 @@ def _check_profile(name: str) -> tuple[str | None, list]:
     """Render and check one profile of this process's project (also run in worker processes):
     (the rendered compose text, its findings); a profile that does not load: (None, one finding
     per problem, :data:`LOAD_RULES`)."""
-    from servedeck.compose.check import CheckExpectations, check_rendered
+    from servedeck.compose.check import check_rendered
+    from servedeck.compose.render import RenderRefused
     try:
         rendered = _render(name)
+    except RenderRefused as exc:  # the file is there, and the check's parser refuses it
+        return exc.text, [exc.finding]
     except ServedeckError as exc:
         return None, _load_findings(exc)
     from servedeck.compose.positions import profile_positions
     return rendered.compose_text, profile_positions(check_rendered(
-        rendered, catalog=_catalog(), expect=CheckExpectations(rendered=True, startup_seconds=_measured_startup(name))),
-        _load(name), rendered)
+        rendered, _catalog(), startup_seconds=_measured_startup(name)), _load(name), rendered)
 
 
 @functools.lru_cache(maxsize=1)

@@ -37,6 +37,7 @@ import copy
 import functools
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,14 @@ class LimitError(MarkedYAMLError):
     syntax errors report it with its line)."""
 
 
+class NotTextError(MarkedYAMLError):
+    """A scalar holds a lone UTF-16 surrogate (a ``"\\uD800"`` escape): no Unicode text, so no
+    file can hold it (a ``YAMLError``: handlers of YAML syntax errors report it with its line)."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class _BoundedComposer(Composer):
     """ruamel's composer with the bounds of ``limits`` counted as it composes (depth, aliases,
     nodes after alias expansion) and aliases to an enclosing node refused."""
@@ -144,6 +153,11 @@ class _BoundedComposer(Composer):
         node = super().compose_node(parent, index)
         if getattr(node, "style", None) == "":  # libyaml's events say "" for plain, ruamel's parser None
             node.style = None
+        value = node.value
+        half = _SURROGATE.search(value) if isinstance(value, str) and not value.isascii() else None
+        if half is not None:
+            raise NotTextError(problem=f"\\u{ord(half[0]):04X} is half of a UTF-16 surrogate pair, not a "
+                                       "character: no file can hold this text", problem_mark=node.start_mark)
         size = 1 + self._acc.pop()
         self._acc[-1] += size
         if getattr(node, "anchor", None) is not None or event.anchor is not None:
@@ -218,6 +232,7 @@ def load_data(text: str, *, limits: Limits = LIMITS, version: tuple[int, int] | 
 
     Raises:
         LimitError: the text exceeds ``limits`` (a ``YAMLError`` naming the line).
+        NotTextError: a scalar holds a lone surrogate (a ``YAMLError`` naming the line).
         ruamel.yaml.error.YAMLError: the text is not valid YAML (from the pure parser).
     """
     return _parse(text, limits, version, "load")
@@ -254,9 +269,9 @@ def _parse(text: str, limits: Limits, version: tuple[int, int] | None, step: str
     if _CPARSER is not None:
         try:
             return getattr(_FastLoader(text, limits, version), step)()
-        except LimitError:
+        except (LimitError, NotTextError):
             raise
-        except YAMLError:
+        except (YAMLError, UnicodeEncodeError):  # libyaml takes UTF-8: a lone surrogate is for ruamel's to name
             pass
     return getattr(_pure("safe", limits, version), step)(text)
 

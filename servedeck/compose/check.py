@@ -117,14 +117,21 @@ def check_compose_text(text: str, *, file: str | None = None, catalog: Catalog |
     return ctx if isinstance(ctx, list) else _check(ctx, services(ctx))
 
 
-def check_rendered(rendered: Rendered, *, catalog: Catalog | None = None,
-                   expect: CheckExpectations | None = None) -> list[Finding]:
+def check_rendered(rendered: Rendered, catalog: Catalog | None, *, render_gid: str | None = None,
+                   startup_seconds: float | None = None) -> list[Finding]:
     """:func:`check_compose_text` of a file servedeck rendered, on what the renderer read from
     it already (:class:`servedeck.compose.render.Rendered`: its parsed text and its services as
-    they will run): the text is not parsed and no command read a second time. Findings name the
-    file ``profile:NAME``."""
+    they will run): the text is not parsed and no command read a second time.
+
+    Args:
+        rendered: the rendered profile. Findings name the file ``profile:NAME``.
+        catalog: the catalog the profile was rendered with (the services' facts are its).
+        render_gid / startup_seconds: what the caller knows of the card host and of the
+            profile's last runs (:class:`CheckExpectations`); a rendered file has no ``.env``,
+            ``env_file`` or ``extends`` file read beside it.
+    """
     ctx = Ctx(doc=rendered.doc, file=f"profile:{rendered.profile.name}", catalog=catalog,
-              expect=expect or CheckExpectations(rendered=True))
+              expect=CheckExpectations(rendered=True, render_gid=render_gid, startup_seconds=startup_seconds))
     return _check(ctx, list(rendered.services))
 
 

@@ -138,8 +138,10 @@ def key_line(path: Path, key: tuple[str, ...]) -> int | None:
 def profile_positions(findings: list[Finding], loaded: Any, rendered: Any) -> list[Finding]:
     """``findings`` of ``rendered`` (a :class:`servedeck.compose.render.Rendered` of the
     :class:`servedeck.model.profile.LoadedProfile` ``loaded``) with ``profile_file``,
-    ``profile_line`` and ``profile_field`` set where a profile key produced the rendered item;
-    the rendered ``file``/``line``/``path`` stay as they were. New Finding objects; the input
+    ``profile_line`` and ``profile_field`` set where a profile key produced the rendered item
+    (an item of the profile's own service, or of the file's top level; never one of another
+    service a project's template writes); the rendered ``file``/``line``/``path`` stay as they
+    were. New Finding objects; the input
     is not changed."""
     out = []
     for f in findings:
@@ -147,7 +149,10 @@ def profile_positions(findings: list[Finding], loaded: Any, rendered: Any) -> li
             out.append(f)
             continue
         doc_path = _doc_path(f.path)
-        service = rendered.service if len(doc_path) >= 2 and doc_path[1] == rendered.service.name else None
+        if doc_path[:1] == ("services",) and len(doc_path) >= 2 and doc_path[1] != rendered.service.name:
+            out.append(f)  # another service the template writes: no profile key made it
+            continue
+        service = rendered.service if len(doc_path) >= 2 else None
         found = None
         for key in _profile_keys(doc_path, service, loaded.merged):
             file = loaded.origin.get(key)

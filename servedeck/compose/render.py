@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import json
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from servedeck.compose.document import Mount, Port
 from servedeck.compose.rules._doc import Doc, DocError, parse
 from servedeck.compose.service import Service, read_services
 from servedeck.errors import ServedeckError
+from servedeck.findings import Finding
+from servedeck.launchers.server import split_command
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.yamlio import dump_yaml, scalar_text
@@ -66,14 +69,15 @@ class Rendered:
 
     Attributes:
         profile: the resolved profile.
-        command: the container command (argv tokens), built by the profile's launcher.
+        command: the container command (argv tokens) of the profile's service as the file
+            holds it: the one its launcher built, unless the project's template writes another.
         compose_text: the docker-compose file text (UTF-8, ends with a newline).
         profile_hash: ``sha256:<hex>`` of the resolved profile.
         doc: the compose text as the check reads it (:class:`servedeck.compose.rules._doc.Doc`:
             plain data, lines, scalar styles), parsed once for the check and the services.
         services: every service of the file as it will run
             (:func:`servedeck.compose.service.read_services`, read from the text as Compose
-            reads it), in file order.
+            reads it): the profile's own first, then the others in file order.
         service: the profile's own service among them (``container.service``): its effective
             settings and environment, with their provenance.
     """
@@ -90,6 +94,19 @@ class Rendered:
     def compose_sha256(self) -> str:
         """Hex sha256 of the compose text's UTF-8 bytes (what the host stores)."""
         return hashlib.sha256(self.compose_text.encode()).hexdigest()
+
+
+class RenderRefused(ServedeckError):
+    """A profile renders a file the check's parser refuses (:func:`servedeck.compose.rules._doc.
+    parse`): ``finding`` is the parser's (``yaml/syntax``, ``yaml/duplicate-key``, ``yaml/limits``,
+    ``yaml/empty``; file ``profile:NAME``, the line of the rendered text), ``text`` that text."""
+
+    def __init__(self, finding: Finding, text: str, profile: str, template: str) -> None:
+        super().__init__(f"the compose file profile {profile} renders is refused: {finding.rule}: {finding.message}",
+                         file=finding.file, field=f"line {finding.line}" if finding.line else None,
+                         hint=f"{finding.hint or 'see the rule'}: the file is profile {profile}'s values written "
+                              f"by the template {template}")
+        self.finding, self.text = finding, text
 
 
 @functools.lru_cache(maxsize=8)
@@ -131,9 +148,9 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     :attr:`servedeck.model.project.Project.templates_dirs`).
 
     Raises:
-        jinja2.TemplateError: when the template is broken (a bug, not user input).
-        ServedeckError: the template renders text that is not a YAML mapping (line and
-            problem named) or no service of the profile's ``container.service`` name.
+        RenderRefused: the check's parser refuses the rendered text (its finding: rule, line).
+        ServedeckError: the template cannot be read, compiled or run (naming its file and line),
+            or renders no service of the profile's ``container.service`` name.
     """
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
@@ -150,28 +167,56 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
-    template = _environment(tuple(str(d) for d in dirs)).get_template("docker-compose.yml.j2")
-    text = template.render(
+    text, template = _render_template(dirs, dict(
         profile=profile, c=c, command=command, volumes=volumes,
         named_volumes=named, ports=ports,
         force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
-        compose_extra=extra, compose_name=compose_name)
-    if not text.endswith("\n"):
-        text += "\n"
+        compose_extra=extra, compose_name=compose_name))
     try:  # what the file says, whatever the template: the check's reading, its services as they will run
         doc = parse(text, f"profile:{profile.name}")
     except DocError as exc:
-        raise ServedeckError(f"profile {profile.name} renders a compose file that is not YAML: "
-                             f"{exc.finding.message}", file=template.filename,
-                             field=f"rendered line {exc.finding.line}" if exc.finding.line else None,
-                             hint="fix the template: `invoke render --profile NAME` shows no file "
-                                  "until it renders YAML") from None
+        raise RenderRefused(exc.finding, text, profile.name, template) from None
     services = read_services(doc.data, catalog=catalog)
     own = [s for s in services if s.name == c.service]
     if not own:
         raise ServedeckError(f"profile {profile.name} renders no service named {c.service!r} "
-                             "(its container.service)", file=template.filename,
+                             "(its container.service)", file=template,
                              hint="the template writes the profile's service under `services:` as "
                                   "`{{ c.service | key }}:`")
+    command = split_command(own[0].data.get("command")) or []
     return Rendered(profile=profile, command=command, compose_text=text, profile_hash=phash, doc=doc,
                     services=(own[0], *(s for s in services if s is not own[0])), service=own[0])
+
+
+def _render_template(dirs: tuple[str | Path, ...], variables: dict[str, Any]) -> tuple[str, str]:
+    """``docker-compose.yml.j2`` found on the search path ``dirs``, rendered with ``variables``:
+    (the text, ending with a newline; the template's path).
+
+    Raises:
+        ServedeckError: the template is missing, not UTF-8, does not compile, or fails as it
+            runs (an undefined variable, a missing include): its file and line named.
+    """
+    name = "docker-compose.yml.j2"
+    where = next((str(Path(d) / name) for d in dirs if (Path(d) / name).is_file()), name)  # Jinja's first match
+    try:
+        template = _environment(tuple(str(d) for d in dirs)).get_template(name)
+        where = template.filename or name
+        text = template.render(**variables)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ServedeckError(f"the compose template does not compile: {exc.message}", file=exc.filename or where,
+                             field=f"line {exc.lineno}", hint="fix the Jinja syntax at this line") from None
+    except jinja2.TemplateNotFound as exc:
+        raise ServedeckError(f"the compose template includes {exc.name}, which is not found" if where != name
+                             else f"no {name} on the template path {', '.join(map(str, dirs))}",
+                             file=where, hint="the project's templates/ directory, else the shipped one") from None
+    except UnicodeDecodeError as exc:
+        raise ServedeckError(f"the compose template is not UTF-8 text ({exc.reason})", file=where,
+                             hint="save the template as UTF-8") from None
+    except jinja2.TemplateError as exc:
+        line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == where),
+                    None)
+        raise ServedeckError(f"the compose template fails as it renders: {exc.message or type(exc).__name__}",
+                             file=where, field=f"line {line}" if line else None,
+                             hint="the template's variables are named in servedeck.compose.render."
+                                  "render_profile's docstring") from None
+    return (text if text.endswith("\n") else text + "\n"), where

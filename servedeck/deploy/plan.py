@@ -11,7 +11,6 @@ serves); :mod:`servedeck.deploy.apply` then carries it out.
 from __future__ import annotations
 
 import getpass
-import json
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +113,14 @@ class DeployPlan:
 
     @property
     def environment_from_host(self) -> bool:
-        """Whether Compose on the host may add to the server's environment what the profile does
-        not hold: ``compose_extra`` (rendered verbatim) names an ``env_file`` or uses a ``$``."""
-        extra = self.profile.container.compose_extra
-        return "env_file" in extra or "$" in json.dumps(extra)
+        """Whether Compose on the host may add to the server's environment what the file does
+        not hold: the service names an ``env_file``, or a value of it names a variable
+        (``${VAR}``, :func:`servedeck.compose.document.interpolation_refs`)."""
+        from servedeck.compose.document import interpolation_refs
+        svc = self.rendered.service
+        return "env_file" in svc.data or any(
+            interpolation_refs(sc.raw)[0] for path, sc in self.rendered.doc.scalars.items()
+            if path[:len(svc.path)] == svc.path)
 
     @property
     def record_secrets(self) -> Secrets:
@@ -196,10 +199,9 @@ def render_and_check(profile: Profile, catalog: Catalog, project: Project, entry
         DeployError: the check finds errors (listed), or the published port is not the
             inventory's.
     """
-    from servedeck.compose.check import CheckExpectations, check_rendered, format_findings
+    from servedeck.compose.check import check_rendered, format_findings
     rendered = rendered if rendered is not None else render(profile, catalog, project, entry.workdir)
-    findings = check_rendered(rendered, catalog=catalog,
-                              expect=CheckExpectations(rendered=True, render_gid=entry.render_gid))
+    findings = check_rendered(rendered, catalog, render_gid=entry.render_gid)
     errors = [f for f in findings if f.severity is Severity.error]
     for f in findings:
         if f.severity is Severity.warning:

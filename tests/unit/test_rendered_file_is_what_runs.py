@@ -1,0 +1,185 @@
+"""The rendered compose file is what runs: the renderer reads the file its template wrote as the
+check reads any file (one parse, each service read once), and the deploy's service, command,
+effective settings, secrets and environment are that reading, whatever a project's own template
+writes. A file the parser refuses, a template Jinja cannot run and a text no file can hold are
+clear errors naming the file (or the rendered file's finding, rule and line), never tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from servedeck.compose.check import CheckExpectations, check_compose_text, check_rendered
+from servedeck.compose.positions import profile_positions
+from servedeck.compose.render import RenderRefused, render_profile
+from servedeck.compose.rules._doc import parse
+from servedeck.compose.service import read_services
+from servedeck.deploy.plan import build_plan
+from servedeck.errors import ServedeckError
+from servedeck.model.catalog import Catalog
+from servedeck.model.profile import ProfileStore
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = Catalog(ROOT / "deploy" / "images.yaml")
+STORE = ProfileStore(ROOT / "profiles")
+SHIPPED = (ROOT / "templates" / "docker-compose.yml.j2").read_text()
+COMMAND_LOOP = "{%- for arg in command %}\n      - {{ arg | q(force=arg in force_quote) }}\n{%- endfor %}"
+SIDECAR = "services:\n  sidecar:\n    image: busybox\n    restart: always\n    command: [sleep, infinity]\n"
+
+
+def _templates(tmp_path: Path, text: str | bytes) -> Path:
+    d = tmp_path / "templates"
+    d.mkdir(exist_ok=True)
+    f = d / "docker-compose.yml.j2"
+    f.write_bytes(text) if isinstance(text, bytes) else f.write_text(text)
+    return d
+
+
+def _plan(rendered):
+    """The deploy plan of ``rendered`` (no host: the parts the plan reads from the render)."""
+    loaded = STORE.load(rendered.profile.name)
+    return build_plan(loaded=loaded, profile=rendered.profile, rendered=rendered, findings=[], image=None,
+                      host=None, entry=SimpleNamespace(api_host="h", ready_timeout_s=10), host_facts={},
+                      state=SimpleNamespace(known_good=lambda: [], history=[]),
+                      options=SimpleNamespace(timeout_s=None))
+
+
+def test_the_renderer_reads_its_file_once_and_the_check_judges_that_reading():
+    """For every shipped profile: the renderer's services are those of its text, the profile's
+    own first; the command is the one its launcher built; the check of the rendered file finds
+    what the check of its text alone finds."""
+    for name in STORE.names():
+        rendered = render_profile(STORE.load(name), CATALOG, ROOT / "templates")
+        doc = parse(rendered.compose_text)
+        assert rendered.doc.data == doc.data and rendered.doc.lines == doc.lines, name
+        assert list(rendered.services) == read_services(doc.data, catalog=CATALOG), name
+        assert rendered.service is rendered.services[0]
+        assert rendered.service.name == rendered.profile.container.service
+        assert rendered.command == rendered.profile.server_command(CATALOG), name
+        assert check_rendered(rendered, CATALOG) == check_compose_text(
+            rendered.compose_text, file=f"profile:{name}", catalog=CATALOG,
+            expect=CheckExpectations(rendered=True)), name
+
+
+@pytest.mark.parametrize("flags", [["--api-key", "templatekey0123456789"], ["--api_key=templatekey0123456789"]])
+def test_a_command_the_template_writes_is_the_deploys_command_and_its_key_a_secret(tmp_path, flags):
+    """A project template that adds flags after the profile's: the plan's argv, effective
+    settings and secrets all hold them, and the key is redacted from what the record keeps."""
+    extra = "".join(f"\n      - {json.dumps(f)}" for f in ["--max-num-seqs", "7", *flags])
+    rendered = render_profile(STORE.load("speed"), CATALOG,
+                              _templates(tmp_path, SHIPPED.replace(COMMAND_LOOP, COMMAND_LOOP + extra, 1)))
+    assert rendered.command[-len(flags) - 2:] == ["--max-num-seqs", "7", *flags]
+    plan = _plan(rendered)
+    assert plan.argv == rendered.command and plan.effective["max_num_seqs"] == 7
+    assert plan.api_key == "templatekey0123456789"
+    assert "templatekey0123456789" not in json.dumps(plan.secrets.scrub(plan.effective))
+    assert "templatekey0123456789" not in json.dumps(plan.secrets.scrub(plan.argv))
+
+
+@pytest.mark.parametrize("line, from_host", [
+    ("    env_file: [{path: site.env, required: false}]\n", True),
+    ("    labels: {site: \"${SITE_NAME}\"}\n", True),
+    ("    labels: {price: \"$$5\"}\n", False),
+    ("", False),
+])
+def test_the_environment_comes_from_the_host_when_the_file_says_so(tmp_path, line, from_host):
+    """Compose on the host adds to the server's environment when the file's service names an
+    ``env_file`` or a variable: the deploy then reads the host's environment for the key."""
+    text = SHIPPED.replace("    restart: {{ c.restart | q }}\n", "    restart: {{ c.restart | q }}\n" + line, 1)
+    rendered = render_profile(STORE.load("speed"), CATALOG, _templates(tmp_path, text))
+    assert _plan(rendered).environment_from_host is from_host
+
+
+def test_a_second_service_the_template_writes_is_read_and_judged_but_never_placed_on_the_profile(tmp_path):
+    loaded = STORE.load("speed")
+    rendered = render_profile(loaded, CATALOG, _templates(tmp_path, SHIPPED.replace("services:\n", SIDECAR, 1)))
+    assert [s.name for s in rendered.services] == [loaded.profile.container.service, "sidecar"]
+    found = profile_positions(check_rendered(rendered, CATALOG), loaded, rendered)
+    sidecar = [f for f in found if f.path.startswith("services.sidecar.")]
+    assert sidecar, "the check judges the sidecar (an image without a digest, a restart policy)"
+    assert [f for f in sidecar if f.profile_file is not None] == []
+    own = [f for f in found if f.path == f"services.{loaded.profile.container.service}.restart"]
+    assert own and all(f.profile_file is not None for f in own)  # the profile's own are still placed
+
+
+DUPLICATE = SHIPPED.replace("services:\n", "services:\n  {{ c.service | key }}:\n    image: busybox\n", 1)
+
+
+def test_a_file_the_parser_refuses_is_the_checks_finding_with_its_rule_and_line(tmp_path):
+    with pytest.raises(RenderRefused) as err:
+        render_profile(STORE.load("speed"), CATALOG, _templates(tmp_path, DUPLICATE))
+    f = err.value.finding
+    assert (f.rule, f.file, f.line) == ("yaml/duplicate-key", "profile:speed", 5)
+    assert "profile speed" in err.value.message and "yaml/duplicate-key" in err.value.message
+    assert str(tmp_path / "templates" / "docker-compose.yml.j2") in err.value.hint
+    assert err.value.text.count("  exl3xpu:\n") == 2
+
+
+def test_the_check_command_reports_a_refused_render_as_a_finding_exit_1(tmp_path):
+    for name in ("profiles", "schema", "deploy"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("images"))
+    _templates(tmp_path, DUPLICATE)
+    env = dict(os.environ, SERVEDECK_PROJECT=str(tmp_path))
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "check", "--profile", "speed", "--json"],
+                         capture_output=True, text=True, env=env)
+    found = json.loads(res.stdout)
+    assert [(f["rule"], f["file"], f["line"]) for f in found] == [("yaml/duplicate-key", "profile:speed", 5)]
+    assert res.returncode == 1, res.stderr
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "render", "--profile", "speed"],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 1 and res.stdout == "" and "yaml/duplicate-key" in res.stderr
+
+
+@pytest.mark.parametrize("text, says, line", [
+    ("services:\n  {% if %}\n", "does not compile", 2),
+    ("services:\n\n  {{ nope }}:\n", "fails as it renders", 3),
+    ("{% include 'missing.j2' %}\n", "includes missing.j2, which is not found", None),
+    ("services:\n  x: {{ c.service | nofilter }}\n", "does not compile", 2),
+])
+def test_a_template_jinja_cannot_run_is_named_with_its_line(tmp_path, text, says, line):
+    d = _templates(tmp_path, text)
+    with pytest.raises(ServedeckError) as err:
+        render_profile(STORE.load("speed"), CATALOG, d)
+    assert says in err.value.message and err.value.file == str(d / "docker-compose.yml.j2")
+    assert err.value.field == (f"line {line}" if line else None)
+
+
+def test_a_template_that_is_not_utf8_is_named(tmp_path):
+    d = _templates(tmp_path, SHIPPED.replace("# servedeck", "# caf\u00e9 servedeck", 1).encode("latin-1"))
+    with pytest.raises(ServedeckError) as err:
+        render_profile(STORE.load("speed"), CATALOG, d)
+    assert "not UTF-8" in err.value.message and err.value.file == str(d / "docker-compose.yml.j2")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda t: t.replace("  {{ c.service | key }}:", "  other:", 1), "renders no service named 'exl3xpu'"),
+    (lambda t: t.replace("services:\n", "services:\n  exl3xpu: 1\nx-other:\n", 1), "renders no service named"),
+])
+def test_a_template_without_the_profiles_service_is_refused_naming_it(tmp_path, edit, says):
+    d = _templates(tmp_path, edit(SHIPPED))
+    with pytest.raises(ServedeckError) as err:
+        render_profile(STORE.load("speed"), CATALOG, d)
+    assert says in err.value.message and err.value.file == str(d / "docker-compose.yml.j2")
+
+
+@pytest.mark.parametrize("escape", ["\\uD800", "\\udfff", "\\uDBFF\\u0041"])
+def test_a_lone_surrogate_is_refused_where_it_is_written(tmp_path, escape):
+    """A ``"\\uD800"`` escape gives a string no file can hold: refused at the profile's line
+    (before, every render crashed in libyaml with a UnicodeEncodeError), and a text holding one
+    is a ``yaml/syntax`` finding of the check, not a crash."""
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    (tmp_path / "profiles" / "odd.yaml").write_text(
+        f'extends: speed\ncontainer:\n  environment:\n    WEIRD: "a{escape}b"\n')
+    with pytest.raises(ServedeckError) as err:
+        ProfileStore(tmp_path / "profiles").load("odd")
+    assert err.value.line == 4 and "surrogate" in err.value.message
+    assert str(tmp_path / "profiles" / "odd.yaml") in (err.value.file or "")
+    [finding] = check_compose_text("services:\n  a:\n    image: x\n    environment: {A: \"" + chr(0xD800) + "\"}\n")
+    assert finding.rule == "yaml/syntax"
