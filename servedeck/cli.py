@@ -317,8 +317,8 @@ def _check_profile(name: str) -> tuple[str | None, list]:
     from servedeck.compose.render import RenderRefused
     try:
         rendered = _render(name)
-    except RenderRefused as exc:  # the file is there, and the check's parser refuses it
-        return exc.text, [exc.finding]
+    except RenderRefused as exc:  # the check's parser refuses the file: its finding, as the check's
+        return None, [exc.finding]
     except ServedeckError as exc:
         return None, _load_findings(exc)
     from servedeck.compose.positions import profile_positions

@@ -35,7 +35,6 @@ from servedeck.compose.rules._doc import Doc, DocError, parse
 from servedeck.compose.service import Service, read_services
 from servedeck.errors import ServedeckError
 from servedeck.findings import Finding
-from servedeck.launchers.server import split_command
 from servedeck.model.catalog import Catalog
 from servedeck.model.profile import LoadedProfile, Profile
 from servedeck.yamlio import dump_yaml, scalar_text
@@ -99,14 +98,14 @@ class Rendered:
 class RenderRefused(ServedeckError):
     """A profile renders a file the check's parser refuses (:func:`servedeck.compose.rules._doc.
     parse`): ``finding`` is the parser's (``yaml/syntax``, ``yaml/duplicate-key``, ``yaml/limits``,
-    ``yaml/empty``; file ``profile:NAME``, the line of the rendered text), ``text`` that text."""
+    ``yaml/empty``; file ``profile:NAME``, the line of the rendered text)."""
 
-    def __init__(self, finding: Finding, text: str, profile: str, template: str) -> None:
-        super().__init__(f"the compose file profile {profile} renders is refused: {finding.rule}: {finding.message}",
+    def __init__(self, finding: Finding, template: str) -> None:
+        super().__init__(f"the rendered compose file is refused: {finding.rule}: {finding.message}",
                          file=finding.file, field=f"line {finding.line}" if finding.line else None,
-                         hint=f"{finding.hint or 'see the rule'}: the file is profile {profile}'s values written "
-                              f"by the template {template}")
-        self.finding, self.text = finding, text
+                         hint=f"{finding.hint or 'see the rule'}: the rendered file is the profile's values "
+                              f"written by the template {template}")
+        self.finding = finding
 
 
 @functools.lru_cache(maxsize=8)
@@ -167,15 +166,21 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
-    text, template = _render_template(dirs, dict(
-        profile=profile, c=c, command=command, volumes=volumes,
-        named_volumes=named, ports=ports,
-        force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
-        compose_extra=extra, compose_name=compose_name))
+    template = _template_path(dirs)
+    try:
+        text = _environment(tuple(str(d) for d in dirs)).get_template(TEMPLATE).render(
+            profile=profile, c=c, command=command, volumes=volumes,
+            named_volumes=named, ports=ports,
+            force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
+            compose_extra=extra, compose_name=compose_name)
+    except (jinja2.TemplateError, UnicodeDecodeError) as exc:
+        raise _template_error(exc, template, dirs) from None
+    if not text.endswith("\n"):
+        text += "\n"
     try:  # what the file says, whatever the template: the check's reading, its services as they will run
         doc = parse(text, f"profile:{profile.name}")
     except DocError as exc:
-        raise RenderRefused(exc.finding, text, profile.name, template) from None
+        raise RenderRefused(exc.finding, template) from None
     services = read_services(doc.data, catalog=catalog)
     own = [s for s in services if s.name == c.service]
     if not own:
@@ -183,40 +188,39 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
                              "(its container.service)", file=template,
                              hint="the template writes the profile's service under `services:` as "
                                   "`{{ c.service | key }}:`")
-    command = split_command(own[0].data.get("command")) or []
+    command = list(own[0].command or [])
     return Rendered(profile=profile, command=command, compose_text=text, profile_hash=phash, doc=doc,
                     services=(own[0], *(s for s in services if s is not own[0])), service=own[0])
 
 
-def _render_template(dirs: tuple[str | Path, ...], variables: dict[str, Any]) -> tuple[str, str]:
-    """``docker-compose.yml.j2`` found on the search path ``dirs``, rendered with ``variables``:
-    (the text, ending with a newline; the template's path).
+TEMPLATE = "docker-compose.yml.j2"
+"""The compose template's name, looked up on the project's template search path."""
 
-    Raises:
-        ServedeckError: the template is missing, not UTF-8, does not compile, or fails as it
-            runs (an undefined variable, a missing include): its file and line named.
-    """
-    name = "docker-compose.yml.j2"
-    where = next((str(Path(d) / name) for d in dirs if (Path(d) / name).is_file()), name)  # Jinja's first match
-    try:
-        template = _environment(tuple(str(d) for d in dirs)).get_template(name)
-        where = template.filename or name
-        text = template.render(**variables)
-    except jinja2.TemplateSyntaxError as exc:
-        raise ServedeckError(f"the compose template does not compile: {exc.message}", file=exc.filename or where,
-                             field=f"line {exc.lineno}", hint="fix the Jinja syntax at this line") from None
-    except jinja2.TemplateNotFound as exc:
-        raise ServedeckError(f"the compose template includes {exc.name}, which is not found" if where != name
-                             else f"no {name} on the template path {', '.join(map(str, dirs))}",
-                             file=where, hint="the project's templates/ directory, else the shipped one") from None
-    except UnicodeDecodeError as exc:
-        raise ServedeckError(f"the compose template is not UTF-8 text ({exc.reason})", file=where,
-                             hint="save the template as UTF-8") from None
-    except jinja2.TemplateError as exc:
-        line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == where),
-                    None)
-        raise ServedeckError(f"the compose template fails as it renders: {exc.message or type(exc).__name__}",
-                             file=where, field=f"line {line}" if line else None,
-                             hint="the template's variables are named in servedeck.compose.render."
-                                  "render_profile's docstring") from None
-    return (text if text.endswith("\n") else text + "\n"), where
+
+def _template_path(dirs: tuple[str | Path, ...]) -> str:
+    """The path of the :data:`TEMPLATE` Jinja's loader takes from the search path ``dirs``
+    (the first that holds it), or its bare name when none does."""
+    return next((str(Path(d) / TEMPLATE) for d in dirs if (Path(d) / TEMPLATE).is_file()), TEMPLATE)
+
+
+def _template_error(exc: Exception, template: str, dirs: tuple[str | Path, ...]) -> ServedeckError:
+    """The user's error for a compose template (at path ``template``) that is missing, not UTF-8,
+    does not compile, or fails as it runs (an undefined variable, a missing include): its file
+    and line named."""
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return ServedeckError(f"the compose template does not compile: {exc.message}", file=exc.filename or template,
+                              field=f"line {exc.lineno}", hint="fix the Jinja syntax at this line")
+    if isinstance(exc, jinja2.TemplateNotFound):
+        if template == TEMPLATE:
+            return ServedeckError(f"no {TEMPLATE} on the template path {', '.join(map(str, dirs))}",
+                                  hint="the project's templates/ directory, else the shipped one")
+        return ServedeckError(f"the compose template includes {exc.name}, which is not found", file=template,
+                              hint="put the included file beside the template")
+    if isinstance(exc, UnicodeDecodeError):
+        return ServedeckError(f"the compose template is not UTF-8 text ({exc.reason})", file=template,
+                              hint="save the template as UTF-8")
+    line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == template), None)
+    return ServedeckError(f"the compose template fails as it renders: {getattr(exc, 'message', None) or exc}",
+                          file=template, field=f"line {line}" if line else None,
+                          hint="the template's variables are named in servedeck.compose.render.render_profile's "
+                               "docstring")

@@ -7,8 +7,8 @@ A :class:`Service` is read from a service mapping of a compose document as Compo
 The launcher, the command as it reads it, the server's environment and the effective settings
 are computed once, there, in one descent into the launchers
 (:func:`servedeck.launchers.server.read_server`, which also says how Compose and Docker start
-the server). The check rules, the renderer (which hands the service of the file it wrote over
-to the check), the deploy plan, the A/B comparison and the KV prediction read this one object.
+the server). The check rules, the renderer (which reads the file it wrote, as the check reads
+any file), the deploy plan, the A/B comparison and the KV prediction read this one object.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from servedeck.compose.document import (Device, DeviceRequest, device_requests, devices, env_items, interpolated,
                                         resolve_extends)
 from servedeck.launchers.base import DocPath, EnvItem, Launch, Launcher, LauncherDefaults, Setting
-from servedeck.launchers.server import read_server
+from servedeck.launchers.server import read_server, split_command
 from servedeck.model.catalog import Catalog, ImageFacts, ImageRef, image_facts
 from servedeck.vllm.kv import KvSettings, kv_settings
 
@@ -33,6 +33,8 @@ class Service:
         data: the service mapping as Compose reads it (``extends`` merged, values interpolated;
             the image as written).
         image: the image reference (None when absent or not a string).
+        command: the ``command`` as the container gets it (argv items,
+            :func:`servedeck.launchers.server.split_command`; None: the image's own).
         facts: the image's facts (catalog or inferred, :func:`servedeck.model.catalog.image_facts`),
             or None.
         launch: the server command as its launcher reads it (:class:`~servedeck.launchers.base.
@@ -57,6 +59,7 @@ class Service:
     image: ImageRef | None
     facts: ImageFacts | None
     launch: Launch
+    command: list[str] | None = None
     defaults: LauncherDefaults | None = None
     env_items: list[EnvItem] = field(default_factory=list)
     environment: list[EnvItem] = field(default_factory=list)
@@ -128,7 +131,8 @@ class Service:
         requests = [(path + sub, r) for sub, r in device_requests(data)]
         server = read_server(data.get("entrypoint"), data.get("command"), path, facts,
                              image.repository if image is not None else None, items)
-        return cls(name, data, path, image, facts, server.launch, defaults=server.defaults,
+        return cls(name, data, path, image, facts, server.launch, command=split_command(data.get("command")),
+                   defaults=server.defaults,
                    env_items=server.env_items, environment=server.environment, effective=server.effective,
                    devices=devs, device_requests=requests)
 
