@@ -85,7 +85,7 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
     """(load seconds, render seconds per call, check seconds per call), imports included in load."""
     t = time.perf_counter()
     sys.path.insert(0, str(ROOT))
-    from servedeck.compose.check import CheckExpectations, check_rendered
+    from servedeck.compose.check import check_rendered
     from servedeck.model.profile import ProfileStore
     from servedeck.model.project import Project
     from servedeck.compose.render import render_profile
@@ -98,7 +98,7 @@ def in_process(profile: str, n: int) -> tuple[float, list[float], list[float]]:
         t = time.perf_counter()
         rendered = render_profile(loaded, catalog, project.templates_dir)
         t1 = time.perf_counter()
-        check_rendered(rendered, catalog=catalog, expect=CheckExpectations(rendered=True))
+        check_rendered(rendered, catalog)
         t2 = time.perf_counter()
         render_s.append(t1 - t)
         check_s.append(t2 - t1)
@@ -111,7 +111,7 @@ IMPORT_RE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 def import_profile(python: str, top: int = 12) -> None:
     """Print what dominates import time of the check task's imports (``-X importtime``)."""
     code = ("import invoke, servedeck.cli\n"
-            "from servedeck.compose.check import CheckExpectations, check_rendered, format_findings\n"
+            "from servedeck.compose.check import check_rendered, format_findings\n"
             "from servedeck.findings import has_errors\n"
             "from servedeck.model.profile import ProfileStore\n"
             "from servedeck.compose.render import render_profile\n"
