@@ -141,8 +141,7 @@ def profile_positions(findings: list[Finding], loaded: Any, rendered: Any) -> li
     ``profile_line`` and ``profile_field`` set where a profile key produced the rendered item
     (an item of the profile's own service, or of the file's top level; never one of another
     service a project's template writes); the rendered ``file``/``line``/``path`` stay as they
-    were. New Finding objects; the input
-    is not changed."""
+    were. New Finding objects; the input is not changed."""
     out = []
     for f in findings:
         if not f.path or f.profile_file is not None:

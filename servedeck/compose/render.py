@@ -154,7 +154,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     if isinstance(profile, LoadedProfile):
         profile = profile.profile
     phash = profile_hash(profile)
-    command = profile.server_command(catalog)
+    argv = profile.server_command(catalog)  # the launcher's; the file's own is read back below
     c, m = profile.container, profile.model
     mounts = ([Mount(m.mount, m.weights_dir, mode=m.mount_options)] if m.weights_dir and m.mount
               else [Mount(m.hf_cache.target, m.hf_cache.source, mode=m.hf_cache.options)] if m.hf_cache
@@ -169,7 +169,7 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     template = _template_path(dirs)
     try:
         text = _environment(tuple(str(d) for d in dirs)).get_template(TEMPLATE).render(
-            profile=profile, c=c, command=command, volumes=volumes,
+            profile=profile, c=c, command=argv, volumes=volumes,
             named_volumes=named, ports=ports,
             force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
             compose_extra=extra, compose_name=compose_name)
@@ -188,9 +188,9 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
                              "(its container.service)", file=template,
                              hint="the template writes the profile's service under `services:` as "
                                   "`{{ c.service | key }}:`")
-    command = list(own[0].command or [])
-    return Rendered(profile=profile, command=command, compose_text=text, profile_hash=phash, doc=doc,
-                    services=(own[0], *(s for s in services if s is not own[0])), service=own[0])
+    return Rendered(profile=profile, command=list(own[0].command or []), compose_text=text,
+                    profile_hash=phash, doc=doc, services=(own[0], *(s for s in services if s is not own[0])),
+                    service=own[0])
 
 
 TEMPLATE = "docker-compose.yml.j2"

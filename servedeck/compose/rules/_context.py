@@ -1,7 +1,7 @@
 """The check's context shared by the rule families: the checked document, what the caller
 knows about it (:class:`CheckExpectations`), the findings list; and the services of the document
 (:class:`servedeck.compose.service.Service`, the one model of a service as it will run, read
-once per check or handed over by the renderer).
+once per check, or by the renderer from the file it wrote).
 """
 
 from __future__ import annotations
