@@ -40,7 +40,8 @@ lives in ``servedeck/compose/rules/<family>.py`` (``yaml/*`` in the document rea
 ``cache/*``        where huggingface_hub looks for a repo id's files (HF_HUB_CACHE, HF_HOME,
                    XDG_CACHE_HOME, the user's HOME) against the mounts, offline or not
 ``deps/*``         ``depends_on`` across services (healthy without a healthcheck, unknown
-                   service, waiting for a server to exit, cycles)
+                   service, waiting for a server to exit, cycles); ``extends`` of a service the
+                   file does not have, or in a cycle
 ``container/*``    one ``container_name`` twice, or on a service with replicas
 ``resources/*``    container limits vLLM needs (memory for its own host buffers and processes,
                    swap and reservation vs limit, pids, open files)

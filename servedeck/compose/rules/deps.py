@@ -7,7 +7,9 @@ none: ``docker compose up`` ends with "dependency failed to start: container ...
 healthcheck configured" (older docker-compose: 'Service "x" is missing a healthcheck
 configuration'); ``service_completed_successfully`` waits for the dependency to exit 0, which a
 server never does; a dependency on a service the file does not define, or a cycle, makes
-Compose refuse the file.
+Compose refuse the file. So does an ``extends`` of a service the file does not have ("cannot
+extend service "a" in FILE: service "x" not found") or one that comes back to itself ("Circular
+reference"): Compose v2.40.3's ``docker compose config`` on such files.
 """
 
 from __future__ import annotations
@@ -21,6 +23,43 @@ def check_depends_on(ctx: Ctx, svcs: list[Service]) -> None:
     """``deps/*`` over the document's services."""
     _depends_on(ctx, svcs, {s.name: s for s in svcs})
     _cycles(ctx, svcs)
+    _extends(ctx, svcs)
+
+
+def _extends(ctx: Ctx, svcs: list[Service]) -> None:
+    """``deps/extends-unknown-service`` and ``deps/extends-cycle``: the ``extends`` a service
+    still holds once the document is read (:func:`servedeck.compose.document.resolve_extends`
+    merges every one it can resolve) whose base is in this file, or in another file the caller
+    read (``CheckExpectations.extends_files``); a base in a file not read is not judged."""
+    graph: dict[str, list[str]] = {}
+    for svc in svcs:
+        spec = svc.data.get("extends")
+        base = spec if isinstance(spec, str) else spec.get("service") if isinstance(spec, dict) else None
+        if not isinstance(base, str):
+            continue
+        other = spec.get("file") if isinstance(spec, dict) else None
+        if other is None:
+            pool = ctx.doc.data.get("services") or {}
+            graph[svc.name] = [base]
+        else:
+            doc = ctx.expect.extends_files.get(str(other))
+            if not isinstance(doc, dict):
+                continue
+            pool = doc.get("services") or {}
+        if not isinstance(pool, dict) or base not in pool:
+            ctx.error("deps/extends-unknown-service", svc.path + ("extends",),
+                      f"service {svc.name} extends {base!r}, which {'this file' if other is None else other} "
+                      f"does not define: Compose refuses the file (\"service {base!r} not found\")",
+                      "name a service the file defines (`extends: {file: F, service: NAME}` for another file)")
+    reported: set[frozenset[str]] = set()
+    for start in graph:
+        cycle = _cycle_from(graph, start, [])
+        if cycle and frozenset(cycle) not in reported:
+            reported.add(frozenset(cycle))
+            svc = next(s for s in svcs if s.name == cycle[0])
+            ctx.error("deps/extends-cycle", svc.path + ("extends",),
+                      f"extends comes back to where it started ({' -> '.join(cycle)}): Compose refuses the file "
+                      "(\"Circular reference\")", "let one of them extend none")
 
 
 def dependencies(svc: Service) -> list[tuple[str, str, bool, Path]]:
