@@ -51,15 +51,10 @@ def _extends(ctx: Ctx, svcs: list[Service]) -> None:
                       f"service {svc.name} extends {base!r}, which {'this file' if other is None else other} "
                       f"does not define: Compose refuses the file (\"service {base!r} not found\")",
                       "name a service the file defines (`extends: {file: F, service: NAME}` for another file)")
-    reported: set[frozenset[str]] = set()
-    for start in graph:
-        cycle = _cycle_from(graph, start, [])
-        if cycle and frozenset(cycle) not in reported:
-            reported.add(frozenset(cycle))
-            svc = next(s for s in svcs if s.name == cycle[0])
-            ctx.error("deps/extends-cycle", svc.path + ("extends",),
-                      f"extends comes back to where it started ({' -> '.join(cycle)}): Compose refuses the file "
-                      "(\"Circular reference\")", "let one of them extend none")
+    for svc, cycle in _each_cycle(graph, svcs):
+        ctx.error("deps/extends-cycle", svc.path + ("extends",),
+                  f"extends comes back to where it started ({' -> '.join(cycle)}): Compose refuses the file "
+                  "(\"Circular reference\")", "let one of them extend none")
 
 
 def dependencies(svc: Service) -> list[tuple[str, str, bool, Path]]:
@@ -147,14 +142,22 @@ def _cycle_from(graph: dict[str, list[str]], node: str, stack: list[str]) -> lis
     return None
 
 
-def _cycles(ctx: Ctx, svcs: list[Service]) -> None:
-    graph = {s.name: [d for d, *_ in dependencies(s)] for s in svcs}
+def _each_cycle(graph: dict[str, list[str]], svcs: list[Service]) -> list[tuple[Service, list[str]]]:
+    """Each cycle of ``graph`` (service name -> the names it needs) once, with the service it is
+    reported at (its first)."""
+    out: list[tuple[Service, list[str]]] = []
     reported: set[frozenset[str]] = set()
     for start in graph:
         cycle = _cycle_from(graph, start, [])
         if cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
-            svc = next(s for s in svcs if s.name == cycle[0])
-            ctx.error("deps/cycle", svc.path + ("depends_on",),
-                      f"depends_on forms a cycle ({' -> '.join(cycle)}): Compose refuses the file "
-                      f"(\"dependency cycle detected\")", "drop one of the dependencies")
+            out.append((next(s for s in svcs if s.name == cycle[0]), cycle))
+    return out
+
+
+def _cycles(ctx: Ctx, svcs: list[Service]) -> None:
+    graph = {s.name: [d for d, *_ in dependencies(s)] for s in svcs}
+    for svc, cycle in _each_cycle(graph, svcs):
+        ctx.error("deps/cycle", svc.path + ("depends_on",),
+                  f"depends_on forms a cycle ({' -> '.join(cycle)}): Compose refuses the file "
+                  f"(\"dependency cycle detected\")", "drop one of the dependencies")
