@@ -9,10 +9,11 @@ ladder from the profile's current value). Each candidate gets:
      same knob measured. The same change again expects that ratio; the next step further in
      the same direction expects half of it (returns diminish), the opposite direction its
      inverse; a change already decided against (``revert``/``no change``) is not proposed
-     again. With no ``metric`` asked for, the knob's own metric is used when the history
-     decided it; else a metric on which the history decided this very change (or its undo),
-     :data:`HEADLINE_METRIC` first (a tune's objective: ``max_num_batched_tokens`` has a
-     prefill prior, and a decided decode gain of the same change is evidence, not noise);
+     again. With no ``metric`` asked for, a metric on which the history decided this very
+     change (or its undo) is used, :data:`HEADLINE_METRIC` first, then the knob's own, then the
+     clearest (candidates rank on one scale: ``max_num_batched_tokens`` has a prefill prior, and
+     a prefill verdict of a few per cent beside another knob's decode gain would compare two
+     different things); else the knob's own metric (a further step, the opposite direction);
   2. the baseline run's own evidence: speculative depth from the per-position acceptance the
      server reported (tokens per step ``1 + Σ rate_i``; one draft position costs
      :data:`DRAFT_STEP_COST` of a target step, a modelling assumption stated in the reasons);
@@ -401,19 +402,19 @@ def _candidate(knob: Knob, current: Any, proposed: Any, *, history, per_position
     why: list[str] = []
     direction = knob.direction(current, proposed)
     asked = metric
-    metric = metric or next(iter(knob.prior_gain), None)
     gain: float | None = None
     source = None
     decided = None
     reason = None
-    if metric is not None:
-        gain, reason, decided = _history_gain(knob, current, proposed, history, metric)
-    if reason is None and asked is None:
+    if asked is None:  # a verdict of this very change, on one scale for all candidates: the headline first
         for other in _decided_metrics(knob, current, proposed, history):
             gain, reason, decided = _history_gain(knob, current, proposed, history, other)
             if reason is not None:
                 metric = other
                 break
+    metric = metric or next(iter(knob.prior_gain), None)
+    if reason is None and metric is not None:
+        gain, reason, decided = _history_gain(knob, current, proposed, history, metric)
     if reason:
         why.append(reason)
         source = "history"

@@ -275,3 +275,11 @@ def test_next_uses_the_metric_the_history_decided_when_the_knob_has_none_there(t
     # a metric asked for is the only one that counts
     plan = propose(doc, "b70", tmp_path, history=history, only=only, metric="cold ttft_s")
     assert all(c.gain_source != "history" for c in plan.candidates)
+    # the knob's own metric decided too (a +3 % prefill verdict, as a loaded machine gives by
+    # chance): candidates still rank on the headline, one scale for all (the bug: the batch
+    # budget expected +3 % and ranked below max_num_seqs' +10 %; CI, 2026-12-05)
+    history[0].metrics["cold prefill_tok_s"] = MetricRecord(a=1.0, b=1.03, ratio=1.03, verdict="faster")
+    plan = propose(doc, "b70", tmp_path, history=history, only=only)
+    first = plan.candidates[0]
+    assert (first.profile_path, first.metric, first.expected_gain) == (
+        "engine.max_num_batched_tokens", "warm decode_tok_s", pytest.approx(0.2))
