@@ -166,15 +166,16 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
     # unmodelled service keys (file text already: no $ escaping) through the YAML dumper
     extra = dump_yaml(c.compose_extra, indent=4).rstrip("\n") if c.compose_extra else ""
     dirs = (templates_dir,) if isinstance(templates_dir, (str, Path)) else tuple(templates_dir)
-    template = _template_path(dirs)
     try:
-        text = _environment(tuple(str(d) for d in dirs)).get_template(TEMPLATE).render(
+        loaded = _environment(tuple(str(d) for d in dirs)).get_template(TEMPLATE)
+        text = loaded.render(
             profile=profile, c=c, command=argv, volumes=volumes,
             named_volumes=named, ports=ports,
             force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
             compose_extra=extra, compose_name=compose_name)
     except (jinja2.TemplateError, UnicodeDecodeError) as exc:
-        raise _template_error(exc, template, dirs) from None
+        raise _template_error(exc, dirs) from None
+    template = loaded.filename or TEMPLATE
     if not text.endswith("\n"):
         text += "\n"
     try:  # what the file says, whatever the template: the check's reading, its services as they will run
@@ -197,16 +198,12 @@ TEMPLATE = "docker-compose.yml.j2"
 """The compose template's name, looked up on the project's template search path."""
 
 
-def _template_path(dirs: tuple[str | Path, ...]) -> str:
-    """The path of the :data:`TEMPLATE` Jinja's loader takes from the search path ``dirs``
-    (the first that holds it), or its bare name when none does."""
-    return next((str(Path(d) / TEMPLATE) for d in dirs if (Path(d) / TEMPLATE).is_file()), TEMPLATE)
-
-
-def _template_error(exc: Exception, template: str, dirs: tuple[str | Path, ...]) -> ServedeckError:
-    """The user's error for a compose template (at path ``template``) that is missing, not UTF-8,
-    does not compile, or fails as it runs (an undefined variable, a missing include): its file
-    and line named."""
+def _template_error(exc: Exception, dirs: tuple[str | Path, ...]) -> ServedeckError:
+    """The user's error for the compose template of the search path ``dirs`` that is missing,
+    not UTF-8, does not compile, or fails as it runs (an undefined variable, a missing include):
+    its file (the first directory that holds :data:`TEMPLATE`, as Jinja's loader takes it) and
+    line named."""
+    template = next((str(Path(d) / TEMPLATE) for d in dirs if (Path(d) / TEMPLATE).is_file()), TEMPLATE)
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return ServedeckError(f"the compose template does not compile: {exc.message}", file=exc.filename or template,
                               field=f"line {exc.lineno}", hint="fix the Jinja syntax at this line")
