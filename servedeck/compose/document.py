@@ -662,10 +662,20 @@ def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = 
     return out
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A file a compose document names that cannot be read or parsed; ``reason`` says why, as
+    one line (the operating system's or the YAML parser's words). Compose refuses the document
+    (v2.40.3: "open F: no such file or directory", "read F: is a directory", "failed to parse
+    F: ...")."""
+
+    reason: str
+
+
 def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
     """The other compose documents the services of ``data`` extend (``extends: {file: F}``),
     read relative to ``compose_file``'s directory as Compose reads them: path as written →
-    parsed document. A file that cannot be read or parsed is left out (Compose refuses it)."""
+    parsed document, or :class:`Unreadable` for a file that cannot be read or parsed."""
     from servedeck.yamlio import read_yaml_file
     out: dict[str, Any] = {}
     services = data.get("services") if isinstance(data, dict) else None
@@ -676,8 +686,10 @@ def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
             continue
         try:
             out[name] = read_yaml_file(compose_file.resolve().parent / Path(name).expanduser())
-        except (OSError, ServedeckError, ValueError):
-            continue
+        except OSError as exc:
+            out[name] = Unreadable(exc.strerror or type(exc).__name__)
+        except (ServedeckError, ValueError) as exc:
+            out[name] = Unreadable(" ".join((getattr(exc, "message", None) or str(exc)).split()))
     return out
 
 

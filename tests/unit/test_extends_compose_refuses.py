@@ -1,9 +1,15 @@
 """An ``extends`` Compose cannot resolve is an error of the check, in every spelling: a service
-the file (or the other file it names) does not define, or a chain that comes back to itself.
-What Compose says of each (v2.40.3, ``docker compose config``): 'cannot extend service "a" in
-FILE: service "nothere" not found'; 'Circular reference: a in FILE, extends a in FILE'."""
+the file (or the other file it names) does not define, a chain that comes back to itself, or
+another file that cannot be read or parsed. What Compose says of each (v2.40.3, ``docker compose
+config``): 'cannot extend service "a" in FILE: service "nothere" not found'; 'Circular
+reference: a in FILE, extends a in FILE'; 'open FILE: no such file or directory', 'read FILE: is
+a directory', 'failed to parse FILE: ...'; of an empty FILE: 'no services section'."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +49,7 @@ def test_only_the_root_of_a_broken_chain_is_named():
 @pytest.mark.parametrize("text", [
     f"services:\n  base:\n    image: {PIN}\n  a:\n    extends: base\n",
     f"services:\n  base:\n    image: {PIN}\n  a:\n    extends: {{service: base}}\n  b:\n    extends: a\n",
-    f"services:\n  a:\n    image: {PIN}\n    extends: {{file: other.yml, service: x}}\n",  # a file not read: not judged
+    f"services:\n  a:\n    image: {PIN}\n    extends: {{file: other.yml, service: x}}\n",  # text: no file read
 ])
 def test_an_extends_compose_resolves_or_cannot_judge_is_not_an_error(text):
     assert _errors(text) == {}
@@ -58,3 +64,78 @@ def test_a_base_in_another_file_is_judged_when_that_file_is_read(tmp_path):
     assert [(f.rule, f.path) for f in findings if f.rule.startswith("deps/extends")] == [
         ("deps/extends-unknown-service", "services.b.extends")]
     assert "other.yml does not define" in next(f.message for f in findings if f.rule.startswith("deps/extends"))
+
+
+def _has_compose() -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+UNREADABLE = {  # the other file as written → what the check says of it, in its message
+    "missing": (None, "cannot be read"),
+    "a directory": ("dir", "cannot be read"),
+    "broken YAML": ("services:\n  x: [\n", "not valid YAML"),
+    "not UTF-8": (b"services:\n  x:\n    image: \xff\n", "not UTF-8"),
+    "a duplicate key": (f"services:\n  x:\n    image: {PIN}\n    image: {PIN}\n", "cannot be read"),
+}
+
+
+def _write_other(tmp_path: Path, content) -> None:
+    other = tmp_path / "conf" / "other.yml"
+    other.parent.mkdir(exist_ok=True)
+    if content == "dir":
+        other.mkdir()
+    elif isinstance(content, bytes):
+        other.write_bytes(content)
+    elif content is not None:
+        other.write_text(content)
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+@pytest.mark.parametrize("spelling", ["{file: conf/other.yml, service: x}",
+                                      "\n      file: 'conf/other.yml'\n      service: x"])
+def test_a_base_in_a_file_that_cannot_be_read_is_an_error_at_its_file_key(tmp_path, case, spelling):
+    content, says = UNREADABLE[case]
+    _write_other(tmp_path, content)
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {spelling}\n")
+    _, findings = check_compose_file(main)
+    found = [f for f in findings if f.rule.startswith("deps/")]
+    assert [(f.rule, f.path, f.severity.value) for f in found] == [
+        ("deps/extends-file-unreadable", "services.a.extends.file", "error")]
+    assert says in found[0].message and "conf/other.yml" in found[0].message
+    assert found[0].line == (4 if spelling.startswith("{") else 5)
+
+
+def test_an_empty_other_file_defines_no_base(tmp_path):
+    (tmp_path / "other.yml").write_text("# nothing yet\n")
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: other.yml, service: x}}\n")
+    _, findings = check_compose_file(main)
+    assert [(f.rule, f.path) for f in findings if f.rule.startswith("deps/")] == [
+        ("deps/extends-unknown-service", "services.a.extends")]
+
+
+def test_one_unreadable_file_named_by_two_services_is_read_once_and_named_for_each(tmp_path):
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: gone.yml, service: x}}\n"
+                    f"  b:\n    image: {PIN}\n    extends: {{file: gone.yml, service: y}}\n")
+    _, findings = check_compose_file(main)
+    assert [(f.rule, f.path) for f in findings if f.rule.startswith("deps/")] == [
+        ("deps/extends-file-unreadable", "services.a.extends.file"),
+        ("deps/extends-file-unreadable", "services.b.extends.file")]
+
+
+@pytest.mark.skipif(not _has_compose(), reason="Compose v2 not installed")
+@pytest.mark.parametrize("case", sorted([*UNREADABLE, "empty", "readable"]))
+def test_the_check_refuses_what_compose_refuses(tmp_path, case):
+    other = {**{k: v[0] for k, v in UNREADABLE.items()}, "empty": "",
+             "readable": f"services:\n  x:\n    image: {PIN}\n"}
+    _write_other(tmp_path, other[case])
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: conf/other.yml, service: x}}\n")
+    compose = subprocess.run(["docker", "compose", "-f", str(main), "-p", "ext", "config", "-q"],
+                             capture_output=True, text=True, cwd=tmp_path)
+    _, findings = check_compose_file(main)
+    errors = [f.rule for f in findings if f.rule.startswith("deps/extends")]
+    assert (compose.returncode != 0) == bool(errors), (compose.stderr, errors)

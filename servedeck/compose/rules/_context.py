@@ -37,8 +37,9 @@ class CheckExpectations(BaseModel):
             (None: not readable), as :func:`servedeck.compose.document.env_file_variables`
             reads them beside the file; a file not listed here is not judged.
         extends_files: other compose documents that services ``extends`` (``file:``), by the
-            path as written, parsed (:func:`servedeck.compose.document.extends_files` reads
-            them beside the file); a base in a file not given here is not merged.
+            path as written, parsed, or :class:`~servedeck.compose.document.Unreadable` when
+            the file cannot be read or parsed (:func:`servedeck.compose.document.extends_files`
+            reads them beside the file); a base in a file not given here is not merged.
     """
 
     model_config = ConfigDict(extra="forbid")

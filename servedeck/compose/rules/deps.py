@@ -8,8 +8,10 @@ healthcheck configured" (older docker-compose: 'Service "x" is missing a healthc
 configuration'); ``service_completed_successfully`` waits for the dependency to exit 0, which a
 server never does; a dependency on a service the file does not define, or a cycle, makes
 Compose refuse the file. So does an ``extends`` of a service the file does not have ("cannot
-extend service "a" in FILE: service "x" not found") or one that comes back to itself ("Circular
-reference"): Compose v2.40.3's ``docker compose config`` on such files.
+extend service "a" in FILE: service "x" not found"), one that comes back to itself ("Circular
+reference"), or one whose ``file`` cannot be read or parsed ("open FILE: no such file or
+directory", "read FILE: is a directory", "failed to parse FILE: ..."): Compose v2.40.3's
+``docker compose config`` on such files.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ def check_depends_on(ctx: Ctx, svcs: list[Service]) -> None:
 
 
 def _extends(ctx: Ctx, svcs: list[Service]) -> None:
-    """``deps/extends-unknown-service`` and ``deps/extends-cycle``: the ``extends`` a service
-    still holds once the document is read (:func:`servedeck.compose.document.resolve_extends`
-    merges every one it can resolve) whose base is in this file, or in another file the caller
-    read (``CheckExpectations.extends_files``); a base in a file not read is not judged."""
+    """``deps/extends-unknown-service``, ``deps/extends-cycle`` and ``deps/extends-file-unreadable``:
+    the ``extends`` a service still holds once the document is read
+    (:func:`servedeck.compose.document.resolve_extends` merges every one it can resolve) whose
+    base is in this file, or in another file the caller read (``CheckExpectations.extends_files``:
+    a file that could not be read or parsed is :class:`~servedeck.compose.document.Unreadable`);
+    a base in a file the caller did not read is not judged."""
+    from servedeck.compose.document import Unreadable
     graph: dict[str, list[str]] = {}
     for svc in svcs:
         spec = svc.data.get("extends")
@@ -42,10 +47,16 @@ def _extends(ctx: Ctx, svcs: list[Service]) -> None:
             pool = ctx.doc.data.get("services") or {}
             graph[svc.name] = [base]
         else:
-            doc = ctx.expect.extends_files.get(str(other))
-            if not isinstance(doc, dict):
+            if str(other) not in ctx.expect.extends_files:
+                continue  # a file the caller did not read
+            doc = ctx.expect.extends_files[str(other)]
+            if isinstance(doc, Unreadable):
+                ctx.error("deps/extends-file-unreadable", svc.path + ("extends", "file"),
+                          f"service {svc.name} extends {base!r} in {other}, which cannot be read ({doc.reason}; "
+                          "relative to the compose file's directory): Compose refuses the file",
+                          "correct the path, or create the file there")
                 continue
-            pool = doc.get("services") or {}
+            pool = (doc.get("services") if isinstance(doc, dict) else None) or {}  # an empty file: none
         if not isinstance(pool, dict) or base not in pool:
             ctx.error("deps/extends-unknown-service", svc.path + ("extends",),
                       f"service {svc.name} extends {base!r}, which {'this file' if other is None else other} "
