@@ -18,8 +18,10 @@ Set-up (all removed at the end, also on Ctrl-C):
   ``config.json``, ``cache/``) and an inventory file with host ``bench`` on port 9950.
 
 The first deploy (onto an empty working directory, and adding the stand-in's digest to the
-catalog) is a warm-up and not counted; the next ``-n`` deploys each replace the running
-deployment (stopping it, as a real A/B redeploy does). Printed per deploy:
+catalog) is a warm-up and not counted; the second, traced by ``benchmarks/calltrace``, records the
+modules the deploy has imported when its switch starts (its import set) and is not counted either;
+the next ``-n`` deploys each replace the running deployment (stopping it, as a real A/B redeploy
+does). Printed per deploy:
 
 * ``wall``: wall time of the whole ``invoke deploy`` process,
 * ``server``: container start (docker's ``State.StartedAt``) to readiness noticed (the run
@@ -40,7 +42,11 @@ servedeck's own share is the overhead minus the medians of two peers (the CLI st
 compose's replace), the part that servedeck's code decides. The floor (:data:`FLOOR_PY`) is a
 process that does only what a deploy cannot leave out (the CLI's start-up, an SSH session, one
 round trip, compose's replace, one round trip) and none of servedeck's work, timed twice: with
-its session opened at the process start, and once invoke has loaded its tasks. A timeline gives the median time
+its session opened at the process start, and once invoke has loaded its tasks. The import set
+(:data:`IMPORTS_PY`): the CLI's start-up as a process with and without the deploy's import set
+imported after it (none of its code run), in 7 pairs; the median difference is what the import
+set alone costs, and the overhead beyond the floor and it is what servedeck's work costs
+(render, check, calibration, the run record, the work after ready). A timeline gives the median time
 from the process start to the first output line of each phase and to the exit.
 
 The package is byte-compiled first, as ``pip install`` leaves it. By default (``--python
@@ -198,6 +204,25 @@ process start, beside the CLI's start-up; ``tasks``: once invoke has loaded its 
 earliest point at which ``invoke deploy`` runs any of servedeck's code."""
 
 
+IMPORTS_PY = r"""
+import contextlib, importlib, io, sys
+from invoke.main import program
+with contextlib.redirect_stdout(io.StringIO()):
+    program.run(["invoke", "-r", sys.argv[1], "--list"], exit=False)
+names = open(sys.argv[2]).read().split() if len(sys.argv) > 2 else []
+for name in names:
+    if name not in sys.modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a name only the traced process had (a C module's alias)
+            pass
+"""
+"""The CLI's start-up (``invoke --list``) as a process, then, with a second argument, the modules
+named in that file (one per line, in that order: a deploy's import set) with none of their code
+run. Timed with and without the file, in pairs: the difference is what the import set alone costs
+a deploy's process (``import set`` peer)."""
+
+
 HOST_COMMANDS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2")
 """The loopback host's processes by name (beside its sshd, found by its configuration directory)."""
 
@@ -339,21 +364,23 @@ def _main(args: argparse.Namespace) -> int:
         try:
             peer_s = [invoke(project, "--list")[0] for _ in range(3)]
             timelines = []
-            for i in range(args.n + 1):
-                prof = args.cprofile / f"deploy-{i}.prof" if args.cprofile and i else None
+            probe = project / "probe.trace"
+            for i in range(-1, args.n + 1):  # -1: the warm-up, 0: the probe of the import set, then counted
+                prof = args.cprofile / f"deploy-{i}.prof" if args.cprofile and i > 0 else None
                 if prof:
                     prof.parent.mkdir(parents=True, exist_ok=True)
-                trace = project / f"deploy-{i}.trace" if args.trace and i == args.n else None
+                trace = (probe if i == 0 else project / f"deploy-{i}.trace" if args.trace and i == args.n
+                         else None)
                 wall, proc, phases = invoke(project, *deploy_args, cprofile=prof, trace=trace)
-                if trace:
+                if trace and i > 0:
                     trace_text = trace.read_text()
                 if args.verbose:
                     print(proc.stdout + proc.stderr)
                 if proc.returncode not in (0, 4):  # 4: ready, but a setting differs (printed)
                     print(proc.stdout + proc.stderr, file=sys.stderr)
                     return 1
-                if i == 0:
-                    continue  # warm-up: empty workdir, unknown digest
+                if i <= 0:
+                    continue  # the warm-up (empty workdir, unknown digest) and the probe are not counted
                 timelines.append({**phases, "exit": wall})
                 meta = latest_run(project)
                 server = (meta.get("timings_s") or {}).get("container_start_to_ready_s")
@@ -367,6 +394,16 @@ def _main(args: argparse.Namespace) -> int:
                              "outcome": meta.get("outcome")})
             # peers on the same host: one SSH round trip over the shared connection (the host's
             # login shell included), and compose's own replace of the running container
+            imports = Path(str(probe) + ".imports")  # the probe deploy's import set before its switch
+            import_set = imports.read_text().split() if imports.exists() else []
+            imports_s: list[tuple[float, float]] = []  # (without, with) the import set, in pairs
+            for _ in range(7 if import_set else 0):
+                pair = []
+                for extra in ([], [str(imports)]):
+                    t = time.perf_counter()
+                    subprocess.run([PYTHON, "-c", IMPORTS_PY, str(ROOT), *extra], cwd=project, check=True)
+                    pair.append(time.perf_counter() - t)
+                imports_s.append((pair[0], pair[1]))
             ssh_s, session_s, up_s, floor_s, floor_tasks_s = [], [], [], [], []
             for _ in range(3):
                 for when, into in (("start", floor_s), ("tasks", floor_tasks_s)):
@@ -413,6 +450,15 @@ def _main(args: argparse.Namespace) -> int:
           f"trip, compose's replace in the session, one round trip; no servedeck code, no wait) median "
           f"{statistics.median(floor_s):.3f} s; with the session opened once invoke has loaded its tasks "
           f"(where `invoke deploy` first runs servedeck's code) median {statistics.median(floor_tasks_s):.3f} s")
+    import_cost = statistics.median(b - a for a, b in imports_s) if imports_s else None
+    if import_cost is not None:
+        own = sum(m.split(".")[0] == "servedeck" for m in import_set)
+        print(f"peer: the CLI's start-up with a deploy's import set (the {len(import_set)} modules, {own} of "
+              f"them servedeck's, that a deploy has imported when its switch starts, recorded by a traced "
+              f"deploy; none of their code run) median {statistics.median(b for _, b in imports_s):.3f} s, "
+              f"without it {statistics.median(a for a, _ in imports_s):.3f} s: the import set alone costs "
+              f"{import_cost:.3f} s (median of {len(imports_s)} paired differences, "
+              f"{min(b - a for a, b in imports_s):.3f}-{max(b - a for a, b in imports_s):.3f})")
     if timelines:
         names = [n for n in (*PHASES, "exit") if all(n in tl for tl in timelines)]
         print("timeline of a deploy, median seconds from the process start to each phase's first line: "
@@ -433,6 +479,10 @@ def _main(args: argparse.Namespace) -> int:
         print(f"servedeck's own share (overhead - CLI start-up - compose's replace, medians): "
               f"{med - two_peers:.3f} s; the two peers alone: {two_peers:.3f} s; overhead - the floor: "
               f"{med - statistics.median(floor_s):.3f} s")
+        if import_cost is not None:
+            print(f"overhead - the floor - the import set (what servedeck's work costs beyond importing "
+                  f"its code: render, check, calibration, the run record, the work after ready): "
+                  f"{med - statistics.median(floor_s) - import_cost:.3f} s")
     if late:
         print(f"readiness noticed after the server serves: median {statistics.median(late):.3f} s, "
               f"max {max(late):.3f} s; target <= {TARGET_LATE_S:g} s: "

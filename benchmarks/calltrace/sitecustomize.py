@@ -7,7 +7,11 @@ interpreter's start-up shows too) and EVENT is ``import M`` / ``imported M`` aro
 of each module of :data:`CALLS`, or ``> NAME`` / ``< NAME`` around each call of the functions
 named there (wrapped as their module finishes importing, so nothing is imported earlier than
 servedeck would import it), and ``gc generation G: MS ms`` for each pause of the garbage
-collector of 1 ms or more. Without ``SD_CALLTRACE`` it does nothing.
+collector of 1 ms or more. When a deploy is about to switch (the call of
+``servedeck.host.docker.preload``, made right before ``docker compose up`` and before it imports
+anything more) it writes the names of every module imported by then, in import order, one per
+line, to ``FILE.imports`` (not ``__main__`` nor this module): the deploy's import set before its
+switch. Without ``SD_CALLTRACE`` it does nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ CALLS = {
     "servedeck.host.ssh": ["SshTransport.open_session_soon", "SshTransport._ensure_session"],
     "servedeck.model.catalog": ["Catalog.__init__"],
     "servedeck.deploy.record": ["startup_facts", "RunWriter.write", "RunWriter.save_meta"],
+    "servedeck.host.docker": ["preload"],
 }
 """Module → the functions (``name`` or ``Class.name``) whose calls are timed."""
 
@@ -55,6 +60,10 @@ def _install(path: str) -> None:
     def timed(fn, name):
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            if name == "preload" and not os.path.exists(path + ".imports"):
+                with open(path + ".imports", "w") as imports:
+                    imports.write("".join(m + "\n" for m in list(sys.modules)
+                                          if m not in ("__main__", __name__)))  # not the tracer
             log(f"> {name}")
             try:
                 return fn(*args, **kwargs)
