@@ -235,7 +235,7 @@ def deploy(project: Project, host: RemoteHost, entry: HostEntry, loaded: LoadedP
             recheck_kv(kvp, profile, checked[0].service, reporter)
             d.plan = build_plan(loaded=loaded, profile=profile, rendered=checked[0],
                                 findings=checked[1], image=image, host=host, entry=entry,
-                                host_facts=facts, state=state, options=options)
+                                host_facts=facts, state=state, options=options, catalog=catalog, project=project)
             d.run.secrets = d.plan.record_secrets
             record_plan(d.run, d.plan)
             if options.in_image:

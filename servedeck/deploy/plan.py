@@ -98,6 +98,7 @@ class DeployPlan:
     timeout_s: float
     revision: int
     rollback_target: Revision | None
+    parent_rendered: Rendered | None = None
 
     @property
     def compose_bytes(self) -> bytes:
@@ -125,9 +126,15 @@ class DeployPlan:
     @property
     def record_secrets(self) -> Secrets:
         """What to keep out of this deploy's run record: its own secrets and its parent
-        profile's (``profile.diff.json`` shows the parent's value of each changed field)."""
+        profile's (``profile.diff.json`` shows the parent's value of each changed field), read
+        from the parent's own rendered file (:func:`render_parent`: whatever the template
+        writes for it), or from its profile when it does not render."""
         if self.loaded.parent is None:
             return self.secrets
+        if self.parent_rendered is not None:
+            own = self.parent_rendered
+            return self.secrets.including(find_secrets(list(own.command), own.service.server_env()),
+                                          f"parent {own.profile.name}")
         from servedeck.compose.service import Service
         parent = self.entry.place(self.loaded.parent.profile)
         argv = parent.server_command(facts=self.image.facts)
@@ -284,10 +291,27 @@ def _wrong_entry_hint(catalog: Catalog, digest: str, catalog_path: Path) -> str:
     return f"correct {catalog_path} (or remove the entry: the next deploy re-reads the image)"
 
 
+def render_parent(loaded: LoadedProfile, catalog: Catalog, project: Project,
+                  workdir: str | None = None) -> Rendered | None:
+    """The parent profile of ``loaded`` rendered with the project's templates (:func:`render`;
+    a host's placement changes its name and ports, never its secrets); None for a profile
+    without a parent, or whose parent does not render (:attr:`DeployPlan.record_secrets` then
+    reads its profile)."""
+    if loaded.parent is None:
+        return None
+    try:
+        return render(loaded.parent.profile, catalog, project, workdir)
+    except ServedeckError:
+        return None
+
+
 def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, findings: list[Any],
                image: ImageInfo, host: RemoteHost, entry: HostEntry, host_facts: dict[str, Any],
-               state: HostState, options: DeployOptions) -> DeployPlan:
-    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``)."""
+               state: HostState, options: DeployOptions, catalog: Catalog | None = None,
+               project: Project | None = None) -> DeployPlan:
+    """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``); with
+    ``catalog`` and ``project``, the parent profile rendered too (:func:`render_parent`)."""
+    parent = render_parent(loaded, catalog, project, entry.workdir) if catalog and project else None
     environment = rendered.service.server_env()
     argv = list(rendered.command)
     good = state.known_good()
@@ -299,7 +323,8 @@ def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, f
         base_url=api_base_url(host, entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],
         timeout_s=options.timeout_s or entry.ready_timeout_s,
-        revision=next_revision(state.history), rollback_target=good[0] if good else None)
+        revision=next_revision(state.history), rollback_target=good[0] if good else None,
+        parent_rendered=parent)
 
 
 def preflight_paths(profile: Profile) -> list[str]:

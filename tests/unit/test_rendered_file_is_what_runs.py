@@ -109,6 +109,44 @@ def test_a_second_service_the_template_writes_is_read_and_judged_but_never_place
     assert own and all(f.profile_file is not None for f in own)  # the profile's own are still placed
 
 
+def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp_path):
+    """A project template writes ``--api-key`` from a container variable the secret finder does
+    not know by name, and only when it is set; the child unsets it. The parent's key is found
+    in the parent's own rendered file, so the profile diff (which shows the parent's value of
+    each changed field) never holds it; a parent that does not render gives None (its secrets
+    are then read from its profile)."""
+    from servedeck.deploy.plan import render_parent
+    from servedeck.model.profile import diff_profiles
+    profiles = tmp_path / "profiles"
+    shutil.copytree(ROOT / "profiles", profiles)
+    (profiles / "p-key.yaml").write_text("extends: speed\ncontainer:\n  environment:\n"
+                                         "    SITE_ACCESS: parentkey0123456789\n")
+    (profiles / "c-key.yaml").write_text("extends: p-key\ncontainer:\n  environment:\n"
+                                         "    SITE_ACCESS: \"\"\n")
+    key = ('\n{%- if c.environment.SITE_ACCESS %}\n      - "--api-key"\n'
+           '      - {{ c.environment.SITE_ACCESS | q }}\n{%- endif %}')
+    templates = _templates(tmp_path, SHIPPED.replace(COMMAND_LOOP, COMMAND_LOOP + key, 1))
+    loaded = ProfileStore(profiles).load("c-key")
+    rendered = render_profile(loaded, CATALOG, templates)
+    entry = SimpleNamespace(api_host="h", ready_timeout_s=10, workdir=None)
+    project = SimpleNamespace(templates_dirs=[templates])
+    plan = build_plan(loaded=loaded, profile=rendered.profile, rendered=rendered, findings=[],
+                      image=SimpleNamespace(facts=None), host=None, entry=entry, host_facts={},
+                      state=SimpleNamespace(known_good=lambda: [], history=[]),
+                      options=SimpleNamespace(timeout_s=None), catalog=CATALOG, project=project)
+    parent = plan.parent_rendered
+    assert parent is not None and parent.command[-2:] == ["--api-key", "parentkey0123456789"]
+    assert plan.api_key is None and "--api-key" not in rendered.command  # the child serves without one
+    diff = [{"path": c.path, "parent": c.old, "value": c.new}
+            for c in diff_profiles(loaded.parent.profile, loaded.profile)]
+    assert "parentkey0123456789" in json.dumps(diff)  # what the record would hold, unscrubbed
+    assert "parentkey0123456789" not in json.dumps(plan.record_secrets.scrub(diff))
+    (tmp_path / "broken").mkdir()
+    broken = SimpleNamespace(templates_dirs=[_templates(tmp_path / "broken", "{{ nothing.here }}\n")])
+    assert render_parent(loaded, CATALOG, broken) is None
+    assert render_parent(ProfileStore(profiles).load("base"), CATALOG, project) is None  # no parent
+
+
 DUPLICATE = SHIPPED.replace("services:\n", "services:\n  {{ c.service | key }}:\n    image: busybox\n", 1)
 
 
