@@ -159,8 +159,9 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     if isinstance(ctx, list):
         return text, ctx
     data = ctx.doc.data
-    ctx.expect = CheckExpectations(variables=dotenv_variables(path), env_files=env_file_variables(path, data),
-                                   extends_files=extends_files(path, data))
+    variables = dotenv_variables(path)
+    ctx.expect = CheckExpectations(variables=variables, env_files=env_file_variables(path, data),
+                                   extends_files=extends_files(path, data, variables))
     return text, _check(ctx, services(ctx))
 
 

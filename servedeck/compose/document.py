@@ -497,11 +497,12 @@ def interpolated(value: Any, variables: Mapping[str, str]) -> Any:
 
 
 def dotenv_variables(compose_file: Path) -> dict[str, str]:
-    """The variables of the ``.env`` file in ``compose_file``'s directory (Compose's project
-    directory by default, compose-spec ``env-file``/"project directory"), read by python-dotenv
+    """The variables of the ``.env`` file in ``compose_file``'s directory as given (Compose's
+    project directory by default, compose-spec ``env-file``/"project directory"; a symlink's own
+    directory, not its target's, as ``docker compose -f`` v2.40.3 takes it), read by python-dotenv
     without substituting references; empty when there is none. Names without a value are left
     out (Compose reads them from the shell)."""
-    env = compose_file.resolve().parent / ".env"
+    env = compose_file.absolute().parent / ".env"
     return _read_dotenv(env) if env.is_file() else {}
 
 
@@ -553,7 +554,8 @@ def env_items(service: dict[str, Any], path: tuple[str | int, ...],
 
 def env_file_variables(compose_file: Path, data: Any) -> dict[str, dict[str, str] | None]:
     """Every ``env_file`` the services of ``data`` (a parsed compose document) name, read as
-    Compose reads it: relative to ``compose_file``'s directory (the project directory), dotenv
+    Compose reads it: relative to ``compose_file``'s directory as given (the project directory;
+    ``~`` expanded, as Compose v2.40.3 expands it for ``env_file``), dotenv
     syntax (python-dotenv, references not substituted). Returns path as written → its variables,
     or None for a file that cannot be read (Compose refuses a missing required file)."""
     out: dict[str, dict[str, str] | None] = {}
@@ -564,7 +566,7 @@ def env_file_variables(compose_file: Path, data: Any) -> dict[str, dict[str, str
         for _, name, _ in env_file_paths(svc.get("env_file")):
             if name in out:
                 continue
-            path = compose_file.resolve().parent / Path(name).expanduser()
+            path = compose_file.absolute().parent / Path(name).expanduser()
             out[name] = _read_dotenv(path) if path.is_file() else None
     return out
 
@@ -664,33 +666,80 @@ def resolve_extends(services: dict[str, Any], files: Mapping[str, Any] | None = 
 
 @dataclass(frozen=True)
 class Unreadable:
-    """A file a compose document names that cannot be read or parsed; ``reason`` says why, as
-    one line (the operating system's or the YAML parser's words). Compose refuses the document
-    (v2.40.3: "open F: no such file or directory", "read F: is a directory", "failed to parse
-    F: ...")."""
+    """A file a compose document names that Compose refuses to read; ``reason`` says why, as
+    one line. What Compose v2.40.3 says of such files: "open F: no such file or directory",
+    "read F: is a directory", "failed to parse F: ..." (a YAML error, a duplicate key, bytes
+    that are not UTF-8)."""
 
     reason: str
 
 
-def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
+def extends_files(compose_file: Path, data: Any, variables: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The other compose documents the services of ``data`` extend (``extends: {file: F}``),
-    read relative to ``compose_file``'s directory as Compose reads them: path as written →
-    parsed document, or :class:`Unreadable` for a file that cannot be read or parsed."""
-    from servedeck.yamlio import read_yaml_file
+    read as Compose reads them: F interpolated with ``variables`` (the ``.env`` of the
+    project), relative to the directory of ``compose_file`` as given (a symlink's own
+    directory, not its target's; ``~`` is not expanded for ``extends``), parsed as the check
+    parses a compose file (Compose's ``!reset`` and ``!override`` tags included).
+
+    Returns:
+        F as written → its parsed data, or :class:`Unreadable` for a file Compose refuses to
+        read. Left out, so their bases are not judged: a name that needs the shell's variables,
+        and a file servedeck does not read although Compose may (beyond
+        :data:`servedeck.yamlio.LIMITS`, several YAML documents, UTF-16 or UTF-32, not a
+        regular file).
+    """
     out: dict[str, Any] = {}
     services = data.get("services") if isinstance(data, dict) else None
     for svc in (services or {}).values():
         spec = svc.get("extends") if isinstance(svc, dict) else None
-        name = spec.get("file") if isinstance(spec, dict) else None
-        if not isinstance(name, str) or name in out:
+        raw = spec.get("file") if isinstance(spec, dict) else None
+        if not isinstance(raw, str) or raw in out:
             continue
-        try:
-            out[name] = read_yaml_file(compose_file.resolve().parent / Path(name).expanduser())
-        except OSError as exc:
-            out[name] = Unreadable(exc.strerror or type(exc).__name__)
-        except (ServedeckError, ValueError) as exc:
-            out[name] = Unreadable(" ".join((getattr(exc, "message", None) or str(exc)).split()))
+        name = interpolate(raw, variables or {})
+        found = _read_extended(compose_file.absolute().parent / name) if name is not None else None
+        if found is not None:
+            out[raw] = found
     return out
+
+
+_UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+
+
+def _read_extended(path: Path) -> Any:
+    """The data of the compose file at ``path`` (``{}`` when it is empty), :class:`Unreadable`,
+    or None when servedeck does not read it (see :func:`extends_files`)."""
+    import stat
+
+    from servedeck.compose.rules._doc import DocError, parse
+    from servedeck.fsutil import read_bounded_bytes
+    from servedeck.yamlio import LIMITS
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return Unreadable(exc.strerror or type(exc).__name__)
+    if stat.S_ISDIR(mode):
+        return Unreadable("is a directory")
+    if not stat.S_ISREG(mode):
+        return None  # a FIFO blocks the reader (Compose's too)
+    try:
+        raw = read_bounded_bytes(path, LIMITS.max_bytes, what="compose")
+    except (OSError, ServedeckError):
+        return None  # larger than servedeck reads, or gone meanwhile
+    if raw.startswith(_UTF16_32_BOMS):
+        return None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return Unreadable(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}")
+    try:
+        return parse(text, str(path)).data
+    except DocError as exc:
+        finding = exc.finding
+        if finding.rule == "yaml/empty":
+            return {}
+        if finding.rule == "yaml/limits" or "another document" in finding.message:
+            return None
+        return Unreadable(finding.message + (f" at line {finding.line}" if finding.line else ""))
 
 
 def literal_values(value: Any) -> Any:

@@ -126,16 +126,73 @@ def test_one_unreadable_file_named_by_two_services_is_read_once_and_named_for_ea
         ("deps/extends-file-unreadable", "services.b.extends.file")]
 
 
+GOOD = f"services:\n  x:\n    image: {PIN}\n"
+AGREE = {  # case → (files beside the compose file, the extends spec); Compose's verdict is the judge
+    **{case: ({"conf/other.yml": content}, "{file: conf/other.yml, service: x}")
+       for case, (content, _) in UNREADABLE.items()},
+    "empty": ({"conf/other.yml": ""}, "{file: conf/other.yml, service: x}"),
+    "readable": ({"conf/other.yml": GOOD}, "{file: conf/other.yml, service: x}"),
+    "Compose's own tags": ({"other.yml": GOOD + "    ports: !override\n      - 80:80\n    environment: !reset {}\n"},
+                           "{file: other.yml, service: x}"),
+    "two documents": ({"other.yml": GOOD + "---\nservices:\n  y:\n    image: busybox\n"},
+                      "{file: other.yml, service: y}"),
+    "UTF-16": ({"other.yml": GOOD.encode("utf-16")}, "{file: other.yml, service: x}"),
+    "beyond servedeck's size": ({"other.yml": GOOD + "#" * 1_100_000 + "\n"}, "{file: other.yml, service: x}"),
+    "tilde is not home": ({"~/other.yml": GOOD}, "{file: ~/other.yml, service: x}"),
+    "interpolated, .env": ({".env": "DIR=conf\n", "conf/other.yml": GOOD}, "{file: '${DIR}/other.yml', service: x}"),
+    "interpolated, .env, missing": ({".env": "DIR=gone\n"}, "{file: '${DIR}/other.yml', service: x}"),
+    "interpolated default, missing": ({}, "{file: '${DIR:-gone}/other.yml', service: x}"),
+    "dollar escaped": ({"a$b.yml": GOOD}, "{file: 'a$$b.yml', service: x}"),
+}
+
+
+def _lay_out(root: Path, files: dict) -> None:
+    for name, content in files.items():
+        f = root / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.mkdir() if content == "dir" else f.write_bytes(content) if isinstance(content, bytes) else (
+            f.write_text(content) if content is not None else None)
+
+
 @pytest.mark.skipif(not _has_compose(), reason="Compose v2 not installed")
-@pytest.mark.parametrize("case", sorted([*UNREADABLE, "empty", "readable"]))
+@pytest.mark.parametrize("case", sorted(AGREE))
 def test_the_check_refuses_what_compose_refuses(tmp_path, case):
-    other = {**{k: v[0] for k, v in UNREADABLE.items()}, "empty": "",
-             "readable": f"services:\n  x:\n    image: {PIN}\n"}
-    _write_other(tmp_path, other[case])
+    files, spec = AGREE[case]
+    _lay_out(tmp_path, files)
     main = tmp_path / "compose.yml"
-    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: conf/other.yml, service: x}}\n")
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {spec}\n")
     compose = subprocess.run(["docker", "compose", "-f", str(main), "-p", "ext", "config", "-q"],
                              capture_output=True, text=True, cwd=tmp_path)
     _, findings = check_compose_file(main)
     errors = [f.rule for f in findings if f.rule.startswith("deps/extends")]
     assert (compose.returncode != 0) == bool(errors), (compose.stderr, errors)
+
+
+@pytest.mark.parametrize("beside", ["link", "target"])
+def test_a_symlinked_compose_file_reads_its_other_files_beside_the_link(tmp_path, beside):
+    """Compose's project directory is the directory of the file as given (``-f link/compose.yml``),
+    not of its target: the other file is looked for there (the unit twin of the Compose cases)."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "real" / "compose.yml").write_text(
+        f"services:\n  a:\n    image: {PIN}\n    extends: {{file: other.yml, service: x}}\n")
+    (tmp_path / "link" / "compose.yml").symlink_to(tmp_path / "real" / "compose.yml")
+    (tmp_path / ("link" if beside == "link" else "real") / "other.yml").write_text(GOOD)
+    _, findings = check_compose_file(tmp_path / "link" / "compose.yml")
+    rules = [f.rule for f in findings if f.rule.startswith("deps/")]
+    assert rules == ([] if beside == "link" else ["deps/extends-file-unreadable"])
+
+
+def test_an_absolute_path_is_not_said_to_be_relative(tmp_path):
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: {tmp_path}/gone.yml, service: x}}\n")
+    _, findings = check_compose_file(main)
+    found = [f for f in findings if f.rule == "deps/extends-file-unreadable"]
+    assert len(found) == 1 and "relative" not in found[0].message and str(tmp_path / "gone.yml") in found[0].message
+
+
+def test_a_name_that_needs_the_shells_variables_is_not_judged(tmp_path):
+    main = tmp_path / "compose.yml"
+    main.write_text(f"services:\n  a:\n    image: {PIN}\n    extends: {{file: '${{SITE_DIR}}/o.yml', service: x}}\n")
+    _, findings = check_compose_file(main)
+    assert [f.rule for f in findings if f.rule.startswith("deps/")] == []

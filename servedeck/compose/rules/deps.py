@@ -42,7 +42,9 @@ def _extends(ctx: Ctx, svcs: list[Service]) -> None:
         base = spec if isinstance(spec, str) else spec.get("service") if isinstance(spec, dict) else None
         if not isinstance(base, str):
             continue
-        other = spec.get("file") if isinstance(spec, dict) else None
+        as_written = (ctx.doc.data.get("services") or {}).get(svc.name)  # the file's name: extends_files' key
+        raw = as_written.get("extends") if isinstance(as_written, dict) else None
+        other = raw.get("file") if isinstance(raw, dict) else None
         if other is None:
             pool = ctx.doc.data.get("services") or {}
             graph[svc.name] = [base]
@@ -51,9 +53,10 @@ def _extends(ctx: Ctx, svcs: list[Service]) -> None:
                 continue  # a file the caller did not read
             doc = ctx.expect.extends_files[str(other)]
             if isinstance(doc, Unreadable):
+                where = "" if str(other).startswith("/") else "; relative to the compose file's directory"
                 ctx.error("deps/extends-file-unreadable", svc.path + ("extends", "file"),
-                          f"service {svc.name} extends {base!r} in {other}, which cannot be read ({doc.reason}; "
-                          "relative to the compose file's directory): Compose refuses the file",
+                          f"service {svc.name} extends {base!r} in {other}, which cannot be read "
+                          f"({doc.reason}{where}): Compose refuses the file",
                           "correct the path, or create the file there")
                 continue
             pool = (doc.get("services") if isinstance(doc, dict) else None) or {}  # an empty file: none
