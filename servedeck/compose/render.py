@@ -173,7 +173,8 @@ def render_profile(profile: Profile | LoadedProfile, catalog: Catalog,
             named_volumes=named, ports=ports,
             force_quote=set(m.served_model_name), profile_hash=phash, version=__version__,
             compose_extra=extra, compose_name=compose_name)
-    except (jinja2.TemplateError, UnicodeDecodeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the template's code raises (a None compared, a
+        # missing key: Python's TypeError, KeyError) is the template's failure, named at its line
         raise _template_error(exc, dirs) from None
     template = loaded.filename or TEMPLATE
     if not text.endswith("\n"):

@@ -125,23 +125,39 @@ class DeployPlan:
 
     @property
     def record_secrets(self) -> Secrets:
-        """What to keep out of this deploy's run record: its own secrets and its parent
-        profile's (``profile.diff.json`` shows the parent's value of each changed field), read
-        from the parent's own rendered file (:func:`render_parent`: whatever the template
-        writes for it), or from its profile when it does not render."""
+        """What to keep out of this deploy's run record (which holds its profile resolved, and
+        ``profile.diff.json`` its parent's value of each changed field): the secrets of every
+        service its file runs (the server's own are :attr:`secrets`), those its profile holds
+        whether the template writes them or not, and its parent's: those the parent's profile
+        holds and those every service of the parent's own rendered file holds
+        (:func:`render_parent`: whatever the template writes for it)."""
+        found = self.secrets
+        for svc in self.rendered.services[1:]:
+            found = found.including(_service_secrets(svc), f"service {svc.name}")
+        found = found.including(self._profile_secrets(self.profile), "profile")
         if self.loaded.parent is None:
-            return self.secrets
-        if self.parent_rendered is not None:
-            own = self.parent_rendered
-            return self.secrets.including(find_secrets(list(own.command), own.service.server_env()),
-                                          f"parent {own.profile.name}")
-        from servedeck.compose.service import Service
+            return found
         parent = self.entry.place(self.loaded.parent.profile)
-        argv = parent.server_command(facts=self.image.facts)
-        svc = Service.read(parent.container.service, {"image": parent.image, "command": argv,
-                                                      "environment": dict(parent.container.environment)},
+        found = found.including(self._profile_secrets(parent), f"parent {parent.name}")
+        for svc in self.parent_rendered.services if self.parent_rendered is not None else ():
+            found = found.including(_service_secrets(svc), f"parent {parent.name}, service {svc.name}")
+        return found
+
+    def _profile_secrets(self, profile: Profile) -> Secrets:
+        """The secrets ``profile`` holds, read from its server command and its environment as
+        the launcher builds them (not from a file)."""
+        from servedeck.compose.service import Service
+        argv = profile.server_command(facts=self.image.facts)
+        svc = Service.read(profile.container.service, {"image": profile.image, "command": argv,
+                                                       "environment": dict(profile.container.environment)},
                            self.image.facts)
-        return self.secrets.including(find_secrets(argv, svc.server_env()), f"parent {parent.name}")
+        return find_secrets(argv, svc.server_env())
+
+
+def _service_secrets(svc: Any) -> Secrets:
+    """The secrets of one service of a rendered file (:class:`servedeck.compose.service.Service`):
+    its command and its environment."""
+    return find_secrets(list(svc.command or []), svc.server_env())
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:

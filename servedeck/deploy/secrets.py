@@ -101,12 +101,15 @@ class Secrets:
 
     def including(self, other: "Secrets", label: str) -> "Secrets":
         """These secrets and ``other``'s, to scrub both out of one record; a ``where`` both
-        have with different values keeps ``other``'s as ``"<where> (<label>)"``."""
+        have with different values keeps ``other``'s as ``"<where> (<label>)"`` (``"<where>
+        (<label> #2)"`` and on when that is taken too): no value is dropped."""
         merged = dict(self.values)
         for where, value in other.values.items():
-            if merged.get(where, value) != value:
-                where = f"{where} ({label})"
-            merged[where] = value
+            key, n = where, 0
+            while merged.get(key, value) != value:
+                n += 1
+                key = f"{where} ({label})" if n == 1 else f"{where} ({label} #{n})"
+            merged[key] = value
         return Secrets(merged)
 
     @property

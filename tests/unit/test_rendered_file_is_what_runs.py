@@ -24,7 +24,7 @@ from servedeck.compose.service import read_services
 from servedeck.deploy.plan import build_plan
 from servedeck.errors import ServedeckError
 from servedeck.model.catalog import Catalog
-from servedeck.model.profile import ProfileStore
+from servedeck.model.profile import ProfileStore, diff_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = Catalog(ROOT / "deploy" / "images.yaml")
@@ -116,7 +116,6 @@ def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp
     each changed field) never holds it; a parent that does not render gives None (its secrets
     are then read from its profile)."""
     from servedeck.deploy.plan import render_parent
-    from servedeck.model.profile import diff_profiles
     profiles = tmp_path / "profiles"
     shutil.copytree(ROOT / "profiles", profiles)
     (profiles / "p-key.yaml").write_text("extends: speed\ncontainer:\n  environment:\n"
@@ -128,7 +127,7 @@ def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp
     templates = _templates(tmp_path, SHIPPED.replace(COMMAND_LOOP, COMMAND_LOOP + key, 1))
     loaded = ProfileStore(profiles).load("c-key")
     rendered = render_profile(loaded, CATALOG, templates)
-    entry = SimpleNamespace(api_host="h", ready_timeout_s=10, workdir=None)
+    entry = SimpleNamespace(api_host="h", ready_timeout_s=10, workdir=None, place=lambda p, image=None: p)
     project = SimpleNamespace(templates_dirs=[templates])
     plan = build_plan(loaded=loaded, profile=rendered.profile, rendered=rendered, findings=[],
                       image=SimpleNamespace(facts=None), host=None, entry=entry, host_facts={},
@@ -145,6 +144,43 @@ def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp
     broken = SimpleNamespace(templates_dirs=[_templates(tmp_path / "broken", "{{ nothing.here }}\n")])
     assert render_parent(loaded, CATALOG, broken) is None
     assert render_parent(ProfileStore(profiles).load("base"), CATALOG, project) is None  # no parent
+
+
+@pytest.mark.parametrize("edit", ["leaves the environment out", "adds a sidecar holding the key"])
+def test_every_service_and_the_parents_profile_give_the_records_secrets(tmp_path, edit):
+    """Secrets are kept out of the record whichever reading holds them: a parent's key that its
+    profile holds but its template leaves out of the file (read from the profile), and a key a
+    second service of the file holds, the child's or the parent's (read from that service)."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(ROOT / "profiles", profiles)
+    (profiles / "p-key.yaml").write_text("extends: speed\ncontainer:\n  environment:\n"
+                                         "    HF_TOKEN: hf_parent0123456789\n")
+    (profiles / "c-key.yaml").write_text("extends: p-key\ncontainer:\n  environment:\n"
+                                         "    HF_TOKEN: hf_child0123456789\n")
+    if edit == "leaves the environment out":
+        text = SHIPPED.replace("{%- if c.environment %}", "{%- if false %}", 1)
+        assert text != SHIPPED
+        secret = "hf_parent0123456789"
+    else:
+        text = SHIPPED.replace("services:\n", "services:\n  proxy:\n    image: busybox\n    environment:\n"
+                                              "      PROXY_TOKEN: side-{{ profile.name }}-0123456789\n", 1)
+        secret = "side-c-key-0123456789"  # the child's sidecar; the parent's is side-p-key-...
+    templates = _templates(tmp_path, text)
+    loaded = ProfileStore(profiles).load("c-key")
+    rendered = render_profile(loaded, CATALOG, templates)
+    entry = SimpleNamespace(api_host="h", ready_timeout_s=10, workdir=None, place=lambda p, image=None: p)
+    plan = build_plan(loaded=loaded, profile=rendered.profile, rendered=rendered, findings=[],
+                      image=SimpleNamespace(facts=None), host=None, entry=entry, host_facts={},
+                      state=SimpleNamespace(known_good=lambda: [], history=[]),
+                      options=SimpleNamespace(timeout_s=None), catalog=CATALOG,
+                      project=SimpleNamespace(templates_dirs=[templates]))
+    record = json.dumps({"diff": [[c.path, c.old, c.new] for c in diff_profiles(loaded.parent.profile, loaded.profile)],
+                         "parent file": plan.parent_rendered.compose_text, "compose": rendered.compose_text})
+    assert secret in record and "hf_child0123456789" in record  # what the record would hold, unscrubbed
+    kept = plan.record_secrets.scrub_text(record)
+    assert secret not in kept and "hf_child0123456789" not in kept and "hf_parent0123456789" not in kept
+    assert "side-p-key-0123456789" not in kept
+    assert plan.api_key is None  # a sidecar's key is never the server's
 
 
 DUPLICATE = SHIPPED.replace("services:\n", "services:\n  {{ c.service | key }}:\n    image: busybox\n", 1)
@@ -180,6 +216,9 @@ def test_the_check_command_reports_a_refused_render_as_a_finding_exit_1(tmp_path
     ("services:\n\n  {{ nope }}:\n", "fails as it renders", 3),
     ("{% include 'missing.j2' %}\n", "includes missing.j2, which is not found", None),
     ("services:\n  x: {{ c.service | nofilter }}\n", "does not compile", 2),
+    ("# a comment\n{% if profile.engine.max_num_seqs > 8 %}x{% endif %}\n", "fails as it renders", 2),  # None > 8
+    ("services:\n  x: {{ profile.name / 2 }}\n", "fails as it renders", 2),
+    ("services:\n  x: {{ {}['gone'] }}\n", "fails as it renders", 2),
 ])
 def test_a_template_jinja_cannot_run_is_named_with_its_line(tmp_path, text, says, line):
     d = _templates(tmp_path, text)

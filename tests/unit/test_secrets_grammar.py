@@ -160,3 +160,16 @@ def test_what_a_deploy_shows_is_scrubbed_of_its_secrets():
     shown.info(f"| --api_key {KEY}")
     shown.warn(KEY)
     assert KEY not in "\n".join(inner.lines) and inner.lines[0].endswith("['***']}")
+
+
+def test_including_never_drops_a_value_whatever_names_collide():
+    """Three readings of one name with three values (the server's, its profile's, its parent's
+    under one label): every value stays to be scrubbed, each under its own name."""
+    merged = (Secrets({"environment.HF_TOKEN": "hf_a0123456789"})
+              .including(Secrets({"environment.HF_TOKEN": "hf_b0123456789"}), "parent p")
+              .including(Secrets({"environment.HF_TOKEN": "hf_c0123456789"}), "parent p")
+              .including(Secrets({"environment.HF_TOKEN": "hf_b0123456789"}), "parent p"))
+    assert sorted(merged.values.values()) == ["hf_a0123456789", "hf_b0123456789", "hf_c0123456789"]
+    assert merged.names == sorted(["environment.HF_TOKEN", "environment.HF_TOKEN (parent p)",
+                                   "environment.HF_TOKEN (parent p #2)"])
+    assert merged.scrub_text("hf_a0123456789 hf_b0123456789 hf_c0123456789").count("0123456789") == 0
