@@ -223,3 +223,23 @@ def test_a_compose_file_is_checked_with_what_compose_reads_beside_it(tmp_path, c
     assert found == check_compose_text(text, file="c.yml", catalog=catalog, expect=by_hand)
     alone = {f.rule for f in check_compose_text(text, file="c.yml", catalog=catalog)}
     assert "server/healthcheck-needs-api-key" not in alone and "server/host-loopback" not in alone, alone
+
+
+@pytest.mark.parametrize("beside", ["link", "target"])
+def test_a_symlinked_compose_files_env_file_and_dotenv_are_read_beside_the_link(tmp_path, beside):
+    """``docker compose -f link/compose.yml`` (v2.40.3) takes the project directory from the
+    path as given, not from a symlink's target: its ``.env`` and ``env_file`` files are there."""
+    from servedeck.compose.check import check_compose_file
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "real" / "compose.yml").write_text(
+        "services:\n  a:\n    image: busybox@sha256:" + "0" * 64 + "\n    env_file: [site.env]\n")
+    (tmp_path / "link" / "compose.yml").symlink_to(tmp_path / "real" / "compose.yml")
+    where = tmp_path / ("link" if beside == "link" else "real")
+    (where / "site.env").write_text("A=1\n")
+    (where / ".env").write_text("SITE=x\n")
+    link = tmp_path / "link" / "compose.yml"
+    _, findings = check_compose_file(link)
+    missing = [f.rule for f in findings if f.rule == "env/file-missing"]
+    assert missing == ([] if beside == "link" else ["env/file-missing"])
+    assert dotenv_variables(link) == ({"SITE": "x"} if beside == "link" else {})
