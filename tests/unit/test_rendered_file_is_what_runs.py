@@ -109,6 +109,16 @@ def test_a_second_service_the_template_writes_is_read_and_judged_but_never_place
     assert own and all(f.profile_file is not None for f in own)  # the profile's own are still placed
 
 
+def _parent_and_child(tmp_path: Path, name: str, parent_value: str, child_value: str) -> Path:
+    """A copy of the shipped profiles with ``p-key`` (extends ``speed``) and ``c-key`` (extends
+    ``p-key``) setting container variable ``name``; returns the profiles directory."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(ROOT / "profiles", profiles)
+    (profiles / "p-key.yaml").write_text(f"extends: speed\ncontainer:\n  environment:\n    {name}: {parent_value}\n")
+    (profiles / "c-key.yaml").write_text(f"extends: p-key\ncontainer:\n  environment:\n    {name}: {child_value}\n")
+    return profiles
+
+
 def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp_path):
     """A project template writes ``--api-key`` from a container variable the secret finder does
     not know by name, and only when it is set; the child unsets it. The parent's key is found
@@ -116,12 +126,7 @@ def test_the_parents_key_the_template_writes_is_kept_out_of_the_profile_diff(tmp
     each changed field) never holds it; a parent that does not render gives None (its secrets
     are then read from its profile)."""
     from servedeck.deploy.plan import render_parent
-    profiles = tmp_path / "profiles"
-    shutil.copytree(ROOT / "profiles", profiles)
-    (profiles / "p-key.yaml").write_text("extends: speed\ncontainer:\n  environment:\n"
-                                         "    SITE_ACCESS: parentkey0123456789\n")
-    (profiles / "c-key.yaml").write_text("extends: p-key\ncontainer:\n  environment:\n"
-                                         "    SITE_ACCESS: \"\"\n")
+    profiles = _parent_and_child(tmp_path, "SITE_ACCESS", "parentkey0123456789", '""')
     key = ('\n{%- if c.environment.SITE_ACCESS %}\n      - "--api-key"\n'
            '      - {{ c.environment.SITE_ACCESS | q }}\n{%- endif %}')
     templates = _templates(tmp_path, SHIPPED.replace(COMMAND_LOOP, COMMAND_LOOP + key, 1))
@@ -151,12 +156,7 @@ def test_every_service_and_the_parents_profile_give_the_records_secrets(tmp_path
     """Secrets are kept out of the record whichever reading holds them: a parent's key that its
     profile holds but its template leaves out of the file (read from the profile), and a key a
     second service of the file holds, the child's or the parent's (read from that service)."""
-    profiles = tmp_path / "profiles"
-    shutil.copytree(ROOT / "profiles", profiles)
-    (profiles / "p-key.yaml").write_text("extends: speed\ncontainer:\n  environment:\n"
-                                         "    HF_TOKEN: hf_parent0123456789\n")
-    (profiles / "c-key.yaml").write_text("extends: p-key\ncontainer:\n  environment:\n"
-                                         "    HF_TOKEN: hf_child0123456789\n")
+    profiles = _parent_and_child(tmp_path, "HF_TOKEN", "hf_parent0123456789", "hf_child0123456789")
     if edit == "leaves the environment out":
         text = SHIPPED.replace("{%- if c.environment %}", "{%- if false %}", 1)
         assert text != SHIPPED
