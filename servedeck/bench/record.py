@@ -56,6 +56,15 @@ def guard_run_matches_host(run: RunRecord, host: RemoteHost, entry: HostEntry) -
     return api_base_url(host, entry, run.meta.port or entry.port)
 
 
+def served_service(run: RunRecord) -> str | None:
+    """The compose service of ``run``'s server (its resolved profile's ``container.service``),
+    None when the record does not say."""
+    snap = store.read(run.path, store.PROFILE_RESOLVED)
+    data = snap.root if snap is not None else {}
+    service = (data.get("container") or {}).get("service") if isinstance(data, dict) else None
+    return service if isinstance(service, str) else None
+
+
 def _restarted_by_another_run(run: RunRecord, last: dict[str, Any]) -> bool:
     """The host history's newest revision (``last``) restarted ``run``'s compose file for
     another run of this runs directory that served with that same file (a redeploy of the
@@ -134,7 +143,7 @@ def bench_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, 
     import httpx
 
     from servedeck.deploy.secrets import deployed_secrets
-    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    key = deployed_secrets(host, served_service(run)).api_key  # the key the deployed server wants; never recorded
     timed = RequestWindows({workload.endpoint})
     client = httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0), transport=timed,
                           headers={"Authorization": f"Bearer {key}"} if key else None)
@@ -238,7 +247,7 @@ def load_deployed(run_dir: Path, host: RemoteHost, entry: HostEntry, workload, *
     if store.is_load_benchmarked(run.path):
         raise ServedeckError(f"run {run.run_id} already holds load results", file=str(run.path / store.LOAD_SUMMARY),
                              hint="redeploy to measure again (a new run), so each run keeps its own numbers")
-    key = deployed_secrets(host).api_key  # the key the deployed server wants; never recorded
+    key = deployed_secrets(host, served_service(run)).api_key  # the key the deployed server wants; never recorded
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     model = _served_model(run)
     from servedeck.bench.limits import BenchTelemetry

@@ -159,9 +159,8 @@ def check_compose_file(path: str | PathLike[str], *, file: str | None = None,
     if isinstance(ctx, list):
         return text, ctx
     data = ctx.doc.data
-    variables = dotenv_variables(path)
-    ctx.expect = CheckExpectations(variables=variables, env_files=env_file_variables(path, data),
-                                   extends_files=extends_files(path, data, variables))
+    ctx.expect = CheckExpectations(variables=dotenv_variables(path), env_files=env_file_variables(path, data),
+                                   extends_files=extends_files(path, data))
     return text, _check(ctx, services(ctx))
 
 

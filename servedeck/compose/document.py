@@ -508,9 +508,13 @@ def dotenv_variables(compose_file: Path) -> dict[str, str]:
 
 def _read_dotenv(path: Path) -> dict[str, str]:
     """A dotenv file's ``NAME=value`` pairs (python-dotenv, references not substituted; names
-    without a value left out)."""
+    without a value left out). Bytes that are not UTF-8 read as U+FFFD (Compose reads such a
+    file; a value holding one is not one the check judges by)."""
+    import io
+
     from dotenv import dotenv_values
-    return {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text), interpolate=False).items() if v is not None}
 
 
 def env_file_paths(value: Any) -> list[tuple[tuple[str | int, ...], str, bool]]:
@@ -674,19 +678,19 @@ class Unreadable:
     reason: str
 
 
-def extends_files(compose_file: Path, data: Any, variables: Mapping[str, str] | None = None) -> dict[str, Any]:
+def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
     """The other compose documents the services of ``data`` extend (``extends: {file: F}``),
-    read as Compose reads them: F interpolated with ``variables`` (the ``.env`` of the
-    project), relative to the directory of ``compose_file`` as given (a symlink's own
-    directory, not its target's; ``~`` is not expanded for ``extends``), parsed as the check
-    parses a compose file (Compose's ``!reset`` and ``!override`` tags included).
+    read as Compose reads them: F with ``$$`` read as ``$``, relative to the directory of
+    ``compose_file`` as given (a symlink's own directory, not its target's; ``~`` is not
+    expanded for ``extends``), parsed as the check parses a compose file (Compose's ``!reset``
+    and ``!override`` tags included).
 
     Returns:
         F as written → its parsed data, or :class:`Unreadable` for a file Compose refuses to
-        read. Left out, so their bases are not judged: a name that needs the shell's variables,
-        and a file servedeck does not read although Compose may (beyond
-        :data:`servedeck.yamlio.LIMITS`, several YAML documents, UTF-16 or UTF-32, not a
-        regular file).
+        read. Left out, so their bases are not judged: a name with a variable (the shell that
+        runs Compose may set it, over the ``.env``), and a file servedeck does not read although
+        Compose may (beyond :data:`servedeck.yamlio.LIMITS`, several YAML documents, UTF-16 or
+        UTF-32, not a regular file).
     """
     out: dict[str, Any] = {}
     services = data.get("services") if isinstance(data, dict) else None
@@ -695,8 +699,14 @@ def extends_files(compose_file: Path, data: Any, variables: Mapping[str, str] | 
         raw = spec.get("file") if isinstance(spec, dict) else None
         if not isinstance(raw, str) or raw in out:
             continue
-        name = interpolate(raw, variables or {})
-        found = _read_extended(compose_file.absolute().parent / name) if name is not None else None
+        if interpolation_refs(raw)[0] or interpolation_refs(raw)[1]:
+            continue  # a variable: the shell that runs Compose may set it, over the .env too
+        name = interpolate(raw, {})  # only $$ left: a literal $
+        if name is None:
+            continue
+        found = _read_extended(compose_file.absolute().parent / name)
+        if isinstance(found, Unreadable) and not Path(name).is_absolute():
+            found = Unreadable(f"{found.reason}; relative to the compose file's directory")
         if found is not None:
             out[raw] = found
     return out

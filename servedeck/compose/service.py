@@ -99,6 +99,11 @@ class Service:
         """
         return kv_settings(self.settings(), self.server_env(), self.device or device or "cpu")
 
+    def process_argv(self) -> list[str]:
+        """The ``entrypoint`` items then the ``command`` items, as written: Docker runs them as
+        one argv (where the file gives no ``entrypoint``, the image's runs first, unwritten)."""
+        return (split_command(self.data.get("entrypoint")) or []) + list(self.command or [])
+
     def server_env(self) -> dict[str, str]:
         """The server's environment as the process gets it (last value per name; unset names
         left out)."""

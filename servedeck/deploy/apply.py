@@ -369,7 +369,7 @@ class _Deploy:
             self.phase = "readiness"
             api_key = p.api_key
             if p.environment_from_host:  # Compose adds to the environment on the host: read it there
-                theirs = deployed_secrets(self.host)
+                theirs = deployed_secrets(self.host, p.service)
                 self.run.secrets = self.run.secrets.including(theirs, "host")
                 self.run.save_meta(redacted=self.run.secrets.names)
                 api_key = theirs.api_key or api_key
@@ -615,7 +615,7 @@ def restore_revision(host: RemoteHost, entry: HostEntry, target: hist.Revision, 
                            "", None, None, 0.0, diagnosis="compose-up")
         else:
             try:
-                secrets = deployed_secrets(host)
+                secrets = deployed_secrets(host, rec.get("service"))
             except HostUnreachable:
                 pass  # readiness tells an unreachable host apart (a key it wants shows there)
             rb = wait_ready(host, service=rec.get("service") or "vllm",

@@ -131,7 +131,7 @@ class DeployPlan:
         whether the template writes them or not, and its parent's: those the parent's profile
         holds and those every service of the parent's own rendered file holds
         (:func:`render_parent`: whatever the template writes for it)."""
-        found = self.secrets
+        found = self.secrets.including(_service_secrets(self.rendered.service), "file")  # values replaced later too
         for svc in self.rendered.services[1:]:
             found = found.including(_service_secrets(svc), f"service {svc.name}")
         found = found.including(self._profile_secrets(self.profile), "profile")
@@ -156,8 +156,11 @@ class DeployPlan:
 
 def _service_secrets(svc: Any) -> Secrets:
     """The secrets of one service of a rendered file (:class:`servedeck.compose.service.Service`):
-    its command and its environment."""
-    return find_secrets(list(svc.command or []), svc.server_env())
+    its entrypoint and command (Docker runs them as one argv), and every value its environment
+    is given (one a later one replaces is still in the file), the value the process gets last."""
+    given = [f"{e.key}={e.value}" for e in svc.environment if e.value is not None]
+    gets = [f"{k}={v}" for k, v in svc.server_env().items()]
+    return find_secrets(svc.process_argv(), given + gets)
 
 
 def judge_in_image(host: RemoteHost, plan: "DeployPlan", reporter: Reporter) -> None:
@@ -317,7 +320,7 @@ def render_parent(loaded: LoadedProfile, catalog: Catalog, project: Project,
         return None
     try:
         return render(loaded.parent.profile, catalog, project, workdir)
-    except ServedeckError:
+    except Exception:  # noqa: BLE001 - a second reading of the parent's secrets: its profile's stays
         return None
 
 
@@ -328,14 +331,15 @@ def build_plan(*, loaded: LoadedProfile, profile: Profile, rendered: Rendered, f
     """Assemble the :class:`DeployPlan` from the computed parts (no I/O but ``resolve``); with
     ``catalog`` and ``project``, the parent profile rendered too (:func:`render_parent`)."""
     parent = render_parent(loaded, catalog, project, entry.workdir) if catalog and project else None
-    environment = rendered.service.server_env()
+    environment, effective = rendered.service.server_env(), rendered.service.settings()
     argv = list(rendered.command)
+    process = rendered.service.process_argv()  # the entrypoint's items too: a key given there is the server's
     good = state.known_good()
     port = published_port(profile)
     return DeployPlan(
         profile=profile, loaded=loaded, entry=entry, rendered=rendered, findings=findings, image=image,
-        effective=rendered.service.settings(), argv=argv, environment=environment,
-        host_facts=host_facts, state=state, secrets=find_secrets(argv, environment), port=port,
+        effective=effective, argv=argv, environment=environment,
+        host_facts=host_facts, state=state, secrets=find_secrets(process, environment), port=port,
         base_url=api_base_url(host, entry, port), service=profile.container.service,
         served_name=profile.model.served_model_name[0],
         timeout_s=options.timeout_s or entry.ready_timeout_s,

@@ -138,8 +138,23 @@ def find_secrets(argv: list[str], environment: Mapping[str, str | None] | list[s
         pairs = [(name, value if eq else None) for name, eq, value in (e.partition("=") for e in environment or [])]
     for name, value in pairs:
         if value and SECRET_ENV_RE.search(str(name)):
-            found[f"environment.{name}"] = str(value)
+            _keep(found, f"environment.{name}", str(value))
     return Secrets(found)
+
+
+def _keep(found: dict[str, str], where: str, value: str) -> None:
+    """Set ``found[where] = value``; an earlier, different value there moves to
+    ``"<where> (earlier)"`` (``#2`` and on when that is taken): the last one keeps the name, as
+    the process gets the last, and none is dropped from what a record scrubs."""
+    old = found.get(where)
+    kept = [v for k, v in found.items() if k.startswith(f"{where} (earlier")]
+    if old is not None and old != value and old not in kept:
+        key, n = f"{where} (earlier)", 1
+        while found.get(key, old) != old:
+            n += 1
+            key = f"{where} (earlier #{n})"
+        found[key] = old
+    found[where] = value
 
 
 def _token_lists(argv: list[str]) -> list[list[str]]:
@@ -179,23 +194,25 @@ def _argv_secrets(tokens: list[str], found: dict[str, str]) -> None:
             continue
         for edit in launch.edits:
             target = launcher.edit_target(edit)
-            if edit.raw is None or target is None or not target[1]:
-                continue
+            if edit.raw is None or edit.value is None or target is None or not target[1]:
+                continue  # no value, or an unset (NAME: null): nothing to keep out
             kind, path = target
             if kind == "engine" and path[0].replace("-", "_") in SECRET_DESTS:
-                found[f"{launcher.edit_option} {edit.key}"] = edit.raw
+                _keep(found, f"{launcher.edit_option} {edit.key}", edit.raw)
             elif kind == "env" and SECRET_ENV_RE.search(path[0]):
-                found[f"environment.{path[0]}"] = edit.raw
+                _keep(found, f"environment.{path[0]}", edit.raw)
 
 
-def deployed_secrets(host: "RemoteHost") -> Secrets:
-    """The secrets of the deployed ``docker-compose.yml`` on the host as Compose reads them
-    there: the first service of ``docker compose config --format json`` (its variables
-    substituted from the host's environment and the project's ``.env``), its command and
-    environment. Values stay in memory; an empty :class:`Secrets` when compose refuses the file
-    or it has no service."""
-    norm = host.normalised_service()
+def deployed_secrets(host: "RemoteHost", service: str | None = None) -> Secrets:
+    """The secrets of the server of the deployed ``docker-compose.yml`` on the host as Compose
+    reads them there: service ``service`` (the server's; None: the first, by name) of ``docker
+    compose config --format json`` (its variables substituted from the host's environment and
+    the project's ``.env``), its entrypoint, command and environment. Values stay in memory; an
+    empty :class:`Secrets` when compose refuses the file or it has no such service (a sidecar's
+    key is never the one readiness sends)."""
+    norm = host.normalised_service(service=service)
     if norm is None:
         return Secrets()
     svc = norm[1]
-    return find_secrets([str(c) for c in svc.get("command") or []], svc.get("environment") or {})
+    return find_secrets([str(c) for c in (svc.get("entrypoint") or []) + (svc.get("command") or [])],
+                        svc.get("environment") or {})

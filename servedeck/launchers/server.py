@@ -256,7 +256,8 @@ def _launch(entrypoint: Any, command: Any, path: DocPath, facts: ImageFacts | No
 def split_command(value: Any) -> list[str] | None:
     """``command``/``entrypoint`` → argv items. A list gives one item each (``None`` items
     become ``""``); a string is split shell-style as Compose does (compose-go ``shellwords``);
-    None stays None (image default)."""
+    None stays None (image default); any other value (a number, a mapping: Compose refuses it,
+    "must be a null, string or array", the schema rule says so) is one item, its text."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -264,6 +265,8 @@ def split_command(value: Any) -> list[str] | None:
             return shlex.split(value)
         except ValueError:
             return value.split()
+    if not isinstance(value, (list, tuple)):
+        return [str(to_plain(value))]
     return ["" if v is None else str(to_plain(v)) for v in value]
 
 

@@ -626,3 +626,13 @@ def test_each_rule_family_lives_in_the_module_named_after_it():
         assert not strangers, f"{name}.py emits {sorted(strangers)}: move them to their family's module"
     homes = {f for families in emitted.values() for f in families}
     assert homes - set(modules) == {g for _, g in _GUESTS} - set(modules)
+
+
+@pytest.mark.parametrize("value", ["5", "true", "1.5", "{a: b}"])
+@pytest.mark.parametrize("key", ["command", "entrypoint"])
+def test_a_command_compose_refuses_by_its_type_is_a_finding_not_a_crash(key, value):
+    """Compose: "services.a.command must be a null, string or array" (v2.40.3); the check says
+    so at the key and reads the service on (it raised TypeError before)."""
+    text = f"services:\n  a:\n    image: busybox@sha256:{'0' * 64}\n    {key}: {value}\n"
+    errors = [(f.rule, f.path) for f in check_compose_text(text) if f.severity is Severity.error]
+    assert ("schema/one-of", f"services.a.{key}") in errors

@@ -243,3 +243,12 @@ def test_a_symlinked_compose_files_env_file_and_dotenv_are_read_beside_the_link(
     missing = [f.rule for f in findings if f.rule == "env/file-missing"]
     assert missing == ([] if beside == "link" else ["env/file-missing"])
     assert dotenv_variables(link) == ({"SITE": "x"} if beside == "link" else {})
+
+
+def test_a_dotenv_that_is_not_utf8_is_read_not_a_crash(tmp_path):
+    """Compose reads ``D=\\xff`` in a ``.env``; the check reads the file on (the byte as U+FFFD)."""
+    from servedeck.compose.check import check_compose_file
+    (tmp_path / ".env").write_bytes(b"D=\xff\nSITE=x\n")
+    (tmp_path / "compose.yml").write_text("services:\n  a:\n    image: busybox@sha256:" + "0" * 64 + "\n")
+    assert dotenv_variables(tmp_path / "compose.yml") == {"D": "\ufffd", "SITE": "x"}
+    check_compose_file(tmp_path / "compose.yml")

@@ -183,6 +183,39 @@ def test_every_service_and_the_parents_profile_give_the_records_secrets(tmp_path
     assert plan.api_key is None  # a sidecar's key is never the server's
 
 
+def test_a_key_the_entrypoint_gives_is_the_servers_and_kept_out(tmp_path):
+    """Docker runs ``entrypoint`` + ``command`` as one argv: a key a template writes into the
+    entrypoint is the one readiness sends, and no record keeps it."""
+    text = SHIPPED.replace("    restart: {{ c.restart | q }}\n", "    restart: {{ c.restart | q }}\n    entrypoint: "
+                           "[python3, scripts/serve.py, --set, vllm.api_key=sk-entry0123456789]\n", 1)
+    rendered = render_profile(STORE.load("speed"), CATALOG, _templates(tmp_path, text))
+    plan = _plan(rendered)
+    assert plan.effective.get("api_key") == "sk-entry0123456789"  # the launcher reads it
+    assert plan.api_key == "sk-entry0123456789"
+    assert "sk-entry0123456789" not in json.dumps(plan.secrets.scrub(plan.effective))
+    assert "sk-entry0123456789" not in plan.secrets.scrub_yaml(rendered.compose_text)
+
+
+def test_a_parent_that_fails_to_render_leaves_the_deploy_to_its_profiles_reading(tmp_path):
+    """The child renders; only the parent's render raises (here: Python's own error inside the
+    template): the plan is built, and the parent's secrets come from its profile."""
+    from servedeck.deploy.plan import render_parent
+    profiles = _parent_and_child(tmp_path, "HF_TOKEN", "hf_parent0123456789", "hf_child0123456789")
+    text = SHIPPED.replace("services:\n", "{% if profile.name == 'p-key' %}{{ 1 // 0 }}{% endif %}services:\n", 1)
+    templates = _templates(tmp_path, text)
+    loaded = ProfileStore(profiles).load("c-key")
+    rendered = render_profile(loaded, CATALOG, templates)
+    project = SimpleNamespace(templates_dirs=[templates])
+    assert render_parent(loaded, CATALOG, project) is None
+    entry = SimpleNamespace(api_host="h", ready_timeout_s=10, workdir=None, place=lambda p, image=None: p)
+    plan = build_plan(loaded=loaded, profile=rendered.profile, rendered=rendered, findings=[],
+                      image=SimpleNamespace(facts=None), host=None, entry=entry, host_facts={},
+                      state=SimpleNamespace(known_good=lambda: [], history=[]),
+                      options=SimpleNamespace(timeout_s=None), catalog=CATALOG, project=project)
+    assert plan.parent_rendered is None
+    assert "hf_parent0123456789" in plan.record_secrets.values.values()
+
+
 DUPLICATE = SHIPPED.replace("services:\n", "services:\n  {{ c.service | key }}:\n    image: busybox\n", 1)
 
 

@@ -173,3 +173,49 @@ def test_including_never_drops_a_value_whatever_names_collide():
     assert merged.names == sorted(["environment.HF_TOKEN", "environment.HF_TOKEN (parent p)",
                                    "environment.HF_TOKEN (parent p #2)"])
     assert merged.scrub_text("hf_a0123456789 hf_b0123456789 hf_c0123456789").count("0123456789") == 0
+
+
+@pytest.mark.parametrize("argv, environment", [
+    ([], [f"HF_TOKEN={TOKEN}", "HF_TOKEN=hf_later0123456789"]),  # a list gives the name twice
+    (["models/m", "--set", f"env.HF_TOKEN={TOKEN}"], ["HF_TOKEN=hf_later0123456789"]),
+    (["models/m", "--set", f"env.HF_TOKEN={TOKEN}", "--set", "env.HF_TOKEN=hf_later0123456789"], []),
+])
+def test_a_value_a_later_one_replaces_is_still_kept_out(argv, environment):
+    """The process gets the last value of a name, but the file still holds the earlier one."""
+    s = find_secrets(argv, environment)
+    assert sorted(s.values.values()) == sorted([TOKEN, "hf_later0123456789"])
+    assert s.values["environment.HF_TOKEN"] == "hf_later0123456789"
+    assert s.scrub_text(f"{TOKEN} hf_later0123456789") == "*** ***"
+
+
+@pytest.mark.parametrize("raw", ["null", "~", "Null"])
+def test_a_launcher_variable_set_to_null_is_no_secret(raw):
+    """``launcher_env: {HF_TOKEN: null}`` unsets it (``--set env.HF_TOKEN=null``): the word is no
+    key to scrub (it would turn every ``null`` of a record into ***)."""
+    s = find_secrets(["models/m", "--set", f"env.HF_TOKEN={raw}", "--set", f"vllm.api_key={raw}"], [])
+    assert s.values == {} and s.scrub_text("speculative_config=null") == "speculative_config=null"
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="Docker CLI not installed")
+def test_the_deployed_servers_key_is_its_own_service_s_not_a_sidecars(tmp_path):
+    """Compose lists services by name: a sidecar named before the server must not give the key
+    readiness sends. ``normalised_service`` is fed ``docker compose config`` run here on the file."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from servedeck.deploy.secrets import deployed_secrets
+    from servedeck.host.remote import RemoteHost
+    (tmp_path / "docker-compose.yml").write_text(
+        "services:\n  aproxy:\n    image: busybox\n    environment: {VLLM_API_KEY: sk-proxy-0123456789}\n"
+        f"  vllm:\n    image: busybox\n    environment: {{VLLM_API_KEY: {KEY}}}\n")
+
+    class Here(SimpleNamespace):
+        def compose(self, args, **_):
+            return subprocess.run(["docker", "compose", "-p", "here", *args], cwd=tmp_path,
+                                  capture_output=True, text=True)
+        normalised_service = RemoteHost.normalised_service
+    if Here().compose(["version"]).returncode != 0:
+        pytest.skip("Compose v2 not installed")
+    assert deployed_secrets(Here(), "vllm").api_key == KEY
+    assert deployed_secrets(Here(), "gone").api_key is None
+    assert deployed_secrets(Here()).api_key == "sk-proxy-0123456789"  # no name: the first, as before

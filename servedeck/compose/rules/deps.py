@@ -53,10 +53,9 @@ def _extends(ctx: Ctx, svcs: list[Service]) -> None:
                 continue  # a file the caller did not read
             doc = ctx.expect.extends_files[str(other)]
             if isinstance(doc, Unreadable):
-                where = "" if str(other).startswith("/") else "; relative to the compose file's directory"
                 ctx.error("deps/extends-file-unreadable", svc.path + ("extends", "file"),
                           f"service {svc.name} extends {base!r} in {other}, which cannot be read "
-                          f"({doc.reason}{where}): Compose refuses the file",
+                          f"({doc.reason}): Compose refuses the file",
                           "correct the path, or create the file there")
                 continue
             pool = (doc.get("services") if isinstance(doc, dict) else None) or {}  # an empty file: none
