@@ -699,7 +699,8 @@ def extends_files(compose_file: Path, data: Any) -> dict[str, Any]:
         raw = spec.get("file") if isinstance(spec, dict) else None
         if not isinstance(raw, str) or raw in out:
             continue
-        if interpolation_refs(raw)[0] or interpolation_refs(raw)[1]:
+        refs, bad = interpolation_refs(raw)
+        if refs or bad:
             continue  # a variable: the shell that runs Compose may set it, over the .env too
         name = interpolate(raw, {})  # only $$ left: a literal $
         if name is None:
