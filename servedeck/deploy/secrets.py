@@ -144,17 +144,20 @@ def find_secrets(argv: list[str], environment: Mapping[str, str | None] | list[s
 
 def _keep(found: dict[str, str], where: str, value: str) -> None:
     """Set ``found[where] = value``; an earlier, different value there moves to
-    ``"<where> (earlier)"`` (``#2`` and on when that is taken): the last one keeps the name, as
-    the process gets the last, and none is dropped from what a record scrubs."""
+    ``"<where> (earlier)"`` (``(earlier 2)`` and on for more), once: the last one keeps the
+    name, as the process gets the last, and none is dropped from what a record scrubs."""
     old = found.get(where)
-    kept = [v for k, v in found.items() if k.startswith(f"{where} (earlier")]
-    if old is not None and old != value and old not in kept:
-        key, n = f"{where} (earlier)", 1
-        while found.get(key, old) != old:
-            n += 1
-            key = f"{where} (earlier #{n})"
-        found[key] = old
     found[where] = value
+    if old is None or old == value:
+        return
+    earlier = [k for k in found if k.startswith(f"{where} (earlier")]
+    if old in (found[k] for k in earlier):
+        return
+    same = next((k for k in earlier if found[k] == value), None)
+    if same is not None:  # the value now in force was an earlier one: the two swap
+        found[same] = old
+    else:
+        found[f"{where} (earlier{f' {len(earlier) + 1}' if earlier else ''})"] = old
 
 
 def _token_lists(argv: list[str]) -> list[list[str]]:

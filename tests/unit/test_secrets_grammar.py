@@ -183,9 +183,17 @@ def test_including_never_drops_a_value_whatever_names_collide():
 def test_a_value_a_later_one_replaces_is_still_kept_out(argv, environment):
     """The process gets the last value of a name, but the file still holds the earlier one."""
     s = find_secrets(argv, environment)
-    assert sorted(s.values.values()) == sorted([TOKEN, "hf_later0123456789"])
-    assert s.values["environment.HF_TOKEN"] == "hf_later0123456789"
+    assert s.values == {"environment.HF_TOKEN": "hf_later0123456789", "environment.HF_TOKEN (earlier)": TOKEN}
     assert s.scrub_text(f"{TOKEN} hf_later0123456789") == "*** ***"
+
+
+def test_each_earlier_value_is_kept_once():
+    env = [f"HF_TOKEN={v}" for v in ("hf_one0123456789", "hf_two0123456789", "hf_one0123456789",
+                                     "hf_three0123456789", "hf_two0123456789")]
+    s = find_secrets([], env)
+    assert s.values["environment.HF_TOKEN"] == "hf_two0123456789"  # what the process gets
+    assert sorted(s.values.values()) == ["hf_one0123456789", "hf_three0123456789", "hf_two0123456789"]
+    assert s.names == ["environment.HF_TOKEN", "environment.HF_TOKEN (earlier 2)", "environment.HF_TOKEN (earlier)"]
 
 
 @pytest.mark.parametrize("raw", ["null", "~", "Null"])
