@@ -65,6 +65,13 @@ def _same_compose(revs: list[hist.Revision], newest: hist.Revision) -> list[int]
             and r.compose_sha256 == newest.compose_sha256]
 
 
+def _served(revs: list[hist.Revision]) -> str | None:
+    """The server's service in the compose file on the host: the one its newest revision names
+    (a template may write a sidecar, which Compose may list first), None when none does."""
+    service = revs[-1].record.get("service") if revs else None
+    return service if isinstance(service, str) else None
+
+
 def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
     """What runs on the host and how it compares with the deployed compose file.
 
@@ -98,7 +105,7 @@ def status(host: RemoteHost, entry: HostEntry) -> dict[str, Any]:
         "history_damaged": hist.damaged(state.history)}
     if state.compose_sha256 is None:
         return out
-    norm = host.normalised_service()
+    norm = host.normalised_service(service=_served(revs), or_first=True)
     if norm is None:
         out["drift"].append("the compose file on the host does not pass `docker compose config`")
         return out
@@ -384,13 +391,14 @@ def down(host: RemoteHost, *, force_unlock: bool = False, reporter: Reporter | N
 
 def stream_logs(host: RemoteHost, service: str | None = None, *, follow: bool = False,
                 tail: int | str = 200, write: Callable[[str], None] = print) -> None:
-    """Print the deployed container's log (``follow`` streams until interrupted).
+    """Print the deployed container's log (``follow`` streams until interrupted): ``service``'s,
+    by default the server's (:func:`_served`).
 
     Raises:
         DeployError: nothing deployed, or no container for the service.
     """
     if service is None:
-        norm = host.normalised_service()
+        norm = host.normalised_service(service=_served(hist.revisions(host.state().history)), or_first=True)
         if norm is None:
             raise DeployError(f"nothing deployed on {host.name}")
         service = norm[0]

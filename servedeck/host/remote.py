@@ -456,21 +456,28 @@ class RemoteHost:
                                 self.workdir, *args],
                                check=check, timeout=timeout)
 
-    def normalised_service(self, file: str = COMPOSE, service: str | None = None) -> tuple[str, dict[str, Any]] | None:
-        """Service ``service`` (None: the first, in Compose's order: by name) of ``docker compose
-        config --format json`` of a compose file on the host, as ``(name, mapping)`` in Compose's
-        normalised form, with its strings as the container gets them: variables substituted
-        from the host's environment and the project's ``.env``, as ``up`` would, and the ``$$``
-        Compose prints for a literal ``$`` undone. None when compose refuses the file or it has
-        no such service. Same errors as :meth:`run`."""
+    def normalised_service(self, file: str = COMPOSE, service: str | None = None, *,
+                           or_first: bool = False) -> tuple[str, dict[str, Any]] | None:
+        """Service ``service`` (None: the first, in Compose's order: by name; ``or_first``: also
+        when the file has no ``service``) of ``docker compose config --format json`` of a compose
+        file on the host, as ``(name, mapping)`` in Compose's normalised form, with its strings
+        as the container gets them: variables substituted from the host's environment and the
+        project's ``.env``, as ``up`` would, and the ``$$`` Compose prints for a literal ``$``
+        undone. None when compose refuses the file or it has no such service. Same errors as
+        :meth:`run`."""
         res = self.compose(["config", "--format", "json"], file=file, check=False, timeout=120)
         if res.returncode != 0:
             return None
         services = json.loads(res.stdout).get("services") or {}
         if not services:
             return None
-        name = service if service is not None else next(iter(services))
-        return (name, literal_values(services[name])) if name in services else None
+        if service is not None and service in services:
+            name: str = service
+        elif service is None or or_first:
+            name = next(iter(services))
+        else:
+            return None
+        return name, literal_values(services[name])
 
     def switch(self, compose_args: list[str], history_line: dict[str, Any], *,
                data: bytes | None = None, good_sha: str | None = None,

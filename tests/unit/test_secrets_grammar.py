@@ -227,3 +227,7 @@ def test_the_deployed_servers_key_is_its_own_service_s_not_a_sidecars(tmp_path):
     assert deployed_secrets(Here(), "vllm").api_key == KEY
     assert deployed_secrets(Here(), "gone").api_key is None
     assert deployed_secrets(Here()).api_key == "sk-proxy-0123456789"  # no name: the first, as before
+    # status and logs name the server's service and take the first only when the file lacks it
+    assert Here().normalised_service(service="vllm", or_first=True)[0] == "vllm"
+    assert Here().normalised_service(service="gone", or_first=True)[0] == "aproxy"
+    assert Here().normalised_service(service="gone") is None
